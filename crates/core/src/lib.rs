@@ -1,0 +1,4 @@
+//! Bessemer dataplane core.
+pub mod metadata;
+pub mod sched;
+pub mod tsc;
