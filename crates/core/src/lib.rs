@@ -1,4 +1,30 @@
-//! Bessemer dataplane core.
+//! Bessemer dataplane core: packet memory, batches, the module graph, dynamic metadata, the
+//! traffic-class scheduler and pinned worker threads (BESS's execution model).
+//!
+//! See `docs/ARCHITECTURE.md` for how the parts fit.
+
+pub mod batch;
+pub mod engine;
+pub mod error;
+pub mod exec;
+pub mod graph;
+pub mod mem;
 pub mod metadata;
+pub mod module;
+pub mod packet;
+pub mod pool;
 pub mod sched;
+pub mod testing;
 pub mod tsc;
+pub mod value;
+
+pub use batch::{PacketBatch, MAX_BURST};
+pub use engine::{Engine, EngineConfig};
+pub use error::{Error, Result};
+pub use exec::Context;
+pub use metadata::{AccessMode, AttrOffset, AttrSpec};
+pub use module::{CommandSpec, InitContext, Instance, Module, ModuleClass, SharedModule};
+pub use packet::Packet;
+pub use pool::{PacketPool, PoolCache};
+pub use sched::TaskResult;
+pub use value::{Args, Value};

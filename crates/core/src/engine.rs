@@ -1,0 +1,816 @@
+//! The engine: the graph, the packet pool and the worker threads, behind the operations a
+//! controller performs. Every operation is atomic: on error nothing changed.
+//!
+//! Graph and class-tree changes happen with the workers paused (BESS's barrier); a paused
+//! worker has finished its current task, so no batch is in flight and none is lost.
+
+use std::cell::UnsafeCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::exec::Context;
+use crate::graph::Pipeline;
+use crate::mem::PagePolicy;
+use crate::module::ModuleClass;
+use crate::pool::PacketPool;
+use crate::sched::{ClassTree, Policy, TaskId, TcInfo};
+use crate::value::Value;
+
+/// Most workers (BESS's kMaxWorkers).
+pub const MAX_WORKERS: usize = 64;
+
+const REQ_RUN: u8 = 0;
+const REQ_PAUSE: u8 = 1;
+const REQ_STOP: u8 = 2;
+
+/// A worker's run state, as `ListWorkers` reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkerState {
+    /// Running its scheduler loop.
+    Running,
+    /// Asked to pause, not yet paused.
+    Pausing,
+    /// Paused at a task boundary.
+    Paused,
+    /// Thread has exited.
+    Finished,
+}
+
+const ST_RUNNING: u8 = 0;
+const ST_PAUSING: u8 = 1;
+const ST_PAUSED: u8 = 2;
+const ST_FINISHED: u8 = 3;
+
+struct GraphCell(UnsafeCell<Pipeline>);
+// SAFETY: see the module comment; access is serialised by the pause protocol.
+unsafe impl Sync for GraphCell {}
+unsafe impl Send for GraphCell {}
+
+struct WorkerShared {
+    req: AtomicU8,
+    state: AtomicU8,
+    lock: Mutex<()>,
+    cv: Condvar,
+    tree: UnsafeCell<ClassTree>,
+    rounds: AtomicU64,
+    idle_rounds: AtomicU64,
+}
+// SAFETY: `tree` is touched by the control thread only while the worker is paused.
+unsafe impl Sync for WorkerShared {}
+unsafe impl Send for WorkerShared {}
+
+struct Worker {
+    core: usize,
+    shared: Arc<WorkerShared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// A worker as listed to controllers.
+#[derive(Clone, Debug)]
+pub struct WorkerInfo {
+    /// Worker id.
+    pub wid: usize,
+    /// CPU core it is pinned to.
+    pub core: usize,
+    /// Run state.
+    pub state: WorkerState,
+    /// Number of traffic classes (excluding the implicit root).
+    pub num_tcs: usize,
+    /// Number of tasks attached.
+    pub num_tasks: usize,
+    /// Scheduler rounds so far.
+    pub rounds: u64,
+    /// Rounds in which nothing was runnable.
+    pub idle_rounds: u64,
+}
+
+/// Where a module's task is attached.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskPlace {
+    /// Worker id, None while no worker exists.
+    pub wid: Option<usize>,
+    /// Leaf class name holding it.
+    pub leaf: String,
+}
+
+/// Engine configuration.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Packet buffers in the pool.
+    pub buffers: usize,
+    /// Page policy for packet memory.
+    pub pages: PagePolicy,
+    /// Pin worker threads to their cores (off only for tests on busy machines).
+    pub pin: bool,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            buffers: 32768,
+            pages: PagePolicy::Auto,
+            pin: true,
+        }
+    }
+}
+
+/// The dataplane: graph, pool, workers.
+pub struct Engine {
+    graph: Arc<GraphCell>,
+    pool: PacketPool,
+    ctx: Context,
+    workers: Vec<Option<Worker>>,
+    places: HashMap<TaskId, TaskPlace>,
+    cfg: EngineConfig,
+}
+
+fn online_cores() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+fn pin_to(core: usize) -> std::io::Result<()> {
+    // SAFETY: plain libc calls on a zeroed cpu_set_t.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(core, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+fn leaf_name(module: &str, idx: usize) -> String {
+    format!("!leaf_{module}:{idx}")
+}
+
+impl Engine {
+    /// Creates an engine with its packet pool; no workers yet.
+    pub fn new(cfg: EngineConfig) -> Result<Engine> {
+        let pool = PacketPool::new("pool0", cfg.buffers, cfg.pages)
+            .map_err(|e| Error::no_mem(e.to_string()))?;
+        let ctx = Context::new(usize::MAX, &pool);
+        Ok(Engine {
+            graph: Arc::new(GraphCell(UnsafeCell::new(Pipeline::new()))),
+            pool,
+            ctx,
+            workers: Vec::new(),
+            places: HashMap::new(),
+            cfg,
+        })
+    }
+
+    /// The packet pool.
+    pub fn pool(&self) -> &PacketPool {
+        &self.pool
+    }
+
+    /// Read access to the graph (counters may move while workers run).
+    pub fn graph(&self) -> &Pipeline {
+        // SAFETY: shared reads; mutation only through `&mut self` with workers paused.
+        unsafe { &*self.graph.0.get() }
+    }
+
+    fn worker(&self, wid: usize) -> Result<&Worker> {
+        self.workers
+            .get(wid)
+            .and_then(|w| w.as_ref())
+            .ok_or_else(|| Error::not_found(format!("worker {wid} does not exist")))
+    }
+
+    /// Ids of existing workers.
+    pub fn worker_ids(&self) -> Vec<usize> {
+        (0..self.workers.len())
+            .filter(|&w| self.workers[w].is_some())
+            .collect()
+    }
+
+    /// Starts worker `wid` pinned to `core`, running.
+    pub fn add_worker(&mut self, wid: usize, core: usize) -> Result<()> {
+        if wid >= MAX_WORKERS {
+            return Err(Error::invalid(format!(
+                "worker id {wid} is out of range (0..{MAX_WORKERS})"
+            )));
+        }
+        if self.workers.get(wid).is_some_and(|w| w.is_some()) {
+            return Err(Error::exists(format!("worker {wid} already exists")));
+        }
+        let cores = online_cores();
+        if core >= cores {
+            return Err(Error::invalid(format!(
+                "core {core} does not exist (this machine has cores 0..{})",
+                cores - 1
+            )));
+        }
+        let shared = Arc::new(WorkerShared {
+            req: AtomicU8::new(REQ_RUN),
+            state: AtomicU8::new(ST_RUNNING),
+            lock: Mutex::new(()),
+            cv: Condvar::new(),
+            tree: UnsafeCell::new(ClassTree::new(wid)),
+            rounds: AtomicU64::new(0),
+            idle_rounds: AtomicU64::new(0),
+        });
+        let (sh, graph, pool, pin) = (
+            shared.clone(),
+            self.graph.clone(),
+            self.pool.clone(),
+            self.cfg.pin,
+        );
+        let thread = std::thread::Builder::new()
+            .name(format!("bessemer-w{wid}"))
+            .spawn(move || worker_main(wid, core, pin, sh, graph, pool))
+            .map_err(|e| Error::no_mem(format!("cannot start worker {wid}: {e}")))?;
+        if self.workers.len() <= wid {
+            self.workers.resize_with(wid + 1, || None);
+        }
+        self.workers[wid] = Some(Worker {
+            core,
+            shared,
+            thread: Some(thread),
+        });
+        tracing::info!(wid, core, "worker started");
+        // Orphan tasks (created before any worker existed) go to the first worker.
+        let orphans: Vec<TaskId> = self
+            .places
+            .iter()
+            .filter(|(_, p)| p.wid.is_none())
+            .map(|(t, _)| *t)
+            .collect();
+        if !orphans.is_empty() {
+            self.paused(|e| {
+                for t in orphans {
+                    e.place_task(t, wid, None)?;
+                }
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Stops and removes a worker that has no traffic classes or tasks.
+    pub fn destroy_worker(&mut self, wid: usize) -> Result<()> {
+        let w = self.worker(wid)?;
+        // SAFETY: reading the tree's size; the worker does not change its shape.
+        let n = unsafe { (*w.shared.tree.get()).len() };
+        if n > 1 {
+            return Err(Error::busy(format!(
+                "worker {wid} still has {} traffic class(es); remove them first",
+                n - 1
+            )));
+        }
+        let mut w = self.workers[wid].take().unwrap();
+        w.shared.req.store(REQ_STOP, Ordering::Release);
+        w.shared.cv.notify_all();
+        if let Some(t) = w.thread.take() {
+            let _ = t.join();
+        }
+        Ok(())
+    }
+
+    fn wait_state(w: &Worker, want: u8) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let s = w.shared.state.load(Ordering::Acquire);
+            if s == want || s == ST_FINISHED {
+                return true;
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Pauses one worker at a task boundary and waits until it is paused.
+    pub fn pause_worker(&mut self, wid: usize) -> Result<()> {
+        let w = self.worker(wid)?;
+        if w.shared.req.load(Ordering::Acquire) == REQ_PAUSE {
+            return Ok(());
+        }
+        w.shared.state.store(ST_PAUSING, Ordering::Release);
+        w.shared.req.store(REQ_PAUSE, Ordering::Release);
+        if !Self::wait_state(w, ST_PAUSED) {
+            return Err(Error::busy(format!(
+                "worker {wid} did not pause within 10 s"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Resumes a paused worker.
+    pub fn resume_worker(&mut self, wid: usize) -> Result<()> {
+        let w = self.worker(wid)?;
+        let _g = w.shared.lock.lock().unwrap();
+        w.shared.req.store(REQ_RUN, Ordering::Release);
+        w.shared.cv.notify_all();
+        Ok(())
+    }
+
+    /// Pauses every worker.
+    pub fn pause_all(&mut self) -> Result<()> {
+        for wid in self.worker_ids() {
+            self.pause_worker(wid)?;
+        }
+        Ok(())
+    }
+
+    /// Resumes every worker; with tasks but no worker, starts worker 0 on core 0 as BESS does.
+    pub fn resume_all(&mut self) -> Result<()> {
+        if self.worker_ids().is_empty() && !self.places.is_empty() {
+            self.add_worker(0, 0)?;
+        }
+        for wid in self.worker_ids() {
+            self.resume_worker(wid)?;
+        }
+        Ok(())
+    }
+
+    /// State of one worker.
+    pub fn worker_state(&self, wid: usize) -> Result<WorkerState> {
+        let w = self.worker(wid)?;
+        Ok(match w.shared.state.load(Ordering::Acquire) {
+            ST_RUNNING => WorkerState::Running,
+            ST_PAUSING => WorkerState::Pausing,
+            ST_PAUSED => WorkerState::Paused,
+            _ => WorkerState::Finished,
+        })
+    }
+
+    /// All workers.
+    pub fn list_workers(&self) -> Vec<WorkerInfo> {
+        self.worker_ids()
+            .into_iter()
+            .map(|wid| {
+                let w = self.workers[wid].as_ref().unwrap();
+                // SAFETY: size reads of the tree; racy but harmless counts.
+                let tree = unsafe { &*w.shared.tree.get() };
+                WorkerInfo {
+                    wid,
+                    core: w.core,
+                    state: self.worker_state(wid).unwrap(),
+                    num_tcs: tree.len().saturating_sub(1),
+                    num_tasks: tree.tasks().len(),
+                    rounds: w.shared.rounds.load(Ordering::Relaxed),
+                    idle_rounds: w.shared.idle_rounds.load(Ordering::Relaxed),
+                }
+            })
+            .collect()
+    }
+
+    /// Runs `f` with every running worker paused, resuming those afterwards.
+    pub fn paused<T>(&mut self, f: impl FnOnce(&mut Engine) -> Result<T>) -> Result<T> {
+        let running: Vec<usize> = self
+            .worker_ids()
+            .into_iter()
+            .filter(|&w| {
+                self.workers[w]
+                    .as_ref()
+                    .unwrap()
+                    .shared
+                    .req
+                    .load(Ordering::Acquire)
+                    == REQ_RUN
+            })
+            .collect();
+        for &w in &running {
+            self.pause_worker(w)?;
+        }
+        let r = f(self);
+        for &w in &running {
+            self.resume_worker(w)?;
+        }
+        r
+    }
+
+    fn graph_mut(&mut self) -> &mut Pipeline {
+        // SAFETY: callers hold `&mut self` inside `paused`, so no worker runs the graph.
+        unsafe { &mut *self.graph.0.get() }
+    }
+
+    fn tree_mut(&mut self, wid: usize) -> Result<&mut ClassTree> {
+        let w = self.worker(wid)?;
+        // SAFETY: called inside `paused`.
+        Ok(unsafe { &mut *w.shared.tree.get() })
+    }
+
+    fn tree(&self, wid: usize) -> Result<&ClassTree> {
+        let w = self.worker(wid)?;
+        // SAFETY: reads of the tree shape (changed only by the control thread).
+        Ok(unsafe { &*w.shared.tree.get() })
+    }
+
+    fn check_constraints(&self) -> Result<()> {
+        let conflicts = self
+            .graph()
+            .worker_conflicts(&|t| self.places.get(&t).and_then(|p| p.wid));
+        if let Some((m, a, b)) = conflicts.first() {
+            return Err(Error::busy(format!(
+                "module '{m}' would be run by workers {a} and {b}, but it is not thread-safe; \
+                 split the pipeline with a Queue or attach the tasks to one worker"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Constraint violations of the current configuration, as messages.
+    pub fn constraint_violations(&self) -> Vec<String> {
+        self.graph()
+            .worker_conflicts(&|t| self.places.get(&t).and_then(|p| p.wid))
+            .into_iter()
+            .map(|(m, a, b)| format!("module '{m}' is reachable from workers {a} and {b}"))
+            .collect()
+    }
+
+    /// Puts a task in a leaf on worker `wid` (under `parent` or the worker's root).
+    fn place_task(&mut self, t: TaskId, wid: usize, parent: Option<&str>) -> Result<()> {
+        let (module, idx) = {
+            let g = self.graph();
+            let m = g
+                .task_module(t)
+                .ok_or_else(|| Error::not_found("task vanished"))?
+                .to_string();
+            let idx = g.tasks_of(&m)?.iter().position(|&x| x == t).unwrap_or(0);
+            (m, idx)
+        };
+        let leaf = leaf_name(&module, idx);
+        let old = self.places.get(&t).cloned();
+        let tree = self.tree_mut(wid)?;
+        if parent.is_some_and(|p| tree.info(p).is_none()) {
+            return Err(Error::not_found(format!(
+                "traffic class '{}' does not exist on worker {wid}",
+                parent.unwrap()
+            )));
+        }
+        // Detach from the old place first (it may be the same tree).
+        if let Some(TaskPlace {
+            wid: Some(ow),
+            leaf: ol,
+        }) = &old
+        {
+            let ot = self.tree_mut(*ow)?;
+            ot.detach_task(t);
+            let _ = ot.remove_class(ol);
+        }
+        let tree = self.tree_mut(wid)?;
+        let res = tree
+            .add_class(&leaf, Policy::Leaf, parent, 0, 1)
+            .and_then(|_| tree.attach_task(&leaf, t))
+            .map_err(|e| Error::invalid(e.to_string()));
+        if let Err(e) = res {
+            let _ = tree.remove_class(&leaf);
+            if let Some(TaskPlace { wid: Some(ow), .. }) = &old {
+                let _ = self.restore_task(t, *ow, &leaf);
+            }
+            return Err(e);
+        }
+        self.places.insert(
+            t,
+            TaskPlace {
+                wid: Some(wid),
+                leaf,
+            },
+        );
+        Ok(())
+    }
+
+    fn restore_task(&mut self, t: TaskId, wid: usize, leaf: &str) -> Result<()> {
+        let tree = self.tree_mut(wid)?;
+        tree.add_class(leaf, Policy::Leaf, None, 0, 1)
+            .map_err(|e| Error::invalid(e.to_string()))?;
+        tree.attach_task(leaf, t)
+            .map_err(|e| Error::invalid(e.to_string()))
+    }
+
+    fn default_worker(&self) -> Option<usize> {
+        self.worker_ids().first().copied()
+    }
+
+    /// Creates a module; its tasks go to the first worker (or wait for one). Returns its name.
+    pub fn create_module(
+        &mut self,
+        class: &'static ModuleClass,
+        name: Option<&str>,
+        arg: &Value,
+    ) -> Result<String> {
+        self.paused(|e| {
+            let (id, tasks) = e.graph_mut().add_module(class, name, arg)?;
+            let name = e.graph().name_of(id).to_string();
+            let wid = e.default_worker();
+            for (i, t) in tasks.iter().enumerate() {
+                match wid {
+                    Some(w) => {
+                        if let Err(err) = e.place_task(*t, w, None) {
+                            let mut ctx = Context::new(usize::MAX, &e.pool);
+                            for t in &tasks {
+                                e.unplace_task(*t);
+                            }
+                            let _ = e.graph_mut().remove_module(&name, &mut ctx);
+                            return Err(err);
+                        }
+                    }
+                    None => {
+                        e.places.insert(
+                            *t,
+                            TaskPlace {
+                                wid: None,
+                                leaf: leaf_name(&name, i),
+                            },
+                        );
+                    }
+                }
+            }
+            Ok(name)
+        })
+    }
+
+    fn unplace_task(&mut self, t: TaskId) {
+        if let Some(TaskPlace { wid: Some(w), leaf }) = self.places.remove(&t) {
+            if let Ok(tree) = self.tree_mut(w) {
+                tree.detach_task(t);
+                let _ = tree.remove_class(&leaf);
+            }
+        }
+    }
+
+    /// Destroys a module, disconnecting it and freeing packets it holds.
+    pub fn destroy_module(&mut self, name: &str) -> Result<()> {
+        self.graph().id_of(name)?;
+        self.paused(|e| {
+            for t in e.graph().tasks_of(name)? {
+                e.unplace_task(t);
+            }
+            let mut ctx = std::mem::replace(&mut e.ctx, Context::new(usize::MAX, &e.pool));
+            let r = e.graph_mut().remove_module(name, &mut ctx);
+            e.ctx = ctx;
+            r.map(|_| ())
+        })
+    }
+
+    /// Connects `from:ogate -> igate:to`.
+    pub fn connect(&mut self, from: &str, ogate: u16, to: &str, igate: u16) -> Result<()> {
+        self.paused(|e| {
+            e.graph_mut().connect(from, ogate, to, igate)?;
+            if let Err(err) = e.check_constraints() {
+                e.graph_mut().disconnect(from, ogate)?;
+                return Err(err);
+            }
+            Ok(())
+        })
+    }
+
+    /// Disconnects an output gate.
+    pub fn disconnect(&mut self, from: &str, ogate: u16) -> Result<()> {
+        self.paused(|e| e.graph_mut().disconnect(from, ogate))
+    }
+
+    /// Runs a module command with the workers paused.
+    pub fn command(&mut self, module: &str, cmd: &str, arg: &Value) -> Result<Value> {
+        self.graph().id_of(module)?;
+        self.paused(|e| {
+            let mut ctx = std::mem::replace(&mut e.ctx, Context::new(usize::MAX, &e.pool));
+            let r = e.graph_mut().command(module, cmd, arg, &mut ctx);
+            e.ctx = ctx;
+            r
+        })
+    }
+
+    /// Adds a traffic class on a worker.
+    pub fn add_tc(
+        &mut self,
+        wid: usize,
+        name: &str,
+        policy: Policy,
+        parent: Option<&str>,
+        priority: i32,
+        share: u32,
+    ) -> Result<()> {
+        self.worker(wid)?;
+        if self
+            .worker_ids()
+            .iter()
+            .any(|&w| self.tree(w).is_ok_and(|t| t.info(name).is_some()))
+        {
+            return Err(Error::exists(format!(
+                "traffic class '{name}' already exists"
+            )));
+        }
+        self.paused(|e| {
+            e.tree_mut(wid)?
+                .add_class(name, policy, parent, priority, share)
+                .map_err(|err| Error::invalid(err.to_string()))
+        })
+    }
+
+    /// Finds which worker has a class.
+    pub fn tc_worker(&self, name: &str) -> Result<usize> {
+        self.worker_ids()
+            .into_iter()
+            .find(|&w| self.tree(w).is_ok_and(|t| t.info(name).is_some()))
+            .ok_or_else(|| Error::not_found(format!("traffic class '{name}' does not exist")))
+    }
+
+    /// Moves task `idx` of `module` under class `parent` (on its worker) or to worker `wid`'s root.
+    pub fn attach_task(
+        &mut self,
+        module: &str,
+        idx: usize,
+        parent: Option<&str>,
+        wid: Option<usize>,
+    ) -> Result<()> {
+        let tasks = self.graph().tasks_of(module)?;
+        let t = *tasks.get(idx).ok_or_else(|| {
+            Error::invalid(format!(
+                "module '{module}' has {} task(s); no task {idx}",
+                tasks.len()
+            ))
+        })?;
+        let target = match (parent, wid) {
+            (Some(p), _) => self.tc_worker(p)?,
+            (None, Some(w)) => {
+                self.worker(w)?;
+                w
+            }
+            (None, None) => {
+                return Err(Error::invalid(
+                    "attach_task needs a parent class or a worker id",
+                ))
+            }
+        };
+        let old = self.places.get(&t).cloned();
+        self.paused(|e| {
+            e.place_task(t, target, parent)?;
+            if let Err(err) = e.check_constraints() {
+                match old.and_then(|o| o.wid) {
+                    Some(ow) => e.place_task(t, ow, None)?,
+                    None => e.unplace_task(t),
+                }
+                return Err(err);
+            }
+            Ok(())
+        })
+    }
+
+    /// Removes a traffic class with no children.
+    pub fn remove_tc(&mut self, name: &str) -> Result<()> {
+        if name.starts_with('!') {
+            return Err(Error::invalid(format!(
+                "traffic class '{name}' is managed by Bessemer"
+            )));
+        }
+        let wid = self.tc_worker(name)?;
+        self.paused(|e| {
+            e.tree_mut(wid)?
+                .remove_class(name)
+                .map_err(|err| Error::busy(err.to_string()))
+        })
+    }
+
+    /// Changes a class's policy parameters (same policy kind).
+    pub fn update_tc(&mut self, name: &str, policy: Policy) -> Result<()> {
+        let wid = self.tc_worker(name)?;
+        self.paused(|e| {
+            e.tree_mut(wid)?
+                .update_policy(name, policy)
+                .map_err(|err| Error::invalid(err.to_string()))
+        })
+    }
+
+    /// Every traffic class on every worker, with its worker id.
+    pub fn list_tcs(&self) -> Vec<(usize, TcInfo)> {
+        let mut out = Vec::new();
+        for w in self.worker_ids() {
+            if let Ok(t) = self.tree(w) {
+                out.extend(t.list().into_iter().map(|i| (w, i)));
+            }
+        }
+        out
+    }
+
+    /// Where each task of a module is attached.
+    pub fn task_places(&self, module: &str) -> Result<Vec<TaskPlace>> {
+        Ok(self
+            .graph()
+            .tasks_of(module)?
+            .iter()
+            .filter_map(|t| self.places.get(t).cloned())
+            .collect())
+    }
+
+    /// Destroys all modules (ResetModules).
+    pub fn reset_modules(&mut self) -> Result<()> {
+        let names: Vec<String> = self.graph().modules().into_iter().map(|m| m.name).collect();
+        for n in names {
+            self.destroy_module(&n)?;
+        }
+        Ok(())
+    }
+
+    /// Destroys everything: modules, classes, workers (ResetAll).
+    pub fn reset_all(&mut self) -> Result<()> {
+        self.reset_modules()?;
+        for wid in self.worker_ids() {
+            let user: Vec<String> = self
+                .tree(wid)?
+                .list()
+                .into_iter()
+                .filter(|i| !i.name.starts_with('!'))
+                .map(|i| i.name)
+                .collect();
+            self.paused(|e| {
+                let tree = e.tree_mut(wid)?;
+                // Children first: repeat until every user class is gone.
+                for _ in 0..user.len() + 1 {
+                    for n in &user {
+                        let _ = tree.remove_class(n);
+                    }
+                }
+                Ok(())
+            })?;
+            self.destroy_worker(wid)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        let _ = self.reset_modules();
+        for w in self.workers.iter_mut().flatten() {
+            w.shared.req.store(REQ_STOP, Ordering::Release);
+            let _g = w.shared.lock.lock().unwrap();
+            w.shared.cv.notify_all();
+        }
+        for w in self.workers.iter_mut().flatten() {
+            if let Some(t) = w.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+fn worker_main(
+    wid: usize,
+    core: usize,
+    pin: bool,
+    sh: Arc<WorkerShared>,
+    graph: Arc<GraphCell>,
+    pool: PacketPool,
+) {
+    if pin {
+        if let Err(e) = pin_to(core) {
+            tracing::warn!(wid, core, "cannot pin worker: {e}");
+        }
+    }
+    let mut ctx = Context::new(wid, &pool);
+    let mut idle_streak = 0u32;
+    let mut no_tasks = false;
+    loop {
+        match sh.req.load(Ordering::Acquire) {
+            REQ_RUN => {}
+            REQ_PAUSE => {
+                ctx.release_cache();
+                let mut g = sh.lock.lock().unwrap();
+                sh.state.store(ST_PAUSED, Ordering::Release);
+                while sh.req.load(Ordering::Acquire) == REQ_PAUSE {
+                    g = sh.cv.wait(g).unwrap();
+                }
+                sh.state.store(ST_RUNNING, Ordering::Release);
+                continue;
+            }
+            _ => break,
+        }
+        // SAFETY: the control thread mutates graph and tree only while we are paused.
+        let (g, tree) = unsafe { (&*graph.0.get(), &mut *sh.tree.get()) };
+        let ran = tree.schedule_once(&mut |t| ctx.run_task(g, t));
+        sh.rounds
+            .store(sh.rounds.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        if !ran {
+            sh.idle_rounds.store(
+                sh.idle_rounds.load(Ordering::Relaxed) + 1,
+                Ordering::Relaxed,
+            );
+            idle_streak = idle_streak.saturating_add(1);
+            if idle_streak % 1024 == 0 {
+                no_tasks = tree.tasks().is_empty();
+            }
+            if no_tasks {
+                // No task at all: nothing to poll, so give the core back until reconfigured.
+                std::thread::sleep(Duration::from_micros(200));
+            } else {
+                std::hint::spin_loop();
+            }
+        } else {
+            idle_streak = 0;
+            no_tasks = false;
+        }
+    }
+    ctx.release_cache();
+    sh.state.store(ST_FINISHED, Ordering::Release);
+}

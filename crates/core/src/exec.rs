@@ -1,0 +1,331 @@
+//! Running the graph: the per-worker [`Context`] modules use to emit, forward and drop
+//! packets, and the loop that carries a task's batches through the graph without recursion.
+//!
+//! Batches waiting for an input gate sit in a small pending list; the one whose module is
+//! earliest in longest-path order runs next, so batches from several upstream gates that
+//! reach the same input gate are merged (when they fit in one batch) before it runs.
+
+use crate::batch::{PacketBatch, MAX_BURST};
+use crate::graph::{InstanceCell, Node, Pipeline};
+use crate::metadata::AttrOffset;
+use crate::module::{DROP_DEADEND, DROP_UNHANDLED};
+use crate::packet::Packet;
+use crate::pool::{PacketPool, PoolCache};
+use crate::sched::{TaskId, TaskResult};
+
+/// Drop reason id every class has: packets still circling a graph loop after
+/// [`MAX_HOPS`] module runs in one task.
+pub const DROP_HOP_LIMIT: usize = usize::MAX - 2;
+/// Most module runs one task invocation may cause (bounds loops in the graph).
+pub const MAX_HOPS: usize = 4096;
+
+struct Pending {
+    prio: u32,
+    dst: u32,
+    igate: u16,
+    batch: Box<PacketBatch>,
+}
+
+/// A worker's execution context, handed to every module call.
+pub struct Context {
+    /// Worker id (or `usize::MAX` for the control thread).
+    pub wid: usize,
+    cache: PoolCache,
+    now: u64,
+    graph: *const Pipeline,
+    cur_node: *const Node,
+    staging: Vec<Option<Box<PacketBatch>>>,
+    touched: Vec<u16>,
+    spare: Vec<Box<PacketBatch>>,
+    pending: Vec<Pending>,
+}
+
+// SAFETY: the raw pointers are only dereferenced while the owning worker runs the graph, and
+// the graph outlives every run (changes happen with the worker paused).
+unsafe impl Send for Context {}
+
+impl Context {
+    /// A context for worker `wid` allocating from `pool`.
+    pub fn new(wid: usize, pool: &PacketPool) -> Context {
+        Context {
+            wid,
+            cache: pool.cache(),
+            now: crate::tsc::rdtsc(),
+            graph: std::ptr::null(),
+            cur_node: std::ptr::null(),
+            staging: Vec::new(),
+            touched: Vec::new(),
+            spare: (0..16).map(|_| Box::new(PacketBatch::new())).collect(),
+            pending: Vec::with_capacity(64),
+        }
+    }
+
+    #[inline(always)]
+    fn node<'g>(&self) -> &'g Node {
+        debug_assert!(!self.cur_node.is_null(), "module call outside a graph run");
+        // SAFETY: set by `enter` to a node of the graph being run.
+        unsafe { &*self.cur_node }
+    }
+
+    #[inline(always)]
+    pub(crate) fn enter(&mut self, graph: &Pipeline, id: u32) {
+        self.graph = graph;
+        self.cur_node = graph.node(id);
+    }
+
+    /// TSC value when the current task started.
+    #[inline(always)]
+    pub fn now(&self) -> u64 {
+        self.now
+    }
+
+    /// Refreshes the cached TSC value (for modules that need a fresh one).
+    #[inline(always)]
+    pub fn refresh_now(&mut self) -> u64 {
+        self.now = crate::tsc::rdtsc();
+        self.now
+    }
+
+    /// Name of the module being run.
+    pub fn module_name(&self) -> &str {
+        &self.node().name
+    }
+
+    /// Offset of the current module's metadata attribute `id` (as declared at init).
+    #[inline(always)]
+    pub fn attr(&self, id: usize) -> AttrOffset {
+        self.node()
+            .offsets
+            .get(id)
+            .copied()
+            .unwrap_or(AttrOffset::NoRead)
+    }
+
+    /// The worker's pool cache.
+    #[inline(always)]
+    pub fn cache(&mut self) -> &mut PoolCache {
+        &mut self.cache
+    }
+
+    /// Allocates one packet of `len` bytes.
+    #[inline(always)]
+    pub fn alloc(&mut self, len: usize) -> Option<Packet> {
+        self.cache.alloc(len)
+    }
+
+    /// Appends `n` fresh packets of `len` bytes to `batch`; returns how many (0 if exhausted).
+    #[inline(always)]
+    pub fn alloc_bulk(&mut self, batch: &mut PacketBatch, n: usize, len: usize) -> usize {
+        self.cache.alloc_bulk(batch, n, len)
+    }
+
+    /// Frees a consumed packet (not a drop: e.g. a sink).
+    #[inline(always)]
+    pub fn free(&mut self, pkt: Packet) {
+        self.cache.free(pkt)
+    }
+
+    /// Frees every packet of a batch (not a drop).
+    #[inline(always)]
+    pub fn free_batch(&mut self, batch: &mut PacketBatch) {
+        self.cache.free_bulk(batch)
+    }
+
+    /// A second reference to `pkt` (shares bytes and metadata).
+    #[inline(always)]
+    pub fn clone_packet(&self, pkt: &Packet) -> Packet {
+        self.cache.clone_packet(pkt)
+    }
+
+    #[inline(always)]
+    fn count_drop(&self, reason: usize, n: u64) {
+        let node = self.node();
+        let k = node.class.drop_reasons.len();
+        let idx = match reason {
+            r if r < k => r,
+            DROP_DEADEND => k,
+            DROP_HOP_LIMIT => k + 2,
+            _ => k + 1,
+        };
+        node.drops[idx.min(node.drops.len() - 1)].add(n);
+    }
+
+    /// Drops a packet, counted under the class's drop reason `reason`.
+    #[inline(always)]
+    pub fn drop_packet(&mut self, pkt: Packet, reason: usize) {
+        self.count_drop(reason, 1);
+        self.cache.free(pkt);
+    }
+
+    /// Drops every packet of a batch under `reason`.
+    #[inline(always)]
+    pub fn drop_batch(&mut self, batch: &mut PacketBatch, reason: usize) {
+        if !batch.is_empty() {
+            self.count_drop(reason, batch.len() as u64);
+            self.cache.free_bulk(batch);
+        }
+    }
+
+    #[inline(always)]
+    fn spare(&mut self) -> Box<PacketBatch> {
+        self.spare
+            .pop()
+            .unwrap_or_else(|| Box::new(PacketBatch::new()))
+    }
+
+    /// Sends one packet out of output gate `ogate` (buffered until the module returns).
+    #[inline(always)]
+    pub fn emit(&mut self, ogate: u16, pkt: Packet) {
+        let g = ogate as usize;
+        if g >= self.staging.len() {
+            self.staging.resize_with(g + 1, || None);
+        }
+        if self.staging[g].is_none() {
+            let b = self.spare();
+            self.staging[g] = Some(b);
+            self.touched.push(ogate);
+        }
+        let b = self.staging[g].as_mut().unwrap();
+        // SAFETY: staging batches are flushed as soon as they are full (below).
+        unsafe { b.push_unchecked(pkt) };
+        if b.is_full() {
+            let b = self.staging[g].take().unwrap();
+            self.touched.retain(|&t| t != ogate);
+            self.enqueue(ogate, b);
+        }
+    }
+
+    /// Sends all packets of `batch` out of output gate `ogate`, leaving `batch` empty.
+    #[inline(always)]
+    pub fn forward(&mut self, ogate: u16, batch: &mut PacketBatch) {
+        if batch.is_empty() {
+            return;
+        }
+        let node = self.node();
+        let Some(Some(og)) = node.ogates.get(ogate as usize) else {
+            return self.drop_batch(batch, DROP_DEADEND);
+        };
+        let n = batch.len();
+        og.stats.packets.add(n as u64);
+        og.stats.batches.add(1);
+        if og.track_bits {
+            og.stats
+                .bits
+                .add(batch.pkts().iter().map(|p| p.bits()).sum());
+        }
+        let (dst, igate) = (og.dst, og.igate);
+        for p in self.pending.iter_mut() {
+            if p.dst == dst && p.igate == igate && p.batch.len() + n <= MAX_BURST {
+                p.batch.append(batch);
+                return;
+            }
+        }
+        // SAFETY: the graph outlives the run.
+        let prio = unsafe { (*self.graph).node(dst).prio };
+        let mut b = self.spare();
+        b.append(batch);
+        self.pending.push(Pending {
+            prio,
+            dst,
+            igate,
+            batch: b,
+        });
+    }
+
+    fn enqueue(&mut self, ogate: u16, mut b: Box<PacketBatch>) {
+        self.forward(ogate, &mut b);
+        self.spare.push(b);
+    }
+
+    /// Moves packets emitted by the current module to the pending list.
+    #[inline(always)]
+    pub(crate) fn flush_outputs(&mut self, _graph: &Pipeline) {
+        while let Some(g) = self.touched.pop() {
+            if let Some(b) = self.staging[g as usize].take() {
+                self.enqueue(g, b);
+            }
+        }
+    }
+
+    /// Runs pending batches until none is left.
+    pub(crate) fn drain(&mut self, graph: &Pipeline) {
+        let mut hops = 0;
+        while !self.pending.is_empty() {
+            let mut best = self.pending.len() - 1;
+            if best > 0 {
+                for i in 0..best {
+                    if self.pending[i].prio < self.pending[best].prio {
+                        best = i;
+                    }
+                }
+            }
+            let Pending {
+                dst,
+                igate,
+                mut batch,
+                ..
+            } = self.pending.swap_remove(best);
+            self.enter(graph, dst);
+            hops += 1;
+            if hops > MAX_HOPS {
+                self.drop_batch(&mut batch, DROP_HOP_LIMIT);
+                self.spare.push(batch);
+                continue;
+            }
+            let node = graph.node(dst);
+            match &node.inst {
+                // SAFETY: only this worker runs this module (graph constraint checker).
+                InstanceCell::Exclusive(m) => unsafe {
+                    (*m.get()).process_batch(self, &mut batch, igate)
+                },
+                InstanceCell::Shared(m) => m.process_batch(self, &mut batch, igate),
+            }
+            if !batch.is_empty() {
+                self.drop_batch(&mut batch, DROP_UNHANDLED);
+            }
+            self.spare.push(batch);
+            self.flush_outputs(graph);
+        }
+    }
+
+    /// Runs one task and everything it sends downstream; returns the task's result.
+    pub fn run_task(&mut self, graph: &Pipeline, task: TaskId) -> TaskResult {
+        let Some(entry) = graph.task(task) else {
+            return TaskResult {
+                block: true,
+                packets: 0,
+                bits: 0,
+            };
+        };
+        let (module, arg) = (entry.module, entry.arg);
+        self.now = crate::tsc::rdtsc();
+        self.enter(graph, module);
+        let node = graph.node(module);
+        let r = match &node.inst {
+            // SAFETY: as in `drain`.
+            InstanceCell::Exclusive(m) => unsafe { (*m.get()).run_task(self, arg) },
+            InstanceCell::Shared(m) => m.run_task(self, arg),
+        };
+        self.flush_outputs(graph);
+        self.drain(graph);
+        r
+    }
+
+    /// Returns every cached buffer to the pool (before the worker exits).
+    pub fn release_cache(&mut self) {
+        self.cache.flush_all();
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // Staging and pending batches are empty between runs; anything left is freed.
+        for b in self.staging.iter_mut().flatten() {
+            self.cache.free_bulk(b);
+        }
+        let pend: Vec<Pending> = self.pending.drain(..).collect();
+        for mut p in pend {
+            self.cache.free_bulk(&mut p.batch);
+        }
+    }
+}

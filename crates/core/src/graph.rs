@@ -1,0 +1,685 @@
+//! The module graph: instances, gates, connections, tasks, and what is derived from them on
+//! every change (input-gate order for batch merging, metadata offsets).
+//!
+//! The control thread changes the graph only while the workers that run it are paused; the
+//! workers read it without locks.
+
+use std::cell::UnsafeCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::error::{Error, Result};
+use crate::exec::Context;
+use crate::metadata::{assign_offsets, AttrOffset, AttrSpec, MetaModule};
+use crate::module::{InitContext, Instance, Module, ModuleClass, SharedModule, MAX_GATES};
+use crate::sched::TaskId;
+use crate::value::Value;
+
+/// A counter written by one worker and read by the control thread.
+#[derive(Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    /// Adds `n` (load + store: one writer per counter, so no locked instruction).
+    #[inline(always)]
+    pub fn add(&self, n: u64) {
+        self.0.store(
+            self.0.load(Ordering::Relaxed).wrapping_add(n),
+            Ordering::Relaxed,
+        );
+    }
+    /// Current value.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+    /// Sets to zero.
+    pub fn reset(&self) {
+        self.0.store(0, Ordering::Relaxed)
+    }
+}
+
+/// Per-gate traffic counters.
+#[derive(Default)]
+pub struct GateStats {
+    /// Packets that crossed the gate.
+    pub packets: Counter,
+    /// Batches that crossed the gate.
+    pub batches: Counter,
+    /// Bits that crossed the gate (counted only when bit tracking is on for the gate).
+    pub bits: Counter,
+}
+
+/// A snapshot of gate counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GateCounts {
+    /// Packets.
+    pub packets: u64,
+    /// Batches.
+    pub batches: u64,
+    /// Bits (0 unless tracked).
+    pub bits: u64,
+}
+
+impl GateStats {
+    fn snapshot(&self) -> GateCounts {
+        GateCounts {
+            packets: self.packets.get(),
+            batches: self.batches.get(),
+            bits: self.bits.get(),
+        }
+    }
+}
+
+pub(crate) struct OGate {
+    pub(crate) dst: u32,
+    pub(crate) igate: u16,
+    pub(crate) stats: GateStats,
+    pub(crate) track_bits: bool,
+}
+
+pub(crate) enum InstanceCell {
+    Exclusive(UnsafeCell<Box<dyn Module>>),
+    Shared(Box<dyn SharedModule>),
+}
+
+/// One module instance in the graph.
+pub struct Node {
+    pub(crate) name: String,
+    pub(crate) class: &'static ModuleClass,
+    pub(crate) inst: InstanceCell,
+    pub(crate) ogates: Vec<Option<OGate>>,
+    pub(crate) igates: Vec<Vec<(u32, u16)>>,
+    pub(crate) attrs: Vec<AttrSpec>,
+    pub(crate) offsets: Vec<AttrOffset>,
+    pub(crate) drops: Box<[Counter]>,
+    pub(crate) tasks: Vec<TaskId>,
+    pub(crate) prio: u32,
+}
+
+/// A task registered by a module.
+#[derive(Clone, Debug)]
+pub struct TaskEntry {
+    /// Module index.
+    pub module: u32,
+    /// Argument passed to `run_task`.
+    pub arg: u64,
+}
+
+/// One connection, as listed to controllers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Connection {
+    /// Upstream module.
+    pub from: String,
+    /// Its output gate.
+    pub ogate: u16,
+    /// Downstream module.
+    pub to: String,
+    /// Its input gate.
+    pub igate: u16,
+    /// Counters of the output gate.
+    pub counts: GateCounts,
+}
+
+/// A module as listed to controllers.
+#[derive(Clone, Debug)]
+pub struct ModuleSummary {
+    /// Instance name.
+    pub name: String,
+    /// Class name.
+    pub mclass: &'static str,
+    /// Module's own description.
+    pub desc: String,
+}
+
+/// The module graph.
+#[derive(Default)]
+pub struct Pipeline {
+    nodes: Vec<Option<Node>>,
+    by_name: HashMap<String, u32>,
+    tasks: Vec<Option<TaskEntry>>,
+    warnings: Vec<String>,
+}
+
+// SAFETY: workers only touch Exclusive instances reachable from their own tasks (checked by
+// `worker_conflicts`), and the control thread mutates only while those workers are paused.
+unsafe impl Sync for Pipeline {}
+unsafe impl Send for Pipeline {}
+
+/// True if `name` is a valid module name (BESS: letters, digits, '_', not starting with a digit).
+pub fn valid_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && name.len() <= 128
+}
+
+impl Pipeline {
+    /// An empty graph.
+    pub fn new() -> Pipeline {
+        Pipeline::default()
+    }
+
+    pub(crate) fn node(&self, id: u32) -> &Node {
+        self.nodes[id as usize]
+            .as_ref()
+            .expect("dangling module id")
+    }
+
+    pub(crate) fn task(&self, t: TaskId) -> Option<&TaskEntry> {
+        self.tasks.get(t.0 as usize).and_then(|e| e.as_ref())
+    }
+
+    /// Name of a module by index.
+    pub fn name_of(&self, id: u32) -> &str {
+        &self.node(id).name
+    }
+
+    /// Index of a module by name.
+    pub fn id_of(&self, name: &str) -> Result<u32> {
+        self.by_name
+            .get(name)
+            .copied()
+            .ok_or_else(|| Error::not_found(format!("no module named '{name}'")))
+    }
+
+    /// Number of modules.
+    pub fn len(&self) -> usize {
+        self.by_name.len()
+    }
+
+    /// True if there is no module.
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+
+    /// BESS's default name: the class template followed by the lowest unused number.
+    pub fn default_name(&self, class: &ModuleClass) -> String {
+        (0..)
+            .map(|i| format!("{}{}", class.name_template, i))
+            .find(|n| !self.by_name.contains_key(n))
+            .expect("some name is free")
+    }
+
+    /// Creates a module (not yet connected). Returns its id and the task ids it registered.
+    pub fn add_module(
+        &mut self,
+        class: &'static ModuleClass,
+        name: Option<&str>,
+        arg: &Value,
+    ) -> Result<(u32, Vec<TaskId>)> {
+        let name = match name {
+            Some(n) if !n.is_empty() => {
+                if !valid_name(n) {
+                    return Err(Error::invalid(format!(
+                        "'{n}' is not a valid module name (letters, digits and '_', not starting with a digit)"
+                    )));
+                }
+                if self.by_name.contains_key(n) {
+                    return Err(Error::exists(format!("module '{n}' already exists")));
+                }
+                n.to_string()
+            }
+            _ => self.default_name(class),
+        };
+        let mut init = InitContext::new(&name);
+        let inst = (class.create)(&mut init, arg).map_err(|mut e| {
+            e.msg = format!("{} '{}': {}", class.name, name, e.msg);
+            e
+        })?;
+        let inst = match inst {
+            Instance::Exclusive(m) => InstanceCell::Exclusive(UnsafeCell::new(m)),
+            Instance::Shared(m) => InstanceCell::Shared(m),
+        };
+        let id = match self.nodes.iter().position(|n| n.is_none()) {
+            Some(i) => i as u32,
+            None => {
+                self.nodes.push(None);
+                (self.nodes.len() - 1) as u32
+            }
+        };
+        let mut tasks = Vec::new();
+        for &arg in &init.tasks {
+            let t = match self.tasks.iter().position(|t| t.is_none()) {
+                Some(i) => i,
+                None => {
+                    self.tasks.push(None);
+                    self.tasks.len() - 1
+                }
+            };
+            self.tasks[t] = Some(TaskEntry { module: id, arg });
+            tasks.push(TaskId(t as u32));
+        }
+        let nattrs = init.attrs.len();
+        self.nodes[id as usize] = Some(Node {
+            name: name.clone(),
+            class,
+            inst,
+            ogates: Vec::new(),
+            igates: Vec::new(),
+            attrs: init.attrs,
+            offsets: vec![AttrOffset::NoRead; nattrs],
+            drops: (0..class.drop_reasons.len() + 3)
+                .map(|_| Counter::default())
+                .collect(),
+            tasks: tasks.clone(),
+            prio: 0,
+        });
+        self.by_name.insert(name, id);
+        if let Err(e) = self.recompute() {
+            // Atomic: undo the creation (no packets can be held yet).
+            self.drop_node(id);
+            return Err(e);
+        }
+        Ok((id, tasks))
+    }
+
+    fn drop_node(&mut self, id: u32) -> Node {
+        let node = self.nodes[id as usize].take().expect("module exists");
+        self.by_name.remove(&node.name);
+        for t in &node.tasks {
+            self.tasks[t.0 as usize] = None;
+        }
+        node
+    }
+
+    /// Destroys a module: disconnects all its gates, frees the packets it holds.
+    pub fn remove_module(&mut self, name: &str, ctx: &mut Context) -> Result<Vec<TaskId>> {
+        let id = self.id_of(name)?;
+        // Disconnect our output gates and every upstream gate pointing at us.
+        let ups: Vec<(u32, u16)> = self.node(id).igates.iter().flatten().copied().collect();
+        for (src, og) in ups {
+            self.unlink(src, og);
+        }
+        let nog = self.node(id).ogates.len();
+        for og in 0..nog {
+            self.unlink(id, og as u16);
+        }
+        let node = self.drop_node(id);
+        match &node.inst {
+            InstanceCell::Exclusive(m) => {
+                // SAFETY: workers are paused; we own the node now.
+                unsafe { (*m.get()).deinit(ctx) }
+            }
+            InstanceCell::Shared(m) => m.deinit(ctx),
+        }
+        self.recompute()?;
+        Ok(node.tasks)
+    }
+
+    fn unlink(&mut self, src: u32, ogate: u16) -> bool {
+        let Some(slot) = self.nodes[src as usize]
+            .as_mut()
+            .and_then(|n| n.ogates.get_mut(ogate as usize))
+        else {
+            return false;
+        };
+        let Some(og) = slot.take() else { return false };
+        if let Some(dst) = self.nodes[og.dst as usize].as_mut() {
+            if let Some(ups) = dst.igates.get_mut(og.igate as usize) {
+                ups.retain(|&(s, g)| !(s == src && g == ogate));
+            }
+        }
+        true
+    }
+
+    /// Connects `from:ogate -> igate:to`, validating gates as BESS does.
+    pub fn connect(&mut self, from: &str, ogate: u16, to: &str, igate: u16) -> Result<()> {
+        let src = self.id_of(from)?;
+        let dst = self.id_of(to)?;
+        let (sc, dc) = (self.node(src).class, self.node(dst).class);
+        if ogate >= sc.ogates.min(MAX_GATES) {
+            return Err(Error::invalid(format!(
+                "module '{from}' ({}) has {} output gate(s); gate {ogate} is out of range",
+                sc.name, sc.ogates
+            )));
+        }
+        if igate >= dc.igates.min(MAX_GATES) {
+            return Err(Error::invalid(format!(
+                "module '{to}' ({}) has {} input gate(s); gate {igate} is out of range",
+                dc.name, dc.igates
+            )));
+        }
+        if let Some(Some(og)) = self.node(src).ogates.get(ogate as usize) {
+            return Err(Error::busy(format!(
+                "output gate {ogate} of module '{from}' is already connected to '{}'",
+                self.node(og.dst).name
+            )));
+        }
+        {
+            let n = self.nodes[src as usize].as_mut().unwrap();
+            if n.ogates.len() <= ogate as usize {
+                n.ogates.resize_with(ogate as usize + 1, || None);
+            }
+            n.ogates[ogate as usize] = Some(OGate {
+                dst,
+                igate,
+                stats: GateStats::default(),
+                track_bits: false,
+            });
+            let d = self.nodes[dst as usize].as_mut().unwrap();
+            if d.igates.len() <= igate as usize {
+                d.igates.resize_with(igate as usize + 1, Vec::new);
+            }
+            d.igates[igate as usize].push((src, ogate));
+        }
+        if let Err(e) = self.recompute() {
+            self.unlink(src, ogate);
+            self.recompute().expect("previous graph was valid");
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Disconnects output gate `ogate` of module `from`.
+    pub fn disconnect(&mut self, from: &str, ogate: u16) -> Result<()> {
+        let src = self.id_of(from)?;
+        if !self.unlink(src, ogate) {
+            return Err(Error::not_found(format!(
+                "output gate {ogate} of module '{from}' is not connected"
+            )));
+        }
+        self.recompute()?;
+        Ok(())
+    }
+
+    /// Recomputes derived state: input-gate priorities and metadata offsets.
+    pub fn recompute(&mut self) -> Result<()> {
+        let ids: Vec<u32> = (0..self.nodes.len() as u32)
+            .filter(|&i| self.nodes[i as usize].is_some())
+            .collect();
+        let index: HashMap<u32, usize> = ids.iter().enumerate().map(|(k, &i)| (i, k)).collect();
+        let metas: Vec<MetaModule> = ids
+            .iter()
+            .map(|&i| {
+                let n = self.node(i);
+                MetaModule {
+                    name: n.name.clone(),
+                    attrs: n.attrs.clone(),
+                    downstream: n.ogates.iter().flatten().map(|g| index[&g.dst]).collect(),
+                }
+            })
+            .collect();
+        let assignment = assign_offsets(&metas).map_err(|e| Error::invalid(e.to_string()))?;
+        // Longest-path distance from task modules orders pending batches so that batches for
+        // the same input gate meet before it runs (BESS's igate priority).
+        let mut dist = vec![0u32; ids.len()];
+        let cap = ids.len() as u32;
+        for _ in 0..ids.len() {
+            let mut changed = false;
+            for (k, m) in metas.iter().enumerate() {
+                for &d in &m.downstream {
+                    if d != k && dist[d] < dist[k] + 1 && dist[k] < cap {
+                        dist[d] = dist[k] + 1;
+                        changed = true;
+                    }
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        for (k, &i) in ids.iter().enumerate() {
+            let n = self.nodes[i as usize].as_mut().unwrap();
+            n.offsets = assignment.offsets[k].clone();
+            n.prio = dist[k];
+        }
+        for w in &assignment.warnings {
+            if !self.warnings.contains(w) {
+                tracing::warn!("{w}");
+            }
+        }
+        self.warnings = assignment.warnings;
+        Ok(())
+    }
+
+    /// Metadata warnings of the current graph (e.g. attributes read without a writer).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Modules reachable downstream of a module (including itself).
+    pub fn reachable_from(&self, start: u32) -> Vec<u32> {
+        self.reach(start, false)
+    }
+
+    /// Walks downstream; with `stop_at_shared`, a shared module other than `start` is
+    /// included but not expanded (its own task, not the caller's, runs what follows it).
+    fn reach(&self, start: u32, stop_at_shared: bool) -> Vec<u32> {
+        let mut seen = vec![false; self.nodes.len()];
+        let mut stack = vec![start];
+        let mut out = Vec::new();
+        while let Some(i) = stack.pop() {
+            if std::mem::replace(&mut seen[i as usize], true) {
+                continue;
+            }
+            out.push(i);
+            let n = self.node(i);
+            if stop_at_shared && i != start && matches!(n.inst, InstanceCell::Shared(_)) {
+                continue;
+            }
+            for g in n.ogates.iter().flatten() {
+                stack.push(g.dst);
+            }
+        }
+        out
+    }
+
+    /// Exclusive modules that tasks of different workers reach (`task_worker` maps each task
+    /// to its worker). Running them would race, so the engine refuses such a configuration.
+    pub fn worker_conflicts(
+        &self,
+        task_worker: &dyn Fn(TaskId) -> Option<usize>,
+    ) -> Vec<(String, usize, usize)> {
+        let mut owner: HashMap<u32, usize> = HashMap::new();
+        let mut out = Vec::new();
+        for (t, e) in self.tasks.iter().enumerate() {
+            let Some(e) = e else { continue };
+            let Some(w) = task_worker(TaskId(t as u32)) else {
+                continue;
+            };
+            for m in self.reach(e.module, true) {
+                let n = self.node(m);
+                if matches!(n.inst, InstanceCell::Shared(_)) {
+                    continue;
+                }
+                match owner.get(&m) {
+                    Some(&o) if o != w => out.push((n.name.clone(), o, w)),
+                    Some(_) => {}
+                    None => {
+                        owner.insert(m, w);
+                    }
+                }
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// Tasks of a module.
+    pub fn tasks_of(&self, name: &str) -> Result<Vec<TaskId>> {
+        Ok(self.node(self.id_of(name)?).tasks.clone())
+    }
+
+    /// The module a task belongs to.
+    pub fn task_module(&self, t: TaskId) -> Option<&str> {
+        self.task(t).map(|e| self.node(e.module).name.as_str())
+    }
+
+    /// All modules, in creation-slot order.
+    pub fn modules(&self) -> Vec<ModuleSummary> {
+        self.nodes
+            .iter()
+            .flatten()
+            .map(|n| ModuleSummary {
+                name: n.name.clone(),
+                mclass: n.class.name,
+                desc: self.desc_of(n),
+            })
+            .collect()
+    }
+
+    fn desc_of(&self, n: &Node) -> String {
+        match &n.inst {
+            // SAFETY: a read of module state from the control thread, as BESS does.
+            InstanceCell::Exclusive(m) => unsafe { (*m.get()).desc() },
+            InstanceCell::Shared(m) => m.desc(),
+        }
+    }
+
+    /// Class of a module.
+    pub fn class_of(&self, name: &str) -> Result<&'static ModuleClass> {
+        Ok(self.node(self.id_of(name)?).class)
+    }
+
+    /// Module-specific info value.
+    pub fn info_of(&self, name: &str) -> Result<Value> {
+        let n = self.node(self.id_of(name)?);
+        Ok(match &n.inst {
+            // SAFETY: workers running this module are paused by the caller.
+            InstanceCell::Exclusive(m) => unsafe { (*m.get()).info() },
+            InstanceCell::Shared(m) => m.info(),
+        })
+    }
+
+    /// Every connection with its counters.
+    pub fn connections(&self) -> Vec<Connection> {
+        let mut out = Vec::new();
+        for n in self.nodes.iter().flatten() {
+            for (g, og) in n.ogates.iter().enumerate() {
+                if let Some(og) = og {
+                    out.push(Connection {
+                        from: n.name.clone(),
+                        ogate: g as u16,
+                        to: self.node(og.dst).name.clone(),
+                        igate: og.igate,
+                        counts: og.stats.snapshot(),
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// Counters of one output gate.
+    pub fn ogate_counts(&self, name: &str, ogate: u16) -> Result<GateCounts> {
+        let n = self.node(self.id_of(name)?);
+        match n.ogates.get(ogate as usize) {
+            Some(Some(g)) => Ok(g.stats.snapshot()),
+            _ => Err(Error::not_found(format!(
+                "output gate {ogate} of module '{name}' is not connected"
+            ))),
+        }
+    }
+
+    /// Counters of one input gate (the sum over its upstream output gates).
+    pub fn igate_counts(&self, name: &str, igate: u16) -> Result<GateCounts> {
+        let n = self.node(self.id_of(name)?);
+        let mut c = GateCounts::default();
+        for &(src, og) in n
+            .igates
+            .get(igate as usize)
+            .map(|v| v.as_slice())
+            .unwrap_or(&[])
+        {
+            if let Some(Some(g)) = self.node(src).ogates.get(og as usize) {
+                let s = g.stats.snapshot();
+                c.packets += s.packets;
+                c.batches += s.batches;
+                c.bits += s.bits;
+            }
+        }
+        Ok(c)
+    }
+
+    /// Turns bit counting on or off for every output gate of a module (or all modules).
+    pub fn track_bits(&mut self, name: Option<&str>, on: bool) -> Result<()> {
+        let only = name.map(|n| self.id_of(n)).transpose()?;
+        for (i, n) in self.nodes.iter_mut().enumerate() {
+            let Some(n) = n else { continue };
+            if only.is_some_and(|o| o as usize != i) {
+                continue;
+            }
+            for g in n.ogates.iter_mut().flatten() {
+                g.track_bits = on;
+            }
+        }
+        Ok(())
+    }
+
+    /// Drop counters of a module by reason name (only reasons with drops, plus totals).
+    pub fn drops_of(&self, name: &str) -> Result<Vec<(String, u64)>> {
+        let n = self.node(self.id_of(name)?);
+        let mut out = Vec::new();
+        for (i, r) in n.class.drop_reasons.iter().enumerate() {
+            out.push((r.to_string(), n.drops[i].get()));
+        }
+        let k = n.class.drop_reasons.len();
+        out.push(("deadend".to_string(), n.drops[k].get()));
+        out.push(("unhandled".to_string(), n.drops[k + 1].get()));
+        out.push(("hop_limit".to_string(), n.drops[k + 2].get()));
+        Ok(out)
+    }
+
+    /// Total packets dropped by a module under all reasons.
+    pub fn total_drops(&self, name: &str) -> Result<u64> {
+        Ok(self.drops_of(name)?.iter().map(|(_, c)| c).sum())
+    }
+
+    /// Metadata offsets of a module's attributes.
+    pub fn attr_offsets(&self, name: &str) -> Result<Vec<(AttrSpec, AttrOffset)>> {
+        let n = self.node(self.id_of(name)?);
+        Ok(n.attrs
+            .iter()
+            .cloned()
+            .zip(n.offsets.iter().copied())
+            .collect())
+    }
+
+    /// Runs a module command (workers that may run the module must be paused by the caller).
+    pub fn command(
+        &mut self,
+        name: &str,
+        cmd: &str,
+        arg: &Value,
+        ctx: &mut Context,
+    ) -> Result<Value> {
+        let id = self.id_of(name)?;
+        let n = self.node(id);
+        if n.class.command(cmd).is_none() {
+            let known: Vec<&str> = n.class.commands.iter().map(|c| c.name).collect();
+            return Err(Error::invalid(format!(
+                "module '{name}' ({}) has no command '{cmd}' (commands: {})",
+                n.class.name,
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
+            )));
+        }
+        ctx.enter(self, id);
+        let r = match &n.inst {
+            // SAFETY: exclusive access: the caller paused every worker that can run it.
+            InstanceCell::Exclusive(m) => unsafe { (*m.get()).command(ctx, cmd, arg) },
+            InstanceCell::Shared(m) => m.command(ctx, cmd, arg),
+        };
+        ctx.flush_outputs(self);
+        ctx.drain(self);
+        r
+    }
+
+    /// Resets every gate and drop counter.
+    pub fn reset_stats(&self) {
+        for n in self.nodes.iter().flatten() {
+            for g in n.ogates.iter().flatten() {
+                g.stats.packets.reset();
+                g.stats.batches.reset();
+                g.stats.bits.reset();
+            }
+            for d in n.drops.iter() {
+                d.reset();
+            }
+        }
+    }
+}

@@ -1,0 +1,325 @@
+//! Packet buffers: the fixed frame layout and the owned `Packet` handle.
+//!
+//! Every buffer is one `FRAME_SIZE` frame of a pool region:
+//!
+//! ```text
+//! 0      64        192      256          512                         4096
+//! | desc | metadata | scratch | headroom  | data (DATA_CAPACITY bytes) |
+//! ```
+//!
+//! The frame size is a power of two so a frame address maps to its descriptor by masking,
+//! and the first `FRAME_HEADER` bytes can be declared as AF_XDP `frame_headroom`.
+
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU16, Ordering};
+
+use crate::metadata::METADATA_TOTAL_SIZE;
+
+/// Size of one packet frame (a power of two, AF_XDP-compatible).
+pub const FRAME_SIZE: usize = 4096;
+/// log2 of FRAME_SIZE.
+pub const FRAME_SHIFT: u32 = 12;
+/// Offset of the dynamic metadata area in a frame.
+pub const METADATA_OFFSET: usize = 64;
+/// Offset of the per-packet scratch area (for drivers and modules).
+pub const SCRATCH_OFFSET: usize = METADATA_OFFSET + METADATA_TOTAL_SIZE;
+/// Size of the scratch area.
+pub const SCRATCH_SIZE: usize = 64;
+/// Bytes before the headroom: descriptor, metadata and scratch.
+pub const FRAME_HEADER: usize = SCRATCH_OFFSET + SCRATCH_SIZE;
+/// Headroom reserved in front of the data of a fresh packet (for encapsulation).
+pub const HEADROOM: usize = 256;
+/// Offset of the first data byte of a freshly allocated packet.
+pub const DEFAULT_DATA_OFFSET: usize = FRAME_HEADER + HEADROOM;
+/// Largest packet a fresh buffer can hold without using headroom.
+pub const DATA_CAPACITY: usize = FRAME_SIZE - DEFAULT_DATA_OFFSET;
+
+const _: () = assert!(FRAME_SIZE == 1 << FRAME_SHIFT);
+const _: () = assert!(DATA_CAPACITY >= 2048);
+const _: () = assert!(HEADROOM >= 128);
+const _: () = assert!(METADATA_TOTAL_SIZE >= 96);
+
+#[cfg(debug_assertions)]
+pub(crate) const STATE_FREE: u32 = 0xF2EE_F2EE;
+#[cfg(debug_assertions)]
+pub(crate) const STATE_LIVE: u32 = 0x11FE_11FE;
+
+/// The descriptor at the start of every frame.
+#[repr(C, align(64))]
+pub struct PacketDesc {
+    pub(crate) data_off: u16,
+    pub(crate) refcnt: AtomicU16,
+    pub(crate) data_len: u32,
+    pub(crate) pool_id: u16,
+    _pad0: u16,
+    pub(crate) frame_idx: u32,
+    pub(crate) state: u32,
+    _pad1: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<PacketDesc>() == METADATA_OFFSET);
+
+/// An owned reference to one packet buffer.
+///
+/// Not `Clone`: a packet is in exactly one place (a batch, a queue, a module's table); a
+/// second reference is made explicitly with [`crate::Context::clone_packet`], which bumps the
+/// reference count. Dropping a `Packet` without freeing it leaks the buffer, so the framework
+/// always frees through the pool.
+#[repr(transparent)]
+pub struct Packet(NonNull<PacketDesc>);
+
+// SAFETY: a Packet is an exclusive handle to its frame; it moves between threads through rings.
+unsafe impl Send for Packet {}
+
+impl Packet {
+    /// Wraps a raw descriptor pointer (pool internals and drivers only).
+    ///
+    /// # Safety
+    /// `desc` must point at the descriptor of a live frame of a registered pool, and the caller
+    /// must own that reference.
+    #[inline(always)]
+    pub unsafe fn from_raw(desc: *mut PacketDesc) -> Packet {
+        Packet(NonNull::new_unchecked(desc))
+    }
+
+    /// Gives up the handle without freeing (pool internals and drivers only).
+    #[inline(always)]
+    pub fn into_raw(self) -> *mut PacketDesc {
+        self.0.as_ptr()
+    }
+
+    /// Raw descriptor pointer (for identity comparisons in tests).
+    #[inline(always)]
+    pub fn as_ptr(&self) -> *mut PacketDesc {
+        self.0.as_ptr()
+    }
+
+    #[inline(always)]
+    fn desc(&self) -> &PacketDesc {
+        // SAFETY: the handle guarantees a live frame.
+        let d = unsafe { self.0.as_ref() };
+        #[cfg(debug_assertions)]
+        assert_eq!(d.state, STATE_LIVE, "use after free of a packet buffer");
+        d
+    }
+
+    #[inline(always)]
+    fn desc_mut(&mut self) -> &mut PacketDesc {
+        // SAFETY: as above, and the handle is exclusive.
+        let d = unsafe { self.0.as_mut() };
+        #[cfg(debug_assertions)]
+        assert_eq!(d.state, STATE_LIVE, "use after free of a packet buffer");
+        d
+    }
+
+    #[inline(always)]
+    fn frame(&self) -> *mut u8 {
+        self.0.as_ptr() as *mut u8
+    }
+
+    /// Length of the packet data in bytes.
+    #[inline(always)]
+    pub fn len(&self) -> usize {
+        self.desc().data_len as usize
+    }
+
+    /// True if the packet has no data bytes.
+    #[inline(always)]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Length in bits, as counted by rate limits and gate counters.
+    #[inline(always)]
+    pub fn bits(&self) -> u64 {
+        self.len() as u64 * 8
+    }
+
+    /// Offset of the first data byte from the start of the frame.
+    #[inline(always)]
+    pub fn data_offset(&self) -> usize {
+        self.desc().data_off as usize
+    }
+
+    /// Bytes free in front of the data.
+    #[inline(always)]
+    pub fn headroom(&self) -> usize {
+        self.data_offset() - FRAME_HEADER
+    }
+
+    /// Bytes free after the data.
+    #[inline(always)]
+    pub fn tailroom(&self) -> usize {
+        FRAME_SIZE - self.data_offset() - self.len()
+    }
+
+    /// The packet bytes.
+    #[inline(always)]
+    pub fn data(&self) -> &[u8] {
+        let d = self.desc();
+        // SAFETY: data_off + data_len <= FRAME_SIZE is kept by every mutator.
+        unsafe {
+            std::slice::from_raw_parts(self.frame().add(d.data_off as usize), d.data_len as usize)
+        }
+    }
+
+    /// The packet bytes, writable. Replicated packets share bytes: see [`Packet::is_shared`].
+    #[inline(always)]
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        let (off, len) = {
+            let d = self.desc_mut();
+            (d.data_off as usize, d.data_len as usize)
+        };
+        // SAFETY: as in `data`, and the handle is exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.frame().add(off), len) }
+    }
+
+    /// Sets the data length, keeping the start; fails if it would not fit in the frame.
+    #[inline(always)]
+    pub fn set_len(&mut self, len: usize) -> bool {
+        let off = self.data_offset();
+        if off + len > FRAME_SIZE {
+            return false;
+        }
+        self.desc_mut().data_len = len as u32;
+        true
+    }
+
+    /// Grows the data at the front by `n` bytes (into headroom); returns the new front.
+    #[inline]
+    pub fn prepend(&mut self, n: usize) -> Option<&mut [u8]> {
+        if n > self.headroom() {
+            return None;
+        }
+        let d = self.desc_mut();
+        d.data_off -= n as u16;
+        d.data_len += n as u32;
+        Some(&mut self.data_mut()[..n])
+    }
+
+    /// Removes `n` bytes from the front; fails if the packet is shorter.
+    #[inline]
+    pub fn adj(&mut self, n: usize) -> bool {
+        if n > self.len() {
+            return false;
+        }
+        let d = self.desc_mut();
+        d.data_off += n as u16;
+        d.data_len -= n as u32;
+        true
+    }
+
+    /// Grows the data at the end by `n` bytes (into tailroom); returns the new tail.
+    #[inline]
+    pub fn append(&mut self, n: usize) -> Option<&mut [u8]> {
+        if n > self.tailroom() {
+            return None;
+        }
+        let old = self.len();
+        self.desc_mut().data_len += n as u32;
+        Some(&mut self.data_mut()[old..])
+    }
+
+    /// Removes `n` bytes from the end; fails if the packet is shorter.
+    #[inline]
+    pub fn trim(&mut self, n: usize) -> bool {
+        if n > self.len() {
+            return false;
+        }
+        self.desc_mut().data_len -= n as u32;
+        true
+    }
+
+    /// Replaces the packet contents with `bytes` at the default data offset.
+    pub fn set_data(&mut self, bytes: &[u8]) -> bool {
+        if bytes.len() > DATA_CAPACITY {
+            return false;
+        }
+        {
+            let d = self.desc_mut();
+            d.data_off = DEFAULT_DATA_OFFSET as u16;
+            d.data_len = bytes.len() as u32;
+        }
+        self.data_mut().copy_from_slice(bytes);
+        true
+    }
+
+    /// True if another handle refers to the same buffer (after Replicate).
+    #[inline(always)]
+    pub fn is_shared(&self) -> bool {
+        self.desc().refcnt.load(Ordering::Relaxed) > 1
+    }
+
+    /// Current reference count.
+    pub fn refcnt(&self) -> u16 {
+        self.desc().refcnt.load(Ordering::Relaxed)
+    }
+
+    /// Index of the pool the buffer belongs to.
+    pub fn pool_id(&self) -> u16 {
+        self.desc().pool_id
+    }
+
+    /// Index of the frame inside its pool region (frame address = base + index × FRAME_SIZE).
+    pub fn frame_index(&self) -> u32 {
+        self.desc().frame_idx
+    }
+
+    /// The whole dynamic metadata area.
+    #[inline(always)]
+    pub fn metadata(&self) -> &[u8; METADATA_TOTAL_SIZE] {
+        let _ = self.desc();
+        // SAFETY: the metadata area lies inside the frame right after the descriptor.
+        unsafe { &*(self.frame().add(METADATA_OFFSET) as *const [u8; METADATA_TOTAL_SIZE]) }
+    }
+
+    /// The whole dynamic metadata area, writable.
+    #[inline(always)]
+    pub fn metadata_mut(&mut self) -> &mut [u8; METADATA_TOTAL_SIZE] {
+        let _ = self.desc_mut();
+        // SAFETY: as above, and the handle is exclusive.
+        unsafe { &mut *(self.frame().add(METADATA_OFFSET) as *mut [u8; METADATA_TOTAL_SIZE]) }
+    }
+
+    /// Reads a metadata attribute of `N` bytes at its assigned offset (zeros if unassigned).
+    #[inline(always)]
+    pub fn get_attr<const N: usize>(&self, off: crate::metadata::AttrOffset) -> [u8; N] {
+        match off {
+            crate::metadata::AttrOffset::At(o) => {
+                let o = o as usize;
+                let mut out = [0u8; N];
+                out.copy_from_slice(&self.metadata()[o..o + N]);
+                out
+            }
+            _ => [0u8; N],
+        }
+    }
+
+    /// Writes a metadata attribute at its assigned offset (skipped when nobody reads it).
+    #[inline(always)]
+    pub fn set_attr(&mut self, off: crate::metadata::AttrOffset, value: &[u8]) {
+        if let crate::metadata::AttrOffset::At(o) = off {
+            let o = o as usize;
+            self.metadata_mut()[o..o + value.len()].copy_from_slice(value);
+        }
+    }
+
+    /// The per-packet scratch area (driver/module private).
+    pub fn scratch_mut(&mut self) -> &mut [u8; SCRATCH_SIZE] {
+        let _ = self.desc_mut();
+        // SAFETY: the scratch area lies inside the frame.
+        unsafe { &mut *(self.frame().add(SCRATCH_OFFSET) as *mut [u8; SCRATCH_SIZE]) }
+    }
+}
+
+impl std::fmt::Debug for Packet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Packet(pool {}, frame {}, len {})",
+            self.pool_id(),
+            self.frame_index(),
+            self.len()
+        )
+    }
+}

@@ -1,0 +1,584 @@
+//! Packet pools: fixed-size frames in one region, with lock-free per-worker caches.
+
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::batch::{PacketBatch, MAX_BURST};
+use crate::mem::{PageKind, PagePolicy, Region};
+use crate::packet::{Packet, PacketDesc, DEFAULT_DATA_OFFSET, FRAME_SHIFT, FRAME_SIZE};
+
+/// Most pools that can exist at once (the descriptor stores a pool index).
+pub const MAX_POOLS: usize = 64;
+/// Packets a per-worker cache holds at most.
+pub const CACHE_SIZE: usize = 512;
+const REFILL: usize = CACHE_SIZE / 2;
+
+static POOLS: [AtomicPtr<PoolShared>; MAX_POOLS] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_POOLS];
+
+#[derive(Clone, Copy)]
+struct FramePtr(*mut PacketDesc);
+// SAFETY: frame pointers are indices into a region shared by all workers.
+unsafe impl Send for FramePtr {}
+
+struct PoolShared {
+    id: u16,
+    name: String,
+    region: Region,
+    nframes: usize,
+    free: Mutex<Vec<FramePtr>>,
+    caches: Mutex<Vec<Arc<AtomicUsize>>>,
+    alloc_failures: AtomicU64,
+}
+
+/// Statistics of one pool.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Pool name.
+    pub name: String,
+    /// Number of frames.
+    pub capacity: usize,
+    /// Frames not in use (shared free list plus all worker caches).
+    pub free: usize,
+    /// Allocation requests that could not be satisfied.
+    pub alloc_failures: u64,
+    /// Which pages back the region.
+    pub pages: PageKind,
+}
+
+/// A pool of packet buffers. Cloning shares the pool.
+#[derive(Clone)]
+pub struct PacketPool {
+    shared: Arc<PoolShared>,
+}
+
+/// Errors creating a pool.
+#[derive(Debug)]
+pub enum PoolError {
+    /// Zero or too many frames requested.
+    BadSize(usize),
+    /// All pool slots are taken.
+    TooManyPools,
+    /// The memory could not be mapped.
+    Map(std::io::Error),
+}
+
+impl std::fmt::Display for PoolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PoolError::BadSize(n) => {
+                write!(f, "packet pool size {n} is invalid (1..=16777216 buffers)")
+            }
+            PoolError::TooManyPools => {
+                write!(f, "at most {MAX_POOLS} packet pools may exist at once")
+            }
+            PoolError::Map(e) => write!(f, "cannot map packet memory: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for PoolError {}
+
+impl PacketPool {
+    /// Creates a pool of `nframes` buffers, choosing pages by `policy`; logs which pages it got.
+    pub fn new(name: &str, nframes: usize, policy: PagePolicy) -> Result<PacketPool, PoolError> {
+        if nframes == 0 || nframes > 1 << 24 {
+            return Err(PoolError::BadSize(nframes));
+        }
+        let region = Region::new(nframes * FRAME_SIZE, policy).map_err(PoolError::Map)?;
+        tracing::info!(
+            pool = name,
+            buffers = nframes,
+            bytes = region.len(),
+            "packet memory on {}",
+            region.kind()
+        );
+        let mut free = Vec::with_capacity(nframes);
+        // Hand out low frames last so a fresh pool touches few pages.
+        for i in (0..nframes).rev() {
+            // SAFETY: frame i lies inside the region.
+            let d = unsafe { region.base().add(i * FRAME_SIZE) } as *mut PacketDesc;
+            unsafe {
+                (*d).frame_idx = i as u32;
+                #[cfg(debug_assertions)]
+                {
+                    (*d).state = crate::packet::STATE_FREE;
+                }
+            }
+            free.push(FramePtr(d));
+        }
+        let mut shared = Arc::new(PoolShared {
+            id: 0,
+            name: name.to_string(),
+            region,
+            nframes,
+            free: Mutex::new(free),
+            caches: Mutex::new(Vec::new()),
+            alloc_failures: AtomicU64::new(0),
+        });
+        let ptr = Arc::as_ptr(&shared) as *mut PoolShared;
+        let id = POOLS
+            .iter()
+            .position(|slot| {
+                slot.compare_exchange(
+                    std::ptr::null_mut(),
+                    ptr,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok()
+            })
+            .ok_or(PoolError::TooManyPools)?;
+        let s = Arc::get_mut(&mut shared).expect("fresh pool is unshared");
+        s.id = id as u16;
+        for f in s.free.get_mut().unwrap().iter() {
+            // SAFETY: frames are exclusively owned by the new pool.
+            unsafe { (*f.0).pool_id = id as u16 };
+        }
+        Ok(PacketPool { shared })
+    }
+
+    /// The pool's index, stored in every descriptor.
+    pub fn id(&self) -> u16 {
+        self.shared.id
+    }
+
+    /// Number of buffers.
+    pub fn capacity(&self) -> usize {
+        self.shared.nframes
+    }
+
+    /// Which pages back the pool.
+    pub fn page_kind(&self) -> PageKind {
+        self.shared.region.kind()
+    }
+
+    /// Start of the region (for registering it as an AF_XDP UMEM).
+    pub fn region_base(&self) -> *mut u8 {
+        self.shared.region.base()
+    }
+
+    /// Length of the region in bytes.
+    pub fn region_len(&self) -> usize {
+        self.shared.region.len()
+    }
+
+    /// The packet whose frame contains `addr` (an offset into the region), in O(1).
+    ///
+    /// # Safety
+    /// The frame must be owned by the caller (e.g. returned by the kernel on an AF_XDP ring).
+    pub unsafe fn packet_at(&self, addr: u64) -> Option<Packet> {
+        let idx = (addr >> FRAME_SHIFT) as usize;
+        if idx >= self.shared.nframes {
+            return None;
+        }
+        Some(Packet::from_raw(
+            self.shared.region.base().add(idx << FRAME_SHIFT) as *mut PacketDesc,
+        ))
+    }
+
+    /// Region offset of a packet's frame.
+    pub fn frame_addr(&self, pkt: &Packet) -> u64 {
+        (pkt.frame_index() as u64) << FRAME_SHIFT
+    }
+
+    /// Buffers not in use, counting every worker cache (exact when workers are quiescent).
+    pub fn free_count(&self) -> usize {
+        let global = self.shared.free.lock().unwrap().len();
+        let cached: usize = self
+            .shared
+            .caches
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .sum();
+        global + cached
+    }
+
+    /// Statistics snapshot.
+    pub fn stats(&self) -> PoolStats {
+        PoolStats {
+            name: self.shared.name.clone(),
+            capacity: self.shared.nframes,
+            free: self.free_count(),
+            alloc_failures: self.shared.alloc_failures.load(Ordering::Relaxed),
+            pages: self.page_kind(),
+        }
+    }
+
+    /// A new per-worker cache drawing from this pool.
+    pub fn cache(&self) -> PoolCache {
+        let count = Arc::new(AtomicUsize::new(0));
+        self.shared.caches.lock().unwrap().push(count.clone());
+        PoolCache {
+            pool: self.clone(),
+            items: vec![FramePtr(std::ptr::null_mut()); CACHE_SIZE].into_boxed_slice(),
+            n: 0,
+            count,
+        }
+    }
+}
+
+impl Drop for PoolShared {
+    fn drop(&mut self) {
+        if let Some(slot) = POOLS.get(self.id as usize) {
+            let _ = slot.compare_exchange(
+                self as *mut PoolShared,
+                std::ptr::null_mut(),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+        }
+    }
+}
+
+/// A worker's private stack of free buffers: batch alloc/free without locks.
+pub struct PoolCache {
+    pool: PacketPool,
+    items: Box<[FramePtr]>,
+    n: usize,
+    count: Arc<AtomicUsize>,
+}
+
+// SAFETY: a cache is owned by one worker at a time; it holds exclusively owned frames.
+unsafe impl Send for PoolCache {}
+
+impl PoolCache {
+    /// The pool this cache draws from.
+    pub fn pool(&self) -> &PacketPool {
+        &self.pool
+    }
+
+    #[inline(always)]
+    fn publish(&self) {
+        // A plain store: only this worker writes it, readers want a quiescent snapshot.
+        self.count.store(self.n, Ordering::Relaxed);
+    }
+
+    #[cold]
+    fn refill(&mut self, want: usize) {
+        let mut g = self.pool.shared.free.lock().unwrap();
+        let take = (REFILL + want).min(CACHE_SIZE - self.n).min(g.len());
+        let start = g.len() - take;
+        self.items[self.n..self.n + take].copy_from_slice(&g[start..]);
+        g.truncate(start);
+        self.n += take;
+    }
+
+    #[cold]
+    fn flush(&mut self, keep: usize) {
+        if self.n <= keep {
+            return;
+        }
+        let mut g = self.pool.shared.free.lock().unwrap();
+        g.extend_from_slice(&self.items[keep..self.n]);
+        self.n = keep;
+    }
+
+    /// Returns every cached buffer to the shared free list.
+    pub fn flush_all(&mut self) {
+        self.flush(0);
+        self.publish();
+    }
+
+    #[inline(always)]
+    unsafe fn init(d: *mut PacketDesc, len: usize) {
+        // One store sets data_off, refcnt = 1 and data_len (see PacketDesc's layout).
+        let word = DEFAULT_DATA_OFFSET as u64 | (1u64 << 16) | ((len as u64) << 32);
+        (d as *mut u64).write(word);
+        #[cfg(debug_assertions)]
+        {
+            assert_eq!(
+                (*d).state,
+                crate::packet::STATE_FREE,
+                "packet buffer allocated twice"
+            );
+            (*d).state = crate::packet::STATE_LIVE;
+        }
+    }
+
+    /// Allocates one packet with `len` data bytes (contents undefined), or None if exhausted.
+    #[inline]
+    pub fn alloc(&mut self, len: usize) -> Option<Packet> {
+        if self.n == 0 {
+            self.refill(1);
+            if self.n == 0 {
+                self.pool
+                    .shared
+                    .alloc_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+        }
+        self.n -= 1;
+        let d = self.items[self.n].0;
+        self.publish();
+        // SAFETY: the frame was free and is now exclusively ours.
+        unsafe {
+            Self::init(d, len.min(crate::packet::DATA_CAPACITY));
+            Some(Packet::from_raw(d))
+        }
+    }
+
+    /// Appends up to `n` new packets of `len` bytes to `batch`; all or nothing. Returns the
+    /// number added (0 when the pool is exhausted, counted in the pool's failures).
+    #[inline]
+    pub fn alloc_bulk(&mut self, batch: &mut PacketBatch, n: usize, len: usize) -> usize {
+        let n = n.min(batch.room());
+        if self.n < n {
+            self.refill(n);
+            if self.n < n {
+                self.pool
+                    .shared
+                    .alloc_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                return 0;
+            }
+        }
+        let len = len.min(crate::packet::DATA_CAPACITY);
+        let start = self.n - n;
+        let base = batch.len();
+        // SAFETY: slots base..base+n are free in the batch; frames start..self.n are ours.
+        unsafe {
+            let dst = batch.slots_mut().add(base) as *mut *mut PacketDesc;
+            let src = self.items.as_ptr().add(start) as *const *mut PacketDesc;
+            for i in 0..n {
+                let d = *src.add(i);
+                Self::init(d, len);
+                *dst.add(i) = d;
+            }
+            batch.set_len(base + n);
+        }
+        self.n = start;
+        self.publish();
+        n
+    }
+
+    #[inline(always)]
+    fn put(&mut self, d: *mut PacketDesc) {
+        // SAFETY: the caller owns the last reference to a frame of some registered pool.
+        unsafe {
+            #[cfg(debug_assertions)]
+            {
+                assert_eq!(
+                    (*d).state,
+                    crate::packet::STATE_LIVE,
+                    "double free of a packet buffer"
+                );
+                (*d).state = crate::packet::STATE_FREE;
+            }
+            if (*d).pool_id != self.pool.shared.id {
+                return Self::put_foreign(d);
+            }
+        }
+        if self.n == CACHE_SIZE {
+            self.flush(REFILL);
+        }
+        self.items[self.n] = FramePtr(d);
+        self.n += 1;
+    }
+
+    #[cold]
+    unsafe fn put_foreign(d: *mut PacketDesc) {
+        let p = POOLS[(*d).pool_id as usize].load(Ordering::Acquire);
+        assert!(!p.is_null(), "packet freed after its pool was destroyed");
+        (*p).free.lock().unwrap().push(FramePtr(d));
+    }
+
+    #[inline(always)]
+    fn release(&mut self, pkt: Packet) {
+        let d = pkt.into_raw();
+        // SAFETY: d is live; refcnt == 1 means we hold the only reference.
+        let last = unsafe {
+            let rc = &(*d).refcnt;
+            rc.load(Ordering::Acquire) == 1 || rc.fetch_sub(1, Ordering::AcqRel) == 1
+        };
+        if last {
+            self.put(d);
+        }
+    }
+
+    /// Frees one packet (drops one reference).
+    #[inline]
+    pub fn free(&mut self, pkt: Packet) {
+        self.release(pkt);
+        self.publish();
+    }
+
+    /// Frees every packet of the batch, leaving it empty.
+    #[inline]
+    pub fn free_bulk(&mut self, batch: &mut PacketBatch) {
+        for p in batch.drain() {
+            self.release(p);
+        }
+        self.publish();
+    }
+
+    /// Makes a second reference to a packet (for Replicate).
+    #[inline]
+    pub fn clone_packet(&self, pkt: &Packet) -> Packet {
+        let d = pkt.as_ptr();
+        // SAFETY: the packet is live; the new handle owns the added reference.
+        unsafe {
+            (*d).refcnt.fetch_add(1, Ordering::AcqRel);
+            Packet::from_raw(d)
+        }
+    }
+}
+
+impl Drop for PoolCache {
+    fn drop(&mut self) {
+        self.flush(0);
+        self.publish();
+        let mut caches = self.pool.shared.caches.lock().unwrap();
+        caches.retain(|c| !Arc::ptr_eq(c, &self.count));
+    }
+}
+
+/// Allocates `n` packets one batch at a time and frees them, for quick self-checks.
+pub fn exercise(cache: &mut PoolCache, rounds: usize, len: usize) -> usize {
+    let mut b = PacketBatch::new();
+    let mut got = 0;
+    for _ in 0..rounds {
+        got += cache.alloc_bulk(&mut b, MAX_BURST, len);
+        cache.free_bulk(&mut b);
+    }
+    got
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(n: usize) -> PacketPool {
+        PacketPool::new("test", n, PagePolicy::Plain).unwrap()
+    }
+
+    #[test]
+    fn alloc_free_returns_every_buffer() {
+        let p = pool(1024);
+        let start = p.free_count();
+        assert_eq!(start, 1024);
+        let mut c = p.cache();
+        let mut b = PacketBatch::new();
+        assert_eq!(c.alloc_bulk(&mut b, MAX_BURST, 60), MAX_BURST);
+        assert_eq!(p.free_count(), start - MAX_BURST);
+        for pkt in b.pkts() {
+            assert_eq!(pkt.len(), 60);
+            assert_eq!(pkt.refcnt(), 1);
+            assert_eq!(pkt.headroom(), crate::packet::HEADROOM);
+        }
+        c.free_bulk(&mut b);
+        assert_eq!(p.free_count(), start);
+        assert_eq!(exercise(&mut c, 1000, 60), 1000 * MAX_BURST);
+        assert_eq!(p.free_count(), start);
+    }
+
+    #[test]
+    fn exhaustion_counts_and_does_not_panic() {
+        let p = pool(40);
+        let mut c = p.cache();
+        let mut b1 = PacketBatch::new();
+        let mut b2 = PacketBatch::new();
+        assert_eq!(c.alloc_bulk(&mut b1, MAX_BURST, 60), MAX_BURST);
+        assert_eq!(c.alloc_bulk(&mut b2, MAX_BURST, 60), 0);
+        assert_eq!(p.stats().alloc_failures, 1);
+        let mut singles = Vec::new();
+        while let Some(x) = c.alloc(10) {
+            singles.push(x);
+        }
+        assert_eq!(singles.len(), 40 - MAX_BURST);
+        assert_eq!(p.stats().alloc_failures, 2);
+        for x in singles {
+            c.free(x);
+        }
+        c.free_bulk(&mut b1);
+        assert_eq!(p.free_count(), 40);
+    }
+
+    #[test]
+    fn refcount_keeps_buffer_until_last_free() {
+        let p = pool(8);
+        let mut c = p.cache();
+        let a = c.alloc(64).unwrap();
+        let b = c.clone_packet(&a);
+        assert!(a.is_shared());
+        assert_eq!(p.free_count(), 7);
+        c.free(a);
+        assert_eq!(p.free_count(), 7);
+        assert!(!b.is_shared());
+        c.free(b);
+        assert_eq!(p.free_count(), 8);
+    }
+
+    #[test]
+    fn frame_address_maps_back_to_packet() {
+        let p = pool(16);
+        let mut c = p.cache();
+        let a = c.alloc(100).unwrap();
+        let addr = p.frame_addr(&a);
+        assert_eq!(addr % FRAME_SIZE as u64, 0);
+        let again = unsafe { p.packet_at(addr + 300) }.unwrap();
+        assert_eq!(again.as_ptr(), a.as_ptr());
+        std::mem::forget(again);
+        assert!(unsafe { p.packet_at((16 * FRAME_SIZE) as u64) }.is_none());
+        c.free(a);
+    }
+
+    #[test]
+    fn cross_pool_free_goes_home() {
+        let p1 = pool(8);
+        let p2 = pool(8);
+        let mut c1 = p1.cache();
+        let mut c2 = p2.cache();
+        let a = c1.alloc(10).unwrap();
+        c2.free(a);
+        assert_eq!(p1.free_count(), 8);
+        assert_eq!(p2.free_count(), 8);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "double free")]
+    fn double_free_is_caught_in_debug() {
+        let p = pool(8);
+        let mut c = p.cache();
+        let a = c.alloc(10).unwrap();
+        let raw = a.as_ptr();
+        c.free(a);
+        c.free(unsafe { Packet::from_raw(raw) });
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "use after free")]
+    fn use_after_free_is_caught_in_debug() {
+        let p = pool(8);
+        let mut c = p.cache();
+        let a = c.alloc(10).unwrap();
+        let raw = a.as_ptr();
+        c.free(a);
+        let ghost = std::mem::ManuallyDrop::new(unsafe { Packet::from_raw(raw) });
+        let _ = ghost.len();
+    }
+
+    #[test]
+    fn headroom_and_tailroom_operations() {
+        let p = pool(4);
+        let mut c = p.cache();
+        let mut a = c.alloc(0).unwrap();
+        assert!(a.set_data(&[1, 2, 3, 4]));
+        a.prepend(2).unwrap().copy_from_slice(&[9, 9]);
+        assert_eq!(a.data(), &[9, 9, 1, 2, 3, 4]);
+        assert!(a.adj(3));
+        assert_eq!(a.data(), &[2, 3, 4]);
+        a.append(1).unwrap()[0] = 5;
+        assert_eq!(a.data(), &[2, 3, 4, 5]);
+        assert!(a.trim(2));
+        assert_eq!(a.data(), &[2, 3]);
+        assert!(!a.trim(3));
+        assert!(a.prepend(10_000).is_none());
+        c.free(a);
+    }
+}

@@ -1,0 +1,17 @@
+//! TEMPORARY STUB written by the lead so the crate compiles; the engineer who owns this file replaces it entirely.
+use bessemer_core::{Error, ModuleClass};
+
+/// Placeholder class (not functional yet).
+pub static CLASS: ModuleClass = ModuleClass {
+    name: "Stub_measure",
+    name_template: "stub_measure",
+    help: "not implemented yet",
+    arg_type: "EmptyArg",
+    arg_doc: &[],
+    igates: 1,
+    ogates: 1,
+    commands: &[],
+    drop_reasons: &[],
+    mt_safe: false,
+    create: |_, _| Err(Error::unsupported("not implemented yet")),
+};

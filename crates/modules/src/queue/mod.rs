@@ -1,0 +1,3 @@
+//! Queueing modules.
+#[allow(clippy::module_inception)]
+pub mod queue;

@@ -1,0 +1,5 @@
+//! Modules that rewrite packet bytes or metadata.
+pub mod random_update;
+pub mod rewrite;
+pub mod set_metadata;
+pub mod update;

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs what Bessemer needs to build and test on a Debian machine. Idempotent and
+# non-interactive: it only installs what is missing.
+set -euo pipefail
+
+need_apt=()
+have() { command -v "$1" >/dev/null 2>&1; }
+
+have cc || need_apt+=(gcc)
+have make || need_apt+=(make)
+have python3 || need_apt+=(python3)
+have pkg-config || need_apt+=(pkg-config)
+
+if ((${#need_apt[@]})); then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "install-deps: missing ${need_apt[*]}; run 'sudo apt-get install -y ${need_apt[*]}'" >&2
+    exit 1
+  fi
+  echo "install-deps: installing ${need_apt[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${need_apt[@]}"
+fi
+
+if ! have cargo; then
+  if [ -x "$HOME/.cargo/bin/cargo" ]; then
+    echo "install-deps: cargo is in ~/.cargo/bin; add it to PATH (source ~/.cargo/env)" >&2
+  else
+    echo "install-deps: Rust is missing. Install a stable toolchain (>= 1.80) with rustup" \
+         "(https://rustup.rs) or 'apt-get install -y cargo rustc' on Debian 13 or later." >&2
+  fi
+  exit 1
+fi
+
+ver=$(rustc --version | awk '{print $2}')
+major=${ver%%.*}; rest=${ver#*.}; minor=${rest%%.*}
+if [ "$major" -lt 1 ] || { [ "$major" -eq 1 ] && [ "$minor" -lt 80 ]; }; then
+  echo "install-deps: rustc $ver is too old; Bessemer needs 1.80 or later (rustup update stable)" >&2
+  exit 1
+fi
