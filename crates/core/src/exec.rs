@@ -38,6 +38,8 @@ pub struct Context {
     touched: Vec<u16>,
     spare: Vec<Box<PacketBatch>>,
     pending: Vec<Pending>,
+    cur_input: *const PacketBatch,
+    moved_input: Option<(u32, u16, u32, usize)>,
 }
 
 // SAFETY: the raw pointers are only dereferenced while the owning worker runs the graph, and
@@ -57,6 +59,8 @@ impl Context {
             touched: Vec::new(),
             spare: (0..16).map(|_| Box::new(PacketBatch::new())).collect(),
             pending: Vec::with_capacity(64),
+            cur_input: std::ptr::null(),
+            moved_input: None,
         }
     }
 
@@ -213,15 +217,21 @@ impl Context {
                 .bits
                 .add(batch.pkts().iter().map(|p| p.bits()).sum());
         }
-        let (dst, igate) = (og.dst, og.igate);
+        let (dst, igate, prio) = (og.dst, og.igate, og.dst_prio);
         for p in self.pending.iter_mut() {
             if p.dst == dst && p.igate == igate && p.batch.len() + n <= MAX_BURST {
                 p.batch.append(batch);
                 return;
             }
         }
-        // SAFETY: the graph outlives the run.
-        let prio = unsafe { (*self.graph).node(dst).prio };
+        if std::ptr::eq(batch, self.cur_input) && self.moved_input.is_none() {
+            // Forwarding the batch the module was given: the runner moves that batch itself
+            // once the module returns, so nothing is copied. The batch looks empty meanwhile.
+            self.moved_input = Some((dst, igate, prio, n));
+            // SAFETY: the packets stay in the slots; the runner restores the count.
+            unsafe { batch.set_len(0) };
+            return;
+        }
         let mut b = self.spare();
         b.append(batch);
         self.pending.push(Pending {
@@ -250,29 +260,30 @@ impl Context {
     /// Runs pending batches until none is left.
     pub(crate) fn drain(&mut self, graph: &Pipeline) {
         let mut hops = 0;
-        while !self.pending.is_empty() {
-            let mut best = self.pending.len() - 1;
-            if best > 0 {
-                for i in 0..best {
-                    if self.pending[i].prio < self.pending[best].prio {
-                        best = i;
-                    }
-                }
-            }
+        // A batch a module forwarded whole, with nothing else pending, runs next directly.
+        let mut next: Option<Pending> = None;
+        loop {
             let Pending {
                 dst,
                 igate,
                 mut batch,
                 ..
-            } = self.pending.swap_remove(best);
-            self.enter(graph, dst);
+            } = match next.take() {
+                Some(p) => p,
+                None => match self.pop_pending() {
+                    Some(p) => p,
+                    None => break,
+                },
+            };
+            let node = graph.node(dst);
+            self.cur_node = node;
             hops += 1;
             if hops > MAX_HOPS {
                 self.drop_batch(&mut batch, DROP_HOP_LIMIT);
                 self.spare.push(batch);
                 continue;
             }
-            let node = graph.node(dst);
+            self.cur_input = &*batch;
             match &node.inst {
                 // SAFETY: only this worker runs this module (graph constraint checker).
                 InstanceCell::Exclusive(m) => unsafe {
@@ -280,12 +291,54 @@ impl Context {
                 },
                 InstanceCell::Shared(m) => m.process_batch(self, &mut batch, igate),
             }
+            self.cur_input = std::ptr::null();
+            if let Some((dst, igate, prio, n)) = self.moved_input.take() {
+                if batch.is_empty() {
+                    // SAFETY: slots 0..n still hold the forwarded packets (see `forward`).
+                    unsafe { batch.set_len(n) };
+                    let p = Pending {
+                        prio,
+                        dst,
+                        igate,
+                        batch,
+                    };
+                    self.flush_outputs(graph);
+                    if self.pending.is_empty() {
+                        next = Some(p);
+                    } else {
+                        self.pending.push(p);
+                    }
+                    continue;
+                }
+                // The module refilled the batch after forwarding it: the forwarded packets
+                // in the overwritten slots are lost. A module bug; caught in debug builds.
+                debug_assert!(
+                    false,
+                    "module '{}' refilled a batch after forwarding it",
+                    node.name
+                );
+            }
             if !batch.is_empty() {
                 self.drop_batch(&mut batch, DROP_UNHANDLED);
             }
             self.spare.push(batch);
             self.flush_outputs(graph);
         }
+    }
+
+    #[inline(always)]
+    fn pop_pending(&mut self) -> Option<Pending> {
+        let len = self.pending.len();
+        if len <= 1 {
+            return self.pending.pop();
+        }
+        let mut best = len - 1;
+        for i in 0..len - 1 {
+            if self.pending[i].prio < self.pending[best].prio {
+                best = i;
+            }
+        }
+        Some(self.pending.swap_remove(best))
     }
 
     /// Runs one task and everything it sends downstream; returns the task's result.

@@ -72,6 +72,7 @@ impl GateStats {
 
 pub(crate) struct OGate {
     pub(crate) dst: u32,
+    pub(crate) dst_prio: u32,
     pub(crate) igate: u16,
     pub(crate) stats: GateStats,
     pub(crate) track_bits: bool,
@@ -352,6 +353,7 @@ impl Pipeline {
             }
             n.ogates[ogate as usize] = Some(OGate {
                 dst,
+                dst_prio: 0,
                 igate,
                 stats: GateStats::default(),
                 track_bits: false,
@@ -422,6 +424,9 @@ impl Pipeline {
             let n = self.nodes[i as usize].as_mut().unwrap();
             n.offsets = assignment.offsets[k].clone();
             n.prio = dist[k];
+            for g in n.ogates.iter_mut().flatten() {
+                g.dst_prio = dist[index[&g.dst]];
+            }
         }
         for w in &assignment.warnings {
             if !self.warnings.contains(w) {

@@ -59,13 +59,15 @@ impl Region {
                         kind: PageKind::Huge,
                     })
                 }
-                Err(e) if policy == PagePolicy::RequireHuge => return Err(std::io::Error::new(
-                    e.kind(),
-                    format!(
+                Err(e) if policy == PagePolicy::RequireHuge => {
+                    return Err(std::io::Error::new(
+                        e.kind(),
+                        format!(
                         "cannot map {huge_len} bytes of 2 MiB hugepages ({e}); reserve some with \
                              'echo 512 > /proc/sys/vm/nr_hugepages' or run without hugepages"
                     ),
-                )),
+                    ))
+                }
                 Err(_) => {}
             }
         }

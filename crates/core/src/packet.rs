@@ -1,60 +1,71 @@
-//! Packet buffers: the fixed frame layout and the owned `Packet` handle.
+//! Packet buffers: the descriptor layout and the owned `Packet` handle.
 //!
-//! Every buffer is one `FRAME_SIZE` frame of a pool region:
+//! A pool has two regions. The descriptor array holds, per buffer, a 256-byte record:
 //!
 //! ```text
-//! 0      64        192      256          512                         4096
-//! | desc | metadata | scratch | headroom  | data (DATA_CAPACITY bytes) |
+//! 0      64                192       256
+//! | desc | metadata (128)   | scratch |
 //! ```
 //!
-//! The frame size is a power of two so a frame address maps to its descriptor by masking,
-//! and the first `FRAME_HEADER` bytes can be declared as AF_XDP `frame_headroom`.
+//! and the frame region holds one `FRAME_SIZE` (4096, a power of two) data frame per buffer,
+//! so a frame address maps to its descriptor by a shift (AF_XDP UMEM-compatible). Keeping the
+//! descriptors dense, apart from the frames, keeps a worker's hot descriptors in a few pages
+//! and cache sets; the default data offset of each frame is staggered by 64 bytes per frame
+//! (frame index mod 16) for the same reason: 4096-byte-aligned objects all fall into one L1
+//! cache set.
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU16, Ordering};
 
 use crate::metadata::METADATA_TOTAL_SIZE;
 
-/// Size of one packet frame (a power of two, AF_XDP-compatible).
+/// Size of one packet data frame (a power of two, AF_XDP-compatible).
 pub const FRAME_SIZE: usize = 4096;
 /// log2 of FRAME_SIZE.
 pub const FRAME_SHIFT: u32 = 12;
-/// Offset of the dynamic metadata area in a frame.
+/// Size of one descriptor record (descriptor, metadata, scratch).
+pub const DESC_SIZE: usize = 256;
+/// Offset of the dynamic metadata area in a descriptor record.
 pub const METADATA_OFFSET: usize = 64;
 /// Offset of the per-packet scratch area (for drivers and modules).
 pub const SCRATCH_OFFSET: usize = METADATA_OFFSET + METADATA_TOTAL_SIZE;
 /// Size of the scratch area.
 pub const SCRATCH_SIZE: usize = 64;
-/// Bytes before the headroom: descriptor, metadata and scratch.
-pub const FRAME_HEADER: usize = SCRATCH_OFFSET + SCRATCH_SIZE;
-/// Headroom reserved in front of the data of a fresh packet (for encapsulation).
+/// Least headroom in front of the data of a fresh packet (for encapsulation).
 pub const HEADROOM: usize = 256;
-/// Offset of the first data byte of a freshly allocated packet.
-pub const DEFAULT_DATA_OFFSET: usize = FRAME_HEADER + HEADROOM;
-/// Largest packet a fresh buffer can hold without using headroom.
-pub const DATA_CAPACITY: usize = FRAME_SIZE - DEFAULT_DATA_OFFSET;
+/// Number of distinct default data offsets (staggered by 64 bytes).
+pub const DATA_OFFSET_COLOURS: usize = 16;
+/// Largest packet every fresh buffer can hold without using headroom.
+pub const DATA_CAPACITY: usize = FRAME_SIZE - HEADROOM - 64 * (DATA_OFFSET_COLOURS - 1);
+
+/// Default data offset of frame `idx`.
+#[inline(always)]
+pub const fn home_offset(idx: usize) -> usize {
+    HEADROOM + 64 * (idx % DATA_OFFSET_COLOURS)
+}
 
 const _: () = assert!(FRAME_SIZE == 1 << FRAME_SHIFT);
 const _: () = assert!(DATA_CAPACITY >= 2048);
-const _: () = assert!(HEADROOM >= 128);
 const _: () = assert!(METADATA_TOTAL_SIZE >= 96);
+const _: () = assert!(SCRATCH_OFFSET + SCRATCH_SIZE == DESC_SIZE);
 
 #[cfg(debug_assertions)]
 pub(crate) const STATE_FREE: u32 = 0xF2EE_F2EE;
 #[cfg(debug_assertions)]
 pub(crate) const STATE_LIVE: u32 = 0x11FE_11FE;
 
-/// The descriptor at the start of every frame.
+/// The descriptor at the start of every descriptor record.
 #[repr(C, align(64))]
 pub struct PacketDesc {
     pub(crate) data_off: u16,
     pub(crate) refcnt: AtomicU16,
     pub(crate) data_len: u32,
     pub(crate) pool_id: u16,
-    _pad0: u16,
+    pub(crate) home_off: u16,
     pub(crate) frame_idx: u32,
+    pub(crate) buf: *mut u8,
     pub(crate) state: u32,
-    _pad1: u32,
+    _pad: [u32; 9],
 }
 
 const _: () = assert!(std::mem::size_of::<PacketDesc>() == METADATA_OFFSET);
@@ -113,8 +124,14 @@ impl Packet {
     }
 
     #[inline(always)]
-    fn frame(&self) -> *mut u8 {
+    fn record(&self) -> *mut u8 {
         self.0.as_ptr() as *mut u8
+    }
+
+    #[inline(always)]
+    fn frame(&self) -> *mut u8 {
+        // SAFETY: the handle guarantees a live descriptor.
+        unsafe { (*self.0.as_ptr()).buf }
     }
 
     /// Length of the packet data in bytes.
@@ -135,7 +152,7 @@ impl Packet {
         self.len() as u64 * 8
     }
 
-    /// Offset of the first data byte from the start of the frame.
+    /// Offset of the first data byte from the start of the data frame.
     #[inline(always)]
     pub fn data_offset(&self) -> usize {
         self.desc().data_off as usize
@@ -144,7 +161,7 @@ impl Packet {
     /// Bytes free in front of the data.
     #[inline(always)]
     pub fn headroom(&self) -> usize {
-        self.data_offset() - FRAME_HEADER
+        self.data_offset()
     }
 
     /// Bytes free after the data.
@@ -230,14 +247,14 @@ impl Packet {
         true
     }
 
-    /// Replaces the packet contents with `bytes` at the default data offset.
+    /// Replaces the packet contents with `bytes` at the frame's default data offset.
     pub fn set_data(&mut self, bytes: &[u8]) -> bool {
         if bytes.len() > DATA_CAPACITY {
             return false;
         }
         {
             let d = self.desc_mut();
-            d.data_off = DEFAULT_DATA_OFFSET as u16;
+            d.data_off = d.home_off;
             d.data_len = bytes.len() as u32;
         }
         self.data_mut().copy_from_slice(bytes);
@@ -260,7 +277,7 @@ impl Packet {
         self.desc().pool_id
     }
 
-    /// Index of the frame inside its pool region (frame address = base + index × FRAME_SIZE).
+    /// Index of the buffer in its pool (frame address = frame base + index × FRAME_SIZE).
     pub fn frame_index(&self) -> u32 {
         self.desc().frame_idx
     }
@@ -269,8 +286,8 @@ impl Packet {
     #[inline(always)]
     pub fn metadata(&self) -> &[u8; METADATA_TOTAL_SIZE] {
         let _ = self.desc();
-        // SAFETY: the metadata area lies inside the frame right after the descriptor.
-        unsafe { &*(self.frame().add(METADATA_OFFSET) as *const [u8; METADATA_TOTAL_SIZE]) }
+        // SAFETY: the metadata area lies inside the record right after the descriptor.
+        unsafe { &*(self.record().add(METADATA_OFFSET) as *const [u8; METADATA_TOTAL_SIZE]) }
     }
 
     /// The whole dynamic metadata area, writable.
@@ -278,7 +295,7 @@ impl Packet {
     pub fn metadata_mut(&mut self) -> &mut [u8; METADATA_TOTAL_SIZE] {
         let _ = self.desc_mut();
         // SAFETY: as above, and the handle is exclusive.
-        unsafe { &mut *(self.frame().add(METADATA_OFFSET) as *mut [u8; METADATA_TOTAL_SIZE]) }
+        unsafe { &mut *(self.record().add(METADATA_OFFSET) as *mut [u8; METADATA_TOTAL_SIZE]) }
     }
 
     /// Reads a metadata attribute of `N` bytes at its assigned offset (zeros if unassigned).
@@ -307,8 +324,8 @@ impl Packet {
     /// The per-packet scratch area (driver/module private).
     pub fn scratch_mut(&mut self) -> &mut [u8; SCRATCH_SIZE] {
         let _ = self.desc_mut();
-        // SAFETY: the scratch area lies inside the frame.
-        unsafe { &mut *(self.frame().add(SCRATCH_OFFSET) as *mut [u8; SCRATCH_SIZE]) }
+        // SAFETY: the scratch area lies inside the record.
+        unsafe { &mut *(self.record().add(SCRATCH_OFFSET) as *mut [u8; SCRATCH_SIZE]) }
     }
 }
 

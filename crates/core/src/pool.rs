@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::batch::{PacketBatch, MAX_BURST};
 use crate::mem::{PageKind, PagePolicy, Region};
-use crate::packet::{Packet, PacketDesc, DEFAULT_DATA_OFFSET, FRAME_SHIFT, FRAME_SIZE};
+use crate::packet::{home_offset, Packet, PacketDesc, DESC_SIZE, FRAME_SHIFT, FRAME_SIZE};
 
 /// Most pools that can exist at once (the descriptor stores a pool index).
 pub const MAX_POOLS: usize = 64;
@@ -24,6 +24,7 @@ unsafe impl Send for FramePtr {}
 struct PoolShared {
     id: u16,
     name: String,
+    descs: Region,
     region: Region,
     nframes: usize,
     free: Mutex<Vec<FramePtr>>,
@@ -86,20 +87,23 @@ impl PacketPool {
             return Err(PoolError::BadSize(nframes));
         }
         let region = Region::new(nframes * FRAME_SIZE, policy).map_err(PoolError::Map)?;
+        let descs = Region::new(nframes * DESC_SIZE, policy).map_err(PoolError::Map)?;
         tracing::info!(
             pool = name,
             buffers = nframes,
-            bytes = region.len(),
+            bytes = region.len() + descs.len(),
             "packet memory on {}",
             region.kind()
         );
         let mut free = Vec::with_capacity(nframes);
         // Hand out low frames last so a fresh pool touches few pages.
         for i in (0..nframes).rev() {
-            // SAFETY: frame i lies inside the region.
-            let d = unsafe { region.base().add(i * FRAME_SIZE) } as *mut PacketDesc;
+            // SAFETY: record i lies inside the descriptor region, frame i inside the frames.
+            let d = unsafe { descs.base().add(i * DESC_SIZE) } as *mut PacketDesc;
             unsafe {
                 (*d).frame_idx = i as u32;
+                (*d).buf = region.base().add(i * FRAME_SIZE);
+                (*d).home_off = home_offset(i) as u16;
                 #[cfg(debug_assertions)]
                 {
                     (*d).state = crate::packet::STATE_FREE;
@@ -110,6 +114,7 @@ impl PacketPool {
         let mut shared = Arc::new(PoolShared {
             id: 0,
             name: name.to_string(),
+            descs,
             region,
             nframes,
             free: Mutex::new(free),
@@ -153,12 +158,12 @@ impl PacketPool {
         self.shared.region.kind()
     }
 
-    /// Start of the region (for registering it as an AF_XDP UMEM).
+    /// Start of the frame region (for registering it as an AF_XDP UMEM).
     pub fn region_base(&self) -> *mut u8 {
         self.shared.region.base()
     }
 
-    /// Length of the region in bytes.
+    /// Length of the frame region in bytes.
     pub fn region_len(&self) -> usize {
         self.shared.region.len()
     }
@@ -173,7 +178,7 @@ impl PacketPool {
             return None;
         }
         Some(Packet::from_raw(
-            self.shared.region.base().add(idx << FRAME_SHIFT) as *mut PacketDesc,
+            self.shared.descs.base().add(idx * DESC_SIZE) as *mut PacketDesc,
         ))
     }
 
@@ -212,6 +217,7 @@ impl PacketPool {
         let count = Arc::new(AtomicUsize::new(0));
         self.shared.caches.lock().unwrap().push(count.clone());
         PoolCache {
+            pool_id: self.shared.id,
             pool: self.clone(),
             items: vec![FramePtr(std::ptr::null_mut()); CACHE_SIZE].into_boxed_slice(),
             n: 0,
@@ -235,6 +241,7 @@ impl Drop for PoolShared {
 
 /// A worker's private stack of free buffers: batch alloc/free without locks.
 pub struct PoolCache {
+    pool_id: u16,
     pool: PacketPool,
     items: Box<[FramePtr]>,
     n: usize,
@@ -285,7 +292,7 @@ impl PoolCache {
     #[inline(always)]
     unsafe fn init(d: *mut PacketDesc, len: usize) {
         // One store sets data_off, refcnt = 1 and data_len (see PacketDesc's layout).
-        let word = DEFAULT_DATA_OFFSET as u64 | (1u64 << 16) | ((len as u64) << 32);
+        let word = (*d).home_off as u64 | (1u64 << 16) | ((len as u64) << 32);
         (d as *mut u64).write(word);
         #[cfg(debug_assertions)]
         {
@@ -368,14 +375,15 @@ impl PoolCache {
                 );
                 (*d).state = crate::packet::STATE_FREE;
             }
-            if (*d).pool_id != self.pool.shared.id {
+            if (*d).pool_id != self.pool_id {
                 return Self::put_foreign(d);
             }
         }
         if self.n == CACHE_SIZE {
             self.flush(REFILL);
         }
-        self.items[self.n] = FramePtr(d);
+        // SAFETY: n < CACHE_SIZE == items.len() after the flush above.
+        unsafe { *self.items.get_unchecked_mut(self.n) = FramePtr(d) };
         self.n += 1;
     }
 
@@ -409,8 +417,14 @@ impl PoolCache {
     /// Frees every packet of the batch, leaving it empty.
     #[inline]
     pub fn free_bulk(&mut self, batch: &mut PacketBatch) {
-        for p in batch.drain() {
-            self.release(p);
+        let n = batch.len();
+        let slots = batch.slots_mut();
+        // SAFETY: the batch gives up its n packets; each is released exactly once.
+        unsafe {
+            batch.set_len(0);
+            for i in 0..n {
+                self.release(std::ptr::read(slots.add(i)));
+            }
         }
         self.publish();
     }
@@ -467,7 +481,8 @@ mod tests {
         for pkt in b.pkts() {
             assert_eq!(pkt.len(), 60);
             assert_eq!(pkt.refcnt(), 1);
-            assert_eq!(pkt.headroom(), crate::packet::HEADROOM);
+            assert!(pkt.headroom() >= crate::packet::HEADROOM);
+            assert!(pkt.tailroom() >= crate::packet::DATA_CAPACITY - 60);
         }
         c.free_bulk(&mut b);
         assert_eq!(p.free_count(), start);
