@@ -2,7 +2,10 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: deps build demo test test-rust lint fmt bench-core clean
+.PHONY: deps build demo test test-rust test-python lint lint-python fmt bench-core clean
+
+VENV := .venv
+PY := $(VENV)/bin/python
 
 deps:
 	@scripts/install-deps.sh
@@ -14,15 +17,29 @@ build: deps
 demo: build
 	./target/release/bessemer-demo --seconds 5
 
-test: deps lint test-rust
+test: deps lint test-rust test-python
 	@echo "make test: all tests passed"
 
 test-rust:
 	$(CARGO) test --workspace
 
-lint:
+lint: lint-python
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+# The Python package lives in a project-local virtualenv (no system packages touched).
+$(PY): python/pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e 'python[test]' ruff
+	@touch $(PY)
+
+lint-python: $(PY)
+	$(VENV)/bin/ruff check python
+	$(VENV)/bin/ruff format --check python
+
+test-python: $(PY)
+	cd python && ../$(PY) -m pytest -q
 
 fmt:
 	$(CARGO) fmt --all

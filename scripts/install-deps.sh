@@ -10,6 +10,7 @@ have cc || need_apt+=(gcc)
 have make || need_apt+=(make)
 have python3 || need_apt+=(python3)
 have pkg-config || need_apt+=(pkg-config)
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
 
 if ((${#need_apt[@]})); then
   if [ "$(id -u)" -ne 0 ]; then
