@@ -797,7 +797,7 @@ fn worker_main(
                 Ordering::Relaxed,
             );
             idle_streak = idle_streak.saturating_add(1);
-            if idle_streak % 1024 == 0 {
+            if idle_streak.is_multiple_of(1024) {
                 no_tasks = tree.tasks().is_empty();
             }
             if no_tasks {

@@ -36,6 +36,8 @@ pub struct Context {
     cur_node: *const Node,
     staging: Vec<Option<Box<PacketBatch>>>,
     touched: Vec<u16>,
+    // Boxed so moving a batch between lists moves a pointer, not 264 bytes.
+    #[allow(clippy::vec_box)]
     spare: Vec<Box<PacketBatch>>,
     pending: Vec<Pending>,
     cur_input: *const PacketBatch,

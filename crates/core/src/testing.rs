@@ -72,7 +72,10 @@ pub static CAPTURE: ModuleClass = ModuleClass {
     },
 };
 
-type Feed = Arc<Mutex<Vec<(Vec<u8>, Vec<(usize, Vec<u8>)>)>>>;
+/// A test packet: its bytes and (metadata offset, bytes) pairs to preset.
+pub type TestPacket = (Vec<u8>, Vec<(usize, Vec<u8>)>);
+
+type Feed = Arc<Mutex<Vec<TestPacket>>>;
 
 struct Inject {
     feed: Feed,
@@ -94,7 +97,7 @@ impl Module for Inject {
                 p.metadata_mut()[*off..*off + v.len()].copy_from_slice(v);
             }
             bits += p.bits();
-            b.push(p).ok().expect("batch has room");
+            assert!(b.push(p).is_ok(), "batch has room");
         }
         let n = b.len() as u32;
         ctx.forward(0, &mut b);
@@ -239,7 +242,7 @@ impl Harness {
         &mut self,
         module: &str,
         igate: u16,
-        items: Vec<(Vec<u8>, Vec<(usize, Vec<u8>)>)>,
+        items: Vec<TestPacket>,
     ) {
         let (feed, task) = self.feed_for(module, igate);
         feed.lock().unwrap().extend(items);
