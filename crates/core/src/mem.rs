@@ -145,7 +145,7 @@ mod tests {
     #[test]
     fn auto_falls_back_to_plain_without_hugepages() {
         let r = Region::new(HUGEPAGE_SIZE, PagePolicy::Auto).unwrap();
-        assert!(r.base() as usize % 4096 == 0);
+        assert!((r.base() as usize).is_multiple_of(4096));
         if r.kind() == PageKind::Huge {
             assert_eq!(r.base() as usize % HUGEPAGE_SIZE, 0);
         }

@@ -61,7 +61,11 @@ impl std::str::FromStr for Resource {
             "cycle" => Resource::Cycle,
             "packet" => Resource::Packet,
             "bit" => Resource::Bit,
-            _ => return Err(format!("unknown resource '{s}' (count, cycle, packet or bit)")),
+            _ => {
+                return Err(format!(
+                    "unknown resource '{s}' (count, cycle, packet or bit)"
+                ))
+            }
         })
     }
 }
@@ -190,11 +194,19 @@ impl std::fmt::Display for SchedError {
             SchedError::NameTaken(n) => write!(f, "traffic class '{n}' already exists"),
             SchedError::NoSuchClass(n) => write!(f, "traffic class '{n}' does not exist"),
             SchedError::NotAParent { name, policy } => {
-                write!(f, "traffic class '{name}' ({policy}) cannot take another child")
+                write!(
+                    f,
+                    "traffic class '{name}' ({policy}) cannot take another child"
+                )
             }
-            SchedError::TooManyChildren { parent } => write!(f, "traffic class '{parent}' has too many children"),
+            SchedError::TooManyChildren { parent } => {
+                write!(f, "traffic class '{parent}' has too many children")
+            }
             SchedError::DuplicatePriority { parent, priority } => {
-                write!(f, "traffic class '{parent}' already has a child with priority {priority}")
+                write!(
+                    f,
+                    "traffic class '{parent}' already has a child with priority {priority}"
+                )
             }
             SchedError::InvalidShare(s) => write!(f, "share {s} is invalid (must be at least 1)"),
             SchedError::HasChildren(n) => write!(f, "traffic class '{n}' still has children"),
@@ -332,7 +344,10 @@ impl ClassTree {
     }
 
     fn id(&self, name: &str) -> Result<usize, SchedError> {
-        self.names.get(name).copied().ok_or_else(|| SchedError::NoSuchClass(name.to_string()))
+        self.names
+            .get(name)
+            .copied()
+            .ok_or_else(|| SchedError::NoSuchClass(name.to_string()))
     }
 
     /// Name of the implicit root.
@@ -350,24 +365,43 @@ impl ClassTree {
         self.names.len() == 1
     }
 
-    fn check_parent(&self, p: usize, priority: i32, share: u32, ignore: Option<usize>) -> Result<(), SchedError> {
+    fn check_parent(
+        &self,
+        p: usize,
+        priority: i32,
+        share: u32,
+        ignore: Option<usize>,
+    ) -> Result<(), SchedError> {
         let pn = self.n(p);
         let others = pn.children.iter().filter(|&&c| Some(c) != ignore);
         match pn.policy {
             Policy::Leaf => {
-                return Err(SchedError::NotAParent { name: pn.name.clone(), policy: "leaf" });
+                return Err(SchedError::NotAParent {
+                    name: pn.name.clone(),
+                    policy: "leaf",
+                });
             }
             Policy::RateLimit { .. } if others.clone().count() >= 1 => {
-                return Err(SchedError::NotAParent { name: pn.name.clone(), policy: "rate_limit" });
+                return Err(SchedError::NotAParent {
+                    name: pn.name.clone(),
+                    policy: "rate_limit",
+                });
             }
             Policy::Priority if others.clone().any(|&c| self.n(c).priority == priority) => {
-                return Err(SchedError::DuplicatePriority { parent: pn.name.clone(), priority });
+                return Err(SchedError::DuplicatePriority {
+                    parent: pn.name.clone(),
+                    priority,
+                });
             }
-            Policy::WeightedFair { .. } if share == 0 => return Err(SchedError::InvalidShare(share)),
+            Policy::WeightedFair { .. } if share == 0 => {
+                return Err(SchedError::InvalidShare(share))
+            }
             _ => {}
         }
         if pn.children.len() >= MAX_CHILDREN {
-            return Err(SchedError::TooManyChildren { parent: pn.name.clone() });
+            return Err(SchedError::TooManyChildren {
+                parent: pn.name.clone(),
+            });
         }
         Ok(())
     }
@@ -375,9 +409,16 @@ impl ClassTree {
     fn setup_rate(&mut self, i: usize) {
         let hz = self.hz as u128;
         let node = self.nm(i);
-        if let Policy::RateLimit { limit, max_burst, .. } = node.policy {
+        if let Policy::RateLimit {
+            limit, max_burst, ..
+        } = node.policy
+        {
             node.rate = ((limit as u128) << (WORK_SHIFT + RATE_SHIFT)) / hz.max(1);
-            let burst = if max_burst == 0 { (limit / 1000).max(1) } else { max_burst };
+            let burst = if max_burst == 0 {
+                (limit / 1000).max(1)
+            } else {
+                max_burst
+            };
             node.cap = (burst as i128) << WORK_SHIFT;
             node.tokens = node.tokens.min(node.cap);
             node.last_tsc = rdtsc();
@@ -390,7 +431,9 @@ impl ClassTree {
         let pos = match self.n(p).policy {
             Policy::Priority => {
                 let nodes = &self.nodes;
-                self.n(p).children.partition_point(|&c| nodes[c].as_ref().unwrap().priority < prio)
+                self.n(p)
+                    .children
+                    .partition_point(|&c| nodes[c].as_ref().unwrap().priority < prio)
             }
             _ => self.n(p).children.len(),
         };
@@ -466,7 +509,8 @@ impl ClassTree {
 
     /// Removes a task from its leaf; returns the leaf's name.
     pub fn detach_task(&mut self, task: TaskId) -> Option<String> {
-        let i = (0..self.nodes.len()).find(|&i| self.nodes[i].as_ref().is_some_and(|n| n.task == Some(task)))?;
+        let i = (0..self.nodes.len())
+            .find(|&i| self.nodes[i].as_ref().is_some_and(|n| n.task == Some(task)))?;
         self.nm(i).task = None;
         self.refresh(i);
         Some(self.n(i).name.clone())
@@ -491,7 +535,10 @@ impl ClassTree {
     pub fn update_policy(&mut self, name: &str, policy: Policy) -> Result<(), SchedError> {
         let i = self.id(name)?;
         if std::mem::discriminant(&self.n(i).policy) != std::mem::discriminant(&policy) {
-            return Err(SchedError::NotAParent { name: name.to_string(), policy: self.n(i).policy.name() });
+            return Err(SchedError::NotAParent {
+                name: name.to_string(),
+                policy: self.n(i).policy.name(),
+            });
         }
         self.nm(i).policy = policy;
         self.setup_rate(i);
@@ -499,7 +546,13 @@ impl ClassTree {
     }
 
     /// Moves a class under another parent. Atomic on error; cycles are refused.
-    pub fn set_parent(&mut self, name: &str, parent: Option<&str>, priority: i32, share: u32) -> Result<(), SchedError> {
+    pub fn set_parent(
+        &mut self,
+        name: &str,
+        parent: Option<&str>,
+        priority: i32,
+        share: u32,
+    ) -> Result<(), SchedError> {
         let i = self.id(name)?;
         let p = match parent {
             Some(p) => self.id(p)?,
@@ -508,7 +561,10 @@ impl ClassTree {
         let mut a = Some(p);
         while let Some(x) = a {
             if x == i {
-                return Err(SchedError::NotAParent { name: self.n(p).name.clone(), policy: "descendant" });
+                return Err(SchedError::NotAParent {
+                    name: self.n(p).name.clone(),
+                    policy: "descendant",
+                });
             }
             a = self.n(x).parent;
         }
@@ -562,7 +618,9 @@ impl ClassTree {
                 break;
             }
             self.wakeups.pop();
-            let Some(n) = self.nodes.get_mut(i).and_then(|n| n.as_mut()) else { continue };
+            let Some(n) = self.nodes.get_mut(i).and_then(|n| n.as_mut()) else {
+                continue;
+            };
             if n.wake_gen != gen {
                 continue;
             }
@@ -575,8 +633,18 @@ impl ClassTree {
     fn pick_child(&mut self, p: usize) -> Option<usize> {
         match self.n(p).policy {
             Policy::Leaf => None,
-            Policy::RateLimit { .. } => self.n(p).children.first().copied().filter(|&c| self.n(c).runnable),
-            Policy::Priority => self.n(p).children.iter().copied().find(|&c| self.n(c).runnable),
+            Policy::RateLimit { .. } => self
+                .n(p)
+                .children
+                .first()
+                .copied()
+                .filter(|&c| self.n(c).runnable),
+            Policy::Priority => self
+                .n(p)
+                .children
+                .iter()
+                .copied()
+                .find(|&c| self.n(c).runnable),
             Policy::RoundRobin => {
                 let len = self.n(p).children.len();
                 let start = self.n(p).rr_next;
@@ -592,7 +660,9 @@ impl ClassTree {
             }
             Policy::WeightedFair { .. } => loop {
                 let &Reverse((pass, c)) = self.n(p).heap.peek()?;
-                let live = self.nodes[c].as_ref().is_some_and(|n| n.parent == Some(p) && n.in_heap && n.pass == pass);
+                let live = self.nodes[c]
+                    .as_ref()
+                    .is_some_and(|n| n.parent == Some(p) && n.in_heap && n.pass == pass);
                 if live && self.n(c).runnable {
                     return Some(c);
                 }
@@ -608,7 +678,11 @@ impl ClassTree {
     /// Returns false when nothing was runnable.
     pub fn schedule_once(&mut self, run: &mut impl FnMut(TaskId) -> TaskResult) -> bool {
         let now = rdtsc();
-        if self.wakeups.peek().is_some_and(|Reverse((t, _, _))| *t <= now) {
+        if self
+            .wakeups
+            .peek()
+            .is_some_and(|Reverse((t, _, _))| *t <= now)
+        {
             self.wake(now);
         }
         if !self.n(self.root).runnable {
@@ -668,7 +742,10 @@ impl ClassTree {
             n.stats.cycles += u.cycles;
             n.stats.packets += u.packets;
             n.stats.bits += u.bits;
-            if let Policy::RateLimit { resource, limit, .. } = n.policy {
+            if let Policy::RateLimit {
+                resource, limit, ..
+            } = n.policy
+            {
                 if limit > 0 {
                     let elapsed = now.saturating_sub(n.last_tsc) as u128;
                     n.last_tsc = now;
@@ -687,7 +764,8 @@ impl ClassTree {
                 let p = path[k - 1];
                 if let Policy::WeightedFair { resource } = self.n(p).policy {
                     let c = self.nm(i);
-                    let inc = (c.stride as u128 * consumed(resource, u).max(1) as u128 / QUANTUM) as u64;
+                    let inc =
+                        (c.stride as u128 * consumed(resource, u).max(1) as u128 / QUANTUM) as u64;
                     c.pass = c.pass.saturating_add(inc.max(1));
                     let pass = c.pass;
                     let pn = self.nm(p);
@@ -753,7 +831,11 @@ impl ClassTree {
 
     /// Every (leaf, task) pair.
     pub fn tasks(&self) -> Vec<(String, TaskId)> {
-        self.nodes.iter().flatten().filter_map(|n| n.task.map(|t| (n.name.clone(), t))).collect()
+        self.nodes
+            .iter()
+            .flatten()
+            .filter_map(|n| n.task.map(|t| (n.name.clone(), t)))
+            .collect()
     }
 }
 
@@ -762,17 +844,30 @@ impl ClassTree {
 pub fn bench_round_cost(policy: &str, leaves: usize, rounds: u64) -> f64 {
     let mut t = ClassTree::new(0);
     let pol = match policy {
-        "weighted_fair" => Policy::WeightedFair { resource: Resource::Count },
+        "weighted_fair" => Policy::WeightedFair {
+            resource: Resource::Count,
+        },
         "priority" => Policy::Priority,
         _ => Policy::RoundRobin,
     };
     t.add_class("top", pol, None, 0, 1).unwrap();
     for i in 0..leaves {
         let name = format!("l{i}");
-        t.add_class(&name, Policy::Leaf, Some("top"), i as i32, 1 + (i % 7) as u32).unwrap();
+        t.add_class(
+            &name,
+            Policy::Leaf,
+            Some("top"),
+            i as i32,
+            1 + (i % 7) as u32,
+        )
+        .unwrap();
         t.attach_task(&name, TaskId(i as u32)).unwrap();
     }
-    let mut run = |_t: TaskId| TaskResult { block: false, packets: 1, bits: 480 };
+    let mut run = |_t: TaskId| TaskResult {
+        block: false,
+        packets: 1,
+        bits: 480,
+    };
     for _ in 0..10_000 {
         t.schedule_once(&mut run);
     }
@@ -790,15 +885,24 @@ mod tests {
     use std::time::{Duration, Instant};
 
     fn busy(bits: u64) -> impl FnMut(TaskId) -> TaskResult {
-        move |_| TaskResult { block: false, packets: 1, bits }
+        move |_| TaskResult {
+            block: false,
+            packets: 1,
+            bits,
+        }
     }
 
     fn leaf(t: &mut ClassTree, name: &str, parent: Option<&str>, prio: i32, share: u32, task: u32) {
-        t.add_class(name, Policy::Leaf, parent, prio, share).unwrap();
+        t.add_class(name, Policy::Leaf, parent, prio, share)
+            .unwrap();
         t.attach_task(name, TaskId(task)).unwrap();
     }
 
-    fn counts(t: &mut ClassTree, rounds: usize, run: &mut impl FnMut(TaskId) -> TaskResult) -> Map<u32, u64> {
+    fn counts(
+        t: &mut ClassTree,
+        rounds: usize,
+        run: &mut impl FnMut(TaskId) -> TaskResult,
+    ) -> Map<u32, u64> {
         let mut m = Map::new();
         for _ in 0..rounds {
             t.schedule_once(&mut |id| {
@@ -819,7 +923,11 @@ mod tests {
         assert_eq!(c.get(&1), Some(&1000));
         assert_eq!(c.get(&2), None);
         // When "hi" has no work it backs off and "lo" runs meanwhile.
-        let c = counts(&mut t, 2000, &mut |id: TaskId| TaskResult { block: id.0 == 1, packets: (id.0 != 1) as u32, bits: 0 });
+        let c = counts(&mut t, 2000, &mut |id: TaskId| TaskResult {
+            block: id.0 == 1,
+            packets: (id.0 != 1) as u32,
+            bits: 0,
+        });
         assert!(c[&2] > 1000, "{c:?}");
         assert!(c[&1] < 100, "idle task polled {} times", c[&1]);
     }
@@ -840,7 +948,16 @@ mod tests {
     #[test]
     fn weighted_fair_follows_shares() {
         let mut t = ClassTree::new(0);
-        t.add_class("wf", Policy::WeightedFair { resource: Resource::Count }, None, 0, 1).unwrap();
+        t.add_class(
+            "wf",
+            Policy::WeightedFair {
+                resource: Resource::Count,
+            },
+            None,
+            0,
+            1,
+        )
+        .unwrap();
         for (i, s) in [1u32, 2, 4].iter().enumerate() {
             leaf(&mut t, &format!("l{i}"), Some("wf"), 0, *s, i as u32);
         }
@@ -850,7 +967,16 @@ mod tests {
         assert!((r1 - 2.0).abs() < 0.04 && (r2 - 4.0).abs() < 0.08, "{c:?}");
         // On bits: a child sending 3x the bits per run gets a third of the runs.
         let mut t = ClassTree::new(0);
-        t.add_class("wf", Policy::WeightedFair { resource: Resource::Bit }, None, 0, 1).unwrap();
+        t.add_class(
+            "wf",
+            Policy::WeightedFair {
+                resource: Resource::Bit,
+            },
+            None,
+            0,
+            1,
+        )
+        .unwrap();
         leaf(&mut t, "a", Some("wf"), 0, 1, 0);
         leaf(&mut t, "b", Some("wf"), 0, 1, 1);
         let mut bits = Map::new();
@@ -858,7 +984,11 @@ mod tests {
             t.schedule_once(&mut |id: TaskId| {
                 let b = if id.0 == 0 { 300 } else { 100 };
                 *bits.entry(id.0).or_insert(0u64) += b;
-                TaskResult { block: false, packets: 1, bits: b }
+                TaskResult {
+                    block: false,
+                    packets: 1,
+                    bits: b,
+                }
             });
         }
         let r = bits[&0] as f64 / bits[&1] as f64;
@@ -868,11 +998,24 @@ mod tests {
     #[test]
     fn a_returning_child_does_not_monopolise() {
         let mut t = ClassTree::new(0);
-        t.add_class("wf", Policy::WeightedFair { resource: Resource::Count }, None, 0, 1).unwrap();
+        t.add_class(
+            "wf",
+            Policy::WeightedFair {
+                resource: Resource::Count,
+            },
+            None,
+            0,
+            1,
+        )
+        .unwrap();
         leaf(&mut t, "a", Some("wf"), 0, 1, 0);
         leaf(&mut t, "b", Some("wf"), 0, 1, 1);
         // b idle for a while, then busy again: afterwards the two alternate.
-        counts(&mut t, 20_000, &mut |id: TaskId| TaskResult { block: id.0 == 1, packets: (id.0 == 0) as u32, bits: 0 });
+        counts(&mut t, 20_000, &mut |id: TaskId| TaskResult {
+            block: id.0 == 1,
+            packets: (id.0 == 0) as u32,
+            bits: 0,
+        });
         let deadline = Instant::now() + Duration::from_millis(50);
         while Instant::now() < deadline {
             t.schedule_once(&mut busy(8));
@@ -897,8 +1040,18 @@ mod tests {
     #[test]
     fn rate_limit_is_accurate() {
         let mut t = ClassTree::new(0);
-        t.add_class("rl", Policy::RateLimit { resource: Resource::Bit, limit: 100_000_000, max_burst: 0 }, None, 0, 1)
-            .unwrap();
+        t.add_class(
+            "rl",
+            Policy::RateLimit {
+                resource: Resource::Bit,
+                limit: 100_000_000,
+                max_burst: 0,
+            },
+            None,
+            0,
+            1,
+        )
+        .unwrap();
         leaf(&mut t, "l", Some("rl"), 0, 1, 0);
         run_for(&mut t, Duration::from_millis(50), &mut busy(12_000));
         let b0 = t.stats("l").unwrap().bits;
@@ -909,14 +1062,43 @@ mod tests {
     }
 
     fn fig58(t: &mut ClassTree) {
-        t.add_class("root", Policy::WeightedFair { resource: Resource::Bit }, None, 0, 1).unwrap();
+        t.add_class(
+            "root",
+            Policy::WeightedFair {
+                resource: Resource::Bit,
+            },
+            None,
+            0,
+            1,
+        )
+        .unwrap();
         for (vm, hi, lo, a, b) in [("vm1", "c1rl", "c2", 1, 2), ("vm2", "c3rl", "c4", 3, 4)] {
             let rl = format!("{vm}_limit");
-            t.add_class(&rl, Policy::RateLimit { resource: Resource::Bit, limit: 5_000_000_000, max_burst: 0 }, Some("root"), 0, 1)
-                .unwrap();
+            t.add_class(
+                &rl,
+                Policy::RateLimit {
+                    resource: Resource::Bit,
+                    limit: 5_000_000_000,
+                    max_burst: 0,
+                },
+                Some("root"),
+                0,
+                1,
+            )
+            .unwrap();
             t.add_class(vm, Policy::Priority, Some(&rl), 0, 1).unwrap();
-            t.add_class(hi, Policy::RateLimit { resource: Resource::Bit, limit: 1_000_000_000, max_burst: 0 }, Some(vm), 0, 1)
-                .unwrap();
+            t.add_class(
+                hi,
+                Policy::RateLimit {
+                    resource: Resource::Bit,
+                    limit: 1_000_000_000,
+                    max_burst: 0,
+                },
+                Some(vm),
+                0,
+                1,
+            )
+            .unwrap();
             leaf(t, &format!("c{a}"), Some(hi), 0, 1, a);
             leaf(t, lo, Some(vm), 1, 1, b);
         }
@@ -929,9 +1111,17 @@ mod tests {
         let mut idle_c1 = false;
         let mut run = |id: TaskId| {
             if id.0 == 1 && idle_c1 {
-                TaskResult { block: true, packets: 0, bits: 0 }
+                TaskResult {
+                    block: true,
+                    packets: 0,
+                    bits: 0,
+                }
             } else {
-                TaskResult { block: false, packets: 1, bits: 12_000 }
+                TaskResult {
+                    block: false,
+                    packets: 1,
+                    bits: 12_000,
+                }
             }
         };
         run_for(&mut t, Duration::from_millis(100), &mut run);
@@ -940,17 +1130,32 @@ mod tests {
         let t0 = Instant::now();
         run_for(&mut t, Duration::from_millis(800), &mut run);
         let secs = t0.elapsed().as_secs_f64();
-        let gbps: Vec<f64> = names.iter().zip(&before).map(|(n, b)| rate(&t, n, *b, secs) / 1e9).collect();
+        let gbps: Vec<f64> = names
+            .iter()
+            .zip(&before)
+            .map(|(n, b)| rate(&t, n, *b, secs) / 1e9)
+            .collect();
         for (g, want) in gbps.iter().zip([1.0, 4.0, 1.0, 4.0]) {
-            assert!((g - want).abs() / want < 0.05, "rates {gbps:?} Gbps, want 1/4/1/4");
+            assert!(
+                (g - want).abs() / want < 0.05,
+                "rates {gbps:?} Gbps, want 1/4/1/4"
+            );
         }
         // Interactive traffic of VM1 stops: its background class takes VM1's whole 5 Gbps.
         idle_c1 = true;
         let mut run = |id: TaskId| {
             if id.0 == 1 && idle_c1 {
-                TaskResult { block: true, packets: 0, bits: 0 }
+                TaskResult {
+                    block: true,
+                    packets: 0,
+                    bits: 0,
+                }
             } else {
-                TaskResult { block: false, packets: 1, bits: 12_000 }
+                TaskResult {
+                    block: false,
+                    packets: 1,
+                    bits: 12_000,
+                }
             }
         };
         run_for(&mut t, Duration::from_millis(100), &mut run);
@@ -958,18 +1163,44 @@ mod tests {
         let t0 = Instant::now();
         run_for(&mut t, Duration::from_millis(800), &mut run);
         let secs = t0.elapsed().as_secs_f64();
-        let gbps: Vec<f64> = names.iter().zip(&before).map(|(n, b)| rate(&t, n, *b, secs) / 1e9).collect();
+        let gbps: Vec<f64> = names
+            .iter()
+            .zip(&before)
+            .map(|(n, b)| rate(&t, n, *b, secs) / 1e9)
+            .collect();
         assert!(gbps[0] < 0.01, "{gbps:?}");
         assert!((gbps[1] - 5.0).abs() / 5.0 < 0.05, "{gbps:?}");
-        assert!((gbps[2] - 1.0).abs() < 0.05 && (gbps[3] - 4.0).abs() / 4.0 < 0.05, "{gbps:?}");
+        assert!(
+            (gbps[2] - 1.0).abs() < 0.05 && (gbps[3] - 4.0).abs() / 4.0 < 0.05,
+            "{gbps:?}"
+        );
     }
 
     #[test]
     fn vms_share_fairly_under_a_common_limit() {
         let mut t = ClassTree::new(0);
-        t.add_class("cap", Policy::RateLimit { resource: Resource::Bit, limit: 6_000_000_000, max_burst: 0 }, None, 0, 1)
-            .unwrap();
-        t.add_class("root", Policy::WeightedFair { resource: Resource::Bit }, Some("cap"), 0, 1).unwrap();
+        t.add_class(
+            "cap",
+            Policy::RateLimit {
+                resource: Resource::Bit,
+                limit: 6_000_000_000,
+                max_burst: 0,
+            },
+            None,
+            0,
+            1,
+        )
+        .unwrap();
+        t.add_class(
+            "root",
+            Policy::WeightedFair {
+                resource: Resource::Bit,
+            },
+            Some("cap"),
+            0,
+            1,
+        )
+        .unwrap();
         leaf(&mut t, "vm1", Some("root"), 0, 1, 1);
         leaf(&mut t, "vm2", Some("root"), 0, 1, 2);
         run_for(&mut t, Duration::from_millis(100), &mut busy(12_000));
@@ -977,8 +1208,14 @@ mod tests {
         let t0 = Instant::now();
         run_for(&mut t, Duration::from_millis(600), &mut busy(12_000));
         let secs = t0.elapsed().as_secs_f64();
-        let (r1, r2) = (rate(&t, "vm1", a, secs) / 1e9, rate(&t, "vm2", b, secs) / 1e9);
-        assert!((r1 - 3.0).abs() < 0.15 && (r2 - 3.0).abs() < 0.15, "{r1} {r2}");
+        let (r1, r2) = (
+            rate(&t, "vm1", a, secs) / 1e9,
+            rate(&t, "vm2", b, secs) / 1e9,
+        );
+        assert!(
+            (r1 - 3.0).abs() < 0.15 && (r2 - 3.0).abs() < 0.15,
+            "{r1} {r2}"
+        );
     }
 
     #[test]
@@ -986,22 +1223,77 @@ mod tests {
         let mut t = ClassTree::new(0);
         t.add_class("p", Policy::Priority, None, 0, 1).unwrap();
         leaf(&mut t, "a", Some("p"), 1, 1, 1);
-        t.add_class("rl", Policy::RateLimit { resource: Resource::Packet, limit: 10, max_burst: 0 }, None, 0, 1).unwrap();
+        t.add_class(
+            "rl",
+            Policy::RateLimit {
+                resource: Resource::Packet,
+                limit: 10,
+                max_burst: 0,
+            },
+            None,
+            0,
+            1,
+        )
+        .unwrap();
         leaf(&mut t, "b", Some("rl"), 0, 1, 2);
-        let before = format!("{:?}", t.list().iter().map(|i| (&i.name, &i.parent, &i.children)).collect::<Vec<_>>());
-        assert_eq!(t.add_class("a", Policy::Leaf, None, 0, 1), Err(SchedError::NameTaken("a".into())));
-        assert_eq!(t.add_class("x", Policy::Leaf, Some("nope"), 0, 1), Err(SchedError::NoSuchClass("nope".into())));
-        assert!(matches!(t.add_class("x", Policy::Leaf, Some("a"), 0, 1), Err(SchedError::NotAParent { .. })));
-        assert!(matches!(t.add_class("x", Policy::Leaf, Some("rl"), 0, 1), Err(SchedError::NotAParent { .. })));
-        assert!(matches!(t.add_class("x", Policy::Leaf, Some("p"), 1, 1), Err(SchedError::DuplicatePriority { .. })));
-        assert_eq!(t.remove_class("p"), Err(SchedError::HasChildren("p".into())));
-        assert_eq!(t.add_class("!mine", Policy::Leaf, None, 0, 1), Err(SchedError::Reserved("!mine".into())));
-        assert_eq!(t.attach_task("p", TaskId(9)), Err(SchedError::NotALeaf("p".into())));
-        assert_eq!(t.attach_task("a", TaskId(9)), Err(SchedError::LeafBusy("a".into())));
+        let before = format!(
+            "{:?}",
+            t.list()
+                .iter()
+                .map(|i| (&i.name, &i.parent, &i.children))
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(
+            t.add_class("a", Policy::Leaf, None, 0, 1),
+            Err(SchedError::NameTaken("a".into()))
+        );
+        assert_eq!(
+            t.add_class("x", Policy::Leaf, Some("nope"), 0, 1),
+            Err(SchedError::NoSuchClass("nope".into()))
+        );
+        assert!(matches!(
+            t.add_class("x", Policy::Leaf, Some("a"), 0, 1),
+            Err(SchedError::NotAParent { .. })
+        ));
+        assert!(matches!(
+            t.add_class("x", Policy::Leaf, Some("rl"), 0, 1),
+            Err(SchedError::NotAParent { .. })
+        ));
+        assert!(matches!(
+            t.add_class("x", Policy::Leaf, Some("p"), 1, 1),
+            Err(SchedError::DuplicatePriority { .. })
+        ));
+        assert_eq!(
+            t.remove_class("p"),
+            Err(SchedError::HasChildren("p".into()))
+        );
+        assert_eq!(
+            t.add_class("!mine", Policy::Leaf, None, 0, 1),
+            Err(SchedError::Reserved("!mine".into()))
+        );
+        assert_eq!(
+            t.attach_task("p", TaskId(9)),
+            Err(SchedError::NotALeaf("p".into()))
+        );
+        assert_eq!(
+            t.attach_task("a", TaskId(9)),
+            Err(SchedError::LeafBusy("a".into()))
+        );
         assert!(t.set_parent("p", Some("a"), 0, 1).is_err());
-        let after = format!("{:?}", t.list().iter().map(|i| (&i.name, &i.parent, &i.children)).collect::<Vec<_>>());
+        let after = format!(
+            "{:?}",
+            t.list()
+                .iter()
+                .map(|i| (&i.name, &i.parent, &i.children))
+                .collect::<Vec<_>>()
+        );
         assert_eq!(before, after);
-        assert!(SchedError::DuplicatePriority { parent: "p".into(), priority: 1 }.to_string().contains("'p'"));
+        assert!(SchedError::DuplicatePriority {
+            parent: "p".into(),
+            priority: 1
+        }
+        .to_string()
+        .contains("'p'"));
     }
 
     #[test]
@@ -1013,7 +1305,11 @@ mod tests {
         let mut has_work = false;
         let c = counts(&mut t, 20_000, &mut |id: TaskId| {
             let work = id.0 == 1 || has_work;
-            TaskResult { block: !work, packets: work as u32, bits: 0 }
+            TaskResult {
+                block: !work,
+                packets: work as u32,
+                bits: 0,
+            }
         });
         assert!(c[&0] < 2_000, "idle task polled {} of 20000 rounds", c[&0]);
         has_work = true;
@@ -1022,7 +1318,11 @@ mod tests {
         while start.elapsed() < Duration::from_millis(10) && !served {
             t.schedule_once(&mut |id: TaskId| {
                 served |= id.0 == 0;
-                TaskResult { block: false, packets: (id.0 == 1 || has_work) as u32, bits: 0 }
+                TaskResult {
+                    block: false,
+                    packets: (id.0 == 1 || has_work) as u32,
+                    bits: 0,
+                }
             });
         }
         assert!(served, "backed-off task not served within 10 ms");
@@ -1030,7 +1330,12 @@ mod tests {
 
     #[test]
     fn thousands_of_leaves_are_all_served() {
-        for pol in [Policy::RoundRobin, Policy::WeightedFair { resource: Resource::Count }] {
+        for pol in [
+            Policy::RoundRobin,
+            Policy::WeightedFair {
+                resource: Resource::Count,
+            },
+        ] {
             let mut t = ClassTree::new(0);
             t.add_class("top", pol.clone(), None, 0, 1).unwrap();
             for i in 0..4096u32 {
@@ -1065,7 +1370,10 @@ mod tests {
     #[ignore]
     fn print_round_costs() {
         for p in ["round_robin", "weighted_fair", "priority"] {
-            let v: Vec<String> = [1, 16, 256, 4096].iter().map(|&n| format!("{:.1}", bench_round_cost(p, n, 1_000_000))).collect();
+            let v: Vec<String> = [1, 16, 256, 4096]
+                .iter()
+                .map(|&n| format!("{:.1}", bench_round_cost(p, n, 1_000_000)))
+                .collect();
             println!("{p}: {v:?}");
         }
     }

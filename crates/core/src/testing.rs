@@ -238,12 +238,7 @@ impl Harness {
     }
 
     /// As `inject`, with metadata bytes preset at given offsets for each packet.
-    pub fn inject_with_meta(
-        &mut self,
-        module: &str,
-        igate: u16,
-        items: Vec<TestPacket>,
-    ) {
+    pub fn inject_with_meta(&mut self, module: &str, igate: u16, items: Vec<TestPacket>) {
         let (feed, task) = self.feed_for(module, igate);
         feed.lock().unwrap().extend(items);
         for _ in 0..100_000 {
