@@ -156,6 +156,13 @@ impl Context {
         node.drops[idx.min(node.drops.len() - 1)].add(n);
     }
 
+    /// Counts `n` packets dropped under `reason` that never existed as buffers (e.g. a
+    /// source that could not allocate).
+    #[inline(always)]
+    pub fn count_drops(&self, reason: usize, n: u64) {
+        self.count_drop(reason, n);
+    }
+
     /// Drops a packet, counted under the class's drop reason `reason`.
     #[inline(always)]
     pub fn drop_packet(&mut self, pkt: Packet, reason: usize) {

@@ -36,3 +36,28 @@ impl FastRng {
         ((self.next_u64() >> 32) * n) >> 32
     }
 }
+
+use bessemer_core::module::MAX_GATES;
+use bessemer_core::{Error, Result, Value};
+
+/// Parses a repeated `gates` field: each an output gate id below MAX_GATES.
+pub fn parse_gates(list: &[Value], msg: &str, allow_empty: bool) -> Result<Vec<u16>> {
+    if list.is_empty() && !allow_empty {
+        return Err(Error::invalid(format!(
+            "{msg}.gates: at least one gate is required"
+        )));
+    }
+    list.iter()
+        .map(|v| match v.as_i64() {
+            Some(g) if (0..MAX_GATES as i64).contains(&g) => Ok(g as u16),
+            _ => Err(Error::invalid(format!(
+                "{msg}.gates: {v:?} is not an output gate (0..{MAX_GATES})"
+            ))),
+        })
+        .collect()
+}
+
+/// A list value of gate ids (for info/desc output).
+pub fn gates_value(gates: &[u16]) -> Value {
+    Value::List(gates.iter().map(|&g| Value::Int(g as i64)).collect())
+}

@@ -1,17 +1,62 @@
-//! TEMPORARY STUB written by the lead so the crate compiles; the engineer who owns this file replaces it entirely.
-use bessemer_core::{Error, ModuleClass};
+//! Bypass: forwards input gate i to output gate i, optionally burning cycles (for benchmarks).
+use bessemer_core::module::MAX_GATES;
+use bessemer_core::{tsc, Args, Context, Instance, Module, ModuleClass, PacketBatch};
 
-/// Placeholder class (not functional yet).
+/// Forwards batches unchanged after busy-waiting the configured cycles.
+pub struct Bypass {
+    per_batch: u64,
+    per_packet: u64,
+    per_byte: u64,
+}
+
+impl Module for Bypass {
+    fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, igate: u16) {
+        if self.per_batch | self.per_packet | self.per_byte != 0 {
+            let bytes: u64 = batch.pkts().iter().map(|p| p.len() as u64).sum();
+            let cycles =
+                self.per_batch + self.per_packet * batch.len() as u64 + self.per_byte * bytes;
+            let start = tsc::rdtsc();
+            while tsc::rdtsc().wrapping_sub(start) < cycles {
+                std::hint::spin_loop();
+            }
+        }
+        ctx.forward(igate, batch);
+    }
+
+    fn desc(&self) -> String {
+        format!(
+            "{}/batch {}/pkt {}/byte cycles",
+            self.per_batch, self.per_packet, self.per_byte
+        )
+    }
+}
+
+/// The Bypass class.
 pub static CLASS: ModuleClass = ModuleClass {
-    name: "Stub_bypass",
-    name_template: "stub_bypass",
-    help: "not implemented yet",
-    arg_type: "EmptyArg",
-    arg_doc: &[],
-    igates: 1,
-    ogates: 1,
+    name: "Bypass",
+    name_template: "bypass",
+    help: "bypasses packets without any processing",
+    arg_type: "BypassArg",
+    arg_doc: &[
+        "cycles_per_batch: uint32 — busy-wait cycles per batch",
+        "cycles_per_packet: uint32 — busy-wait cycles per packet",
+        "cycles_per_byte: uint32 — busy-wait cycles per byte",
+    ],
+    igates: MAX_GATES,
+    ogates: MAX_GATES,
     commands: &[],
     drop_reasons: &[],
     mt_safe: false,
-    create: |_, _| Err(Error::unsupported("not implemented yet")),
+    create: |_, arg| {
+        let mut a = Args::new(arg, "BypassArg")?;
+        let per_batch = a.uint("cycles_per_batch", u32::MAX as u64)?.unwrap_or(0);
+        let per_packet = a.uint("cycles_per_packet", u32::MAX as u64)?.unwrap_or(0);
+        let per_byte = a.uint("cycles_per_byte", u32::MAX as u64)?.unwrap_or(0);
+        a.finish()?;
+        Ok(Instance::Exclusive(Box::new(Bypass {
+            per_batch,
+            per_packet,
+            per_byte,
+        })))
+    },
 };

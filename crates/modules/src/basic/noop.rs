@@ -1,17 +1,50 @@
-//! TEMPORARY STUB written by the lead so the crate compiles; the engineer who owns this file replaces it entirely.
-use bessemer_core::{Error, ModuleClass};
+//! NoOP: a task that does nothing (for scheduler experiments).
+use bessemer_core::sched::TaskResult;
+use bessemer_core::{Args, Context, Instance, Module, ModuleClass};
 
-/// Placeholder class (not functional yet).
+/// Registers one task that always reports no work.
+pub struct NoOP;
+
+impl Module for NoOP {
+    fn run_task(&mut self, _ctx: &mut Context, _arg: u64) -> TaskResult {
+        TaskResult {
+            block: true,
+            packets: 0,
+            bits: 0,
+        }
+    }
+}
+
+/// The NoOP class.
 pub static CLASS: ModuleClass = ModuleClass {
-    name: "Stub_noop",
-    name_template: "stub_noop",
-    help: "not implemented yet",
-    arg_type: "EmptyArg",
+    name: "NoOP",
+    name_template: "noop",
+    help: "creates a task that does nothing",
+    arg_type: "NoOpArg",
     arg_doc: &[],
-    igates: 1,
-    ogates: 1,
+    igates: 0,
+    ogates: 0,
     commands: &[],
     drop_reasons: &[],
     mt_safe: false,
-    create: |_, _| Err(Error::unsupported("not implemented yet")),
+    create: |init, arg| {
+        Args::new(arg, "NoOpArg")?.finish()?;
+        init.register_task(0);
+        Ok(Instance::Exclusive(Box::new(NoOP)))
+    },
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bessemer_core::testing::Harness;
+    use bessemer_core::Value;
+
+    #[test]
+    fn task_reports_no_work() {
+        let mut h = Harness::new();
+        h.add(&CLASS, "n", &Value::Null).unwrap();
+        let r = h.run_task("n", 0);
+        assert!(r.block && r.packets == 0);
+    }
+}

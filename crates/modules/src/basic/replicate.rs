@@ -1,17 +1,113 @@
-//! TEMPORARY STUB written by the lead so the crate compiles; the engineer who owns this file replaces it entirely.
-use bessemer_core::{Error, ModuleClass};
-
-/// Placeholder class (not functional yet).
-pub static CLASS: ModuleClass = ModuleClass {
-    name: "Stub_replicate",
-    name_template: "stub_replicate",
-    help: "not implemented yet",
-    arg_type: "EmptyArg",
-    arg_doc: &[],
-    igates: 1,
-    ogates: 1,
-    commands: &[],
-    drop_reasons: &[],
-    mt_safe: false,
-    create: |_, _| Err(Error::unsupported("not implemented yet")),
+//! Replicate: sends each packet out of every listed gate (buffers shared by reference count).
+use bessemer_core::module::MAX_GATES;
+use bessemer_core::{
+    Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
 };
+
+use crate::util::{gates_value, parse_gates};
+
+/// Copies each packet to every gate in `gates`. The copies share bytes and metadata (one
+/// buffer, reference counted), as BESS's; a module that rewrites one copy changes all.
+pub struct Replicate {
+    gates: Vec<u16>,
+}
+
+impl Module for Replicate {
+    fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
+        let Some((&last, rest)) = self.gates.split_last() else {
+            return ctx.drop_batch(batch, 0);
+        };
+        for pkt in batch.drain() {
+            for &g in rest {
+                let copy = ctx.clone_packet(&pkt);
+                ctx.emit(g, copy);
+            }
+            ctx.emit(last, pkt);
+        }
+    }
+
+    fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
+        match cmd {
+            "set_gates" => {
+                let mut a = Args::new(arg, "ReplicateCommandSetGatesArg")?;
+                let gates = parse_gates(a.list("gates")?, "ReplicateCommandSetGatesArg", true)?;
+                a.finish()?;
+                self.gates = gates;
+                Ok(Value::Null)
+            }
+            _ => Err(Error::invalid(format!("unknown command '{cmd}'"))),
+        }
+    }
+
+    fn desc(&self) -> String {
+        format!("{} gates", self.gates.len())
+    }
+
+    fn info(&self) -> Value {
+        Value::map().with("gates", gates_value(&self.gates))
+    }
+}
+
+/// The Replicate class.
+pub static CLASS: ModuleClass = ModuleClass {
+    name: "Replicate",
+    name_template: "repl",
+    help: "makes a copy of a packet and sends it out over n gates",
+    arg_type: "ReplicateArg",
+    arg_doc: &["gates: [int64] — output gates every packet is sent to"],
+    igates: 1,
+    ogates: MAX_GATES,
+    commands: &[CommandSpec {
+        name: "set_gates",
+        arg_type: "ReplicateCommandSetGatesArg",
+        help: "replaces the list of output gates",
+    }],
+    drop_reasons: &["no_gates"],
+    mt_safe: false,
+    create: |_, arg| {
+        let mut a = Args::new(arg, "ReplicateArg")?;
+        let gates = parse_gates(a.list("gates")?, "ReplicateArg", true)?;
+        a.finish()?;
+        Ok(Instance::Exclusive(Box::new(Replicate { gates })))
+    },
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bessemer_core::testing::Harness;
+
+    fn gates(g: &[i64]) -> Value {
+        Value::map().with(
+            "gates",
+            Value::List(g.iter().map(|&x| Value::Int(x)).collect()),
+        )
+    }
+
+    #[test]
+    fn every_gate_gets_every_packet_and_buffers_come_back() {
+        let mut h = Harness::new();
+        h.add(&CLASS, "r", &gates(&[0, 2, 5])).unwrap();
+        let caps: Vec<_> = [0u16, 2, 5].iter().map(|&g| h.capture("r", g)).collect();
+        let pkts: Vec<Vec<u8>> = (0..40u8).map(|i| vec![i; 64]).collect();
+        h.inject("r", 0, &pkts);
+        for c in &caps {
+            assert_eq!(c.take_data(), pkts);
+        }
+        assert_eq!(h.in_use(), 0);
+    }
+
+    #[test]
+    fn set_gates_and_errors() {
+        let mut h = Harness::new();
+        h.add(&CLASS, "r", &gates(&[])).unwrap();
+        h.inject("r", 0, &[vec![0; 60]]);
+        assert_eq!(h.drops("r", "no_gates"), 1);
+        h.command("r", "set_gates", &gates(&[1])).unwrap();
+        let c = h.capture("r", 1);
+        h.inject("r", 0, &[vec![0; 60]]);
+        assert_eq!(c.len(), 1);
+        let e = h.add(&CLASS, "x", &gates(&[9000])).unwrap_err();
+        assert!(e.msg.contains("ReplicateArg.gates"), "{}", e.msg);
+    }
+}

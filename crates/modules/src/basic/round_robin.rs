@@ -1,17 +1,189 @@
-//! TEMPORARY STUB written by the lead so the crate compiles; the engineer who owns this file replaces it entirely.
-use bessemer_core::{Error, ModuleClass};
-
-/// Placeholder class (not functional yet).
-pub static CLASS: ModuleClass = ModuleClass {
-    name: "Stub_round_robin",
-    name_template: "stub_round_robin",
-    help: "not implemented yet",
-    arg_type: "EmptyArg",
-    arg_doc: &[],
-    igates: 1,
-    ogates: 1,
-    commands: &[],
-    drop_reasons: &[],
-    mt_safe: false,
-    create: |_, _| Err(Error::unsupported("not implemented yet")),
+//! RoundRobin: spreads packets (or whole batches) over output gates in turn.
+use bessemer_core::module::MAX_GATES;
+use bessemer_core::{
+    Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
 };
+
+use crate::util::{gates_value, parse_gates};
+
+/// Sends each packet (mode "packet") or batch (mode "batch") to the next gate in `gates`.
+pub struct RoundRobin {
+    gates: Vec<u16>,
+    per_packet: bool,
+    next: usize,
+}
+
+fn parse_mode(mode: Option<&str>, msg: &str) -> Result<bool> {
+    match mode {
+        None | Some("") | Some("packet") => Ok(true),
+        Some("batch") => Ok(false),
+        Some(m) => Err(Error::invalid(format!(
+            "{msg}.mode: '{m}' is not 'packet' or 'batch'"
+        ))),
+    }
+}
+
+impl Module for RoundRobin {
+    fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
+        let n = self.gates.len();
+        if n == 0 {
+            return ctx.drop_batch(batch, 0);
+        }
+        if self.per_packet {
+            for pkt in batch.drain() {
+                ctx.emit(self.gates[self.next], pkt);
+                self.next = (self.next + 1) % n;
+            }
+        } else {
+            let g = self.gates[self.next];
+            self.next = (self.next + 1) % n;
+            ctx.forward(g, batch);
+        }
+    }
+
+    fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
+        match cmd {
+            "set_mode" => {
+                let mut a = Args::new(arg, "RoundRobinCommandSetModeArg")?;
+                let mode = parse_mode(a.str("mode")?, "RoundRobinCommandSetModeArg")?;
+                a.finish()?;
+                self.per_packet = mode;
+            }
+            "set_gates" => {
+                let mut a = Args::new(arg, "RoundRobinCommandSetGatesArg")?;
+                let gates = parse_gates(a.list("gates")?, "RoundRobinCommandSetGatesArg", false)?;
+                a.finish()?;
+                self.gates = gates;
+                self.next = 0;
+            }
+            _ => return Err(Error::invalid(format!("unknown command '{cmd}'"))),
+        }
+        Ok(Value::Null)
+    }
+
+    fn desc(&self) -> String {
+        format!(
+            "{} gates, per {}",
+            self.gates.len(),
+            if self.per_packet { "packet" } else { "batch" }
+        )
+    }
+
+    fn info(&self) -> Value {
+        Value::map().with("gates", gates_value(&self.gates))
+    }
+}
+
+/// The RoundRobin class.
+pub static CLASS: ModuleClass = ModuleClass {
+    name: "RoundRobin",
+    name_template: "rr",
+    help: "splits packets evenly with round robin",
+    arg_type: "RoundRobinArg",
+    arg_doc: &[
+        "gates: [int64] — output gates, in turn",
+        "mode: string — 'packet' (default) or 'batch'",
+    ],
+    igates: 1,
+    ogates: MAX_GATES,
+    commands: &[
+        CommandSpec {
+            name: "set_mode",
+            arg_type: "RoundRobinCommandSetModeArg",
+            help: "'packet' or 'batch'",
+        },
+        CommandSpec {
+            name: "set_gates",
+            arg_type: "RoundRobinCommandSetGatesArg",
+            help: "replaces the gate list",
+        },
+    ],
+    drop_reasons: &["no_gates"],
+    mt_safe: false,
+    create: |_, arg| {
+        let mut a = Args::new(arg, "RoundRobinArg")?;
+        let gates = parse_gates(a.list("gates")?, "RoundRobinArg", false)?;
+        let per_packet = parse_mode(a.str("mode")?, "RoundRobinArg")?;
+        a.finish()?;
+        Ok(Instance::Exclusive(Box::new(RoundRobin {
+            gates,
+            per_packet,
+            next: 0,
+        })))
+    },
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bessemer_core::testing::Harness;
+
+    fn arg(g: &[i64], mode: &str) -> Value {
+        Value::map()
+            .with(
+                "gates",
+                Value::List(g.iter().map(|&x| Value::Int(x)).collect()),
+            )
+            .with("mode", mode)
+    }
+
+    #[test]
+    fn packet_mode_alternates_exactly() {
+        let mut h = Harness::new();
+        h.add(&CLASS, "rr", &arg(&[0, 1, 2], "packet")).unwrap();
+        let caps: Vec<_> = (0..3).map(|g| h.capture("rr", g)).collect();
+        let pkts: Vec<Vec<u8>> = (0..30u8).map(|i| vec![i; 60]).collect();
+        h.inject("rr", 0, &pkts);
+        for (g, c) in caps.iter().enumerate() {
+            let got: Vec<u8> = c.take_data().iter().map(|p| p[0]).collect();
+            assert_eq!(
+                got,
+                (0..30u8)
+                    .filter(|i| *i as usize % 3 == g)
+                    .collect::<Vec<_>>()
+            );
+        }
+    }
+
+    #[test]
+    fn batch_mode_sends_whole_batches_in_turn() {
+        let mut h = Harness::new();
+        h.add(&CLASS, "rr", &arg(&[3, 4], "batch")).unwrap();
+        let (a, b) = (h.capture("rr", 3), h.capture("rr", 4));
+        for i in 0..4u8 {
+            h.inject("rr", 0, &[vec![i; 60], vec![i; 60]]);
+        }
+        assert_eq!(
+            a.take_data().iter().map(|p| p[0]).collect::<Vec<_>>(),
+            vec![0, 0, 2, 2]
+        );
+        assert_eq!(
+            b.take_data().iter().map(|p| p[0]).collect::<Vec<_>>(),
+            vec![1, 1, 3, 3]
+        );
+        h.command("rr", "set_mode", &Value::map().with("mode", "packet"))
+            .unwrap();
+        h.inject("rr", 0, &[vec![9; 60], vec![9; 60]]);
+        assert_eq!((a.len(), b.len()), (1, 1));
+    }
+
+    #[test]
+    fn bad_arguments_are_named() {
+        let mut h = Harness::new();
+        assert!(h
+            .add(&CLASS, "a", &arg(&[], "packet"))
+            .unwrap_err()
+            .msg
+            .contains("at least one gate"));
+        assert!(h
+            .add(&CLASS, "b", &arg(&[0], "flow"))
+            .unwrap_err()
+            .msg
+            .contains("RoundRobinArg.mode"));
+        assert!(h
+            .add(&CLASS, "c", &arg(&[-1], "packet"))
+            .unwrap_err()
+            .msg
+            .contains("RoundRobinArg.gates"));
+    }
+}

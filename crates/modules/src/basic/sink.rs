@@ -1,17 +1,29 @@
-//! TEMPORARY STUB written by the lead so the crate compiles; the engineer who owns this file replaces it entirely.
-use bessemer_core::{Error, ModuleClass};
+//! Sink: frees every packet it receives.
+use bessemer_core::{Args, Context, Instance, Module, ModuleClass, PacketBatch};
 
-/// Placeholder class (not functional yet).
+/// Frees all packets.
+pub struct Sink;
+
+impl Module for Sink {
+    fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
+        ctx.free_batch(batch);
+    }
+}
+
+/// The Sink class.
 pub static CLASS: ModuleClass = ModuleClass {
-    name: "Stub_sink",
-    name_template: "stub_sink",
-    help: "not implemented yet",
-    arg_type: "EmptyArg",
+    name: "Sink",
+    name_template: "sink",
+    help: "discards all packets",
+    arg_type: "SinkArg",
     arg_doc: &[],
     igates: 1,
-    ogates: 1,
+    ogates: 0,
     commands: &[],
     drop_reasons: &[],
     mt_safe: false,
-    create: |_, _| Err(Error::unsupported("not implemented yet")),
+    create: |_, arg| {
+        Args::new(arg, "SinkArg")?.finish()?;
+        Ok(Instance::Exclusive(Box::new(Sink)))
+    },
 };

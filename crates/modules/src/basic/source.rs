@@ -1,17 +1,101 @@
-//! TEMPORARY STUB written by the lead so the crate compiles; the engineer who owns this file replaces it entirely.
-use bessemer_core::{Error, ModuleClass};
+//! Source: generates packets of a fixed size as fast as its task is scheduled.
+use bessemer_core::packet::DATA_CAPACITY;
+use bessemer_core::sched::TaskResult;
+use bessemer_core::{
+    Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
+    MAX_BURST,
+};
 
-/// Placeholder class (not functional yet).
+/// Generates `burst` packets of `pkt_size` bytes per run (contents are left as they are;
+/// put a Rewrite after it to give packets contents).
+pub struct Source {
+    pkt_size: usize,
+    burst: usize,
+}
+
+const DROP_POOL_EXHAUSTED: usize = 0;
+
+impl Module for Source {
+    fn run_task(&mut self, ctx: &mut Context, _arg: u64) -> TaskResult {
+        let mut batch = PacketBatch::new();
+        let n = ctx.alloc_bulk(&mut batch, self.burst, self.pkt_size);
+        if n == 0 {
+            // The pool is exhausted: the packets this run would have made are counted.
+            ctx.count_drops(DROP_POOL_EXHAUSTED, self.burst as u64);
+            return TaskResult {
+                block: true,
+                packets: 0,
+                bits: 0,
+            };
+        }
+        ctx.forward(0, &mut batch);
+        TaskResult {
+            block: false,
+            packets: n as u32,
+            bits: (n * self.pkt_size * 8) as u64,
+        }
+    }
+
+    fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
+        match cmd {
+            "set_pkt_size" => {
+                let mut a = Args::new(arg, "SourceCommandSetPktSizeArg")?;
+                let v = a.int("pkt_size", 1, DATA_CAPACITY as i64)?;
+                a.finish()?;
+                self.pkt_size = v.ok_or_else(|| {
+                    Error::invalid("SourceCommandSetPktSizeArg.pkt_size is required")
+                })? as usize;
+                Ok(Value::Null)
+            }
+            "set_burst" => {
+                let mut a = Args::new(arg, "SourceCommandSetBurstArg")?;
+                let v = a.int("burst", 1, MAX_BURST as i64)?;
+                a.finish()?;
+                self.burst = v
+                    .ok_or_else(|| Error::invalid("SourceCommandSetBurstArg.burst is required"))?
+                    as usize;
+                Ok(Value::Null)
+            }
+            _ => Err(Error::invalid(format!("unknown command '{cmd}'"))),
+        }
+    }
+
+    fn desc(&self) -> String {
+        format!("{} bytes, burst {}", self.pkt_size, self.burst)
+    }
+}
+
+fn create(init: &mut bessemer_core::InitContext, arg: &Value) -> Result<Instance> {
+    let mut a = Args::new(arg, "SourceArg")?;
+    let pkt_size = a.int("pkt_size", 1, DATA_CAPACITY as i64)?.unwrap_or(60) as usize;
+    a.finish()?;
+    let burst = MAX_BURST;
+    init.register_task(0);
+    Ok(Instance::Exclusive(Box::new(Source { pkt_size, burst })))
+}
+
+/// The Source class.
 pub static CLASS: ModuleClass = ModuleClass {
-    name: "Stub_source",
-    name_template: "stub_source",
-    help: "not implemented yet",
-    arg_type: "EmptyArg",
-    arg_doc: &[],
-    igates: 1,
+    name: "Source",
+    name_template: "source",
+    help: "infinitely generates packets with uninitialized data",
+    arg_type: "SourceArg",
+    arg_doc: &["pkt_size: uint64 — bytes per packet (default 60); the burst is set with set_burst"],
+    igates: 0,
     ogates: 1,
-    commands: &[],
-    drop_reasons: &[],
+    commands: &[
+        CommandSpec {
+            name: "set_pkt_size",
+            arg_type: "SourceCommandSetPktSizeArg",
+            help: "changes the packet size",
+        },
+        CommandSpec {
+            name: "set_burst",
+            arg_type: "SourceCommandSetBurstArg",
+            help: "changes packets per run",
+        },
+    ],
+    drop_reasons: &["pool_exhausted"],
     mt_safe: false,
-    create: |_, _| Err(Error::unsupported("not implemented yet")),
+    create,
 };

@@ -1,17 +1,194 @@
-//! TEMPORARY STUB written by the lead so the crate compiles; the engineer who owns this file replaces it entirely.
-use bessemer_core::{Error, ModuleClass};
+//! RandomUpdate: writes random values within ranges at packet offsets.
+use bessemer_core::{
+    Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
+};
 
-/// Placeholder class (not functional yet).
+use crate::util::FastRng;
+
+#[derive(Clone, Debug)]
+struct Field {
+    offset: usize,
+    size: usize,
+    min: u64,
+    span: u64,
+}
+
+/// Sets each field to a uniform random value in [min, max] (big-endian); packets too short
+/// for a field are dropped.
+pub struct RandomUpdate {
+    fields: Vec<Field>,
+    min_len: usize,
+    rng: FastRng,
+}
+
+const DROP_TOO_SHORT: usize = 0;
+
+fn parse_fields(list: &[Value], msg: &str) -> Result<Vec<Field>> {
+    if list.len() > 16 {
+        return Err(Error::invalid(format!("{msg}.fields: at most 16 fields")));
+    }
+    list.iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let m = format!("{msg}.fields[{i}]");
+            let mut a = Args::new(f, &m)?;
+            let offset = a.int("offset", 0, 4095)?.unwrap_or(0) as usize;
+            let size = a
+                .int("size", 1, 4)?
+                .ok_or_else(|| Error::invalid(format!("{m}.size is required (1, 2 or 4)")))?
+                as usize;
+            let min = a.uint("min", u32::MAX as u64)?.unwrap_or(0);
+            let max = a.uint("max", u32::MAX as u64)?.unwrap_or(0);
+            a.finish()?;
+            if size == 3 {
+                return Err(Error::invalid(format!("{m}.size: must be 1, 2 or 4")));
+            }
+            let limit = if size == 4 {
+                u32::MAX as u64
+            } else {
+                (1u64 << (8 * size)) - 1
+            };
+            if min > max || max > limit {
+                return Err(Error::invalid(format!(
+                    "{m}: range [{min}, {max}] is empty or exceeds {size} bytes"
+                )));
+            }
+            Ok(Field {
+                offset,
+                size,
+                min,
+                span: max - min + 1,
+            })
+        })
+        .collect()
+}
+
+impl RandomUpdate {
+    fn set(&mut self, fields: Vec<Field>) {
+        self.min_len = fields.iter().map(|f| f.offset + f.size).max().unwrap_or(0);
+        self.fields = fields;
+    }
+}
+
+impl Module for RandomUpdate {
+    fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
+        let mut short = PacketBatch::new();
+        let min_len = self.min_len;
+        batch.split_off_if(&mut short, |p| p.len() >= min_len);
+        for p in batch.pkts_mut() {
+            let d = p.data_mut();
+            for f in &self.fields {
+                let v = f.min + self.rng.below(f.span);
+                d[f.offset..f.offset + f.size].copy_from_slice(&v.to_be_bytes()[8 - f.size..]);
+            }
+        }
+        ctx.drop_batch(&mut short, DROP_TOO_SHORT);
+        ctx.forward(0, batch);
+    }
+
+    fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
+        match cmd {
+            "add" => {
+                let mut a = Args::new(arg, "RandomUpdateArg")?;
+                let new = parse_fields(a.list("fields")?, "RandomUpdateArg")?;
+                a.finish()?;
+                if self.fields.len() + new.len() > 16 {
+                    return Err(Error::invalid("RandomUpdate holds at most 16 fields"));
+                }
+                let mut all = self.fields.clone();
+                all.extend(new);
+                self.set(all);
+            }
+            "clear" => {
+                Args::new(arg, "RandomUpdateCommandClearArg")?.finish()?;
+                self.set(Vec::new());
+            }
+            _ => return Err(Error::invalid(format!("unknown command '{cmd}'"))),
+        }
+        Ok(Value::Null)
+    }
+
+    fn desc(&self) -> String {
+        format!("{} fields", self.fields.len())
+    }
+}
+
+/// The RandomUpdate class.
 pub static CLASS: ModuleClass = ModuleClass {
-    name: "Stub_random_update",
-    name_template: "stub_random_update",
-    help: "not implemented yet",
-    arg_type: "EmptyArg",
-    arg_doc: &[],
+    name: "RandomUpdate",
+    name_template: "random_update",
+    help: "updates packet data with random values",
+    arg_type: "RandomUpdateArg",
+    arg_doc: &["fields: [{offset: int64, size: uint64 (1, 2, 4), min: uint64, max: uint64}] — uniform in [min, max]"],
     igates: 1,
     ogates: 1,
-    commands: &[],
-    drop_reasons: &[],
+    commands: &[
+        CommandSpec { name: "add", arg_type: "RandomUpdateArg", help: "adds fields" },
+        CommandSpec { name: "clear", arg_type: "RandomUpdateCommandClearArg", help: "removes all fields" },
+    ],
+    drop_reasons: &["too_short"],
     mt_safe: false,
-    create: |_, _| Err(Error::unsupported("not implemented yet")),
+    create: |_, arg| {
+        let mut a = Args::new(arg, "RandomUpdateArg")?;
+        let fields = parse_fields(a.list("fields")?, "RandomUpdateArg")?;
+        a.finish()?;
+        let mut m = RandomUpdate { fields: Vec::new(), min_len: 0, rng: FastRng::from_tsc() };
+        m.set(fields);
+        Ok(Instance::Exclusive(Box::new(m)))
+    },
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bessemer_core::testing::Harness;
+
+    #[test]
+    fn values_stay_in_range_and_cover_both_ends() {
+        let mut h = Harness::new();
+        let f = Value::map()
+            .with("offset", 2)
+            .with("size", 2)
+            .with("min", 1000)
+            .with("max", 1003);
+        h.add(
+            &CLASS,
+            "ru",
+            &Value::map().with("fields", Value::List(vec![f])),
+        )
+        .unwrap();
+        let c = h.capture("ru", 0);
+        for _ in 0..20 {
+            h.inject("ru", 0, &vec![vec![0u8; 8]; 32]);
+        }
+        h.inject("ru", 0, &[vec![0u8; 3]]);
+        let seen: std::collections::BTreeSet<u16> = c
+            .take_data()
+            .iter()
+            .map(|p| u16::from_be_bytes([p[2], p[3]]))
+            .collect();
+        assert_eq!(
+            seen.into_iter().collect::<Vec<_>>(),
+            vec![1000, 1001, 1002, 1003]
+        );
+        assert_eq!(h.drops("ru", "too_short"), 1);
+    }
+
+    #[test]
+    fn bad_ranges_are_refused() {
+        let mut h = Harness::new();
+        let f = Value::map()
+            .with("offset", 0)
+            .with("size", 1)
+            .with("min", 5)
+            .with("max", 300);
+        let e = h
+            .add(
+                &CLASS,
+                "a",
+                &Value::map().with("fields", Value::List(vec![f])),
+            )
+            .unwrap_err();
+        assert!(e.msg.contains("fields[0]"), "{}", e.msg);
+    }
+}

@@ -1,17 +1,176 @@
-//! TEMPORARY STUB written by the lead so the crate compiles; the engineer who owns this file replaces it entirely.
-use bessemer_core::{Error, ModuleClass};
+//! Rewrite: replaces packet contents with templates, in round robin.
+use bessemer_core::packet::DATA_CAPACITY;
+use bessemer_core::{
+    Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
+};
 
-/// Placeholder class (not functional yet).
+/// Most templates one Rewrite holds (BESS's kNumSlots).
+pub const MAX_TEMPLATES: usize = 16;
+
+/// Overwrites each packet with the next template (length and bytes).
+pub struct Rewrite {
+    templates: Vec<Vec<u8>>,
+    next: usize,
+}
+
+fn parse_templates(list: &[Value], msg: &str) -> Result<Vec<Vec<u8>>> {
+    if list.len() > MAX_TEMPLATES {
+        return Err(Error::invalid(format!(
+            "{msg}.templates: at most {MAX_TEMPLATES} templates, got {}",
+            list.len()
+        )));
+    }
+    list.iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let b = v
+                .as_bytes()
+                .ok_or_else(|| Error::invalid(format!("{msg}.templates[{i}]: expected bytes")))?;
+            if b.is_empty() || b.len() > DATA_CAPACITY {
+                return Err(Error::invalid(format!(
+                    "{msg}.templates[{i}]: {} bytes (must be 1..={DATA_CAPACITY})",
+                    b.len()
+                )));
+            }
+            Ok(b.to_vec())
+        })
+        .collect()
+}
+
+impl Module for Rewrite {
+    fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
+        match self.templates.len() {
+            0 => {}
+            1 => {
+                let t = &self.templates[0];
+                for p in batch.pkts_mut() {
+                    p.set_data(t);
+                }
+            }
+            n => {
+                for p in batch.pkts_mut() {
+                    p.set_data(&self.templates[self.next]);
+                    self.next += 1;
+                    if self.next == n {
+                        self.next = 0;
+                    }
+                }
+            }
+        }
+        ctx.forward(0, batch);
+    }
+
+    fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
+        match cmd {
+            "add" => {
+                let mut a = Args::new(arg, "RewriteArg")?;
+                let t = parse_templates(a.list("templates")?, "RewriteArg")?;
+                a.finish()?;
+                if self.templates.len() + t.len() > MAX_TEMPLATES {
+                    return Err(Error::no_mem(format!(
+                        "Rewrite holds at most {MAX_TEMPLATES} templates"
+                    )));
+                }
+                self.templates.extend(t);
+            }
+            "clear" => {
+                Args::new(arg, "RewriteCommandClearArg")?.finish()?;
+                self.templates.clear();
+                self.next = 0;
+            }
+            _ => return Err(Error::invalid(format!("unknown command '{cmd}'"))),
+        }
+        Ok(Value::Null)
+    }
+
+    fn desc(&self) -> String {
+        format!("{} templates", self.templates.len())
+    }
+}
+
+/// The Rewrite class.
 pub static CLASS: ModuleClass = ModuleClass {
-    name: "Stub_rewrite",
-    name_template: "stub_rewrite",
-    help: "not implemented yet",
-    arg_type: "EmptyArg",
-    arg_doc: &[],
+    name: "Rewrite",
+    name_template: "rewrite",
+    help: "replaces entire packet data",
+    arg_type: "RewriteArg",
+    arg_doc: &["templates: [bytes] — up to 16 packet templates used in round robin"],
     igates: 1,
     ogates: 1,
-    commands: &[],
+    commands: &[
+        CommandSpec {
+            name: "add",
+            arg_type: "RewriteArg",
+            help: "appends templates",
+        },
+        CommandSpec {
+            name: "clear",
+            arg_type: "RewriteCommandClearArg",
+            help: "removes all templates",
+        },
+    ],
     drop_reasons: &[],
     mt_safe: false,
-    create: |_, _| Err(Error::unsupported("not implemented yet")),
+    create: |_, arg| {
+        let mut a = Args::new(arg, "RewriteArg")?;
+        let templates = parse_templates(a.list("templates")?, "RewriteArg")?;
+        a.finish()?;
+        Ok(Instance::Exclusive(Box::new(Rewrite {
+            templates,
+            next: 0,
+        })))
+    },
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bessemer_core::testing::Harness;
+
+    fn templates(t: &[&[u8]]) -> Value {
+        Value::map().with(
+            "templates",
+            Value::List(t.iter().map(|b| Value::Bytes(b.to_vec())).collect()),
+        )
+    }
+
+    #[test]
+    fn templates_in_round_robin() {
+        let mut h = Harness::new();
+        h.add(&CLASS, "rw", &templates(&[b"aaaa", b"bbbbbbbb", b"cc"]))
+            .unwrap();
+        let c = h.capture("rw", 0);
+        h.inject("rw", 0, &vec![vec![0u8; 60]; 5]);
+        let want: Vec<Vec<u8>> = [&b"aaaa"[..], b"bbbbbbbb", b"cc", b"aaaa", b"bbbbbbbb"]
+            .iter()
+            .map(|b| b.to_vec())
+            .collect();
+        assert_eq!(c.take_data(), want);
+        h.command("rw", "clear", &Value::map()).unwrap();
+        h.inject("rw", 0, &[vec![7u8; 9]]);
+        assert_eq!(c.take_data(), vec![vec![7u8; 9]], "no templates: unchanged");
+        h.command("rw", "add", &templates(&[b"z"])).unwrap();
+        h.inject("rw", 0, &[vec![7u8; 9]]);
+        assert_eq!(c.take_data(), vec![b"z".to_vec()]);
+    }
+
+    #[test]
+    fn limits_are_enforced() {
+        let mut h = Harness::new();
+        let many: Vec<&[u8]> = vec![b"x"; 17];
+        assert!(h
+            .add(&CLASS, "a", &templates(&many))
+            .unwrap_err()
+            .msg
+            .contains("at most 16"));
+        let big = vec![0u8; DATA_CAPACITY + 1];
+        assert!(h
+            .add(&CLASS, "b", &templates(&[&big]))
+            .unwrap_err()
+            .msg
+            .contains("templates[0]"));
+        let sixteen: Vec<&[u8]> = vec![b"x"; 16];
+        h.add(&CLASS, "c", &templates(&sixteen)).unwrap();
+        assert!(h.command("c", "add", &templates(&[b"y"])).is_err());
+    }
+}

@@ -1,0 +1,136 @@
+//! Graph-level behaviour with real classes: batch merging at input gates, dead ends, loops,
+//! per-gate counters and metadata offsets recomputed on graph changes.
+
+use bessemer_core::testing::Harness;
+use bessemer_core::{AttrOffset, Value, MAX_BURST};
+
+fn class(n: &str) -> &'static bessemer_core::ModuleClass {
+    bessemer_modules::find(n).unwrap()
+}
+
+fn list(v: &[i64]) -> Value {
+    Value::List(v.iter().map(|&i| Value::Int(i)).collect())
+}
+
+#[test]
+fn split_batches_merge_again_at_a_shared_input_gate() {
+    let mut h = Harness::new();
+    h.add(
+        class("RoundRobin"),
+        "rr",
+        &Value::map().with("gates", list(&[0, 1])),
+    )
+    .unwrap();
+    h.add(class("Bypass"), "a", &Value::map()).unwrap();
+    h.add(class("Bypass"), "b", &Value::map()).unwrap();
+    h.add(class("Bypass"), "m", &Value::map()).unwrap();
+    h.connect("rr", 0, "a", 0).unwrap();
+    h.connect("rr", 1, "b", 0).unwrap();
+    h.connect("a", 0, "m", 0).unwrap();
+    h.connect("b", 0, "m", 0).unwrap();
+    let cap = h.capture("m", 0);
+    let pkts: Vec<Vec<u8>> = (0..MAX_BURST as u8).map(|i| vec![i; 64]).collect();
+    h.inject("rr", 0, &pkts);
+    // rr split one batch into two halves; both reached m's input gate before m ran, so m
+    // processed (and emitted) a single merged batch.
+    assert_eq!(h.graph.ogate_counts("rr", 0).unwrap().batches, 1);
+    assert_eq!(h.graph.ogate_counts("rr", 1).unwrap().batches, 1);
+    let m = h.graph.ogate_counts("m", 0).unwrap();
+    assert_eq!((m.packets, m.batches), (MAX_BURST as u64, 1));
+    let got = cap.take_data();
+    assert_eq!(got.len(), MAX_BURST);
+    let mut firsts: Vec<u8> = got.iter().map(|p| p[0]).collect();
+    firsts.sort();
+    assert_eq!(
+        firsts,
+        (0..MAX_BURST as u8).collect::<Vec<_>>(),
+        "each packet exactly once"
+    );
+}
+
+#[test]
+fn unconnected_gate_frees_and_counts_deadends() {
+    let mut h = Harness::new();
+    h.add(class("Bypass"), "bp", &Value::map()).unwrap();
+    h.inject("bp", 0, &vec![vec![0u8; 60]; 10]);
+    assert_eq!(h.drops("bp", "deadend"), 10);
+    assert_eq!(h.in_use(), 0);
+}
+
+#[test]
+fn a_loop_in_the_graph_is_bounded_and_counted() {
+    let mut h = Harness::new();
+    h.add(class("Bypass"), "x", &Value::map()).unwrap();
+    h.add(class("Bypass"), "y", &Value::map()).unwrap();
+    h.connect("x", 0, "y", 0).unwrap();
+    h.connect("y", 0, "x", 1).unwrap();
+    h.connect("x", 1, "y", 1).unwrap();
+    h.connect("y", 1, "x", 0).unwrap();
+    h.inject("x", 0, &vec![vec![1u8; 60]; 5]);
+    let dropped = h.drops("x", "hop_limit") + h.drops("y", "hop_limit");
+    assert_eq!(dropped, 5);
+    assert_eq!(h.in_use(), 0);
+}
+
+#[test]
+fn gate_counters_count_packets_batches_and_bits() {
+    let mut h = Harness::new();
+    h.add(class("Bypass"), "bp", &Value::map()).unwrap();
+    h.add(class("Sink"), "sink", &Value::Null).unwrap();
+    h.connect("bp", 0, "sink", 0).unwrap();
+    h.graph.track_bits(None, true).unwrap();
+    h.inject("bp", 0, &vec![vec![0u8; 100]; MAX_BURST + 3]);
+    let c = h.graph.ogate_counts("bp", 0).unwrap();
+    assert_eq!(
+        (c.packets, c.batches, c.bits),
+        (MAX_BURST as u64 + 3, 2, (MAX_BURST as u64 + 3) * 800)
+    );
+    assert_eq!(h.graph.igate_counts("sink", 0).unwrap(), c);
+}
+
+#[test]
+fn metadata_offsets_follow_graph_changes() {
+    let mut h = Harness::new();
+    let set = Value::map().with(
+        "attrs",
+        Value::List(vec![Value::map()
+            .with("name", "flow")
+            .with("size", 2)
+            .with("value_int", 7)]),
+    );
+    h.add(class("SetMetadata"), "set", &set).unwrap();
+    h.add(
+        class("Split"),
+        "split",
+        &Value::map().with("size", 2).with("attribute", "flow"),
+    )
+    .unwrap();
+    // Nobody reads 'flow' yet: the writer's writes are skipped.
+    assert_eq!(
+        h.graph.attr_offsets("set").unwrap()[0].1,
+        AttrOffset::NoWrite
+    );
+    assert_eq!(
+        h.graph.attr_offsets("split").unwrap()[0].1,
+        AttrOffset::NoRead
+    );
+    h.connect("set", 0, "split", 0).unwrap();
+    let w = h.graph.attr_offsets("set").unwrap()[0].1;
+    let r = h.graph.attr_offsets("split").unwrap()[0].1;
+    assert!(
+        matches!(w, AttrOffset::At(_)) && w == r,
+        "writer {w:?} reader {r:?}"
+    );
+    let cap = h.capture("split", 7);
+    h.inject("set", 0, &[vec![0u8; 60]]);
+    assert_eq!(
+        cap.take().len(),
+        1,
+        "packet went out of the gate named by the attribute"
+    );
+    h.graph.disconnect("set", 0).unwrap();
+    assert_eq!(
+        h.graph.attr_offsets("set").unwrap()[0].1,
+        AttrOffset::NoWrite
+    );
+}
