@@ -41,9 +41,8 @@ pub enum WorkerState {
 }
 
 const ST_RUNNING: u8 = 0;
-const ST_PAUSING: u8 = 1;
-const ST_PAUSED: u8 = 2;
-const ST_FINISHED: u8 = 3;
+const ST_PAUSED: u8 = 1;
+const ST_FINISHED: u8 = 2;
 
 struct GraphCell(UnsafeCell<Pipeline>);
 // SAFETY: see the module comment; access is serialised by the pause protocol.
@@ -51,10 +50,15 @@ unsafe impl Sync for GraphCell {}
 unsafe impl Send for GraphCell {}
 
 struct WorkerShared {
+    /// What the control thread asks (checked by the worker every round, without the lock).
     req: AtomicU8,
     state: AtomicU8,
-    lock: Mutex<()>,
+    /// True while the worker sits in its pause loop; written under this lock only.
+    paused: Mutex<bool>,
+    /// Wakes a paused worker.
     cv: Condvar,
+    /// Tells the control thread the worker has paused.
+    cv_ack: Condvar,
     tree: UnsafeCell<ClassTree>,
     rounds: AtomicU64,
     idle_rounds: AtomicU64,
@@ -211,8 +215,9 @@ impl Engine {
         let shared = Arc::new(WorkerShared {
             req: AtomicU8::new(REQ_RUN),
             state: AtomicU8::new(ST_RUNNING),
-            lock: Mutex::new(()),
+            paused: Mutex::new(false),
             cv: Condvar::new(),
+            cv_ack: Condvar::new(),
             tree: UnsafeCell::new(ClassTree::new(wid)),
             rounds: AtomicU64::new(0),
             idle_rounds: AtomicU64::new(0),
@@ -266,40 +271,34 @@ impl Engine {
             )));
         }
         let mut w = self.workers[wid].take().unwrap();
-        w.shared.req.store(REQ_STOP, Ordering::Release);
-        w.shared.cv.notify_all();
+        {
+            let _g = w.shared.paused.lock().unwrap();
+            w.shared.req.store(REQ_STOP, Ordering::Release);
+            w.shared.cv.notify_all();
+        }
         if let Some(t) = w.thread.take() {
             let _ = t.join();
         }
         Ok(())
     }
 
-    fn wait_state(w: &Worker, want: u8) -> bool {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let s = w.shared.state.load(Ordering::Acquire);
-            if s == want || s == ST_FINISHED {
-                return true;
-            }
-            if Instant::now() > deadline {
-                return false;
-            }
-            std::thread::yield_now();
-        }
-    }
-
     /// Pauses one worker at a task boundary and waits until it is paused.
     pub fn pause_worker(&mut self, wid: usize) -> Result<()> {
         let w = self.worker(wid)?;
-        if w.shared.req.load(Ordering::Acquire) == REQ_PAUSE {
-            return Ok(());
-        }
-        w.shared.state.store(ST_PAUSING, Ordering::Release);
-        w.shared.req.store(REQ_PAUSE, Ordering::Release);
-        if !Self::wait_state(w, ST_PAUSED) {
-            return Err(Error::busy(format!(
-                "worker {wid} did not pause within 10 s"
-            )));
+        let sh = &w.shared;
+        let mut paused = sh.paused.lock().unwrap();
+        sh.req.store(REQ_PAUSE, Ordering::Release);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        // Safe to return once `paused` is true: the worker only leaves its pause loop after
+        // seeing REQ_RUN under this lock.
+        while !*paused && sh.state.load(Ordering::Acquire) != ST_FINISHED {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Error::busy(format!(
+                    "worker {wid} did not pause within 10 s"
+                )));
+            }
+            paused = sh.cv_ack.wait_timeout(paused, left).unwrap().0;
         }
         Ok(())
     }
@@ -307,7 +306,7 @@ impl Engine {
     /// Resumes a paused worker.
     pub fn resume_worker(&mut self, wid: usize) -> Result<()> {
         let w = self.worker(wid)?;
-        let _g = w.shared.lock.lock().unwrap();
+        let _g = w.shared.paused.lock().unwrap();
         w.shared.req.store(REQ_RUN, Ordering::Release);
         w.shared.cv.notify_all();
         Ok(())
@@ -335,9 +334,10 @@ impl Engine {
     /// State of one worker.
     pub fn worker_state(&self, wid: usize) -> Result<WorkerState> {
         let w = self.worker(wid)?;
+        let asked_to_pause = w.shared.req.load(Ordering::Acquire) == REQ_PAUSE;
         Ok(match w.shared.state.load(Ordering::Acquire) {
+            ST_RUNNING if asked_to_pause => WorkerState::Pausing,
             ST_RUNNING => WorkerState::Running,
-            ST_PAUSING => WorkerState::Pausing,
             ST_PAUSED => WorkerState::Paused,
             _ => WorkerState::Finished,
         })
@@ -743,8 +743,8 @@ impl Drop for Engine {
     fn drop(&mut self) {
         let _ = self.reset_modules();
         for w in self.workers.iter_mut().flatten() {
+            let _g = w.shared.paused.lock().unwrap();
             w.shared.req.store(REQ_STOP, Ordering::Release);
-            let _g = w.shared.lock.lock().unwrap();
             w.shared.cv.notify_all();
         }
         for w in self.workers.iter_mut().flatten() {
@@ -776,11 +776,14 @@ fn worker_main(
             REQ_RUN => {}
             REQ_PAUSE => {
                 ctx.release_cache();
-                let mut g = sh.lock.lock().unwrap();
+                let mut paused = sh.paused.lock().unwrap();
                 sh.state.store(ST_PAUSED, Ordering::Release);
+                *paused = true;
+                sh.cv_ack.notify_all();
                 while sh.req.load(Ordering::Acquire) == REQ_PAUSE {
-                    g = sh.cv.wait(g).unwrap();
+                    paused = sh.cv.wait(paused).unwrap();
                 }
+                *paused = false;
                 sh.state.store(ST_RUNNING, Ordering::Release);
                 continue;
             }
@@ -812,5 +815,7 @@ fn worker_main(
         }
     }
     ctx.release_cache();
+    let _g = sh.paused.lock().unwrap();
     sh.state.store(ST_FINISHED, Ordering::Release);
+    sh.cv_ack.notify_all();
 }

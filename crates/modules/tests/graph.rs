@@ -134,3 +134,21 @@ fn metadata_offsets_follow_graph_changes() {
         AttrOffset::NoWrite
     );
 }
+
+#[test]
+fn counters_agree_along_a_chain() {
+    let mut h = Harness::new();
+    h.add(class("Source"), "src", &Value::map()).unwrap();
+    h.add(class("Bypass"), "bp", &Value::map()).unwrap();
+    h.add(class("Sink"), "sink", &Value::Null).unwrap();
+    h.connect("src", 0, "bp", 0).unwrap();
+    h.connect("bp", 0, "sink", 0).unwrap();
+    for _ in 0..10 {
+        assert_eq!(h.run_task("src", 0).packets as usize, MAX_BURST);
+    }
+    let a = h.graph.ogate_counts("src", 0).unwrap();
+    let b = h.graph.ogate_counts("bp", 0).unwrap();
+    assert_eq!((a.packets, a.batches), (10 * MAX_BURST as u64, 10));
+    assert_eq!(a, b);
+    assert_eq!(h.in_use(), 0);
+}
