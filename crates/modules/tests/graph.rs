@@ -126,7 +126,11 @@ fn metadata_offsets_follow_graph_changes() {
     assert_eq!(
         cap.take().len(),
         1,
-        "packet went out of the gate named by the attribute"
+        "packet went out of the gate named by the attribute; drops {:?} {:?}; offsets {:?} {:?}",
+        h.graph.drops_of("set"),
+        h.graph.drops_of("split"),
+        h.graph.attr_offsets("set"),
+        h.graph.attr_offsets("split"),
     );
     h.graph.disconnect("set", 0).unwrap();
     assert_eq!(

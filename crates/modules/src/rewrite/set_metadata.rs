@@ -46,15 +46,14 @@ fn parse_attr(v: &Value, i: usize, init: &mut bessemer_core::InitContext) -> Res
             )))
         }
         (Some(v), None) => {
-            // Stored in host byte order, as BESS does for integer values.
-            let bytes = v.to_le_bytes();
-            let n = size.min(8);
+            // Big-endian (network order), right-aligned, as BESS stores integer values.
             if size < 8 && v >> (8 * size) != 0 {
                 return Err(Error::invalid(format!(
                     "{m}.value_int: {v} does not fit in {size} bytes"
                 )));
             }
-            value[..n].copy_from_slice(&bytes[..n]);
+            let n = size.min(8);
+            value[size - n..size].copy_from_slice(&v.to_be_bytes()[8 - n..]);
         }
         (None, Some(b)) => {
             if b.len() != size {
