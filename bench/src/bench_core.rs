@@ -166,8 +166,11 @@ fn pipeline(
     o: &Opts,
 ) -> Stat {
     let mut g = Pipeline::new();
-    let src = Value::map().with("pkt_size", size).with("burst", burst);
+    let src = Value::map().with("pkt_size", size);
     let (_, tasks) = g.add_module(class("Source"), Some("src"), &src).unwrap();
+    let mut ctx = Context::new(0, pool);
+    let burst_arg = Value::map().with("burst", burst);
+    g.command("src", "set_burst", &burst_arg, &mut ctx).unwrap();
     let mut prev = "src".to_string();
     if rewrite {
         let arg = Value::map().with(
@@ -191,7 +194,6 @@ fn pipeline(
     let mut tree = ClassTree::new(0);
     tree.add_class("leaf", Policy::Leaf, None, 0, 1).unwrap();
     tree.attach_task("leaf", tasks[0]).unwrap();
-    let mut ctx = Context::new(0, pool);
     let samples = (0..o.runs)
         .map(|_| {
             measure(o.secs, || {
@@ -234,13 +236,16 @@ fn rate_accuracy(pool: &PacketPool, secs: f64) -> (f64, f64, usize) {
     const PKT: usize = 128;
     let mut g = Pipeline::new();
     let mut tree = ClassTree::new(0);
+    let mut ctx = Context::new(0, pool);
     g.add_module(class("Sink"), Some("sink"), &Value::Null)
         .unwrap();
     let mut limits = Vec::with_capacity(N);
     for i in 0..N {
         let name = format!("s{i}");
-        let arg = Value::map().with("pkt_size", PKT).with("burst", 1);
+        let arg = Value::map().with("pkt_size", PKT);
         let (_, tasks) = g.add_module(class("Source"), Some(&name), &arg).unwrap();
+        let one = Value::map().with("burst", 1);
+        g.command(&name, "set_burst", &one, &mut ctx).unwrap();
         g.connect(&name, 0, "sink", 0).unwrap();
         let limit = 1_000_000 + 10_000 * i as u64;
         let rl = format!("rl{i}");
@@ -262,7 +267,6 @@ fn rate_accuracy(pool: &PacketPool, secs: f64) -> (f64, f64, usize) {
         tree.attach_task(&leaf, tasks[0]).unwrap();
         limits.push((rl, limit));
     }
-    let mut ctx = Context::new(0, pool);
     let run_for = |tree: &mut ClassTree, ctx: &mut Context, d: f64| {
         let t = Instant::now();
         while t.elapsed().as_secs_f64() < d {

@@ -771,6 +771,7 @@ fn worker_main(
     let mut ctx = Context::new(wid, &pool);
     let mut idle_streak = 0u32;
     let mut no_tasks = false;
+    let mut round = 0u64;
     loop {
         match sh.req.load(Ordering::Acquire) {
             REQ_RUN => {}
@@ -792,6 +793,10 @@ fn worker_main(
         // SAFETY: the control thread mutates graph and tree only while we are paused.
         let (g, tree) = unsafe { (&*graph.0.get(), &mut *sh.tree.get()) };
         let ran = tree.schedule_once(&mut |t| ctx.run_task(g, t));
+        if round & 63 == 0 {
+            ctx.refresh_now();
+        }
+        round = round.wrapping_add(1);
         sh.rounds
             .store(sh.rounds.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         if !ran {

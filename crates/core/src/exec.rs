@@ -79,7 +79,8 @@ impl Context {
         self.cur_node = graph.node(id);
     }
 
-    /// TSC value when the current task started.
+    /// A recent TSC value (refreshed by `refresh_now` and by the worker every few rounds);
+    /// call `refresh_now` when precision matters.
     #[inline(always)]
     pub fn now(&self) -> u64 {
         self.now
@@ -360,7 +361,6 @@ impl Context {
             };
         };
         let (module, arg) = (entry.module, entry.arg);
-        self.now = crate::tsc::rdtsc();
         self.enter(graph, module);
         let node = graph.node(module);
         let r = match &node.inst {
