@@ -60,3 +60,26 @@ pub static CLASS: ModuleClass = ModuleClass {
         })))
     },
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bessemer_core::testing::Harness;
+    use bessemer_core::Value;
+
+    #[test]
+    fn forwards_each_input_gate_to_the_same_output_gate() {
+        let mut h = Harness::new();
+        h.add(&CLASS, "bp", &Value::map().with("cycles_per_packet", 10))
+            .unwrap();
+        let (c0, c3) = (h.capture("bp", 0), h.capture("bp", 3));
+        h.inject("bp", 0, &[vec![1; 60]]);
+        h.inject("bp", 3, &[vec![3; 70], vec![4; 80]]);
+        assert_eq!(c0.take_data(), vec![vec![1; 60]]);
+        assert_eq!(c3.take_data(), vec![vec![3; 70], vec![4; 80]]);
+        let e = h
+            .add(&CLASS, "x", &Value::map().with("cycles_per_byte", -1))
+            .unwrap_err();
+        assert!(e.msg.contains("BypassArg.cycles_per_byte"), "{}", e.msg);
+    }
+}

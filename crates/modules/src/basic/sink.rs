@@ -27,3 +27,20 @@ pub static CLASS: ModuleClass = ModuleClass {
         Ok(Instance::Exclusive(Box::new(Sink)))
     },
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bessemer_core::testing::Harness;
+    use bessemer_core::Value;
+
+    #[test]
+    fn frees_everything_without_counting_drops() {
+        let mut h = Harness::new();
+        h.add(&CLASS, "s", &Value::Null).unwrap();
+        h.inject("s", 0, &vec![vec![0u8; 64]; 100]);
+        assert_eq!(h.in_use(), 0);
+        assert_eq!(h.graph.total_drops("s").unwrap(), 0);
+        assert!(h.add(&CLASS, "t", &Value::map().with("x", 1)).is_err());
+    }
+}

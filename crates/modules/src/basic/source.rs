@@ -99,3 +99,71 @@ pub static CLASS: ModuleClass = ModuleClass {
     mt_safe: false,
     create,
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bessemer_core::testing::Harness;
+
+    #[test]
+    fn emits_bursts_of_the_configured_size() {
+        let mut h = Harness::new();
+        h.add(&CLASS, "src", &Value::map().with("pkt_size", 100))
+            .unwrap();
+        let c = h.capture("src", 0);
+        let r = h.run_task("src", 0);
+        assert_eq!(
+            (r.packets as usize, r.bits),
+            (MAX_BURST, (MAX_BURST * 800) as u64)
+        );
+        assert!(c.take().iter().all(|p| p.data.len() == 100));
+        h.command("src", "set_burst", &Value::map().with("burst", 3))
+            .unwrap();
+        h.command("src", "set_pkt_size", &Value::map().with("pkt_size", 1500))
+            .unwrap();
+        assert_eq!(h.run_task("src", 0).packets, 3);
+        let lens: Vec<usize> = c.take().iter().map(|p| p.data.len()).collect();
+        assert_eq!(lens, vec![1500; 3]);
+    }
+
+    #[test]
+    fn pool_exhaustion_is_counted_not_fatal() {
+        let mut h = Harness::new();
+        h.add(&CLASS, "src", &Value::map()).unwrap();
+        h.add(&crate::basic::sink::CLASS, "sink", &Value::Null)
+            .unwrap();
+        h.connect("src", 0, "sink", 0).unwrap();
+        let mut held = Vec::new();
+        while let Some(p) = h.ctx.alloc(60) {
+            held.push(p);
+        }
+        let r = h.run_task("src", 0);
+        assert!(r.block && r.packets == 0);
+        assert_eq!(h.drops("src", "pool_exhausted"), MAX_BURST as u64);
+        for p in held {
+            h.ctx.free(p);
+        }
+        assert_eq!(h.run_task("src", 0).packets as usize, MAX_BURST);
+    }
+
+    #[test]
+    fn arguments_are_checked() {
+        let mut h = Harness::new();
+        let e = h
+            .add(&CLASS, "a", &Value::map().with("pkt_size", 0))
+            .unwrap_err();
+        assert!(e.msg.contains("SourceArg.pkt_size"), "{}", e.msg);
+        let e = h
+            .add(&CLASS, "b", &Value::map().with("burst", 4))
+            .unwrap_err();
+        assert!(e.msg.contains("unknown field 'burst'"), "{}", e.msg);
+        h.add(&CLASS, "c", &Value::Null).unwrap();
+        assert!(h
+            .command(
+                "c",
+                "set_burst",
+                &Value::map().with("burst", MAX_BURST as i64 + 1)
+            )
+            .is_err());
+    }
+}
