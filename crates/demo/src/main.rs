@@ -66,14 +66,16 @@ fn build(e: &mut Engine, pkt_size: usize) -> Result<(), Error> {
             Value::List(vec![Value::Bytes(udp_frame(pkt_size))]),
         ),
     )?;
-    e.create_module(class("Timestamp")?, Some("ts"), &Value::map())?;
+    // The mark goes right after the UDP header, so 60-byte packets can carry it.
+    let at = Value::map().with("offset", 42);
+    e.create_module(class("Timestamp")?, Some("ts"), &at)?;
     e.create_module(
         class("RoundRobin")?,
         Some("rr"),
         &Value::map().with("gates", l(vec![0, 1])),
     )?;
     e.create_module(class("Bypass")?, Some("bypass"), &Value::map())?;
-    e.create_module(class("Measure")?, Some("measure"), &Value::map())?;
+    e.create_module(class("Measure")?, Some("measure"), &at)?;
     e.create_module(class("Sink")?, Some("sink0"), &Value::Null)?;
     e.create_module(class("Queue")?, Some("queue"), &Value::map())?;
     e.create_module(class("Sink")?, Some("sink1"), &Value::Null)?;
@@ -148,7 +150,23 @@ fn run(cli: Cli) -> Result<(), Error> {
             Value::List(vec![Value::Float(50.0), Value::Float(99.0)]),
         ),
     )?;
-    println!("\nmeasure get_summary: {summary:?}");
+    let lat = summary.get("latency").cloned().unwrap_or(Value::Null);
+    let n = |v: &Value, k: &str| v.get(k).and_then(|x| x.as_i64()).unwrap_or(0);
+    let pct = lat
+        .get("percentile_values_ns")
+        .and_then(|v| v.as_list())
+        .unwrap_or(&[])
+        .to_vec();
+    let p = |i: usize| pct.get(i).and_then(|x| x.as_i64()).unwrap_or(0);
+    println!(
+        "\nlatency through bypass -> measure: {} packets, min {} ns, avg {} ns, p50 {} ns, p99 {} ns, max {} ns",
+        n(&summary, "packets"),
+        n(&lat, "min_ns"),
+        n(&lat, "avg_ns"),
+        p(0),
+        p(1),
+        n(&lat, "max_ns")
+    );
     for m in e.graph().modules() {
         let drops: Vec<String> = e
             .graph()
