@@ -1,11 +1,26 @@
 #!/usr/bin/env bash
 # Runs the core benchmark at batch capacity 32 and 64 and prints one combined JSON line.
+# As root it reserves 2 MiB hugepages for the run (as DPDK and BESS setups do) and gives
+# back what it reserved afterwards; without them the pool falls back to plain pages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -p bessemer-bench --bin bench-core
 cargo build --release -p bessemer-bench --bin bench-core --features batch64 --target-dir target/batch64
 out32=$(mktemp); out64=$(mktemp)
-trap 'rm -f "$out32" "$out64"' EXIT
+nr=/proc/sys/vm/nr_hugepages
+orig=""
+if [ "$(id -u)" -eq 0 ] && [ -w "$nr" ]; then
+  orig=$(cat "$nr")
+  free=$(awk '/HugePages_Free/ {print $2}' /proc/meminfo)
+  if [ "$free" -lt 64 ]; then
+    echo $((orig + 64 - free)) > "$nr" || true
+  fi
+fi
+cleanup() {
+  rm -f "$out32" "$out64"
+  if [ -n "$orig" ]; then echo "$orig" > "$nr" || true; fi
+}
+trap cleanup EXIT
 ./target/release/bench-core "$@" | tee "$out32"
 ./target/batch64/release/bench-core --skip-sched "$@" | tee "$out64"
 python3 - "$out32" "$out64" <<'PY'

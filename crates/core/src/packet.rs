@@ -261,6 +261,30 @@ impl Packet {
         true
     }
 
+    /// Replaces the contents with the first `len` bytes of `padded`, copying all of `padded`
+    /// in 64-byte blocks (inline vector moves, no `memcpy` call). `padded.len()` must be a
+    /// multiple of 64, at least `len` and at most `DATA_CAPACITY`; false otherwise.
+    #[inline(always)]
+    pub fn set_data_padded(&mut self, padded: &[u8], len: usize) -> bool {
+        if len > padded.len() || padded.len() > DATA_CAPACITY || padded.len() % 64 != 0 {
+            return false;
+        }
+        let off = {
+            let d = self.desc_mut();
+            d.data_off = d.home_off;
+            d.data_len = len as u32;
+            d.home_off as usize
+        };
+        // SAFETY: home_off + DATA_CAPACITY <= FRAME_SIZE, and padded.len() <= DATA_CAPACITY.
+        unsafe {
+            let dst = self.frame().add(off);
+            for (i, block) in padded.chunks_exact(64).enumerate() {
+                std::ptr::copy_nonoverlapping(block.as_ptr(), dst.add(i * 64), 64);
+            }
+        }
+        true
+    }
+
     /// True if another handle refers to the same buffer (after Replicate).
     #[inline(always)]
     pub fn is_shared(&self) -> bool {

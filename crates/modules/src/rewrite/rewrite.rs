@@ -9,8 +9,23 @@ pub const MAX_TEMPLATES: usize = 16;
 
 /// Overwrites each packet with the next template (length and bytes).
 pub struct Rewrite {
-    templates: Vec<Vec<u8>>,
+    templates: Vec<Template>,
     next: usize,
+}
+
+/// A template padded with zeros to a multiple of 64 bytes, for block copies.
+struct Template {
+    padded: Vec<u8>,
+    len: usize,
+}
+
+impl Template {
+    fn new(bytes: Vec<u8>) -> Template {
+        let len = bytes.len();
+        let mut padded = bytes;
+        padded.resize(len.div_ceil(64) * 64, 0);
+        Template { padded, len }
+    }
 }
 
 fn parse_templates(list: &[Value], msg: &str) -> Result<Vec<Vec<u8>>> {
@@ -44,12 +59,13 @@ impl Module for Rewrite {
             1 => {
                 let t = &self.templates[0];
                 for p in batch.pkts_mut() {
-                    p.set_data(t);
+                    p.set_data_padded(&t.padded, t.len);
                 }
             }
             n => {
                 for p in batch.pkts_mut() {
-                    p.set_data(&self.templates[self.next]);
+                    let t = &self.templates[self.next];
+                    p.set_data_padded(&t.padded, t.len);
                     self.next += 1;
                     if self.next == n {
                         self.next = 0;
@@ -71,7 +87,7 @@ impl Module for Rewrite {
                         "Rewrite holds at most {MAX_TEMPLATES} templates"
                     )));
                 }
-                self.templates.extend(t);
+                self.templates.extend(t.into_iter().map(Template::new));
             }
             "clear" => {
                 Args::new(arg, "RewriteCommandClearArg")?.finish()?;
@@ -115,6 +131,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         let mut a = Args::new(arg, "RewriteArg")?;
         let templates = parse_templates(a.list("templates")?, "RewriteArg")?;
         a.finish()?;
+        let templates = templates.into_iter().map(Template::new).collect();
         Ok(Instance::Exclusive(Box::new(Rewrite {
             templates,
             next: 0,
