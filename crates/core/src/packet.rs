@@ -266,7 +266,7 @@ impl Packet {
     /// multiple of 64, at least `len` and at most `DATA_CAPACITY`; false otherwise.
     #[inline(always)]
     pub fn set_data_padded(&mut self, padded: &[u8], len: usize) -> bool {
-        if len > padded.len() || padded.len() > DATA_CAPACITY || padded.len() % 64 != 0 {
+        if len > padded.len() || padded.len() > DATA_CAPACITY || !padded.len().is_multiple_of(64) {
             return false;
         }
         let off = {
