@@ -116,11 +116,21 @@ impl PacketBatch {
     #[inline(always)]
     pub fn append(&mut self, other: &mut PacketBatch) {
         assert!(other.cnt <= self.room(), "batch overflow in append");
-        if self.cnt == 0 {
+        if self.cnt == 0 && other.cnt > 4 {
             // Fixed-size copy of the whole slot array: a few vector moves, no memcpy call.
             // SAFETY: bitwise copy of MaybeUninit slots; `other` gives up ownership below.
             self.pkts = unsafe { std::ptr::read(&other.pkts) };
             self.cnt = other.cnt;
+            other.cnt = 0;
+            return;
+        }
+        if other.cnt <= 4 {
+            for i in 0..other.cnt {
+                // SAFETY: slot i < other.cnt is initialised; it moves to a free slot here.
+                let p = unsafe { other.pkts[i].assume_init_read() };
+                self.pkts[self.cnt + i].write(p);
+            }
+            self.cnt += other.cnt;
             other.cnt = 0;
             return;
         }
