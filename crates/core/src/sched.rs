@@ -1358,7 +1358,7 @@ impl ClassTree {
     }
 
     /// Wakes every class whose backoff or throttle ended by `now`.
-    #[cold]
+    #[inline(never)]
     fn wake(&mut self, now: u64) {
         while self.wakeups.next_at() <= now {
             let Wake { idx, gen, .. } = self.wakeups.pop();
@@ -2063,39 +2063,138 @@ mod tests {
         check(&t);
     }
 
-    fn bits_task(id: TaskId, idle: &[bool]) -> TaskResult {
+    /// Bits each Figure 5.8 task claims per run: 12000 as in the dissertation's setup in
+    /// optimised builds. Unoptimised test builds run the scheduler several times slower
+    /// (about 1M rounds/s for this tree), so there the tasks claim 10× the bits, keeping
+    /// the run rate (83k/s instead of 833k/s) far below what the test thread can do; the
+    /// rates under test are the same.
+    const RUN_BITS: u64 = if cfg!(debug_assertions) {
+        120_000
+    } else {
+        12_000
+    };
+
+    fn bits_task(id: TaskId, idle: &[bool], bits: u64) -> TaskResult {
         if idle.get(id.0 as usize).copied().unwrap_or(false) {
             IDLE
         } else {
             TaskResult {
                 block: false,
                 packets: 1,
-                bits: 12_000,
+                bits,
             }
         }
     }
 
-    /// Bits per second of each class over `d`, after a warm-up.
-    fn measure(
+    /// One wall-clock measurement window.
+    struct Window {
+        /// Per class: growth of the chosen counter per second.
+        rates: Vec<f64>,
+        /// Share of rounds that found nothing runnable (0: the thread did not keep up).
+        idle: f64,
+        /// Longest time between two batches of 64 rounds (the thread was descheduled).
+        stall: Duration,
+    }
+
+    impl Window {
+        /// A window in which the test thread could not serve the classes on time: its
+        /// result says nothing about the scheduler.
+        fn disturbed(&self) -> bool {
+            self.stall > Duration::from_millis(5) || self.idle < 0.01
+        }
+    }
+
+    fn window(
         t: &mut ClassTree,
         names: &[&str],
         d: Duration,
+        stat: fn(&TcStats) -> u64,
         f: &mut impl FnMut(TaskId) -> TaskResult,
-    ) -> Vec<f64> {
-        run_for(t, Duration::from_millis(100), f);
-        let b0: Vec<u64> = names.iter().map(|n| t.stats(n).unwrap().bits).collect();
+    ) -> Window {
+        let s0: Vec<u64> = names.iter().map(|n| stat(&t.stats(n).unwrap())).collect();
         let start = Instant::now();
-        run_for(t, d, f);
+        let (mut calls, mut idle) = (0u64, 0u64);
+        let (mut last, mut stall) = (start, Duration::ZERO);
+        while start.elapsed() < d && calls < 4_000_000_000 {
+            for _ in 0..64 {
+                idle += !t.schedule_once(f) as u64;
+            }
+            calls += 64;
+            let now = Instant::now();
+            stall = stall.max(now - last);
+            last = now;
+        }
         let secs = start.elapsed().as_secs_f64();
-        names
-            .iter()
-            .zip(b0)
-            .map(|(n, b)| (t.stats(n).unwrap().bits - b) as f64 / secs)
-            .collect()
+        Window {
+            rates: names
+                .iter()
+                .zip(s0)
+                .map(|(n, s)| (stat(&t.stats(n).unwrap()) - s) as f64 / secs)
+                .collect(),
+            idle: idle as f64 / calls.max(1) as f64,
+            stall,
+        }
+    }
+
+    fn bits(s: &TcStats) -> u64 {
+        s.bits
+    }
+
+    fn count(s: &TcStats) -> u64 {
+        s.count
+    }
+
+    /// Measures windows until `check` passes. A failed check is retried (at most 5 windows
+    /// in all) only if its window was disturbed (the test thread stalled or fell behind on a
+    /// busy machine); otherwise, or on the last window, the test fails.
+    fn settle(
+        what: &str,
+        mut measure: impl FnMut() -> Window,
+        check: impl Fn(&[f64]) -> Result<(), String>,
+    ) {
+        for attempt in 1..=5 {
+            let w = measure();
+            match check(&w.rates) {
+                Ok(()) => return,
+                Err(e) if w.disturbed() && attempt < 5 => eprintln!(
+                    "{what}: disturbed window (stall {:?}, idle share {:.3}): {e}; retrying",
+                    w.stall, w.idle
+                ),
+                Err(e) => panic!(
+                    "{what}: {e} (stall {:?}, idle share {:.3}, window {attempt})",
+                    w.stall, w.idle
+                ),
+            }
+        }
     }
 
     fn near(got: f64, want: f64, tol: f64) -> bool {
         (got - want).abs() <= want * tol
+    }
+
+    /// Checks `got[i] ≈ want[i]` (within `tol`) for every `(i, want)`, in units of `unit`.
+    fn all_near(
+        names: &[&str],
+        got: &[f64],
+        want: &[(usize, f64)],
+        unit: f64,
+        tol: f64,
+    ) -> Result<(), String> {
+        let shown: Vec<String> = names
+            .iter()
+            .zip(got)
+            .map(|(n, g)| format!("{n} {:.4}", g / unit))
+            .collect();
+        for &(i, w) in want {
+            if !near(got[i], w * unit, tol) {
+                return Err(format!(
+                    "{} expected {w}, got [{}]",
+                    names[i],
+                    shown.join(", ")
+                ));
+            }
+        }
+        Ok(())
     }
 
     #[test]
@@ -2104,9 +2203,13 @@ mod tests {
         let mut t = ClassTree::new(0);
         add(&mut t, "lim", rl(Resource::Bit, 100_000_000, 0), None, 0, 1);
         leaf(&mut t, "l", Some("lim"), 0, 1, 0);
-        let mut f = |id: TaskId| bits_task(id, &[]);
-        let r = measure(&mut t, &["l"], Duration::from_millis(500), &mut f);
-        assert!(near(r[0], 1e8, 0.02), "delivered {:.4} Mbps", r[0] / 1e6);
+        let mut f = |id: TaskId| bits_task(id, &[], 12_000);
+        run_for(&mut t, Duration::from_millis(50), &mut f);
+        settle(
+            "100 Mbps limit",
+            || window(&mut t, &["l"], Duration::from_millis(500), bits, &mut f),
+            |r| all_near(&["l"], r, &[(0, 100.0)], 1e6, 0.02),
+        );
         check(&t);
     }
 
@@ -2162,33 +2265,33 @@ mod tests {
         let names = ["C1", "C2", "C3", "C4", "vm1", "vm2"];
         let mut t = fig58(None);
         let mut idle = [false; 5];
-        let mut f = |id: TaskId| bits_task(id, &idle);
-        let r = measure(&mut t, &names, Duration::from_secs(1), &mut f);
-        let g: Vec<f64> = r.iter().map(|x| x / 1e9).collect();
-        for (i, want) in [1.0, 4.0, 1.0, 4.0, 5.0, 5.0].into_iter().enumerate() {
-            assert!(
-                near(g[i], want, 0.05),
-                "{} at {:.3} Gbps: {g:?}",
-                names[i],
-                g[i]
-            );
-        }
+        let mut f = |id: TaskId| bits_task(id, &idle, RUN_BITS);
+        run_for(&mut t, Duration::from_millis(100), &mut f);
+        settle(
+            "Figure 5.8",
+            || window(&mut t, &names, Duration::from_secs(1), bits, &mut f),
+            |r| {
+                let want = [(0, 1.0), (1, 4.0), (2, 1.0), (3, 4.0), (4, 5.0), (5, 5.0)];
+                all_near(&names, r, &want, 1e9, 0.05)
+            },
+        );
         check(&t);
 
         // C1 goes idle: C2 takes vm1's whole 5 Gbps, vm2 is unchanged.
         idle[1] = true;
-        let mut f = |id: TaskId| bits_task(id, &idle);
-        let r = measure(&mut t, &names, Duration::from_secs(1), &mut f);
-        let g: Vec<f64> = r.iter().map(|x| x / 1e9).collect();
-        assert!(g[0] < 0.01, "idle C1 at {:.3} Gbps", g[0]);
-        for (i, want) in [(1, 5.0), (2, 1.0), (3, 4.0), (4, 5.0), (5, 5.0)] {
-            assert!(
-                near(g[i], want, 0.05),
-                "{} at {:.3} Gbps: {g:?}",
-                names[i],
-                g[i]
-            );
-        }
+        let mut f = |id: TaskId| bits_task(id, &idle, RUN_BITS);
+        run_for(&mut t, Duration::from_millis(100), &mut f);
+        settle(
+            "Figure 5.8 with C1 idle",
+            || window(&mut t, &names, Duration::from_secs(1), bits, &mut f),
+            |r| {
+                if r[0] > 0.0 {
+                    return Err(format!("idle C1 delivered {} bps", r[0]));
+                }
+                let want = [(1, 5.0), (2, 1.0), (3, 4.0), (4, 5.0), (5, 5.0)];
+                all_near(&names, r, &want, 1e9, 0.05)
+            },
+        );
         check(&t);
     }
 
@@ -2197,17 +2300,24 @@ mod tests {
         let _g = timed();
         let names = ["C1", "C2", "C3", "C4", "vm1", "vm2", "cap"];
         let mut t = fig58(Some(6_000_000_000));
-        let mut f = |id: TaskId| bits_task(id, &[]);
-        let r = measure(&mut t, &names, Duration::from_secs(1), &mut f);
-        let g: Vec<f64> = r.iter().map(|x| x / 1e9).collect();
-        for (i, want) in [1.0, 2.0, 1.0, 2.0, 3.0, 3.0, 6.0].into_iter().enumerate() {
-            assert!(
-                near(g[i], want, 0.05),
-                "{} at {:.3} Gbps: {g:?}",
-                names[i],
-                g[i]
-            );
-        }
+        let mut f = |id: TaskId| bits_task(id, &[], RUN_BITS);
+        run_for(&mut t, Duration::from_millis(100), &mut f);
+        settle(
+            "Figure 5.8 under 6 Gbps",
+            || window(&mut t, &names, Duration::from_secs(1), bits, &mut f),
+            |r| {
+                let want = [
+                    (0, 1.0),
+                    (1, 2.0),
+                    (2, 1.0),
+                    (3, 2.0),
+                    (4, 3.0),
+                    (5, 3.0),
+                    (6, 6.0),
+                ];
+                all_near(&names, r, &want, 1e9, 0.05)
+            },
+        );
         check(&t);
     }
 
@@ -2494,18 +2604,19 @@ mod tests {
         leaf(&mut t, "l", Some("lim"), 0, 1, 0);
         let mut f = |_| BUSY;
         run_for(&mut t, Duration::from_millis(20), &mut f);
-        let c0 = t.stats("l").unwrap().count;
-        let s = Instant::now();
-        run_for(&mut t, Duration::from_millis(300), &mut f);
-        let r1 = (t.stats("l").unwrap().count - c0) as f64 / s.elapsed().as_secs_f64();
-        assert!(near(r1, 2000.0, 0.05), "{r1} runs/s, limit 2000");
+        settle(
+            "2000 runs/s",
+            || window(&mut t, &["l"], Duration::from_millis(300), count, &mut f),
+            |r| all_near(&["l"], r, &[(0, 2000.0)], 1.0, 0.05),
+        );
         t.update_policy("lim", rl(Resource::Count, 20_000, 0))
             .unwrap();
-        let c0 = t.stats("l").unwrap().count;
-        let s = Instant::now();
-        run_for(&mut t, Duration::from_millis(300), &mut f);
-        let r2 = (t.stats("l").unwrap().count - c0) as f64 / s.elapsed().as_secs_f64();
-        assert!(near(r2, 20_000.0, 0.05), "{r2} runs/s, limit 20000");
+        run_for(&mut t, Duration::from_millis(20), &mut f);
+        settle(
+            "20000 runs/s",
+            || window(&mut t, &["l"], Duration::from_millis(300), count, &mut f),
+            |r| all_near(&["l"], r, &[(0, 20_000.0)], 1.0, 0.05),
+        );
         // Unlimited.
         t.update_policy("lim", rl(Resource::Count, 0, 0)).unwrap();
         assert_eq!(rounds(&mut t, 1000, &mut f), 1000);
