@@ -737,6 +737,33 @@ impl Engine {
         }
         Ok(())
     }
+
+    /// Moves traffic class `name` under `parent` (None: the root of its worker) with a new
+    /// priority and share (BESS's UpdateTcParent). Both classes must be on the same worker;
+    /// to move a task's leaf to another worker use [`Engine::attach_task`].
+    pub fn set_tc_parent(
+        &mut self,
+        name: &str,
+        parent: Option<&str>,
+        priority: i32,
+        share: u32,
+    ) -> Result<()> {
+        let wid = self.tc_worker(name)?;
+        if let Some(p) = parent {
+            let pw = self.tc_worker(p)?;
+            if pw != wid {
+                return Err(Error::invalid(format!(
+                    "traffic class '{name}' is on worker {wid} and '{p}' on worker {pw}; \
+                     a class cannot move between workers"
+                )));
+            }
+        }
+        self.paused(|e| {
+            e.tree_mut(wid)?
+                .set_parent(name, parent, priority, share)
+                .map_err(|err| Error::invalid(err.to_string()))
+        })
+    }
 }
 
 impl Drop for Engine {

@@ -1,0 +1,575 @@
+//! `google.protobuf.Any` <-> [`Value`]: argument messages are decoded with prost-reflect
+//! against the daemon's descriptor pool into `Value::Map`s keyed by protobuf field names, and
+//! command results are encoded back into named messages.
+//!
+//! Decoding keeps only the fields that are set (proto3 scalars at their default value are
+//! absent, as protobuf itself does not tell them apart); repeated fields become
+//! `Value::List`, maps `Value::Map` keyed by the decimal/string form of the key, nested
+//! messages `Value::Map`, enums `Value::Int`. Every failure is an EINVAL [`Error`] naming the
+//! type and field; nothing here panics on client input.
+
+use std::sync::OnceLock;
+
+use bessemer_core::{Error, Result, Value};
+use prost::Message;
+use prost_reflect::{
+    DescriptorPool, DynamicMessage, FieldDescriptor, Kind, MapKey, MessageDescriptor,
+    ReflectMessage, Value as PValue,
+};
+
+/// The encoded `FileDescriptorSet` of `proto/bess/*.proto` (with its imports).
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/bess_descriptor.bin"));
+
+/// Protobuf package of every BESS message.
+pub const PACKAGE: &str = "bess.pb";
+
+/// The type URL prefix BESS clients use in `Any.type_url`.
+pub const TYPE_URL_PREFIX: &str = "type.googleapis.com/";
+
+/// The descriptor pool of the BESS protocol (decoded once).
+pub fn pool() -> &'static DescriptorPool {
+    static POOL: OnceLock<DescriptorPool> = OnceLock::new();
+    POOL.get_or_init(|| {
+        DescriptorPool::decode(FILE_DESCRIPTOR_SET)
+            .expect("the descriptor set built by build.rs is valid")
+    })
+}
+
+/// `bess.pb.<name>` unless `name` is already qualified.
+pub fn full_name(name: &str) -> String {
+    if name.contains('.') {
+        name.to_string()
+    } else {
+        format!("{PACKAGE}.{name}")
+    }
+}
+
+/// The message name of a type URL (the part after the last '/').
+pub fn type_name_of_url(url: &str) -> &str {
+    url.rsplit('/').next().unwrap_or(url)
+}
+
+/// Decodes an `Any` into a [`Value`].
+///
+/// An absent `Any`, or one with neither type URL nor bytes, is an empty message. `expected`
+/// (a message name, qualified or not) is the type the caller requires; `what` names the
+/// request for error messages (e.g. "module class 'Source'").
+pub fn any_to_value(
+    any: Option<&prost_types::Any>,
+    expected: Option<&str>,
+    what: &str,
+) -> Result<Value> {
+    let Some(any) = any else {
+        return Ok(Value::map());
+    };
+    if any.type_url.is_empty() {
+        if any.value.is_empty() {
+            return Ok(Value::map());
+        }
+        return Err(Error::invalid(format!(
+            "argument for {what}: Any has {} bytes of value but no type URL",
+            any.value.len()
+        )));
+    }
+    let name = type_name_of_url(&any.type_url);
+    let Some(desc) = pool().get_message_by_name(name) else {
+        return Err(Error::invalid(format!(
+            "argument for {what}: unknown message type '{name}' (type URL '{}')",
+            truncate(&any.type_url, 200)
+        )));
+    };
+    if let Some(exp) = expected {
+        let exp = full_name(exp);
+        if desc.full_name() != exp {
+            return Err(Error::invalid(format!(
+                "argument for {what} must be a {exp}, got a {}",
+                desc.full_name()
+            )));
+        }
+    }
+    decode_value(&desc, &any.value)
+}
+
+/// Decodes message bytes of type `desc` into a [`Value::Map`].
+pub fn decode_value(desc: &MessageDescriptor, bytes: &[u8]) -> Result<Value> {
+    let msg = DynamicMessage::decode(desc.clone(), bytes).map_err(|e| {
+        Error::invalid(format!(
+            "cannot decode {} ({} bytes): {e}",
+            desc.full_name(),
+            bytes.len()
+        ))
+    })?;
+    message_to_value(&msg)
+}
+
+/// A dynamic message as a [`Value::Map`] of its set fields, in field-number order.
+pub fn message_to_value(msg: &DynamicMessage) -> Result<Value> {
+    let mut fields: Vec<(FieldDescriptor, &PValue)> = msg.fields().collect();
+    fields.sort_by_key(|(f, _)| f.number());
+    let mut out = Vec::with_capacity(fields.len());
+    for (fd, v) in fields {
+        out.push((fd.name().to_string(), field_to_value(&fd, v)?));
+    }
+    if msg.unknown_fields().next().is_some() {
+        tracing::debug!(
+            msg = msg.descriptor().full_name(),
+            "ignoring unknown fields in an argument"
+        );
+    }
+    Ok(Value::Map(out))
+}
+
+fn field_to_value(fd: &FieldDescriptor, v: &PValue) -> Result<Value> {
+    let field = || fd.full_name().to_string();
+    Ok(match v {
+        PValue::Bool(b) => Value::Bool(*b),
+        PValue::I32(i) => Value::Int(*i as i64),
+        PValue::I64(i) => Value::Int(*i),
+        PValue::U32(u) => Value::Int(*u as i64),
+        PValue::U64(u) => Value::Int(i64::try_from(*u).map_err(|_| {
+            Error::invalid(format!(
+                "{}: {u} does not fit in a signed 64-bit integer (largest accepted: {})",
+                field(),
+                i64::MAX
+            ))
+        })?),
+        PValue::F32(f) => Value::Float(*f as f64),
+        PValue::F64(f) => Value::Float(*f),
+        PValue::String(s) => Value::Str(s.clone()),
+        PValue::Bytes(b) => Value::Bytes(b.to_vec()),
+        PValue::EnumNumber(n) => Value::Int(*n as i64),
+        PValue::Message(m) => message_to_value(m)?,
+        PValue::List(l) => Value::List(
+            l.iter()
+                .map(|x| field_to_value(fd, x))
+                .collect::<Result<Vec<_>>>()?,
+        ),
+        PValue::Map(m) => {
+            let val_fd = fd.kind().as_message().map(|e| e.map_entry_value_field());
+            let mut entries = Vec::with_capacity(m.len());
+            for (k, x) in m {
+                let key = match k {
+                    MapKey::Bool(b) => b.to_string(),
+                    MapKey::I32(i) => i.to_string(),
+                    MapKey::I64(i) => i.to_string(),
+                    MapKey::U32(u) => u.to_string(),
+                    MapKey::U64(u) => u.to_string(),
+                    MapKey::String(s) => s.clone(),
+                };
+                let val = match &val_fd {
+                    Some(vf) => field_to_value(vf, x)?,
+                    None => field_to_value(fd, x)?,
+                };
+                entries.push((key, val));
+            }
+            // HashMap order is random; keep responses and module input deterministic.
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            Value::Map(entries)
+        }
+    })
+}
+
+/// Encodes `v` as message `type_name` (qualified or not) into an `Any`.
+///
+/// Fields of `v` that the message lacks are an error in debug builds and skipped with a
+/// warning in release builds.
+pub fn value_to_any(type_name: &str, v: &Value) -> Result<prost_types::Any> {
+    let name = full_name(type_name);
+    let desc = pool()
+        .get_message_by_name(&name)
+        .ok_or_else(|| Error::invalid(format!("unknown message type '{name}'")))?;
+    let msg = value_to_message(&desc, v)?;
+    Ok(prost_types::Any {
+        type_url: format!("{TYPE_URL_PREFIX}{name}"),
+        value: msg.encode_to_vec(),
+    })
+}
+
+/// Builds a dynamic message of type `desc` from a [`Value::Map`] (or `Null`).
+pub fn value_to_message(desc: &MessageDescriptor, v: &Value) -> Result<DynamicMessage> {
+    let mut msg = DynamicMessage::new(desc.clone());
+    let fields = match v {
+        Value::Null => return Ok(msg),
+        Value::Map(m) => m,
+        other => {
+            return Err(Error::invalid(format!(
+                "{}: expected a message, got {}",
+                desc.full_name(),
+                other.type_name()
+            )))
+        }
+    };
+    for (k, fv) in fields {
+        let Some(fd) = desc.get_field_by_name(k) else {
+            let msg = format!("{} has no field '{k}'", desc.full_name());
+            if cfg!(debug_assertions) {
+                return Err(Error::invalid(msg));
+            }
+            tracing::warn!("{msg}; field skipped");
+            continue;
+        };
+        if matches!(fv, Value::Null) {
+            continue;
+        }
+        let pv = if fd.is_map() {
+            map_to_pvalue(&fd, fv)?
+        } else if fd.is_list() {
+            let items = fv.as_list().ok_or_else(|| wrong(&fd, "a list", fv))?;
+            PValue::List(
+                items
+                    .iter()
+                    .map(|x| scalar_to_pvalue(&fd, &fd.kind(), x))
+                    .collect::<Result<Vec<_>>>()?,
+            )
+        } else {
+            scalar_to_pvalue(&fd, &fd.kind(), fv)?
+        };
+        msg.try_set_field(&fd, pv)
+            .map_err(|e| Error::invalid(format!("{}: cannot set field: {e}", fd.full_name())))?;
+    }
+    Ok(msg)
+}
+
+fn wrong(fd: &FieldDescriptor, want: &str, got: &Value) -> Error {
+    Error::invalid(format!(
+        "{}: expected {want}, got {}",
+        fd.full_name(),
+        got.type_name()
+    ))
+}
+
+fn map_to_pvalue(fd: &FieldDescriptor, v: &Value) -> Result<PValue> {
+    let Value::Map(entries) = v else {
+        return Err(wrong(fd, "a map", v));
+    };
+    let entry = fd
+        .kind()
+        .as_message()
+        .cloned()
+        .ok_or_else(|| Error::invalid(format!("{}: not a map field", fd.full_name())))?;
+    let (kf, vf) = (entry.map_entry_key_field(), entry.map_entry_value_field());
+    let mut out = std::collections::HashMap::new();
+    for (k, x) in entries {
+        let bad_key = || Error::invalid(format!("{}: bad map key '{k}'", fd.full_name()));
+        let key = match kf.kind() {
+            Kind::String => MapKey::String(k.clone()),
+            Kind::Bool => MapKey::Bool(k.parse().map_err(|_| bad_key())?),
+            Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 => {
+                MapKey::I32(k.parse().map_err(|_| bad_key())?)
+            }
+            Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 => {
+                MapKey::I64(k.parse().map_err(|_| bad_key())?)
+            }
+            Kind::Uint32 | Kind::Fixed32 => MapKey::U32(k.parse().map_err(|_| bad_key())?),
+            Kind::Uint64 | Kind::Fixed64 => MapKey::U64(k.parse().map_err(|_| bad_key())?),
+            _ => return Err(bad_key()),
+        };
+        out.insert(key, scalar_to_pvalue(&vf, &vf.kind(), x)?);
+    }
+    Ok(PValue::Map(out))
+}
+
+fn scalar_to_pvalue(fd: &FieldDescriptor, kind: &Kind, v: &Value) -> Result<PValue> {
+    let int = |min: i64, max: i64| -> Result<i64> {
+        let i = match v {
+            Value::Bool(b) => *b as i64,
+            _ => v.as_i64().ok_or_else(|| wrong(fd, "an integer", v))?,
+        };
+        if i < min || i > max {
+            return Err(Error::invalid(format!(
+                "{}: {i} is out of range [{min}, {max}]",
+                fd.full_name()
+            )));
+        }
+        Ok(i)
+    };
+    Ok(match kind {
+        Kind::Double => PValue::F64(v.as_f64().ok_or_else(|| wrong(fd, "a number", v))?),
+        Kind::Float => PValue::F32(v.as_f64().ok_or_else(|| wrong(fd, "a number", v))? as f32),
+        Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 => {
+            PValue::I32(int(i32::MIN as i64, i32::MAX as i64)? as i32)
+        }
+        Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 => PValue::I64(int(i64::MIN, i64::MAX)?),
+        Kind::Uint32 | Kind::Fixed32 => PValue::U32(int(0, u32::MAX as i64)? as u32),
+        // The inverse of `Value::from(u64)` (a bit cast): negative values are the upper half.
+        Kind::Uint64 | Kind::Fixed64 => PValue::U64(int(i64::MIN, i64::MAX)? as u64),
+        Kind::Bool => match v {
+            Value::Bool(b) => PValue::Bool(*b),
+            Value::Int(0) => PValue::Bool(false),
+            Value::Int(1) => PValue::Bool(true),
+            _ => return Err(wrong(fd, "a bool", v)),
+        },
+        Kind::String => PValue::String(
+            v.as_str()
+                .ok_or_else(|| wrong(fd, "a string", v))?
+                .to_string(),
+        ),
+        Kind::Bytes => PValue::Bytes(
+            v.as_bytes()
+                .ok_or_else(|| wrong(fd, "bytes", v))?
+                .to_vec()
+                .into(),
+        ),
+        Kind::Message(m) => PValue::Message(value_to_message(m, v)?),
+        Kind::Enum(_) => PValue::EnumNumber(int(i32::MIN as i64, i32::MAX as i64)? as i32),
+    })
+}
+
+/// At most `n` bytes of `s` (on a char boundary), for echoing client input in messages.
+pub fn truncate(s: &str, n: usize) -> String {
+    if s.len() <= n {
+        return s.to_string();
+    }
+    let mut end = n;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
+}
+
+/// `get_status` → `GetStatus`.
+pub fn camel_case(cmd: &str) -> String {
+    cmd.split('_')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let mut c = p.chars();
+            match c.next() {
+                Some(f) => f.to_ascii_uppercase().to_string() + c.as_str(),
+                None => String::new(),
+            }
+        })
+        .collect()
+}
+
+/// Response message names that do not follow `<Class>Command<Cmd>Response`.
+const RESPONSE_OVERRIDES: &[(&str, &str, &str)] = &[
+    ("ExactMatch", "get_initial_arg", "ExactMatchArg"),
+    ("ExactMatch", "get_runtime_config", "ExactMatchConfig"),
+    ("WildcardMatch", "get_initial_arg", "WildcardMatchArg"),
+    ("WildcardMatch", "get_runtime_config", "WildcardMatchConfig"),
+    ("UrlFilter", "get_initial_arg", "UrlFilterArg"),
+    ("UrlFilter", "get_runtime_config", "UrlFilterConfig"),
+];
+
+/// The message a command's result is encoded as: the override table, then
+/// `bess.pb.<Class>Command<Cmd>Response` if the pool has it, else `bess.pb.EmptyArg`.
+pub fn response_type(class: &str, cmd: &str) -> String {
+    if let Some((_, _, t)) = RESPONSE_OVERRIDES
+        .iter()
+        .find(|(c, m, _)| *c == class && *m == cmd)
+    {
+        return full_name(t);
+    }
+    let name = format!("{PACKAGE}.{class}Command{}Response", camel_case(cmd));
+    if pool().get_message_by_name(&name).is_some() {
+        name
+    } else {
+        full_name("EmptyArg")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn any(name: &str, bytes: Vec<u8>) -> prost_types::Any {
+        prost_types::Any {
+            type_url: format!("{TYPE_URL_PREFIX}{name}"),
+            value: bytes,
+        }
+    }
+
+    #[test]
+    fn decodes_set_fields_only() {
+        let arg = crate::pb::SourceArg { pkt_size: 100 };
+        let v = any_to_value(
+            Some(&any("bess.pb.SourceArg", arg.encode_to_vec())),
+            Some("SourceArg"),
+            "Source",
+        )
+        .unwrap();
+        assert_eq!(v, Value::map().with("pkt_size", 100));
+        let v = any_to_value(
+            Some(&any("bess.pb.SourceArg", vec![])),
+            Some("SourceArg"),
+            "x",
+        )
+        .unwrap();
+        assert_eq!(v, Value::map());
+        assert_eq!(
+            any_to_value(None, Some("SourceArg"), "x").unwrap(),
+            Value::map()
+        );
+    }
+
+    #[test]
+    fn nested_repeated_map_oneof_and_bytes() {
+        use crate::pb::*;
+        let arg = SetMetadataArg {
+            attrs: vec![set_metadata_arg::Attribute {
+                name: "a".into(),
+                size: 2,
+                value: Some(set_metadata_arg::attribute::Value::ValueBin(vec![1, 2])),
+                offset: 0,
+                mask: vec![],
+                rshift_bits: -1,
+            }],
+        };
+        let v = any_to_value(
+            Some(&any("bess.pb.SetMetadataArg", arg.encode_to_vec())),
+            None,
+            "x",
+        )
+        .unwrap();
+        let expect = Value::map().with(
+            "attrs",
+            vec![Value::map()
+                .with("name", "a")
+                .with("size", 2)
+                .with("value_bin", vec![1u8, 2])
+                .with("rshift_bits", -1)],
+        );
+        assert_eq!(v, expect);
+        let m = MetadataTestArg {
+            read: [("x".to_string(), 4), ("b".to_string(), 2)].into(),
+            ..Default::default()
+        };
+        let v = any_to_value(
+            Some(&any("bess.pb.MetadataTestArg", m.encode_to_vec())),
+            None,
+            "x",
+        )
+        .unwrap();
+        assert_eq!(
+            v,
+            Value::map().with(
+                "read",
+                Value::Map(vec![("b".into(), 2.into()), ("x".into(), 4.into())])
+            )
+        );
+    }
+
+    #[test]
+    fn errors_name_the_problem() {
+        let e = any_to_value(Some(&any("bess.pb.Nope", vec![])), None, "Source").unwrap_err();
+        assert_eq!(e.code, libc::EINVAL);
+        assert!(e.msg.contains("bess.pb.Nope"), "{}", e.msg);
+        let e = any_to_value(
+            Some(&any("bess.pb.ExactMatchArg", vec![])),
+            Some("SourceArg"),
+            "module class 'Source'",
+        )
+        .unwrap_err();
+        assert!(
+            e.msg.contains("bess.pb.SourceArg") && e.msg.contains("bess.pb.ExactMatchArg"),
+            "{}",
+            e.msg
+        );
+        let e = any_to_value(
+            Some(&any("bess.pb.SourceArg", vec![0xff, 0xff, 0xff])),
+            None,
+            "x",
+        )
+        .unwrap_err();
+        assert_eq!(e.code, libc::EINVAL);
+        let big = crate::pb::SourceArg { pkt_size: u64::MAX };
+        let e = any_to_value(
+            Some(&any("bess.pb.SourceArg", big.encode_to_vec())),
+            None,
+            "x",
+        )
+        .unwrap_err();
+        assert!(e.msg.contains("pkt_size"), "{}", e.msg);
+    }
+
+    #[test]
+    fn deep_group_nesting_is_an_error_not_a_crash() {
+        // 100 000 nested start-group tags of field 1.
+        let b = vec![0x0bu8; 100_000];
+        let r = any_to_value(Some(&any("bess.pb.EmptyArg", b)), None, "x");
+        assert!(r.is_err());
+    }
+
+    #[test]
+    fn encodes_responses() {
+        assert_eq!(
+            response_type("Queue", "get_status"),
+            "bess.pb.QueueCommandGetStatusResponse"
+        );
+        assert_eq!(
+            response_type("Measure", "get_summary"),
+            "bess.pb.MeasureCommandGetSummaryResponse"
+        );
+        assert_eq!(response_type("Source", "set_burst"), "bess.pb.EmptyArg");
+        assert_eq!(
+            response_type("ExactMatch", "get_runtime_config"),
+            "bess.pb.ExactMatchConfig"
+        );
+        let v = Value::map()
+            .with("count", 3)
+            .with("size", 1024)
+            .with("dropped", 0);
+        let a = value_to_any("QueueCommandGetStatusResponse", &v).unwrap();
+        let r = crate::pb::QueueCommandGetStatusResponse::decode(a.value.as_slice()).unwrap();
+        assert_eq!((r.count, r.size, r.dropped), (3, 1024, 0));
+        let h = Value::map()
+            .with("count", 2)
+            .with("percentile_values_ns", vec![Value::Int(5)]);
+        let v = Value::map()
+            .with("timestamp", 1.5)
+            .with("latency", h.clone())
+            .with("jitter", h);
+        let a = value_to_any("MeasureCommandGetSummaryResponse", &v).unwrap();
+        let r = crate::pb::MeasureCommandGetSummaryResponse::decode(a.value.as_slice()).unwrap();
+        assert_eq!(r.latency.unwrap().percentile_values_ns, vec![5]);
+        let e = value_to_any(
+            "QueueCommandGetStatusResponse",
+            &Value::map().with("count", "x"),
+        )
+        .unwrap_err();
+        assert!(e.msg.contains("count"), "{}", e.msg);
+        let v = Value::map().with("count", Value::from(u64::MAX - 1));
+        let a = value_to_any("QueueCommandGetStatusResponse", &v).unwrap();
+        let r = crate::pb::QueueCommandGetStatusResponse::decode(a.value.as_slice()).unwrap();
+        assert_eq!(r.count, u64::MAX - 1);
+        let v = Value::map().with("gates", vec![Value::Int(1), Value::Str("x".into())]);
+        let e = value_to_any("L2ForwardCommandLookupResponse", &v).unwrap_err();
+        assert!(e.msg.contains("gates"), "{}", e.msg);
+        let v = Value::map().with("next_eth_type", -1);
+        let e = value_to_any("MplsPopArg", &v).unwrap_err();
+        assert!(e.msg.contains("out of range"), "{}", e.msg);
+        if cfg!(debug_assertions) {
+            assert!(value_to_any("EmptyArg", &Value::map().with("zz", 1)).is_err());
+        }
+    }
+
+    #[test]
+    fn camel() {
+        assert_eq!(camel_case("get_status"), "GetStatus");
+        assert_eq!(camel_case("set_default_gate"), "SetDefaultGate");
+        assert_eq!(camel_case("clear"), "Clear");
+    }
+}
+
+#[cfg(test)]
+mod class_tests {
+    use super::*;
+
+    /// Every argument type a module class names is a message of the protocol, so a BESS
+    /// client can send it.
+    #[test]
+    fn every_class_argument_type_is_in_the_protocol() {
+        let mut missing = Vec::new();
+        for c in bessemer_modules::classes() {
+            let mut names = vec![c.arg_type];
+            names.extend(c.commands.iter().map(|x| x.arg_type));
+            for n in names {
+                if pool().get_message_by_name(&full_name(n)).is_none() {
+                    missing.push(format!("{}: {n}", c.name));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "not in proto/bess: {missing:?}");
+    }
+}

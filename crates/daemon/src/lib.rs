@@ -1,0 +1,17 @@
+//! `bessemerd`: the BESS-compatible gRPC control daemon for Bessemer.
+//!
+//! * [`pb`]: the `bess.pb` messages and the tonic client/server generated from
+//!   `proto/bess/*.proto` (compiled at build time by protox, no system `protoc`);
+//! * [`convert`]: `google.protobuf.Any` <-> [`bessemer_core::Value`] through prost-reflect;
+//! * [`service`]: the `BESSControl` service on top of [`bessemer_core::Engine`];
+//! * [`server`]: listening (TCP or unix socket), pid file, signals and clean shutdown.
+
+pub mod convert;
+pub mod server;
+pub mod service;
+
+/// Generated `bess.pb` messages, client (`bess_control_client`) and server.
+pub mod pb {
+    #![allow(clippy::all, missing_docs)]
+    tonic::include_proto!("bess.pb");
+}

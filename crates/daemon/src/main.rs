@@ -1,0 +1,112 @@
+//! `bessemerd`: the BESS-compatible gRPC control daemon. See `docs/daemon.md`.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use bessemer_daemon::server::{self, Listen, Settings};
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+/// Bessemer's BESS-compatible control daemon (gRPC service bess.pb.BESSControl).
+///
+/// Always runs in the foreground and logs to stderr unless --log-file is given.
+#[derive(Parser, Debug)]
+#[command(name = "bessemerd", version, about)]
+struct Cli {
+    /// TCP port to listen on.
+    #[arg(short = 'p', long, default_value_t = 10514)]
+    port: u16,
+    /// Address to bind.
+    #[arg(long, default_value = "127.0.0.1")]
+    bind: IpAddr,
+    /// Listen on this unix-domain socket instead of TCP.
+    #[arg(long, value_name = "PATH")]
+    unix: Option<PathBuf>,
+    /// Packet buffers in the pool.
+    #[arg(long, default_value_t = 32768, value_parser = clap::value_parser!(u32).range(64..=(1 << 24)))]
+    buffers: u32,
+    /// Use plain 4 KiB pages for packet memory, never hugepages.
+    #[arg(long)]
+    no_hugepages: bool,
+    /// Log level (error, warn, info, debug, trace) or a tracing filter.
+    #[arg(long, default_value = "info")]
+    log_level: String,
+    /// Append logs to this file instead of stderr.
+    #[arg(long, value_name = "PATH")]
+    log_file: Option<PathBuf>,
+    /// Write the process id here (removed at exit).
+    #[arg(long, value_name = "PATH")]
+    pid_file: Option<PathBuf>,
+    /// Run in the foreground (the default and only mode: bessemerd never daemonizes).
+    #[arg(short = 'f', long)]
+    foreground: bool,
+    /// Do not pin worker threads to their cores.
+    #[arg(long)]
+    no_pin: bool,
+}
+
+fn init_logs(cli: &Cli) -> Result<(), String> {
+    let filter = EnvFilter::try_new(&cli.log_level)
+        .map_err(|e| format!("bad --log-level '{}': {e}", cli.log_level))?;
+    let b = tracing_subscriber::fmt().with_env_filter(filter);
+    match &cli.log_file {
+        Some(p) => {
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .map_err(|e| format!("cannot open log file {}: {e}", p.display()))?;
+            b.with_ansi(false)
+                .with_writer(std::sync::Mutex::new(f))
+                .init();
+        }
+        None => b
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_writer(std::io::stderr)
+            .init(),
+    }
+    Ok(())
+}
+
+fn main() {
+    let cli = Cli::parse();
+    if let Err(e) = init_logs(&cli) {
+        eprintln!("bessemerd: {e}");
+        std::process::exit(2);
+    }
+    let listen = match &cli.unix {
+        Some(p) => Listen::Unix(p.clone()),
+        None => Listen::Tcp((cli.bind, cli.port).into()),
+    };
+    let mut settings = Settings::tcp(cli.bind, cli.port);
+    settings.listen = listen;
+    settings.engine.buffers = cli.buffers as usize;
+    settings.engine.pin = !cli.no_pin;
+    settings.pid_file = cli.pid_file.clone();
+    if cli.no_hugepages {
+        settings = settings.no_hugepages();
+    }
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("bessemerd-rpc")
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("bessemerd: cannot start the runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    match rt.block_on(server::run(settings)) {
+        Ok(()) => std::process::exit(0),
+        Err(e) => {
+            if cli.log_file.is_some() {
+                tracing::error!("{e}");
+            }
+            // Always on stderr, whatever the log level.
+            eprintln!("bessemerd: {e}");
+            std::process::exit(1);
+        }
+    }
+}

@@ -1,0 +1,197 @@
+//! Running the daemon: listen, serve, stop cleanly.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bessemer_core::mem::PagePolicy;
+use bessemer_core::{Engine, EngineConfig};
+use tokio::sync::watch;
+use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+
+use crate::pb::bess_control_server::BessControlServer;
+use crate::service::Control;
+
+/// Where the daemon listens.
+#[derive(Clone, Debug)]
+pub enum Listen {
+    /// A TCP address.
+    Tcp(SocketAddr),
+    /// A unix-domain socket path.
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for Listen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Listen::Tcp(a) => write!(f, "{a}"),
+            Listen::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
+/// Daemon settings (from the command line).
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Where to listen.
+    pub listen: Listen,
+    /// Engine configuration.
+    pub engine: EngineConfig,
+    /// File to write the process id to (removed at exit).
+    pub pid_file: Option<PathBuf>,
+}
+
+impl Settings {
+    /// Settings for a TCP listener.
+    pub fn tcp(bind: IpAddr, port: u16) -> Settings {
+        Settings {
+            listen: Listen::Tcp(SocketAddr::new(bind, port)),
+            engine: EngineConfig::default(),
+            pid_file: None,
+        }
+    }
+
+    /// Uses plain pages instead of hugepages.
+    pub fn no_hugepages(mut self) -> Settings {
+        self.engine.pages = PagePolicy::Plain;
+        self
+    }
+}
+
+enum Listener {
+    Tcp(tokio::net::TcpListener),
+    Unix(tokio::net::UnixListener, PathBuf),
+}
+
+fn in_use(what: &Listen) -> String {
+    format!(
+        "cannot listen on {what}: address already in use; \
+         another bessemerd or BESS is probably running on {what}"
+    )
+}
+
+async fn bind(listen: &Listen) -> Result<Listener, String> {
+    match listen {
+        Listen::Tcp(addr) => match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => Ok(Listener::Tcp(l)),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(in_use(listen)),
+            Err(e) => Err(format!("cannot listen on {addr}: {e}")),
+        },
+        Listen::Unix(path) => {
+            if path.exists() {
+                // A live server answers a connect; a stale socket file is replaced.
+                if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                    return Err(in_use(listen));
+                }
+                std::fs::remove_file(path)
+                    .map_err(|e| format!("cannot remove stale socket {}: {e}", path.display()))?;
+            }
+            tokio::net::UnixListener::bind(path)
+                .map(|l| Listener::Unix(l, path.clone()))
+                .map_err(|e| format!("cannot listen on {listen}: {e}"))
+        }
+    }
+}
+
+/// Waits for SIGTERM, SIGINT or a KillBess request.
+async fn stop_requested(mut kill: watch::Receiver<bool>) {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let term = async {
+        match term.as_mut() {
+            Some(s) => {
+                s.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
+        _ = term => tracing::info!("SIGTERM: shutting down"),
+        _ = kill.wait_for(|k| *k) => {}
+    }
+}
+
+/// Runs the daemon until a signal or KillBess; then stops the engine (modules destroyed,
+/// workers joined) and removes the pid file. Errors name what failed.
+pub async fn run(settings: Settings) -> Result<(), String> {
+    let listener = bind(&settings.listen).await?;
+    let engine = Engine::new(settings.engine.clone())
+        .map_err(|e| format!("cannot create the packet pool: {e}"))?;
+    tracing::info!(
+        buffers = settings.engine.buffers,
+        pages = ?engine.pool().page_kind(),
+        "packet pool ready"
+    );
+    let engine = Arc::new(Mutex::new(engine));
+    if let Some(p) = &settings.pid_file {
+        std::fs::write(p, format!("{}\n", std::process::id()))
+            .map_err(|e| format!("cannot write pid file {}: {e}", p.display()))?;
+    }
+    let (kill_tx, kill_rx) = watch::channel(false);
+    let svc = BessControlServer::new(Control::new(engine.clone(), kill_tx))
+        .max_decoding_message_size(16 << 20);
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let shutdown = async {
+        let _ = stop_rx.await;
+    };
+    let router = tonic::transport::Server::builder().add_service(svc);
+    tracing::info!("bessemerd listening on {}", settings.listen);
+    let unix_path = match &listener {
+        Listener::Unix(_, p) => Some(p.clone()),
+        Listener::Tcp(_) => None,
+    };
+    let server = match listener {
+        Listener::Tcp(l) => {
+            tokio::spawn(router.serve_with_incoming_shutdown(TcpListenerStream::new(l), shutdown))
+        }
+        Listener::Unix(l, _) => {
+            tokio::spawn(router.serve_with_incoming_shutdown(UnixListenerStream::new(l), shutdown))
+        }
+    };
+    let mut server = server;
+    let served = tokio::select! {
+        r = &mut server => Some(r),
+        _ = stop_requested(kill_rx) => None,
+    };
+    let result = match served {
+        Some(r) => match r {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(format!("server failed: {e}")),
+            Err(e) => Err(format!("server task failed: {e}")),
+        },
+        None => {
+            let _ = stop_tx.send(());
+            // Graceful: in-flight requests finish; clients that hold connections open do
+            // not keep the daemon alive for long.
+            if tokio::time::timeout(Duration::from_secs(3), &mut server)
+                .await
+                .is_err()
+            {
+                tracing::warn!("connections still open after 3 s; stopping anyway");
+                server.abort();
+            }
+            Ok(())
+        }
+    };
+    tracing::info!("stopping the engine");
+    let stopped = tokio::task::spawn_blocking(move || {
+        let mut e = engine.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = e.pause_all();
+        if let Err(err) = e.reset_all() {
+            tracing::warn!("reset at shutdown: {err}");
+        }
+    })
+    .await;
+    if let Err(e) = stopped {
+        tracing::error!("engine shutdown failed: {e}");
+    }
+    if let Some(p) = &settings.pid_file {
+        let _ = std::fs::remove_file(p);
+    }
+    if let Some(p) = unix_path {
+        let _ = std::fs::remove_file(p);
+    }
+    tracing::info!("bessemerd stopped");
+    result
+}
