@@ -116,7 +116,7 @@ impl Module for RandomUpdate {
 /// The RandomUpdate class.
 pub static CLASS: ModuleClass = ModuleClass {
     name: "RandomUpdate",
-    name_template: "random_update",
+    name_template: "rupdate",
     help: "updates packet data with random values",
     arg_type: "RandomUpdateArg",
     arg_doc: &["fields: [{offset: int64, size: uint64 (1, 2, 4), min: uint64, max: uint64}] — uniform in [min, max]"],
