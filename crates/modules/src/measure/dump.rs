@@ -45,11 +45,17 @@ impl Module for Dump {
             {
                 self.last = Some(now);
                 self.dumped += 1;
+                // The metadata area is shown up to its last non-zero byte (attribute offsets
+                // are per module, so the raw area is what is meaningful here).
+                let meta = p.metadata();
+                let used = meta.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
                 println!(
-                    "{}: {} bytes\n{}",
+                    "{}: {} bytes\n{}metadata ({used} of {} bytes):\n{}",
                     ctx.module_name(),
                     p.len(),
-                    hexdump(p.data())
+                    hexdump(p.data()),
+                    meta.len(),
+                    hexdump(&meta[..used])
                 );
             }
         }
