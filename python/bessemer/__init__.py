@@ -1,3 +1,3 @@
-"""Bessemer's Python side: the `.bess` script syntax translator (client and CLI to come)."""
+"""Bessemer's Python side: a BESS gRPC client and the `.bess` syntax translator."""
 
 __version__ = "0.1.0"
