@@ -154,3 +154,8 @@ class BESS:
                 resp.data.Unpack(msg)
                 return json_format.MessageToDict(msg, preserving_proto_field_name=True)
         return {}
+
+    def get_mclass_info(self, mclass: str):
+        """Help, command names and command argument types of a module class."""
+        req = self._msg("bess_msg", "GetMclassInfoRequest", {"name": mclass})
+        return self._call("GetMclassInfo", req)
