@@ -6,6 +6,7 @@ export CARGO_TERM_COLOR ?= never
 
 VENV := .venv
 PY := $(VENV)/bin/python
+PY_STAMP := $(VENV)/.installed
 
 deps:
 	@scripts/install-deps.sh
@@ -28,17 +29,17 @@ lint: lint-python
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 # The Python package lives in a project-local virtualenv (no system packages touched).
-$(PY): python/pyproject.toml
+$(PY_STAMP): python/pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e 'python[test]' ruff
-	@touch $(PY)
+	@touch $(PY_STAMP)
 
-lint-python: $(PY)
+lint-python: $(PY_STAMP)
 	$(VENV)/bin/ruff check python
 	$(VENV)/bin/ruff format --check python
 
-test-python: $(PY)
+test-python: $(PY_STAMP)
 	cd python && ../$(PY) -m pytest -q
 
 fmt:
