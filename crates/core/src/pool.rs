@@ -450,20 +450,20 @@ impl Drop for PoolCache {
     }
 }
 
-/// Allocates `n` packets one batch at a time and frees them, for quick self-checks.
-pub fn exercise(cache: &mut PoolCache, rounds: usize, len: usize) -> usize {
-    let mut b = PacketBatch::new();
-    let mut got = 0;
-    for _ in 0..rounds {
-        got += cache.alloc_bulk(&mut b, MAX_BURST, len);
-        cache.free_bulk(&mut b);
-    }
-    got
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Allocates packets one batch at a time and frees them, for quick self-checks.
+    fn exercise(cache: &mut PoolCache, rounds: usize, len: usize) -> usize {
+        let mut b = PacketBatch::new();
+        let mut got = 0;
+        for _ in 0..rounds {
+            got += cache.alloc_bulk(&mut b, MAX_BURST, len);
+            cache.free_bulk(&mut b);
+        }
+        got
+    }
 
     fn pool(n: usize) -> PacketPool {
         PacketPool::new("test", n, PagePolicy::Plain).unwrap()
