@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::batch::{PacketBatch, MAX_BURST};
+use crate::batch::PacketBatch;
 use crate::mem::{PageKind, PagePolicy, Region};
 use crate::packet::{home_offset, Packet, PacketDesc, DESC_SIZE, FRAME_SHIFT, FRAME_SIZE};
 
@@ -453,6 +453,7 @@ impl Drop for PoolCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::batch::MAX_BURST;
 
     // Allocates packets one batch at a time and frees them, for quick self-checks.
     fn exercise(cache: &mut PoolCache, rounds: usize, len: usize) -> usize {
