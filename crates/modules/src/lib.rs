@@ -1,35 +1,34 @@
-//! Bessemer module classes: one file per class, grouped by kind, registered in [`classes`].
+//! Bessemer module classes: one file per class, grouped by kind, each kind listing its
+//! classes in its `mod.rs` (`CLASSES`), all joined in [`classes`].
 
 pub mod basic;
+pub mod classify;
+pub mod encap;
 pub mod measure;
 pub mod queue;
 pub mod rewrite;
 pub mod util;
 
 use bessemer_core::ModuleClass;
+use std::sync::OnceLock;
 
-/// Every module class, in `show mclass` order (adding a class = one file + one line here).
+/// Every module class, sorted by name as `show mclass` lists them (adding a class = one file
+/// + one line in its kind's `CLASSES`).
 pub fn classes() -> &'static [&'static ModuleClass] {
-    static CLASSES: &[&ModuleClass] = &[
-        &basic::bypass::CLASS,
-        &basic::merge::CLASS,
-        &basic::noop::CLASS,
-        &basic::random_split::CLASS,
-        &basic::replicate::CLASS,
-        &basic::round_robin::CLASS,
-        &basic::sink::CLASS,
-        &basic::source::CLASS,
-        &basic::split::CLASS,
-        &measure::dump::CLASS,
-        &measure::measure::CLASS,
-        &measure::timestamp::CLASS,
-        &queue::queue::CLASS,
-        &rewrite::random_update::CLASS,
-        &rewrite::rewrite::CLASS,
-        &rewrite::set_metadata::CLASS,
-        &rewrite::update::CLASS,
-    ];
-    CLASSES
+    static ALL: OnceLock<Vec<&'static ModuleClass>> = OnceLock::new();
+    ALL.get_or_init(|| {
+        let mut all: Vec<&'static ModuleClass> = [
+            basic::CLASSES,
+            classify::CLASSES,
+            encap::CLASSES,
+            measure::CLASSES,
+            queue::CLASSES,
+            rewrite::CLASSES,
+        ]
+        .concat();
+        all.sort_by_key(|c| c.name);
+        all
+    })
 }
 
 /// Looks up a class by its BESS name.

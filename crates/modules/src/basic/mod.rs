@@ -8,3 +8,18 @@ pub mod round_robin;
 pub mod sink;
 pub mod source;
 pub mod split;
+
+use bessemer_core::ModuleClass;
+
+/// The classes of this kind.
+pub static CLASSES: &[&ModuleClass] = &[
+    &bypass::CLASS,
+    &merge::CLASS,
+    &noop::CLASS,
+    &random_split::CLASS,
+    &replicate::CLASS,
+    &round_robin::CLASS,
+    &sink::CLASS,
+    &source::CLASS,
+    &split::CLASS,
+];

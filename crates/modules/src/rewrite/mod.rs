@@ -4,3 +4,13 @@ pub mod random_update;
 pub mod rewrite;
 pub mod set_metadata;
 pub mod update;
+
+use bessemer_core::ModuleClass;
+
+/// The classes of this kind.
+pub static CLASSES: &[&ModuleClass] = &[
+    &random_update::CLASS,
+    &rewrite::CLASS,
+    &set_metadata::CLASS,
+    &update::CLASS,
+];

@@ -1,0 +1,6 @@
+//! Classifiers: modules that choose an output gate per packet from its headers or metadata.
+
+use bessemer_core::ModuleClass;
+
+/// The classes of this kind.
+pub static CLASSES: &[&ModuleClass] = &[];
