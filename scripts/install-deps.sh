@@ -27,7 +27,7 @@ if ! have cargo; then
   if [ -x "$HOME/.cargo/bin/cargo" ]; then
     echo "install-deps: cargo is in ~/.cargo/bin; add it to PATH (source ~/.cargo/env)" >&2
   else
-    echo "install-deps: Rust is missing. Install a stable toolchain (>= 1.80) with rustup" \
+    echo "install-deps: Rust is missing. Install a stable toolchain (>= 1.91) with rustup" \
          "(https://rustup.rs) or 'apt-get install -y cargo rustc' on Debian 13 or later." >&2
   fi
   exit 1
@@ -35,7 +35,7 @@ fi
 
 ver=$(rustc --version | awk '{print $2}')
 major=${ver%%.*}; rest=${ver#*.}; minor=${rest%%.*}
-if [ "$major" -lt 1 ] || { [ "$major" -eq 1 ] && [ "$minor" -lt 80 ]; }; then
-  echo "install-deps: rustc $ver is too old; Bessemer needs 1.80 or later (rustup update stable)" >&2
+if [ "$major" -lt 1 ] || { [ "$major" -eq 1 ] && [ "$minor" -lt 91 ]; }; then
+  echo "install-deps: rustc $ver is too old; Bessemer needs 1.91 or later (rustup update stable)" >&2
   exit 1
 fi

@@ -565,6 +565,34 @@ impl Engine {
         })
     }
 
+    /// Installs a gate hook (see [`Pipeline::add_hook`]) with the workers paused.
+    pub fn add_hook(
+        &mut self,
+        module: &str,
+        dir: crate::hook::GateDir,
+        gate: Option<u16>,
+        name: &str,
+        hook: std::sync::Arc<dyn crate::hook::GateHook>,
+    ) -> Result<()> {
+        self.paused(|e| e.graph_mut().add_hook(module, dir, gate, name, hook))
+    }
+
+    /// Removes a gate hook with the workers paused.
+    pub fn remove_hook(
+        &mut self,
+        module: &str,
+        dir: crate::hook::GateDir,
+        gate: Option<u16>,
+        name: &str,
+    ) -> Result<()> {
+        self.paused(|e| e.graph_mut().remove_hook(module, dir, gate, name))
+    }
+
+    /// Turns bit counting on or off for output gates of a module, workers paused.
+    pub fn track_gate(&mut self, module: &str, gate: Option<u16>, on: bool) -> Result<()> {
+        self.paused(|e| e.graph_mut().track_gate(module, gate, on))
+    }
+
     /// Disconnects an output gate.
     pub fn disconnect(&mut self, from: &str, ogate: u16) -> Result<()> {
         self.paused(|e| e.graph_mut().disconnect(from, ogate))

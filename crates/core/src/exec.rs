@@ -222,6 +222,9 @@ impl Context {
         let n = batch.len();
         og.stats.packets.add(n as u64);
         og.stats.batches.add(1);
+        if !og.hooks.is_empty() {
+            crate::hook::run_hooks(&og.hooks, batch);
+        }
         if og.track_bits {
             og.stats
                 .bits
@@ -294,6 +297,9 @@ impl Context {
                 continue;
             }
             self.cur_input = &*batch;
+            if let Some(h) = node.ihooks.get(igate as usize) {
+                crate::hook::run_hooks(h, &batch);
+            }
             match &node.inst {
                 // SAFETY: only this worker runs this module (graph constraint checker).
                 InstanceCell::Exclusive(m) => unsafe {

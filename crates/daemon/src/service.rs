@@ -608,6 +608,165 @@ fn reset_tcs(e: &mut Engine) -> Result<()> {
     }
 }
 
+/// Gate hook classes and their help texts.
+const HOOK_CLASSES: &[(&str, &str)] = &[
+    (
+        "track",
+        "counts bytes (bits) on output gates, shown by GetModuleInfo (TrackArg: bits)",
+    ),
+    (
+        "tcpdump",
+        "writes packets crossing a gate to a FIFO in pcap format (TcpdumpArg: fifo, defer)",
+    ),
+];
+
+fn unknown_hook_class(name: &str) -> Error {
+    Error::not_found(format!(
+        "no gate hook class '{}' (classes: {})",
+        truncate(name, 128),
+        HOOK_CLASSES
+            .iter()
+            .map(|(n, _)| *n)
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+}
+
+fn configure_gate_hook(e: &mut Engine, h: pb::GateHookInfo, enable: bool) -> Result<String> {
+    use bessemer_core::hook::{GateDir, TcpdumpHook};
+    use pb::gate_hook_info::Gate;
+    if !HOOK_CLASSES.iter().any(|(c, _)| *c == h.class_name) {
+        return Err(unknown_hook_class(&h.class_name));
+    }
+    let class = h.class_name.as_str();
+    let name = if h.hook_name.is_empty() {
+        class.to_string()
+    } else {
+        need_name(&h.hook_name, "hook name")?
+    };
+    let module = need_name(&h.module_name, "module name")?;
+    e.graph().id_of(&module)?;
+    let (dir, gate) = match h.gate {
+        Some(Gate::Igate(g)) => (GateDir::In, g),
+        Some(Gate::Ogate(g)) => (GateDir::Out, g),
+        None => {
+            return Err(Error::invalid(
+                "a gate hook needs an igate or an ogate (-1 for all gates)",
+            ))
+        }
+    };
+    let gate = match gate {
+        -1 => None,
+        g if (0..MAX_GATES as i64).contains(&g) => Some(g as u16),
+        g => {
+            return Err(Error::invalid(format!(
+                "gate {g} is out of range (0..{MAX_GATES}, or -1 for all)"
+            )))
+        }
+    };
+    if enable {
+        // Validate everything before the hook opens its FIFO: a refused hook must not have
+        // written to (or closed) a pipe a reader already has open.
+        let gates = e.graph().hook_gates(&module, dir, gate)?;
+        if let Some(h) = e.graph().hooks().into_iter().find(|h| {
+            h.module == module && h.dir == dir && h.name == name && gates.contains(&h.gate)
+        }) {
+            return Err(Error::busy(format!(
+                "gate {} of module '{module}' already has a hook named '{name}'",
+                h.gate
+            )));
+        }
+    }
+    let what = format!("gate hook '{class}'");
+    match class {
+        "track" => {
+            let arg = convert::any_to_value(h.arg.as_ref(), Some("TrackArg"), &what)?;
+            let mut a = bessemer_core::Args::new(&arg, "TrackArg")?;
+            let _bits = a.bool("bits")?;
+            a.finish()?;
+            if dir == GateDir::In {
+                return Err(Error::invalid(
+                    "the track hook counts on output gates; name the upstream module's ogate",
+                ));
+            }
+            e.track_gate(&module, gate, enable)?;
+        }
+        _ => {
+            if !enable {
+                e.remove_hook(&module, dir, gate, &name)?;
+                return Ok(name);
+            }
+            let arg = convert::any_to_value(h.arg.as_ref(), Some("TcpdumpArg"), &what)?;
+            let mut a = bessemer_core::Args::new(&arg, "TcpdumpArg")?;
+            let fifo = a.str("fifo")?.unwrap_or_default().to_string();
+            let defer = a.bool("defer")?.unwrap_or(false);
+            let _reconnect = a.bool("reconnect")?;
+            a.finish()?;
+            if fifo.is_empty() {
+                return Err(Error::invalid("TcpdumpArg.fifo: a FIFO path is required"));
+            }
+            let hook = TcpdumpHook::open(&fifo, defer)?;
+            e.add_hook(&module, dir, gate, &name, Arc::new(hook))?;
+        }
+    }
+    Ok(name)
+}
+
+fn hook_info(module: &str, dir_in: bool, gate: u16, class: &str, name: &str) -> pb::GateHookInfo {
+    use pb::gate_hook_info::Gate;
+    pb::GateHookInfo {
+        class_name: class.to_string(),
+        hook_name: name.to_string(),
+        module_name: module.to_string(),
+        gate: Some(if dir_in {
+            Gate::Igate(gate as i64)
+        } else {
+            Gate::Ogate(gate as i64)
+        }),
+        arg: None,
+    }
+}
+
+fn list_hooks(e: &Engine) -> Vec<pb::GateHookInfo> {
+    use bessemer_core::hook::GateDir;
+    let g = e.graph();
+    let mut out: Vec<pb::GateHookInfo> = g
+        .connections()
+        .into_iter()
+        .filter(|c| g.is_tracked(&c.from, c.ogate).unwrap_or(false))
+        .map(|c| hook_info(&c.from, false, c.ogate, "track", "track"))
+        .collect();
+    out.extend(
+        g.hooks()
+            .into_iter()
+            .map(|h| hook_info(&h.module, h.dir == GateDir::In, h.gate, h.class, &h.name)),
+    );
+    out
+}
+
+fn gate_hooks_of(
+    all: &[pb::GateHookInfo],
+    module: &str,
+    dir_in: bool,
+    gate: u64,
+) -> Vec<pb::get_module_info_response::GateHook> {
+    use pb::gate_hook_info::Gate;
+    all.iter()
+        .filter(|h| {
+            h.module_name == module
+                && match h.gate {
+                    Some(Gate::Igate(g)) => dir_in && g as u64 == gate,
+                    Some(Gate::Ogate(g)) => !dir_in && g as u64 == gate,
+                    None => false,
+                }
+        })
+        .map(|h| pb::get_module_info_response::GateHook {
+            class_name: h.class_name.clone(),
+            hook_name: h.hook_name.clone(),
+        })
+        .collect()
+}
+
 fn module_info(e: &Engine, name: &str) -> Result<pb::GetModuleInfoResponse> {
     let g = e.graph();
     let class = g.class_of(name)?;
@@ -619,6 +778,7 @@ fn module_info(e: &Engine, name: &str) -> Result<pb::GetModuleInfoResponse> {
         .unwrap_or_default();
     let ts = now();
     let conns = g.connections();
+    let hooks = list_hooks(e);
     let mut igates: Vec<pb::get_module_info_response::IGate> = Vec::new();
     let mut ins: Vec<_> = conns.iter().filter(|c| c.to == name).collect();
     ins.sort_by_key(|c| (c.igate, c.from.clone(), c.ogate));
@@ -632,7 +792,7 @@ fn module_info(e: &Engine, name: &str) -> Result<pb::GetModuleInfoResponse> {
                 pkts: cnt.packets,
                 bytes: cnt.bits / 8,
                 timestamp: ts,
-                gatehooks: Vec::new(),
+                gatehooks: gate_hooks_of(&hooks, name, true, c.igate as u64),
             });
         }
         if let Some(ig) = igates.last_mut() {
@@ -654,7 +814,7 @@ fn module_info(e: &Engine, name: &str) -> Result<pb::GetModuleInfoResponse> {
             timestamp: ts,
             name: c.to.clone(),
             igate: c.igate as u64,
-            gatehooks: Vec::new(),
+            gatehooks: gate_hooks_of(&hooks, name, false, c.ogate as u64),
         })
         .collect();
     let metadata = g
@@ -1312,10 +1472,12 @@ impl pb::bess_control_server::BessControl for Control {
         &self,
         _: Request<pb::EmptyRequest>,
     ) -> RpcResult<pb::ListGateHookClassResponse> {
-        // No gate hook classes exist yet; ConfigureGateHook answers ENOTSUP.
         answer(
             "ListGateHookClass",
-            Ok(pb::ListGateHookClassResponse::default()),
+            Ok(pb::ListGateHookClassResponse {
+                error: None,
+                names: HOOK_CLASSES.iter().map(|(n, _)| n.to_string()).collect(),
+            }),
         )
     }
 
@@ -1323,27 +1485,31 @@ impl pb::bess_control_server::BessControl for Control {
         &self,
         r: Request<pb::GetGateHookClassInfoRequest>,
     ) -> RpcResult<pb::GetGateHookClassInfoResponse> {
-        let n = truncate(&r.get_ref().name, 128);
-        answer(
-            "GetGateHookClassInfo",
-            Err(unsupported(format!(
-                "gate hook class '{n}' is not supported: Bessemer has no gate hooks yet"
-            ))),
-        )
+        let n = r.into_inner().name;
+        let res = match HOOK_CLASSES.iter().find(|(c, _)| *c == n) {
+            Some((name, help)) => Ok(pb::GetGateHookClassInfoResponse {
+                error: None,
+                name: name.to_string(),
+                help: help.to_string(),
+                cmds: Vec::new(),
+                cmd_args: Vec::new(),
+            }),
+            None => Err(unknown_hook_class(&n)),
+        };
+        answer("GetGateHookClassInfo", res)
     }
 
     async fn configure_gate_hook(
         &self,
         r: Request<pb::ConfigureGateHookRequest>,
     ) -> RpcResult<pb::ConfigureGateHookResponse> {
-        let h = r.into_inner().hook.unwrap_or_default();
+        let req = r.into_inner();
+        let res = self
+            .run(move |e| configure_gate_hook(e, req.hook.unwrap_or_default(), req.enable))
+            .await;
         answer(
             "ConfigureGateHook",
-            Err(unsupported(format!(
-                "gate hook '{}' (class '{}') is not supported: Bessemer has no gate hooks yet",
-                truncate(&h.hook_name, 128),
-                truncate(&h.class_name, 128)
-            ))),
+            res.map(|name| pb::ConfigureGateHookResponse { error: None, name }),
         )
     }
 
@@ -1351,8 +1517,15 @@ impl pb::bess_control_server::BessControl for Control {
         &self,
         _: Request<pb::EmptyRequest>,
     ) -> RpcResult<pb::ListGateHooksResponse> {
-        // No gate hook can be installed, so none is listed.
-        answer("ListGateHooks", Ok(pb::ListGateHooksResponse::default()))
+        let res = self
+            .run(|e| {
+                Ok(pb::ListGateHooksResponse {
+                    error: None,
+                    hooks: list_hooks(e),
+                })
+            })
+            .await;
+        answer("ListGateHooks", res)
     }
 
     async fn gate_hook_command(
@@ -1361,14 +1534,16 @@ impl pb::bess_control_server::BessControl for Control {
     ) -> RpcResult<pb::CommandResponse> {
         let req = r.into_inner();
         let h = req.hook.unwrap_or_default();
-        answer(
-            "GateHookCommand",
-            Err(unsupported(format!(
-                "command '{}' for gate hook '{}' is not supported: Bessemer has no gate hooks yet",
-                truncate(&req.cmd, 128),
-                truncate(&h.hook_name, 128)
-            ))),
-        )
+        let res = if HOOK_CLASSES.iter().any(|(c, _)| *c == h.class_name) {
+            Err(Error::invalid(format!(
+                "gate hook class '{}' has no command '{}' (it has no commands)",
+                h.class_name,
+                truncate(&req.cmd, 128)
+            )))
+        } else {
+            Err(unknown_hook_class(&h.class_name))
+        };
+        answer("GateHookCommand", res)
     }
 
     async fn configure_resume_hook(
