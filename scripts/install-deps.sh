@@ -10,6 +10,8 @@ have cc || need_apt+=(gcc)
 have make || need_apt+=(make)
 have python3 || need_apt+=(python3)
 have pkg-config || need_apt+=(pkg-config)
+# tcpdump reads what `bessemer tcpdump` captures (and its tests check that).
+have tcpdump || [ -x /usr/bin/tcpdump ] || need_apt+=(tcpdump)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
 
 if ((${#need_apt[@]})); then

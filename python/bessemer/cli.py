@@ -1,48 +1,606 @@
-"""`bessemer`: the command line (so far: `run FILE [VAR=VALUE ...]`)."""
+"""`bessemer`: the command line, with bessctl's vocabulary.
+
+    bessemer daemon start|stop|reset|connect     bessemer run FILE [VAR=VALUE ...]
+    bessemer add worker|module|connection|port   bessemer delete worker|module|connection|port
+    bessemer command module NAME CMD ARGTYPE [ARG]
+    bessemer show status|version|worker|tc|pipeline|port|module|mclass|driver|gatehook
+    bessemer check constraints                   bessemer monitor pipeline|port|tc
+    bessemer tcpdump MODULE [in|out] [GATE] [tcpdump options]
+    bessemer shell      (or no command at all: an interactive shell)
+
+Every command has `--help`. Arguments written as Python literals (`"{'pkt_size': 60}"`) are
+module or command arguments, as in bessctl.
+"""
 
 from __future__ import annotations
 
 import argparse
+import ast
+import contextlib
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
 import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
 
+from . import render
 from .client import BESS, DEFAULT_PORT
 from .script import ScriptError, run_script
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit status."""
-    p = argparse.ArgumentParser(prog="bessemer", description="Drive a Bessemer (or BESS) daemon.")
-    p.add_argument("--host", default="localhost", help="daemon address (default localhost)")
-    p.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help=f"daemon port (default {DEFAULT_PORT})"
+class CliError(Exception):
+    """A command failed for a reason the user can fix; printed without a traceback."""
+
+
+class Session:
+    """The daemon a command talks to; connects lazily, so `daemon start` works without one."""
+
+    def __init__(self, host: str, port: int):
+        self.host, self.port = host, port
+        self._bess: BESS | None = None
+
+    @property
+    def bess(self) -> BESS:
+        if self._bess is None:
+            bess = BESS(self.host, self.port, timeout=10)
+            try:
+                bess.get_version()
+            except BESS.Error as exc:
+                bess.close()
+                why = "nothing answers there" if "UNAVAILABLE" in exc.errmsg else exc.errmsg
+                raise CliError(
+                    f"cannot talk to the daemon at {self.host}:{self.port}: {why}\n"
+                    "  (start one with 'bessemer daemon start')"
+                ) from None
+            self._bess = bess
+        return self._bess
+
+    def close(self) -> None:
+        if self._bess is not None:
+            self._bess.close()
+            self._bess = None
+
+    def reconnect(self, host: str, port: int) -> None:
+        self.close()
+        self.host, self.port = host, port
+
+
+def _literal(text: str | None, what: str) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError) as exc:
+        raise CliError(f"{what}: {text!r} is not a Python literal ({exc})") from None
+    if not isinstance(value, dict):
+        raise CliError(f"{what}: expected a dict such as \"{{'size': 1024}}\", got {text!r}")
+    return value
+
+
+# --- daemon ------------------------------------------------------------------------------
+
+
+def _find_daemon() -> str:
+    env = os.environ.get("BESSEMERD")
+    if env:
+        return env
+    root = Path(__file__).resolve().parents[2]
+    for build in ("release", "debug"):
+        path = root / "target" / build / "bessemerd"
+        if path.exists():
+            return str(path)
+    found = shutil.which("bessemerd")
+    if found:
+        return found
+    raise CliError(
+        "bessemerd not found: build it with 'make build' (or set $BESSEMERD to its path)"
     )
-    sub = p.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run a .bess script")
-    run.add_argument("file", help="script to run")
-    run.add_argument("vars", nargs="*", metavar="VAR=VALUE", help="values for $VAR in the script")
-    args = p.parse_args(argv)
+
+
+def _port_open(host: str, port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
+        return True
+    return False
+
+
+START_TIMEOUT = 30
+
+
+def daemon_start(s: Session, args) -> None:
+    if _port_open(s.host, s.port):
+        raise CliError(f"a daemon already listens on {s.host}:{s.port} ('bessemer daemon stop')")
+    cmd = [_find_daemon(), "--port", str(s.port), *args.options]
+    log = Path(tempfile.gettempdir()) / f"bessemerd-{s.port}.log"
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:
+        if proc.poll() is not None:
+            tail = log.read_text(errors="replace").strip().splitlines()[-5:]
+            raise CliError(
+                f"bessemerd exited with status {proc.returncode}:\n  " + "\n  ".join(tail)
+            )
+        try:
+            version = s.bess.get_version()
+            break
+        except CliError:
+            if time.monotonic() > deadline:
+                proc.terminate()
+                raise CliError(
+                    f"bessemerd did not answer within {START_TIMEOUT} s; log: {log}"
+                ) from None
+            time.sleep(0.1)
+    print(f"{version} started (pid {proc.pid}) on {s.host}:{s.port}; log: {log}")
+
+
+def daemon_stop(s: Session, args) -> None:
+    s.bess.kill()
+    s.close()
+    deadline = time.monotonic() + args.timeout
+    while _port_open(s.host, s.port):
+        if time.monotonic() > deadline:
+            raise CliError(f"the daemon on {s.host}:{s.port} did not stop within {args.timeout} s")
+        time.sleep(0.1)
+    print(f"daemon on {s.host}:{s.port} stopped")
+
+
+def daemon_reset(s: Session, _args) -> None:
+    s.bess.reset_all()
+    print("reset: modules, ports, traffic classes and workers removed")
+
+
+def daemon_connect(s: Session, args) -> None:
+    host, _, port = args.address.rpartition(":")
+    if not host:
+        host, port = args.address, str(DEFAULT_PORT)
+    try:
+        s.reconnect(host, int(port))
+    except ValueError:
+        raise CliError(f"'{args.address}' is not HOST[:PORT]") from None
+    print(f"connected to {s.bess.get_version()} at {host}:{port}")
+
+
+# --- run, add, delete, command -----------------------------------------------------------
+
+
+def run_file(s: Session, args) -> None:
     env = {}
     for kv in args.vars:
         key, sep, value = kv.partition("=")
         if not sep or not key:
-            p.error(f"'{kv}' is not VAR=VALUE")
+            raise CliError(f"'{kv}' is not VAR=VALUE")
         env[key] = value
-    bess = BESS(args.host, args.port)
     try:
-        bess.get_version()
-        run_script(args.file, bess, env)
-    except BESS.Error as exc:
-        print(
-            f"bessemer: cannot talk to the daemon at {args.host}:{args.port}: {exc.errmsg}",
-            file=sys.stderr,
-        )
-        return 1
+        run_script(args.file, s.bess, env)
     except (ScriptError, OSError) as exc:
+        raise CliError(str(exc)) from None
+
+
+def add_worker(s: Session, args) -> None:
+    s.bess.add_worker(args.wid, args.core, args.scheduler)
+
+
+def add_module(s: Session, args) -> None:
+    name = s.bess.create_module(args.mclass, args.name, _literal(args.arg, "module argument"))
+    print(name)
+
+
+def add_connection(s: Session, args) -> None:
+    s.bess.connect_modules(args.m1, args.m2, args.ogate, args.igate)
+
+
+def add_port(s: Session, args) -> None:
+    print(s.bess.create_port(args.driver, args.name, _literal(args.arg, "port argument")))
+
+
+def delete_worker(s: Session, args) -> None:
+    s.bess.destroy_worker(args.wid)
+
+
+def delete_module(s: Session, args) -> None:
+    s.bess.destroy_module(args.name)
+
+
+def delete_connection(s: Session, args) -> None:
+    s.bess.disconnect_modules(args.name, args.ogate)
+
+
+def delete_port(s: Session, args) -> None:
+    s.bess.destroy_port(args.name)
+
+
+def command_module(s: Session, args) -> None:
+    out = s.bess.run_module_command(
+        args.name, args.cmd, args.arg_type, _literal(args.arg, "command argument")
+    )
+    if out:
+        print(render.value(out))
+
+
+# --- show, check -------------------------------------------------------------------------
+
+
+def show_version(s: Session, _args) -> None:
+    print(s.bess.get_version())
+
+
+def show_status(s: Session, _args) -> None:
+    b = s.bess
+    print(
+        render.status(
+            b.get_version(),
+            b.list_workers(),
+            b.list_modules(),
+            b.list_ports(),
+            b.list_tcs(),
+            b.list_gatehooks(),
+        )
+    )
+
+
+def show_worker(s: Session, args) -> None:
+    workers = [w for w in s.bess.list_workers() if args.wid is None or w.wid == args.wid]
+    if args.wid is not None and not workers:
+        raise CliError(f"no worker {args.wid}")
+    print(render.workers(workers))
+
+
+def show_tc(s: Session, args) -> None:
+    print(render.tcs(s.bess.list_tcs(-1 if args.wid is None else args.wid)))
+
+
+def _pipeline(b: BESS) -> tuple[list, dict]:
+    mods = b.list_modules()
+    return mods, {m.name: b.get_module_info(m.name) for m in mods}
+
+
+def show_pipeline(s: Session, args) -> None:
+    mods, infos = _pipeline(s.bess)
+    if args.dot:
+        text = render.dot(mods, infos)
+        if args.dot == "-":
+            print(text, end="")
+        else:
+            Path(args.dot).write_text(text)
+            print(f"wrote {args.dot} ({len(mods)} modules); render: dot -Tpng {args.dot} -o x.png")
+        return
+    print(render.pipeline(mods, infos))
+
+
+def show_module(s: Session, args) -> None:
+    names = args.names or [m.name for m in s.bess.list_modules()]
+    print("\n".join(render.module(s.bess.get_module_info(n)) for n in names) or "no modules")
+
+
+def show_mclass(s: Session, args) -> None:
+    names = args.names or s.bess.list_mclasses()
+    print("\n".join(s.bess.get_mclass_info(n).help for n in names))
+
+
+def show_port(s: Session, args) -> None:
+    ports = [p for p in s.bess.list_ports() if not args.names or p.name in args.names]
+    missing = set(args.names) - {p.name for p in ports}
+    if missing:
+        raise CliError(f"no port named {', '.join(sorted(missing))}")
+    print(render.ports(ports, {p.name: s.bess.get_port_stats(p.name) for p in ports}))
+
+
+def show_driver(s: Session, args) -> None:
+    names = args.names or s.bess.list_drivers()
+    if not names:
+        print("no port drivers")
+    for n in names:
+        info = s.bess.get_driver_info(n)
+        print(f"{info.name}: {info.help}")
+
+
+def show_gatehook(s: Session, _args) -> None:
+    print(render.hooks(s.bess.list_gatehooks()))
+
+
+def check_constraints(s: Session, _args) -> None:
+    r = s.bess.check_scheduling_constraints()
+    if not r.violations and not r.modules:
+        print("constraints: OK")
+        return
+    lines = [f"class {v.name}: constraint {v.constraint}" for v in r.violations]
+    lines += [f"module {m.name} can be run by more than one worker" for m in r.modules]
+    raise CliError(
+        "constraint violations" + (" (fatal)" if r.fatal else "") + ":\n  " + "\n  ".join(lines)
+    )
+
+
+# --- monitor ----------------------------------------------------------------------------
+
+
+def _monitor(args, sample, draw) -> None:
+    """Samples every `interval` s and redraws in place (a plain log when not a terminal)."""
+    tty = sys.stdout.isatty()
+    prev, t_prev = sample(), time.monotonic()
+    end = time.monotonic() + args.seconds if args.seconds else None
+    try:
+        while end is None or time.monotonic() < end:
+            time.sleep(args.interval)
+            cur, t = sample(), time.monotonic()
+            frame = draw(prev, cur, t - t_prev)
+            if tty:
+                sys.stdout.write("\x1b[H\x1b[2J")
+            sys.stdout.write(time.strftime("%H:%M:%S") + "  (Ctrl-C to stop)\n" + frame + "\n")
+            sys.stdout.flush()
+            prev, t_prev = cur, t
+    except KeyboardInterrupt:
+        print()
+
+
+def monitor_pipeline(s: Session, args) -> None:
+    b = s.bess
+
+    def sample():
+        return render.edge_counters(*_pipeline(b))
+
+    _monitor(args, sample, render.edge_rates)
+
+
+def monitor_port(s: Session, args) -> None:
+    b = s.bess
+
+    def sample():
+        return {p.name: b.get_port_stats(p.name) for p in b.list_ports()}
+
+    _monitor(args, sample, render.port_rates)
+
+
+def monitor_tc(s: Session, args) -> None:
+    b = s.bess
+
+    def sample():
+        names = [getattr(c, "class").name for c in b.list_tcs()]
+        return {n: b.get_tc_stats(n) for n in names}
+
+    _monitor(args, sample, render.tc_rates)
+
+
+# --- tcpdump ----------------------------------------------------------------------------
+
+
+def tcpdump(s: Session, args) -> None:
+    exe = shutil.which("tcpdump")
+    if exe is None:
+        raise CliError("tcpdump is not installed; install it with 'apt-get install -y tcpdump'")
+    b = s.bess
+    b.get_module_info(args.module)  # names an unknown module before anything starts
+    tmp = Path(tempfile.mkdtemp(prefix="bessemer-tcpdump-"))
+    fifo = tmp / "pipe"
+    os.mkfifo(fifo, 0o600)
+    proc = subprocess.Popen([exe, "-r", str(fifo), *args.options])
+    installed = False
+    try:
+        # tcpdump opens the FIFO for reading shortly after it starts; until then the daemon
+        # cannot open the writing end (ENXIO), so retry for a while.
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                b.tcpdump(True, args.module, args.direction, args.gate, str(fifo))
+                installed = True
+                break
+            except BESS.Error as exc:
+                if exc.code != 6 or time.monotonic() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(0.05)
+        proc.wait()
+    except KeyboardInterrupt:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=10)
+    finally:
+        if installed:
+            with contextlib.suppress(BESS.Error):
+                b.tcpdump(False, args.module, args.direction, args.gate)
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=10)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# --- the parser ---------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="bessemer",
+        description="Drive a Bessemer (or BESS) daemon: bessctl's commands.",
+        exit_on_error=False,
+    )
+    p.add_argument("--host", default="localhost", help="daemon address (default localhost)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"daemon port ({DEFAULT_PORT})")
+    top = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    def group(name: str, help_text: str):
+        g = top.add_parser(name, help=help_text, description=help_text, exit_on_error=False)
+        return g.add_subparsers(dest="what", metavar="WHAT", required=True)
+
+    def cmd(sub, name: str, func, help_text: str):
+        c = sub.add_parser(name, help=help_text, description=help_text, exit_on_error=False)
+        c.set_defaults(func=func)
+        return c
+
+    d = group("daemon", "start, stop, reset or connect to a daemon")
+    c = cmd(d, "start", daemon_start, "start bessemerd in the background")
+    c.add_argument(
+        "options",
+        nargs=argparse.REMAINDER,
+        help="bessemerd options (e.g. --no-hugepages --buffers 65536)",
+    )
+    c = cmd(d, "stop", daemon_stop, "stop the daemon (KillBess)")
+    c.add_argument("--timeout", type=float, default=30, help="seconds to wait for it (30)")
+    cmd(d, "reset", daemon_reset, "remove every module, port, traffic class and worker")
+    c = cmd(d, "connect", daemon_connect, "talk to the daemon at HOST[:PORT] from now on")
+    c.add_argument("address", help="HOST[:PORT]")
+
+    c = top.add_parser(
+        "run", help="run a .bess script", description="run a .bess script", exit_on_error=False
+    )
+    c.set_defaults(func=run_file)
+    c.add_argument("file", help="script to run")
+    c.add_argument("vars", nargs="*", metavar="VAR=VALUE", help="values for $VAR in the script")
+
+    a = group("add", "add a worker, module, connection or port")
+    c = cmd(a, "worker", add_worker, "add worker WID pinned to CORE")
+    c.add_argument("wid", type=int)
+    c.add_argument("core", type=int)
+    c.add_argument("scheduler", nargs="?", default="", help="scheduler type (default: BESS's)")
+    c = cmd(a, "module", add_module, "create a module: CLASS NAME [ARG]")
+    c.add_argument("mclass", metavar="CLASS")
+    c.add_argument("name", help="instance name ('' for the class's default)")
+    c.add_argument("arg", nargs="?", help="argument as a Python dict, e.g. \"{'pkt_size': 60}\"")
+    c = cmd(a, "connection", add_connection, "connect M1 [OGATE] to [IGATE] M2")
+    c.add_argument("m1")
+    c.add_argument("m2")
+    c.add_argument("ogate", type=int, nargs="?", default=0)
+    c.add_argument("igate", type=int, nargs="?", default=0)
+    c = cmd(a, "port", add_port, "create a port: DRIVER NAME [ARG]")
+    c.add_argument("driver")
+    c.add_argument("name")
+    c.add_argument("arg", nargs="?", help="driver argument as a Python dict")
+
+    dl = group("delete", "delete a worker, module, connection or port")
+    cmd(dl, "worker", delete_worker, "stop and remove worker WID").add_argument("wid", type=int)
+    cmd(dl, "module", delete_module, "destroy module NAME").add_argument("name")
+    c = cmd(dl, "connection", delete_connection, "disconnect output gate OGATE of NAME")
+    c.add_argument("name")
+    c.add_argument("ogate", type=int, nargs="?", default=0)
+    cmd(dl, "port", delete_port, "destroy port NAME").add_argument("name")
+
+    cm = group("command", "run a module command")
+    c = cmd(cm, "module", command_module, "run command CMD of module NAME")
+    c.add_argument("name")
+    c.add_argument("cmd")
+    c.add_argument(
+        "arg_type", metavar="ARGTYPE", help="argument message, e.g. QueueCommandGetStatusArg"
+    )
+    c.add_argument("arg", nargs="?", help="argument as a Python dict")
+
+    sh = group("show", "show the daemon's state")
+    cmd(sh, "status", show_status, "workers, modules, ports, classes and hooks at a glance")
+    cmd(sh, "version", show_version, "the daemon's version")
+    cmd(sh, "worker", show_worker, "workers").add_argument("wid", type=int, nargs="?")
+    cmd(sh, "tc", show_tc, "traffic classes as a tree per worker").add_argument(
+        "wid", type=int, nargs="?"
+    )
+    c = cmd(sh, "pipeline", show_pipeline, "the module graph with per-edge counters")
+    c.add_argument("--dot", metavar="FILE", help="write Graphviz DOT to FILE ('-': stdout)")
+    cmd(sh, "module", show_module, "modules: gates, counters, metadata").add_argument(
+        "names", nargs="*"
+    )
+    cmd(sh, "mclass", show_mclass, "module classes: arguments and commands").add_argument(
+        "names", nargs="*"
+    )
+    cmd(sh, "port", show_port, "ports and their counters").add_argument("names", nargs="*")
+    cmd(sh, "driver", show_driver, "port drivers").add_argument("names", nargs="*")
+    cmd(sh, "gatehook", show_gatehook, "installed gate hooks")
+
+    ck = group("check", "check the configuration")
+    cmd(ck, "constraints", check_constraints, "modules reachable from more than one worker")
+
+    mo = group("monitor", "live rates, refreshed in place until Ctrl-C")
+    for name, func, text in (
+        ("pipeline", monitor_pipeline, "packets and bits per second on every connection"),
+        ("port", monitor_port, "per-port packet, byte and drop rates"),
+        ("tc", monitor_tc, "per-traffic-class rates"),
+    ):
+        c = cmd(mo, name, func, text)
+        c.add_argument("--interval", type=float, default=1.0, help="seconds between samples (1)")
+        c.add_argument("--seconds", type=float, default=0, help="stop after this long (0: never)")
+
+    c = top.add_parser(
+        "tcpdump",
+        help="capture a gate's packets with tcpdump",
+        description="Copy packets crossing a module's gate to tcpdump; any further "
+        "arguments go to tcpdump (e.g. -c 10 -w out.pcap -n udp).",
+        exit_on_error=False,
+    )
+    c.set_defaults(func=tcpdump)
+    c.add_argument("module")
+    c.add_argument("direction", nargs="?", choices=("in", "out"), default="out")
+    c.add_argument("gate", nargs="?", type=int, default=0)
+    c.add_argument("options", nargs=argparse.REMAINDER, help="tcpdump options")
+
+    c = top.add_parser("shell", help="interactive shell (the default)", exit_on_error=False)
+    c.set_defaults(func=None)
+    return p
+
+
+def _passthrough(argv: list[str], args) -> None:
+    """Options meant for bessemerd or tcpdump are taken verbatim from the command line
+    (argparse would mistake them for ours)."""
+    if args.command == "daemon":
+        args.options = argv[argv.index("start") + 1 :]
+        return
+    rest = argv[argv.index("tcpdump") + 1 :]
+    i = 1
+    if len(rest) > i and rest[i] in ("in", "out"):
+        i += 1
+    if len(rest) > i and rest[i].isdigit():
+        i += 1
+    args.options = rest[i:]
+
+
+def execute(argv: list[str], session: Session | None = None) -> int:
+    """Parses and runs one command line; returns the exit status."""
+    p = _parser()
+    try:
+        args, extra = p.parse_known_args(argv)
+        if hasattr(args, "options"):
+            _passthrough(argv, args)
+        elif extra:
+            raise argparse.ArgumentError(None, f"unrecognized arguments: {' '.join(extra)}")
+    except argparse.ArgumentError as exc:
+        print(f"bessemer: {exc}", file=sys.stderr)
+        return 2
+    own = session is None
+    s = session or Session(args.host, args.port)
+    try:
+        if getattr(args, "func", None) is None:
+            if args.command == "shell" or args.command is None:
+                from .shell import Shell
+
+                Shell(s, _parser).run()
+                return 0
+            p.print_help()
+            return 2
+        args.func(s, args)
+        return 0
+    except CliError as exc:
         print(f"bessemer: {exc}", file=sys.stderr)
         return 1
+    except BESS.Error as exc:
+        print(f"bessemer: {exc.errmsg}", file=sys.stderr)
+        return 1
     finally:
-        bess.close()
-    return 0
+        if own:
+            s.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit status."""
+    try:
+        return execute(sys.argv[1:] if argv is None else argv)
+    except SystemExit as exc:  # --help and usage errors from argparse
+        return int(exc.code or 0)
+    except BrokenPipeError:
+        return 0
+
+
+def split(line: str) -> list[str]:
+    """Splits a shell line like a POSIX shell."""
+    return shlex.split(line)
 
 
 if __name__ == "__main__":

@@ -159,3 +159,199 @@ class BESS:
         """Help, command names and command argument types of a module class."""
         req = self._msg("bess_msg", "GetMclassInfoRequest", {"name": mclass})
         return self._call("GetMclassInfo", req)
+
+    # --- workers -------------------------------------------------------------------------
+
+    def destroy_worker(self, wid: int) -> None:
+        """Stops and removes worker `wid`."""
+        self._call("DestroyWorker", self._msg("bess_msg", "DestroyWorkerRequest", {"wid": wid}))
+
+    def pause_worker(self, wid: int) -> None:
+        """Pauses one worker."""
+        self._call("PauseWorker", self._msg("bess_msg", "PauseWorkerRequest", {"wid": wid}))
+
+    def resume_worker(self, wid: int) -> None:
+        """Resumes one worker."""
+        self._call("ResumeWorker", self._msg("bess_msg", "ResumeWorkerRequest", {"wid": wid}))
+
+    def reset_workers(self) -> None:
+        """Removes every worker."""
+        self._call("ResetWorkers", self._empty())
+
+    def kill(self) -> None:
+        """Stops the daemon (KillBess)."""
+        self._call("KillBess", self._empty())
+
+    def reset_modules(self) -> None:
+        """Destroys every module."""
+        self._call("ResetModules", self._empty())
+
+    # --- traffic classes ---------------------------------------------------------------
+
+    def add_tc(
+        self,
+        name: str,
+        policy: str,
+        wid: int = -1,
+        parent: str = "",
+        resource: str | None = None,
+        priority: int | None = None,
+        share: int | None = None,
+        limit: dict[str, int] | None = None,
+        max_burst: dict[str, int] | None = None,
+    ) -> None:
+        """Adds a traffic class (BESS's add_tc)."""
+        tc: dict[str, Any] = {"name": name, "policy": policy, "wid": wid, "parent": parent}
+        for key, value in (
+            ("resource", resource),
+            ("priority", priority),
+            ("share", share),
+            ("limit", limit),
+            ("max_burst", max_burst),
+        ):
+            if value is not None:
+                tc[key] = value
+        self._call("AddTc", self._msg("bess_msg", "AddTcRequest", {"class": tc}))
+
+    def update_tc_params(
+        self,
+        name: str,
+        resource: str | None = None,
+        limit: dict[str, int] | None = None,
+        max_burst: dict[str, int] | None = None,
+    ) -> None:
+        """Changes a class's resource, limit or burst."""
+        tc: dict[str, Any] = {"name": name}
+        for key, value in (("resource", resource), ("limit", limit), ("max_burst", max_burst)):
+            if value is not None:
+                tc[key] = value
+        self._call("UpdateTcParams", self._msg("bess_msg", "UpdateTcParamsRequest", {"class": tc}))
+
+    def attach_task(
+        self,
+        module_name: str,
+        parent: str = "",
+        wid: int = -1,
+        module_taskid: int = 0,
+        priority: int | None = None,
+        share: int | None = None,
+    ) -> None:
+        """Moves a module's task under class `parent` or onto worker `wid`."""
+        tc: dict[str, Any] = {
+            "leaf_module_name": module_name,
+            "leaf_module_taskid": module_taskid,
+            "parent": parent,
+            "wid": wid,
+        }
+        if priority is not None:
+            tc["priority"] = priority
+        if share is not None:
+            tc["share"] = share
+        self._call("UpdateTcParent", self._msg("bess_msg", "UpdateTcParentRequest", {"class": tc}))
+
+    def list_tcs(self, wid: int = -1):
+        """Traffic classes (all workers when wid is -1)."""
+        req = self._msg("bess_msg", "ListTcsRequest", {"wid": wid})
+        return list(self._call("ListTcs", req).classes_status)
+
+    def get_tc_stats(self, name: str):
+        """Counters of one traffic class."""
+        return self._call("GetTcStats", self._msg("bess_msg", "GetTcStatsRequest", {"name": name}))
+
+    def reset_tcs(self) -> None:
+        """Removes every traffic class that has no task under it."""
+        self._call("ResetTcs", self._empty())
+
+    def check_scheduling_constraints(self):
+        """Modules that several workers could run at once, and other violations."""
+        return self._call("CheckSchedulingConstraints", self._empty())
+
+    # --- ports and drivers ---------------------------------------------------------------
+
+    def list_drivers(self) -> list[str]:
+        """Names of the port drivers."""
+        return list(self._call("ListDrivers", self._empty()).driver_names)
+
+    def get_driver_info(self, name: str):
+        """Help text and commands of a port driver."""
+        req = self._msg("bess_msg", "GetDriverInfoRequest", {"driver_name": name})
+        return self._call("GetDriverInfo", req)
+
+    def list_ports(self):
+        """The ports."""
+        return list(self._call("ListPorts", self._empty()).ports)
+
+    def create_port(self, driver: str, name: str = "", arg: dict[str, Any] | None = None):
+        """Creates a port of `driver` with a `<driver>Arg` built from `arg`; returns its name."""
+        req = self._pb["bess_msg"].CreatePortRequest(name=name, driver=driver)
+        req.arg.CopyFrom(self.pack(f"{driver}Arg", arg))
+        return self._call("CreatePort", req).name
+
+    def destroy_port(self, name: str) -> None:
+        """Destroys a port."""
+        self._call("DestroyPort", self._msg("bess_msg", "DestroyPortRequest", {"name": name}))
+
+    def get_port_stats(self, name: str):
+        """Packet, byte and drop counters of a port."""
+        return self._call(
+            "GetPortStats", self._msg("bess_msg", "GetPortStatsRequest", {"name": name})
+        )
+
+    # --- gate hooks ----------------------------------------------------------------------
+
+    def list_gatehook_classes(self) -> list[str]:
+        """Names of the gate hook classes."""
+        return list(self._call("ListGateHookClass", self._empty()).names)
+
+    def list_gatehooks(self):
+        """Installed gate hooks."""
+        return list(self._call("ListGateHooks", self._empty()).hooks)
+
+    def configure_gatehook(
+        self,
+        class_name: str,
+        module: str,
+        enable: bool,
+        direction: str = "out",
+        gate: int = -1,
+        arg_type: str = "",
+        arg: dict[str, Any] | None = None,
+        hook_name: str = "",
+    ) -> str:
+        """Installs (enable) or removes a gate hook; returns the hook's name."""
+        if direction not in ("in", "out"):
+            raise BESS.Error(22, f"direction must be 'in' or 'out', not {direction!r}")
+        req = self._pb["bess_msg"].ConfigureGateHookRequest(enable=enable)
+        req.hook.class_name = class_name
+        req.hook.hook_name = hook_name
+        req.hook.module_name = module
+        if direction == "in":
+            req.hook.igate = gate
+        else:
+            req.hook.ogate = gate
+        if arg_type:
+            a = any_pb2.Any()
+            a.Pack(self._msg("bess_msg", arg_type, arg))
+            req.hook.arg.CopyFrom(a)
+        return self._call("ConfigureGateHook", req).name
+
+    def track_module(
+        self, m: str, enable: bool, bits: bool = False, direction: str = "out", gate: int = -1
+    ) -> None:
+        """Turns byte counting on or off for a module's gates (pybess's track_module)."""
+        self.configure_gatehook("track", m, enable, direction, gate, "TrackArg", {"bits": bits})
+
+    def tcpdump(
+        self,
+        enable: bool,
+        m: str,
+        direction: str = "out",
+        gate: int = 0,
+        fifo: str = "",
+        defer: bool = False,
+    ) -> None:
+        """Starts or stops copying a gate's packets to a FIFO in pcap format."""
+        arg = {"fifo": fifo, "defer": defer} if enable else None
+        self.configure_gatehook(
+            "tcpdump", m, enable, direction, gate, "TcpdumpArg" if enable else "", arg
+        )

@@ -42,6 +42,22 @@ class Module:
     def __rshift__(self, other: Any) -> Module:
         return Gate(self, ogate=0) >> other
 
+    def connect(self, next_mod: Module, ogate: int = 0, igate: int = 0) -> Module:
+        """Connects output gate `ogate` of this module to input gate `igate` of `next_mod`."""
+        self.bess.connect_modules(self.name, next_mod.name, ogate, igate)
+        return next_mod
+
+    def attach_task(
+        self,
+        parent: str = "",
+        wid: int = -1,
+        module_taskid: int = 0,
+        priority: int | None = None,
+        share: int | None = None,
+    ) -> None:
+        """Moves this module's task under traffic class `parent` or onto worker `wid`."""
+        self.bess.attach_task(self.name, parent, wid, module_taskid, priority, share)
+
     def __getattr__(self, cmd: str):
         if cmd.startswith("_") or cmd not in self._commands:
             known = ", ".join(sorted(self._commands)) or "none"

@@ -1,0 +1,264 @@
+"""Text (and Graphviz) renderings of the daemon's state for the CLI."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> str:
+    cells = [[str(c) for c in r] for r in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    lines = [fmt.format(*headers), fmt.format(*("-" * w for w in widths))]
+    lines += [fmt.format(*r) for r in cells]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _si(x: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3f}{unit}"
+    return f"{x:.0f}"
+
+
+def value(v: Any, indent: int = 0) -> str:
+    """A command result (dict/list) as indented `key: value` lines."""
+    pad = "  " * indent
+    if isinstance(v, dict):
+        out = []
+        for k, x in v.items():
+            if isinstance(x, (dict, list)) and x:
+                out.append(f"{pad}{k}:\n{value(x, indent + 1)}")
+            else:
+                out.append(f"{pad}{k}: {x}")
+        return "\n".join(out)
+    if isinstance(v, list):
+        return "\n".join(
+            f"{pad}-\n{value(x, indent + 1)}" if isinstance(x, (dict, list)) else f"{pad}- {x}"
+            for x in v
+        )
+    return f"{pad}{v}"
+
+
+def workers(ws) -> str:
+    if not ws:
+        return "no workers"
+    rows = [
+        [w.wid, w.core, "running" if w.running else "paused", w.num_tcs, w.silent_drops] for w in ws
+    ]
+    return _table(["worker", "core", "state", "classes", "silent drops"], rows)
+
+
+def _tc(c):
+    return getattr(c, "class")
+
+
+def tcs(classes) -> str:
+    """Traffic classes as an indented tree per worker."""
+    if not classes:
+        return "no traffic classes"
+    by_parent: dict[tuple[int, str], list] = {}
+    for c in classes:
+        by_parent.setdefault((_tc(c).wid, c.parent), []).append(_tc(c))
+    lines: list[str] = []
+
+    def walk(wid: int, parent: str, depth: int) -> None:
+        for t in by_parent.get((wid, parent), []):
+            extra = []
+            if t.policy == "priority" or t.HasField("priority"):
+                extra.append(f"priority={t.priority}")
+            if t.HasField("share"):
+                extra.append(f"share={t.share}")
+            if t.resource:
+                extra.append(f"resource={t.resource}")
+            for k, v in t.limit.items():
+                extra.append(f"limit.{k}={v}")
+            if t.leaf_module_name:
+                extra.append(f"task={t.leaf_module_name}:{t.leaf_module_taskid}")
+            if t.blocked:
+                extra.append("blocked")
+            lines.append("  " * depth + f"{t.name} ({t.policy}) " + " ".join(extra))
+            walk(wid, t.name, depth + 1)
+
+    for wid in sorted({_tc(c).wid for c in classes}):
+        lines.append(f"worker {wid}:")
+        walk(wid, "", 1)
+    return "\n".join(lines)
+
+
+def _edges(infos: dict) -> list[tuple[str, int, str, int, int, int]]:
+    out = []
+    for name, info in infos.items():
+        for og in info.ogates:
+            out.append((name, og.ogate, og.name, og.igate, og.pkts, og.bytes))
+    return sorted(out)
+
+
+def pipeline(mods, infos: dict) -> str:
+    """The graph in topological order, each module with its outgoing edges and counters."""
+    if not mods:
+        return "no modules"
+    classes = {m.name: m.mclass for m in mods}
+    edges = _edges(infos)
+    indeg = {m.name: 0 for m in mods}
+    for _, _, dst, _, _, _ in edges:
+        indeg[dst] = indeg.get(dst, 0) + 1
+    order, ready = [], sorted(n for n, d in indeg.items() if d == 0)
+    seen = set()
+    while ready:
+        n = ready.pop(0)
+        if n in seen:
+            continue
+        seen.add(n)
+        order.append(n)
+        for src, _, dst, _, _, _ in edges:
+            if src == n:
+                indeg[dst] -= 1
+                if indeg[dst] <= 0 and dst not in seen:
+                    ready.append(dst)
+    order += sorted(n for n in classes if n not in seen)  # cycles
+    lines = []
+    for n in order:
+        desc = next((m.desc for m in mods if m.name == n), "")
+        lines.append(f"+-- {n} :: {classes[n]}" + (f"  [{desc}]" if desc else ""))
+        for src, og, dst, ig, pkts, nbytes in edges:
+            if src == n:
+                count = f"{pkts:,} pkts" + (f", {nbytes:,} bytes" if nbytes else "")
+                lines.append(f"|     :{og} --({count})--> {ig}:{dst}")
+    return "\n".join(lines)
+
+
+def dot(mods, infos: dict) -> str:
+    """The graph as Graphviz DOT, edges labelled with packet counts."""
+    lines = ["digraph pipeline {", "  rankdir=LR;", "  node [shape=box];"]
+    for m in mods:
+        lines.append(f'  "{m.name}" [label="{m.name}\\n{m.mclass}"];')
+    for src, og, dst, ig, pkts, _ in _edges(infos):
+        lines.append(f'  "{src}" -> "{dst}" [label="{og}:{ig}\\n{pkts} pkts"];')
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def module(info) -> str:
+    lines = [f"{info.name} :: {info.mclass}" + (f"  ({info.desc})" if info.desc else "")]
+    for ig in info.igates:
+        ups = ", ".join(f"{o.name}:{o.ogate}" for o in ig.ogates)
+        lines.append(f"  input  {ig.igate}: {ig.pkts:,} pkts, {ig.cnt:,} batches  <- {ups}")
+    for og in info.ogates:
+        hooks = " ".join(f"[{h.class_name}]" for h in og.gatehooks)
+        lines.append(
+            f"  output {og.ogate}: {og.pkts:,} pkts, {og.cnt:,} batches, {og.bytes:,} bytes"
+            f"  -> {og.igate}:{og.name} {hooks}".rstrip()
+        )
+    if info.deadends:
+        lines.append(f"  deadends: {info.deadends:,}")
+    for a in info.metadata:
+        lines.append(f"  metadata {a.name} ({a.size} B, {a.mode}) at offset {a.offset}")
+    return "\n".join(lines)
+
+
+def ports(ps, stats: dict) -> str:
+    if not ps:
+        return "no ports"
+    rows = []
+    for p in ps:
+        st = stats[p.name]
+        rows.append(
+            [
+                p.name,
+                p.driver,
+                p.mac_addr,
+                f"{p.num_inc_q}/{p.num_out_q}",
+                st.inc.packets,
+                st.inc.dropped,
+                st.out.packets,
+                st.out.dropped,
+            ]
+        )
+    return _table(
+        ["port", "driver", "mac", "queues in/out", "rx pkts", "rx drop", "tx pkts", "tx drop"], rows
+    )
+
+
+def hooks(hs) -> str:
+    if not hs:
+        return "no gate hooks"
+    rows = []
+    for h in hs:
+        side = h.WhichOneof("gate")
+        rows.append([h.module_name, side, getattr(h, side), h.class_name, h.hook_name])
+    return _table(["module", "gate", "#", "class", "name"], rows)
+
+
+def status(version: str, ws, mods, ps, classes, hs) -> str:
+    running = sum(1 for w in ws if w.running)
+    return "\n".join(
+        [
+            f"daemon:   {version}",
+            f"workers:  {len(ws)} ({running} running)"
+            + "".join(f"\n  worker {w.wid} on core {w.core}" for w in ws),
+            f"modules:  {len(mods)}",
+            f"ports:    {len(ps)}",
+            f"classes:  {len(classes)}",
+            f"hooks:    {len(hs)}",
+        ]
+    )
+
+
+def edge_counters(mods, infos: dict) -> dict:
+    """Packets and bytes per connection, keyed by (src, ogate, dst, igate)."""
+    return {(s, og, d, ig): (p, b) for s, og, d, ig, p, b in _edges(infos)}
+
+
+def edge_rates(prev: dict, cur: dict, dt: float) -> str:
+    rows = []
+    for key in sorted(cur):
+        p0, b0 = prev.get(key, (0, 0))
+        p1, b1 = cur[key]
+        s, og, d, ig = key
+        pps = max(p1 - p0, 0) / dt
+        bps = max(b1 - b0, 0) * 8 / dt
+        rows.append([f"{s}:{og} -> {ig}:{d}", _si(pps), _si(bps) if b1 else "-", f"{p1:,}"])
+    if not rows:
+        return "no connections"
+    return _table(["connection", "pkts/s", "bits/s", "total pkts"], rows)
+
+
+def port_rates(prev: dict, cur: dict, dt: float) -> str:
+    if not cur:
+        return "no ports"
+    rows = []
+    for name in sorted(cur):
+        a, b = prev.get(name, cur[name]), cur[name]
+        rows.append(
+            [
+                name,
+                _si((b.inc.packets - a.inc.packets) / dt),
+                _si((b.inc.bytes - a.inc.bytes) * 8 / dt),
+                _si((b.inc.dropped - a.inc.dropped) / dt),
+                _si((b.out.packets - a.out.packets) / dt),
+                _si((b.out.bytes - a.out.bytes) * 8 / dt),
+                _si((b.out.dropped - a.out.dropped) / dt),
+            ]
+        )
+    return _table(
+        ["port", "rx pkts/s", "rx bits/s", "rx drop/s", "tx pkts/s", "tx bits/s", "tx drop/s"], rows
+    )
+
+
+def tc_rates(prev: dict, cur: dict, dt: float) -> str:
+    if not cur:
+        return "no traffic classes"
+    rows = []
+    for name in sorted(cur):
+        a, b = prev.get(name, cur[name]), cur[name]
+        rows.append(
+            [
+                name,
+                _si((b.count - a.count) / dt),
+                _si((b.cycles - a.cycles) / dt),
+                _si((b.packets - a.packets) / dt),
+                _si((b.bits - a.bits) / dt),
+            ]
+        )
+    return _table(["class", "runs/s", "cycles/s", "pkts/s", "bits/s"], rows)
