@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: deps build demo test test-rust test-python lint lint-python fmt bench-core clean
+.PHONY: deps build demo demo-inprocess test test-rust test-python lint lint-python fmt bench-core clean
 
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -14,8 +14,13 @@ deps:
 build: deps
 	$(CARGO) build --release --workspace
 
-# Runs a sample pipeline in-process on an embedded default (no NIC, no hugepages).
-demo: build
+# Starts bessemerd, runs conf/demo.bess (no NIC, no hugepages), shows `monitor pipeline`
+# for 5 s, stops the daemon.
+demo: build $(PY_STAMP)
+	scripts/demo.sh
+
+# The same pipeline built in-process through the Rust API (no daemon).
+demo-inprocess: build
 	./target/release/bessemer-demo --seconds 5
 
 test: deps lint test-rust test-python

@@ -221,8 +221,7 @@ def command_module(s: Session, args) -> None:
     out = s.bess.run_module_command(
         args.name, args.cmd, args.arg_type, _literal(args.arg, "command argument")
     )
-    if out:
-        print(render.value(out))
+    print(render.message(out))
 
 
 # --- show, check -------------------------------------------------------------------------

@@ -11,11 +11,66 @@ from __future__ import annotations
 from typing import Any
 
 import grpc
-from google.protobuf import any_pb2, json_format
+from google.protobuf import any_pb2
 
 from . import pb
 
 DEFAULT_PORT = 10514
+
+
+def _scalar(field, value: Any, where: str) -> Any:
+    if field.type == field.TYPE_BYTES and isinstance(value, str):
+        return value.encode()
+    if field.enum_type is not None and isinstance(value, str):
+        try:
+            return field.enum_type.values_by_name[value].number
+        except KeyError:
+            raise BESS.Error(22, f"{where}: {value!r} is not a {field.enum_type.name}") from None
+    return value
+
+
+def _repeated(field) -> bool:
+    # protobuf >= 5.28 has is_repeated; older versions only the label.
+    flag = getattr(field, "is_repeated", None)
+    return flag if flag is not None else field.label == field.LABEL_REPEATED
+
+
+def fill(msg, fields: dict[str, Any], where: str = "") -> None:
+    """Sets `msg`'s fields from a dict the way pybess does (bytes stay bytes, nested dicts
+    and lists become messages and repeated fields); errors name the field."""
+    where = where or msg.DESCRIPTOR.name
+    if not isinstance(fields, dict):
+        raise BESS.Error(22, f"{where}: expected a dict of fields, got {fields!r:.60}")
+    for key, value in fields.items():
+        field = msg.DESCRIPTOR.fields_by_name.get(key)
+        path = f"{where}.{key}"
+        if field is None:
+            known = ", ".join(msg.DESCRIPTOR.fields_by_name) or "none"
+            raise BESS.Error(22, f"{where} has no field '{key}' (fields: {known})")
+        try:
+            target = getattr(msg, key)
+            is_map = field.message_type is not None and field.message_type.GetOptions().map_entry
+            if is_map:
+                vfield = field.message_type.fields_by_name["value"]
+                for k, v in value.items():
+                    if vfield.message_type is not None:
+                        fill(target[k], v, f"{path}[{k!r}]")
+                    else:
+                        target[k] = _scalar(vfield, v, f"{path}[{k!r}]")
+            elif _repeated(field):
+                if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
+                    raise BESS.Error(22, f"{path}: expected a list, got {value!r:.60}")
+                for i, item in enumerate(value):
+                    if field.message_type is not None:
+                        fill(target.add(), item, f"{path}[{i}]")
+                    else:
+                        target.append(_scalar(field, item, f"{path}[{i}]"))
+            elif field.message_type is not None:
+                fill(target, value, path)
+            else:
+                setattr(msg, key, _scalar(field, value, path))
+        except (TypeError, ValueError) as exc:
+            raise BESS.Error(22, f"{path}: {exc}") from None
 
 
 class BESS:
@@ -40,8 +95,9 @@ class BESS:
         self.channel.close()
 
     def _msg(self, module: str, name: str, fields: dict[str, Any] | None = None):
-        cls = getattr(self._pb[module], name)
-        return json_format.ParseDict(fields or {}, cls(), ignore_unknown_fields=False)
+        msg = getattr(self._pb[module], name)()
+        fill(msg, fields or {})
+        return msg
 
     def _call(self, rpc: str, request):
         try:
@@ -66,10 +122,7 @@ class BESS:
             if fields:
                 raise BESS.Error(22, f"unknown argument message type 'bess.pb.{type_name}'")
             return a
-        try:
-            a.Pack(self._msg("module_msg", type_name, fields))
-        except json_format.ParseError as exc:
-            raise BESS.Error(22, f"{type_name}: {exc}") from None
+        a.Pack(self._msg("module_msg", type_name, fields))
         return a
 
     def get_version(self) -> str:
@@ -140,20 +193,22 @@ class BESS:
     def run_module_command(
         self, name: str, cmd: str, arg_type: str, arg: dict[str, Any] | None = None
     ):
-        """Runs a module command; returns the response `data` as a dict (or {})."""
+        """Runs a module command; returns the response message (an `EmptyArg` when the
+        command answers nothing), as pybess does: `q.get_status().enqueued`."""
         req = self._pb["bess_msg"].CommandRequest(name=name, cmd=cmd)
         req.arg.CopyFrom(self.pack(arg_type, arg))
         resp = self._call("ModuleCommand", req)
+        empty = self._pb["module_msg"].EmptyArg()
         if not resp.HasField("data") or not resp.data.type_url:
-            return {}
+            return empty
         type_name = resp.data.type_url.rsplit(".", 1)[-1]
         for module in ("module_msg", "bess_msg", "port_msg"):
             cls = getattr(self._pb[module], type_name, None)
             if cls is not None:
                 msg = cls()
                 resp.data.Unpack(msg)
-                return json_format.MessageToDict(msg, preserving_proto_field_name=True)
-        return {}
+                return msg
+        return empty
 
     def get_mclass_info(self, mclass: str):
         """Help, command names and command argument types of a module class."""

@@ -21,6 +21,14 @@ def _si(x: float) -> str:
     return f"{x:.0f}"
 
 
+def message(msg) -> str:
+    """A protobuf message (a command's result) as indented `key: value` lines."""
+    from google.protobuf import json_format
+
+    d = json_format.MessageToDict(msg, preserving_proto_field_name=True)
+    return value(d) if d else "(no result)"
+
+
 def value(v: Any, indent: int = 0) -> str:
     """A command result (dict/list) as indented `key: value` lines."""
     pad = "  " * indent

@@ -131,8 +131,12 @@ def run_script(path: str | os.PathLike, bess: BESS, env: dict[str, str] | None =
     }
     for mclass in bess.list_mclasses():
         scope[mclass] = _factory(bess, mclass)
+    # As bessctl does: workers pause while the script changes the pipeline, and everything
+    # runs once it is done (a worker 0 is started if the script made none).
+    bess.pause_all()
     try:
         exec(code, scope)
+        bess.resume_all()
     except Exception as exc:
         line = next(
             (

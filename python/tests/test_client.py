@@ -1,73 +1,13 @@
 """The Python client against a real bessemerd started on a free loopback port."""
 
 import os
-import socket
-import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
 from bessemer.client import BESS
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _daemon_binary() -> Path:
-    env = os.environ.get("BESSEMERD")
-    if env:
-        return Path(env)
-    path = ROOT / "target" / "debug" / "bessemerd"
-    if not path.exists():
-        subprocess.run(
-            ["cargo", "build", "-q", "-p", "bessemer-daemon"], cwd=ROOT, check=True, timeout=900
-        )
-    return path
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture()
-def bess(tmp_path):
-    port = _free_port()
-    args = [str(_daemon_binary()), "--port", str(port), "--no-pin", "--no-hugepages"]
-    args += ["--buffers", "4096", "--log-file", str(tmp_path / "bessemerd.log")]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    client = None
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                client = BESS(port=port, timeout=5)
-                client.get_version()
-                break
-            except BESS.Error:
-                if client:
-                    client.close()
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise
-                time.sleep(0.1)
-        yield client
-    finally:
-        if client:
-            client.close()
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
-
-
-def _ogate_packets(b: BESS, name: str, gate: int = 0) -> int:
-    for og in b.get_module_info(name).ogates:
-        if og.ogate == gate:
-            return og.pkts
-    return 0
+from .conftest import ogate_packets as _ogate_packets
 
 
 def test_pipeline_runs_and_counts(bess):
@@ -84,8 +24,8 @@ def test_pipeline_runs_and_counts(bess):
         time.sleep(0.05)
     assert _ogate_packets(bess, "q") >= 1000
     status = bess.run_module_command("q", "get_status", "QueueCommandGetStatusArg")
-    assert int(status["size"]) == 256
-    assert int(status["enqueued"]) >= int(status["dequeued"]) > 0
+    assert status.size == 256
+    assert status.enqueued >= status.dequeued > 0
     names = {m.name: m.mclass for m in bess.list_modules()}
     assert names == {"src": "Source", "q": "Queue", "sink0": "Sink"}
 
@@ -108,3 +48,41 @@ def test_errors_name_the_problem(bess):
     # The daemon is still serving and nothing changed.
     assert {m.name for m in bess.list_modules()} == {"sink", "src"}
     assert bess.get_version()
+
+
+def test_arguments_keep_bytes_and_name_bad_fields(bess, tmp_path):
+    # Bytes go to the daemon as they are (not base64-decoded, as json_format would).
+    tmpl = bytes(range(60))
+    bess.create_module("Source", "src", {"pkt_size": 60})
+    bess.create_module("Rewrite", "rw", {"templates": [tmpl]})
+    bess.create_module("Queue", "q", {"size": 64})
+    bess.connect_modules("src", "rw")
+    bess.connect_modules("rw", "q")
+    with pytest.raises(BESS.Error) as e:
+        bess.create_module("Rewrite", "rw2", {"templatez": [tmpl]})
+    assert "templatez" in e.value.errmsg and "templates" in e.value.errmsg
+    with pytest.raises(BESS.Error) as e:
+        bess.create_module("Source", "s2", {"pkt_size": "sixty"})
+    assert "SourceArg.pkt_size" in e.value.errmsg
+    with pytest.raises(BESS.Error) as e:
+        bess.create_module("Rewrite", "rw3", {"templates": tmpl})
+    assert "expected a list" in e.value.errmsg
+    # Watch rw's output through a tcpdump hook: every packet is the template, byte for byte.
+    fifo = tmp_path / "f"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        bess.tcpdump(True, "rw", fifo=str(fifo))
+        bess.resume_all()
+        data = b""
+        deadline = time.monotonic() + 10
+        while len(data) < 24 + 3 * 76 and time.monotonic() < deadline:
+            try:
+                data += os.read(reader, 65536)
+            except BlockingIOError:
+                time.sleep(0.02)
+        bess.pause_all()
+    finally:
+        os.close(reader)
+    first = data[24 + 16 : 24 + 16 + 60]
+    assert first == tmpl

@@ -9,10 +9,11 @@ import pytest
 
 from bessemer.script import ScriptError, run_script
 
-from .test_client import ROOT, _ogate_packets, bess  # noqa: F401  (fixture)
+from .conftest import ROOT
+from .conftest import ogate_packets as _ogate_packets
 
 
-def test_sample_script_builds_and_runs_the_pipeline(bess):  # noqa: F811
+def test_sample_script_builds_and_runs_the_pipeline(bess):
     scope = run_script(ROOT / "conf" / "source_queue_sink.bess", bess, {"SIZE": "128"})
     assert repr(scope["q"]) == "<Queue q>"
     assert {m.name: m.mclass for m in bess.list_modules()} == {
@@ -24,10 +25,10 @@ def test_sample_script_builds_and_runs_the_pipeline(bess):  # noqa: F811
     while _ogate_packets(bess, "q") < 100 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _ogate_packets(bess, "q") >= 100
-    assert scope["src"].set_pkt_size(pkt_size=64) == {}
+    assert scope["src"].set_pkt_size(pkt_size=64).ByteSize() == 0
 
 
-def test_errors_point_at_the_script_line(bess, tmp_path):  # noqa: F811
+def test_errors_point_at_the_script_line(bess, tmp_path):
     bad = tmp_path / "bad.bess"
     bad.write_text("a::Source()\nb::Sink()\n\na:7 -> b\n")
     with pytest.raises(ScriptError) as e:

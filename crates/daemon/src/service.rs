@@ -886,15 +886,12 @@ fn mclass_info(name: &str) -> Result<pb::GetMclassInfoResponse> {
     let name = need_name(name, "module class name")?;
     let c = bessemer_modules::find(&name)
         .ok_or_else(|| Error::not_found(format!("module class '{name}' does not exist")))?;
-    let mut help = c.help.to_string();
-    help += &format!("\nargument: {}", c.arg_type);
-    for l in c.arg_doc {
-        help += &format!("\n  {l}");
-    }
+    // The whole reference text (the same as docs/modules/<Class>.md), not just BESS's
+    // one-liner: `show mclass` is where users read arguments, commands and drop reasons.
     Ok(pb::GetMclassInfoResponse {
         error: None,
         name: c.name.to_string(),
-        help,
+        help: c.describe(),
         cmds: c.commands.iter().map(|x| x.name.to_string()).collect(),
         cmd_args: c.commands.iter().map(|x| x.arg_type.to_string()).collect(),
     })
