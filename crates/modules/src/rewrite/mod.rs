@@ -1,19 +1,23 @@
 //! Modules that rewrite packet bytes or metadata.
 pub mod headers;
+pub mod ip_swap;
 pub mod mac_swap;
 pub mod random_update;
 #[allow(clippy::module_inception)]
 pub mod rewrite;
 pub mod set_metadata;
 pub mod update;
+pub mod update_ttl;
 
 use bessemer_core::ModuleClass;
 
 /// The classes of this kind.
 pub static CLASSES: &[&ModuleClass] = &[
+    &ip_swap::CLASS,
     &mac_swap::CLASS,
     &random_update::CLASS,
     &rewrite::CLASS,
     &set_metadata::CLASS,
     &update::CLASS,
+    &update_ttl::CLASS,
 ];
