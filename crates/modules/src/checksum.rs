@@ -131,8 +131,7 @@ pub fn increment16(old: u16, new: u16) -> u64 {
 /// The checksum increment for a 32-bit field (e.g. an IPv4 address) changing.
 #[inline]
 pub fn increment32(old: u32, new: u32) -> u64 {
-    increment16((old >> 16) as u16, (new >> 16) as u16)
-        + increment16(old as u16, new as u16)
+    increment16((old >> 16) as u16, (new >> 16) as u16) + increment16(old as u16, new as u16)
 }
 
 /// The checksum increment for a field of even length changing from `old` to `new`.
@@ -208,7 +207,9 @@ mod tests {
     #[test]
     fn udp_ipv4_and_ipv6_match_smoltcp() {
         use smoltcp::wire::{IpAddress, UdpPacket};
-        let mut seg = vec![0x30, 0x39, 0x00, 0x35, 0x00, 0x0d, 0, 0, b'h', b'e', b'l', b'l', b'o'];
+        let mut seg = vec![
+            0x30, 0x39, 0x00, 0x35, 0x00, 0x0d, 0, 0, b'h', b'e', b'l', b'l', b'o',
+        ];
         let (s4, d4) = ([10, 0, 0, 1], [10, 0, 0, 2]);
         let c = udp_wire(l4(pseudo_v4(s4, d4, PROTO_UDP, 13), &seg, UDP_CSUM_OFFSET));
         seg[6..8].copy_from_slice(&c.to_be_bytes());
@@ -218,7 +219,11 @@ mod tests {
 
         let s6 = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
         let d6 = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
-        let c = udp_wire(l4(pseudo_v6(&s6, &d6, PROTO_UDP, 13), &seg, UDP_CSUM_OFFSET));
+        let c = udp_wire(l4(
+            pseudo_v6(&s6, &d6, PROTO_UDP, 13),
+            &seg,
+            UDP_CSUM_OFFSET,
+        ));
         seg[6..8].copy_from_slice(&c.to_be_bytes());
         let p = UdpPacket::new_checked(&seg[..]).unwrap();
         let a = IpAddress::Ipv6(smoltcp::wire::Ipv6Address::from(s6));

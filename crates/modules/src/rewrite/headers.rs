@@ -177,7 +177,10 @@ pub fn l3_after_tags(d: &[u8]) -> L3 {
         return L3::TooShort;
     };
     let mut off = ETH_LEN;
-    let read = |off: usize| d.get(off + 2..off + 4).map(|b| u16::from_be_bytes([b[0], b[1]]));
+    let read = |off: usize| {
+        d.get(off + 2..off + 4)
+            .map(|b| u16::from_be_bytes([b[0], b[1]]))
+    };
     if t == ETHERTYPE_QINQ {
         let Some(inner) = read(off) else {
             return L3::TooShort;
@@ -267,7 +270,9 @@ pub mod test_util {
     /// True if the IPv4 header at `off` and its TCP/UDP/ICMP checksum verify, using smoltcp's
     /// implementation (independent of `crate::checksum`).
     pub fn checksums_ok(frame: &[u8], off: usize) -> bool {
-        use smoltcp::wire::{Icmpv4Packet, IpAddress, IpProtocol, Ipv4Packet, TcpPacket, UdpPacket};
+        use smoltcp::wire::{
+            Icmpv4Packet, IpAddress, IpProtocol, Ipv4Packet, TcpPacket, UdpPacket,
+        };
         let ip = Ipv4Packet::new_checked(&frame[off..]).unwrap();
         if !ip.verify_checksum() {
             return false;
@@ -275,7 +280,10 @@ pub mod test_util {
         if ip.frag_offset() != 0 || ip.more_frags() {
             return true;
         }
-        let (s, d) = (IpAddress::Ipv4(ip.src_addr()), IpAddress::Ipv4(ip.dst_addr()));
+        let (s, d) = (
+            IpAddress::Ipv4(ip.src_addr()),
+            IpAddress::Ipv4(ip.dst_addr()),
+        );
         let pl = &ip.payload()[..ip.total_len() as usize - ip.header_len() as usize];
         match ip.next_header() {
             IpProtocol::Udp => UdpPacket::new_checked(pl).unwrap().verify_checksum(&s, &d),

@@ -32,8 +32,8 @@ impl Module for IpSwap {
                     continue;
                 }
             };
-            let has_ports = (info.proto == PROTO_TCP || info.proto == PROTO_UDP)
-                && info.has_l4_header();
+            let has_ports =
+                (info.proto == PROTO_TCP || info.proto == PROTO_UDP) && info.has_l4_header();
             if has_ports && info.l4_len() < 4 {
                 v[i] = Verdict::Drop(DROP_TOO_SHORT);
                 continue;
@@ -123,12 +123,18 @@ mod tests {
             "s",
             0,
             &[
-                hex("0200000000020200"),                             // too short for Ethernet
-                hex(&format!("{eth} 0800 4500001f")),                // IPv4 header cut
-                hex(&format!("{eth} 86dd 60000000 00000000")),       // IPv6
-                hex(&format!("{eth} 0800 4400001c 00010000 40110000 0a000001 c0a80109 11223344")), // IHL 4
-                hex(&format!("{eth} 0800 4500 0064 00010000 40110000 0a000001 c0a80109 11223344")), // total length past the frame
-                hex(&format!("{eth} 0800 45000016 00010000 40110000 0a000001 c0a80109 1122")), // UDP without room for ports
+                hex("0200000000020200"),                       // too short for Ethernet
+                hex(&format!("{eth} 0800 4500001f")),          // IPv4 header cut
+                hex(&format!("{eth} 86dd 60000000 00000000")), // IPv6
+                hex(&format!(
+                    "{eth} 0800 4400001c 00010000 40110000 0a000001 c0a80109 11223344"
+                )), // IHL 4
+                hex(&format!(
+                    "{eth} 0800 4500 0064 00010000 40110000 0a000001 c0a80109 11223344"
+                )), // total length past the frame
+                hex(&format!(
+                    "{eth} 0800 45000016 00010000 40110000 0a000001 c0a80109 1122"
+                )), // UDP without room for ports
             ],
         );
         assert!(c.is_empty());

@@ -54,11 +54,19 @@ mod tests {
         let mut h = Harness::new();
         h.add(&CLASS, "m", &Value::Null).unwrap();
         let c = h.capture("m", 0);
-        let frame = hex("02000000 00020200 00000001 08004500 001e0001 40004011 26cc0a00 \
-                         00010a00 000204d2 0050000a 7e4c6869");
-        let want = hex("02000000 00010200 00000002 08004500 001e0001 40004011 26cc0a00 \
-                        00010a00 000204d2 0050000a 7e4c6869");
-        h.inject("m", 0, &[frame, vec![1; 13], hex("aaaaaaaaaaaa bbbbbbbbbbbb 0806")]);
+        let frame = hex(
+            "02000000 00020200 00000001 08004500 001e0001 40004011 26cc0a00 \
+                         00010a00 000204d2 0050000a 7e4c6869",
+        );
+        let want = hex(
+            "02000000 00010200 00000002 08004500 001e0001 40004011 26cc0a00 \
+                        00010a00 000204d2 0050000a 7e4c6869",
+        );
+        h.inject(
+            "m",
+            0,
+            &[frame, vec![1; 13], hex("aaaaaaaaaaaa bbbbbbbbbbbb 0806")],
+        );
         assert_eq!(
             c.take_data(),
             vec![want, hex("bbbbbbbbbbbb aaaaaaaaaaaa 0806")]

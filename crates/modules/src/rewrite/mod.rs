@@ -2,6 +2,7 @@
 pub mod headers;
 pub mod ip_swap;
 pub mod mac_swap;
+pub mod nat;
 pub mod random_update;
 #[allow(clippy::module_inception)]
 pub mod rewrite;
@@ -15,6 +16,7 @@ use bessemer_core::ModuleClass;
 pub static CLASSES: &[&ModuleClass] = &[
     &ip_swap::CLASS,
     &mac_swap::CLASS,
+    &nat::CLASS,
     &random_update::CLASS,
     &rewrite::CLASS,
     &set_metadata::CLASS,

@@ -81,13 +81,17 @@ mod tests {
         h.inject(
             "t",
             0,
-            &[hex(TTL64), hex(TTL2), hex(TTL1), hex(TTL0), hex(TTL255), hex(OPT63)],
+            &[
+                hex(TTL64),
+                hex(TTL2),
+                hex(TTL1),
+                hex(TTL0),
+                hex(TTL255),
+                hex(OPT63),
+            ],
         );
         let got = c.take_data();
-        assert_eq!(
-            got,
-            vec![hex(TTL63), hex(TTL1), hex(TTL254), hex(OPT62)]
-        );
+        assert_eq!(got, vec![hex(TTL63), hex(TTL1), hex(TTL254), hex(OPT62)]);
         for g in &got {
             assert!(checksums_ok(g, 14));
         }
