@@ -1,5 +1,6 @@
 //! Modules that rewrite packet bytes or metadata.
 pub mod headers;
+pub mod ip_checksum;
 pub mod ip_swap;
 pub mod mac_swap;
 pub mod nat;
@@ -14,6 +15,7 @@ use bessemer_core::ModuleClass;
 
 /// The classes of this kind.
 pub static CLASSES: &[&ModuleClass] = &[
+    &ip_checksum::CLASS,
     &ip_swap::CLASS,
     &mac_swap::CLASS,
     &nat::CLASS,
