@@ -129,7 +129,8 @@ mod tests {
     #[test]
     fn verify_mode_sorts_by_checksum() {
         let mut h = Harness::new();
-        h.add(&CLASS, "c", &Value::map().with("verify", true)).unwrap();
+        h.add(&CLASS, "c", &Value::map().with("verify", true))
+            .unwrap();
         let c0 = h.capture("c", 0);
         let c1 = h.capture("c", 1);
         let input = [GOOD, BAD, VLAN, QINQ0, OPT, GOOD0, QOTHER0, ARP].map(hex);
@@ -163,7 +164,9 @@ mod tests {
         assert!(c0.is_empty());
         assert_eq!(h.drops("c", "too_short"), 3);
         assert_eq!(h.drops("c", "bad_ip_header"), 2);
-        let e = h.add(&CLASS, "x", &Value::map().with("verify", "yes")).unwrap_err();
+        let e = h
+            .add(&CLASS, "x", &Value::map().with("verify", "yes"))
+            .unwrap_err();
         assert!(e.msg.contains("IPChecksumArg.verify"), "{}", e.msg);
     }
 }

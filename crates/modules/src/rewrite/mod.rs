@@ -2,6 +2,7 @@
 pub mod headers;
 pub mod ip_checksum;
 pub mod ip_swap;
+pub mod l4_checksum;
 pub mod mac_swap;
 pub mod nat;
 pub mod random_update;
@@ -17,6 +18,7 @@ use bessemer_core::ModuleClass;
 pub static CLASSES: &[&ModuleClass] = &[
     &ip_checksum::CLASS,
     &ip_swap::CLASS,
+    &l4_checksum::CLASS,
     &mac_swap::CLASS,
     &nat::CLASS,
     &random_update::CLASS,
