@@ -9,6 +9,7 @@ pub mod random_update;
 #[allow(clippy::module_inception)]
 pub mod rewrite;
 pub mod set_metadata;
+pub mod static_nat;
 pub mod update;
 pub mod update_ttl;
 
@@ -24,6 +25,7 @@ pub static CLASSES: &[&ModuleClass] = &[
     &random_update::CLASS,
     &rewrite::CLASS,
     &set_metadata::CLASS,
+    &static_nat::CLASS,
     &update::CLASS,
     &update_ttl::CLASS,
 ];
