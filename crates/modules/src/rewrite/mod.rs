@@ -1,4 +1,5 @@
 //! Modules that rewrite packet bytes or metadata.
+pub mod arp_responder;
 pub mod headers;
 pub mod ip_checksum;
 pub mod ip_swap;
@@ -17,6 +18,7 @@ use bessemer_core::ModuleClass;
 
 /// The classes of this kind.
 pub static CLASSES: &[&ModuleClass] = &[
+    &arp_responder::CLASS,
     &ip_checksum::CLASS,
     &ip_swap::CLASS,
     &l4_checksum::CLASS,
