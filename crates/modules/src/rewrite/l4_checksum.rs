@@ -282,3 +282,105 @@ mod tests {
         assert_eq!(h.drops("c", "bad_ip_header"), 1);
     }
 }
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use bessemer_core::testing::Harness;
+    use bessemer_core::Value;
+    use proptest::prelude::*;
+    use smoltcp::wire::{IpAddress, Ipv4Packet, TcpPacket, UdpPacket};
+
+    /// An untagged or 802.1Q-tagged IPv4/IPv6 TCP/UDP frame with a garbage L4 checksum.
+    fn frame(v6: bool, tcp: bool, vlan: bool, garbage: u16, payload: &[u8]) -> (Vec<u8>, usize) {
+        let mut f = vec![0u8; 12];
+        if vlan {
+            f.extend_from_slice(&[0x81, 0x00, 0x00, 0x05]);
+        }
+        let l3 = f.len() + 2;
+        let hdr = if tcp { 20 } else { 8 };
+        let seg = hdr + payload.len();
+        if v6 {
+            f.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0]);
+            f.extend_from_slice(&(seg as u16).to_be_bytes());
+            f.push(if tcp { 6 } else { 17 });
+            f.push(64);
+            f.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+            f.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+        } else {
+            f.extend_from_slice(&[0x08, 0x00, 0x45, 0]);
+            f.extend_from_slice(&((20 + seg) as u16).to_be_bytes());
+            f.extend_from_slice(&[0, 1, 0, 0, 64, if tcp { 6 } else { 17 }, 0, 0]);
+            f.extend_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
+            Ipv4Packet::new_unchecked(&mut f[l3..]).fill_checksum();
+        }
+        let mut s = vec![0u8; hdr];
+        s[0..4].copy_from_slice(&[0x12, 0x34, 0x00, 0x50]);
+        if tcp {
+            s[12] = 0x50;
+            s[16..18].copy_from_slice(&garbage.to_be_bytes());
+        } else {
+            s[4..6].copy_from_slice(&(seg as u16).to_be_bytes());
+            s[6..8].copy_from_slice(&garbage.to_be_bytes());
+        }
+        f.extend_from_slice(&s);
+        f.extend_from_slice(payload);
+        (f, l3)
+    }
+
+    fn smoltcp_ok(f: &[u8], l3: usize, v6: bool, tcp: bool) -> bool {
+        let (s, d, pl) = if v6 {
+            let p = Ipv6Packet::new_checked(&f[l3..]).unwrap();
+            (
+                IpAddress::Ipv6(p.src_addr()),
+                IpAddress::Ipv6(p.dst_addr()),
+                &f[l3 + 40..],
+            )
+        } else {
+            let p = Ipv4Packet::new_checked(&f[l3..]).unwrap();
+            (
+                IpAddress::Ipv4(p.src_addr()),
+                IpAddress::Ipv4(p.dst_addr()),
+                &f[l3 + 20..],
+            )
+        };
+        if tcp {
+            TcpPacket::new_checked(pl).unwrap().verify_checksum(&s, &d)
+        } else {
+            UdpPacket::new_checked(pl).unwrap().verify_checksum(&s, &d)
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Whatever the checksum field held, compute mode writes one smoltcp accepts, and
+        /// verify mode then passes the packet on gate 0 — and fails it once a byte changes.
+        #[test]
+        fn compute_then_verify(
+            v6 in any::<bool>(),
+            tcp in any::<bool>(),
+            vlan in any::<bool>(),
+            garbage in any::<u16>(),
+            payload in proptest::collection::vec(any::<u8>(), 1..80),
+            flip in any::<prop::sample::Index>(),
+        ) {
+            let (f, l3) = frame(v6, tcp, vlan, garbage, &payload);
+            let mut h = Harness::new();
+            h.add(&CLASS, "c", &Value::Null).unwrap();
+            h.add(&CLASS, "v", &Value::map().with("verify", true)).unwrap();
+            h.connect("c", 0, "v", 0).unwrap();
+            let good = h.capture("v", 0);
+            let bad = h.capture("v", 1);
+            h.inject("c", 0, &[f]);
+            let out = good.take_data();
+            prop_assert_eq!(out.len(), 1);
+            prop_assert!(smoltcp_ok(&out[0], l3, v6, tcp));
+            let mut broken = out[0].clone();
+            let i = broken.len() - payload.len() + flip.index(payload.len());
+            broken[i] ^= 0x01;
+            h.inject("v", 0, &[broken]);
+            prop_assert_eq!(bad.len(), 1);
+        }
+    }
+}

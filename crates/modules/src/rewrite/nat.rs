@@ -813,3 +813,109 @@ mod tests {
         assert_eq!(n.out.take_data(), vec![hex(UDP_OUT_X)]);
     }
 }
+
+#[cfg(test)]
+mod proptests {
+    use super::super::headers::test_util::checksums_ok;
+    use super::*;
+    use bessemer_core::testing::Harness;
+    use proptest::prelude::*;
+    use smoltcp::wire::{Icmpv4Packet, IpAddress, Ipv4Packet, TcpPacket, UdpPacket};
+
+    /// An Ethernet/IPv4 frame with TCP, UDP or ICMP echo, checksums filled by smoltcp.
+    fn frame(proto: u8, src: [u8; 4], dst: [u8; 4], sp: u16, dp: u16, payload: &[u8]) -> Vec<u8> {
+        let l4_hdr = match proto {
+            PROTO_TCP => 20,
+            _ => 8,
+        };
+        let total = 20 + l4_hdr + payload.len();
+        let mut f = vec![0u8; 14 + total];
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f[14] = 0x45;
+        f[16..18].copy_from_slice(&(total as u16).to_be_bytes());
+        f[22] = 64;
+        f[23] = proto;
+        f[26..30].copy_from_slice(&src);
+        f[30..34].copy_from_slice(&dst);
+        let l4 = 34;
+        f[l4 + l4_hdr..].copy_from_slice(payload);
+        let (s, d) = (
+            IpAddress::from(std::net::Ipv4Addr::from(src)),
+            IpAddress::from(std::net::Ipv4Addr::from(dst)),
+        );
+        match proto {
+            PROTO_TCP => {
+                f[l4..l4 + 2].copy_from_slice(&sp.to_be_bytes());
+                f[l4 + 2..l4 + 4].copy_from_slice(&dp.to_be_bytes());
+                f[l4 + 12] = 0x50;
+                TcpPacket::new_unchecked(&mut f[l4..]).fill_checksum(&s, &d);
+            }
+            PROTO_UDP => {
+                f[l4..l4 + 2].copy_from_slice(&sp.to_be_bytes());
+                f[l4 + 2..l4 + 4].copy_from_slice(&dp.to_be_bytes());
+                let ulen = (8 + payload.len()) as u16;
+                f[l4 + 4..l4 + 6].copy_from_slice(&ulen.to_be_bytes());
+                UdpPacket::new_unchecked(&mut f[l4..]).fill_checksum(&s, &d);
+            }
+            _ => {
+                f[l4] = if dp == 0 { 0 } else { 8 };
+                f[l4 + 4..l4 + 6].copy_from_slice(&sp.to_be_bytes());
+                Icmpv4Packet::new_unchecked(&mut f[l4..]).fill_checksum();
+            }
+        }
+        Ipv4Packet::new_unchecked(&mut f[14..]).fill_checksum();
+        f
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// Any TCP/UDP/ICMP echo packet translated out and its reply translated back in keep
+        /// valid checksums (checked by smoltcp), and the reply reaches the original endpoint
+        /// byte for byte.
+        #[test]
+        fn translation_keeps_checksums_and_round_trips(
+            proto in prop_oneof![Just(PROTO_TCP), Just(PROTO_UDP), Just(PROTO_ICMP)],
+            src in any::<[u8; 4]>(),
+            peer in any::<[u8; 4]>(),
+            ext in any::<[u8; 4]>(),
+            sport in 1u16..,
+            dport in any::<u16>(),
+            payload in proptest::collection::vec(any::<u8>(), 0..64),
+        ) {
+            let mut h = Harness::new();
+            let a = Value::map().with(
+                "ext_addrs",
+                Value::List(vec![Value::map().with("ext_addr", std::net::Ipv4Addr::from(ext).to_string())]),
+            );
+            h.add(&CLASS, "n", &a).unwrap();
+            let back = h.capture("n", 0);
+            let out = h.capture("n", 1);
+            // For ICMP, `dport` != 0 picks an echo request and the reply is an echo reply.
+            let dp = if proto == PROTO_ICMP { 1 } else { dport };
+            h.inject("n", 0, &[frame(proto, src, peer, sport, dp, &payload)]);
+            let o = out.take_data();
+            prop_assert_eq!(o.len(), 1);
+            prop_assert!(checksums_ok(&o[0], 14));
+            prop_assert_eq!(&o[0][26..30], &ext[..]);
+            let port_off = if proto == PROTO_ICMP { 38 } else { 34 };
+            let ext_port = be16(&o[0], port_off);
+            if proto != PROTO_ICMP {
+                prop_assert_eq!(ext_port >= 1024, sport >= 1024);
+            }
+            let reply = if proto == PROTO_ICMP {
+                frame(proto, peer, ext, ext_port, 0, &payload)
+            } else {
+                frame(proto, peer, ext, dport, ext_port, &payload)
+            };
+            h.inject("n", 1, &[reply]);
+            let b = back.take_data();
+            let want = if proto == PROTO_ICMP {
+                frame(proto, peer, src, sport, 0, &payload)
+            } else {
+                frame(proto, peer, src, dport, sport, &payload)
+            };
+            prop_assert_eq!(b, vec![want]);
+        }
+    }
+}
