@@ -2,6 +2,7 @@
 //! classes in its `mod.rs` (`CLASSES`), all joined in [`classes`].
 
 pub mod basic;
+pub mod checksum;
 pub mod classify;
 pub mod encap;
 pub mod measure;

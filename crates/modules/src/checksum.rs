@@ -1,0 +1,278 @@
+//! Internet checksum (RFC 1071) helpers shared by module classes: full computation, incremental
+//! update (RFC 1624), the IPv4 header checksum and the TCP/UDP checksum with the IPv4 or IPv6
+//! pseudo-header.
+//!
+//! Partial sums are kept unfolded in a `u64` so long buffers and several pieces (pseudo-header,
+//! header, payload) can be added before one final fold. All 16-bit words are big-endian, as on
+//! the wire; a trailing odd byte is padded with zero.
+
+/// IP protocol number of TCP.
+pub const PROTO_TCP: u8 = 6;
+/// IP protocol number of UDP.
+pub const PROTO_UDP: u8 = 17;
+/// Offset of the checksum field in a TCP header.
+pub const TCP_CSUM_OFFSET: usize = 16;
+/// Offset of the checksum field in a UDP header.
+pub const UDP_CSUM_OFFSET: usize = 6;
+/// Offset of the checksum field in an IPv4 header.
+pub const IPV4_CSUM_OFFSET: usize = 10;
+
+/// Unfolded ones'-complement sum of `data` as big-endian 16-bit words.
+#[inline]
+pub fn sum(data: &[u8]) -> u64 {
+    let mut acc: u64 = 0;
+    let mut chunks = data.chunks_exact(8);
+    for c in &mut chunks {
+        // Summing 64-bit big-endian lanes as four 16-bit words: split into two 32-bit halves
+        // so the carries of 16-bit additions stay inside the u64.
+        let w = u64::from_be_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+        acc += (w >> 32) + (w & 0xffff_ffff);
+    }
+    let rest = chunks.remainder();
+    let mut words = rest.chunks_exact(2);
+    for w in &mut words {
+        acc += u16::from_be_bytes([w[0], w[1]]) as u64;
+    }
+    if let [b] = words.remainder() {
+        acc += (*b as u64) << 8;
+    }
+    acc
+}
+
+/// Folds an unfolded sum to 16 bits with end-around carry (not complemented).
+#[inline]
+pub fn fold(mut s: u64) -> u16 {
+    while s >> 16 != 0 {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    s as u16
+}
+
+/// The Internet checksum of `data` (complement of the folded sum).
+#[inline]
+pub fn checksum(data: &[u8]) -> u16 {
+    !fold(sum(data))
+}
+
+/// True if `data`, checksum field included, sums to all ones (a valid checksum).
+#[inline]
+pub fn verify(data: &[u8]) -> bool {
+    fold(sum(data)) == 0xffff
+}
+
+/// Sum of `data` as if the 16-bit word at `skip` (the checksum field) were zero.
+#[inline]
+fn sum_skipping(data: &[u8], skip: usize) -> u64 {
+    let field = data
+        .get(skip..skip + 2)
+        .map_or(0, |w| u16::from_be_bytes([w[0], w[1]]) as u64);
+    // Adding the complement of the field cancels it in ones'-complement arithmetic.
+    sum(data) + (!field & 0xffff)
+}
+
+/// The checksum of an IPv4 header `hdr` (all IHL×4 bytes, options included), computed with
+/// its checksum field taken as zero.
+#[inline]
+pub fn ipv4_header(hdr: &[u8]) -> u16 {
+    !fold(sum_skipping(hdr, IPV4_CSUM_OFFSET))
+}
+
+/// True if the IPv4 header `hdr` (IHL×4 bytes) carries a correct checksum.
+#[inline]
+pub fn verify_ipv4_header(hdr: &[u8]) -> bool {
+    verify(hdr)
+}
+
+/// Unfolded sum of the IPv4 pseudo-header for an L4 segment of `len` bytes.
+#[inline]
+pub fn pseudo_v4(src: [u8; 4], dst: [u8; 4], proto: u8, len: u32) -> u64 {
+    sum(&src) + sum(&dst) + proto as u64 + len as u64
+}
+
+/// Unfolded sum of the IPv6 pseudo-header (RFC 8200 §8.1) for an upper-layer packet of `len`
+/// bytes.
+#[inline]
+pub fn pseudo_v6(src: &[u8; 16], dst: &[u8; 16], next_header: u8, len: u32) -> u64 {
+    sum(src) + sum(dst) + (len >> 16) as u64 + (len & 0xffff) as u64 + next_header as u64
+}
+
+/// The TCP or UDP checksum of `segment` (header and payload) given its pseudo-header sum,
+/// computed with the checksum field at `csum_offset` taken as zero. For UDP a result of zero
+/// must be sent as 0xffff (see [`udp_wire`]).
+#[inline]
+pub fn l4(pseudo: u64, segment: &[u8], csum_offset: usize) -> u16 {
+    !fold(pseudo + sum_skipping(segment, csum_offset))
+}
+
+/// True if `segment` (checksum field included) is correct under the pseudo-header sum.
+#[inline]
+pub fn verify_l4(pseudo: u64, segment: &[u8]) -> bool {
+    fold(pseudo + sum(segment)) == 0xffff
+}
+
+/// The value to write in a UDP checksum field: zero means "no checksum" (RFC 768), so a
+/// computed zero is sent as its other ones'-complement representation.
+#[inline]
+pub fn udp_wire(c: u16) -> u16 {
+    if c == 0 {
+        0xffff
+    } else {
+        c
+    }
+}
+
+/// The checksum increment for a 16-bit field changing from `old` to `new` (RFC 1624 eqn. 3:
+/// ~m + m'), to be applied with [`apply`]; increments of several fields add up.
+#[inline]
+pub fn increment16(old: u16, new: u16) -> u64 {
+    (!old) as u64 + new as u64
+}
+
+/// The checksum increment for a 32-bit field (e.g. an IPv4 address) changing.
+#[inline]
+pub fn increment32(old: u32, new: u32) -> u64 {
+    increment16((old >> 16) as u16, (new >> 16) as u16) + increment16(old as u16, new as u16)
+}
+
+/// The checksum increment for a field of even length changing from `old` to `new`.
+#[inline]
+pub fn increment_bytes(old: &[u8], new: &[u8]) -> u64 {
+    debug_assert_eq!(old.len(), new.len());
+    // ~m summed word by word equals (0xffff × words) − sum(m).
+    let words = old.len().div_ceil(2) as u64;
+    let old_sum = fold(sum(old)) as u64;
+    (0xffff * words - old_sum) + sum(new)
+}
+
+/// Applies an increment to checksum `hc` (RFC 1624 eqn. 3: HC' = ~(~HC + ~m + m')).
+#[inline]
+pub fn apply(hc: u16, increment: u64) -> u16 {
+    !fold((!hc) as u64 + increment)
+}
+
+/// `hc` updated for a 16-bit field changing from `old` to `new` (RFC 1624 eqn. 3).
+#[inline]
+pub fn update16(hc: u16, old: u16, new: u16) -> u16 {
+    apply(hc, increment16(old, new))
+}
+
+/// `hc` updated for a 32-bit field changing from `old` to `new`.
+#[inline]
+pub fn update32(hc: u16, old: u32, new: u32) -> u16 {
+    apply(hc, increment32(old, new))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Independent reference: RFC 1071's straightforward 16-bit loop.
+    fn reference(data: &[u8]) -> u16 {
+        let mut s: u32 = 0;
+        let mut i = 0;
+        while i < data.len() {
+            let hi = data[i] as u32;
+            let lo = if i + 1 < data.len() {
+                data[i + 1] as u32
+            } else {
+                0
+            };
+            s += (hi << 8) | lo;
+            s = (s & 0xffff) + (s >> 16);
+            i += 2;
+        }
+        !(s as u16)
+    }
+
+    #[test]
+    fn rfc1071_example_and_ipv4_header() {
+        // RFC 1071 §3 example bytes: sum 0xddf2.
+        let d = [0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7];
+        assert_eq!(fold(sum(&d)), 0xddf2);
+        assert_eq!(checksum(&d), !0xddf2);
+        // A well-known IPv4 header (checksum 0xb861).
+        let mut h = [
+            0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0xb8, 0x61, 0xc0, 0xa8,
+            0x00, 0x01, 0xc0, 0xa8, 0x00, 0xc7,
+        ];
+        assert!(verify_ipv4_header(&h));
+        assert_eq!(ipv4_header(&h), 0xb861);
+        h[10] = 0;
+        h[11] = 0;
+        assert_eq!(ipv4_header(&h), 0xb861);
+        assert!(!verify_ipv4_header(&h));
+    }
+
+    #[test]
+    fn udp_ipv4_and_ipv6_match_smoltcp() {
+        use smoltcp::wire::{IpAddress, UdpPacket};
+        let mut seg = vec![
+            0x30, 0x39, 0x00, 0x35, 0x00, 0x0d, 0, 0, b'h', b'e', b'l', b'l', b'o',
+        ];
+        let (s4, d4) = ([10, 0, 0, 1], [10, 0, 0, 2]);
+        let c = udp_wire(l4(pseudo_v4(s4, d4, PROTO_UDP, 13), &seg, UDP_CSUM_OFFSET));
+        seg[6..8].copy_from_slice(&c.to_be_bytes());
+        let p = UdpPacket::new_checked(&seg[..]).unwrap();
+        assert!(p.verify_checksum(&IpAddress::v4(10, 0, 0, 1), &IpAddress::v4(10, 0, 0, 2)));
+        assert!(verify_l4(pseudo_v4(s4, d4, PROTO_UDP, 13), &seg));
+
+        let s6 = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+        let d6 = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
+        let c = udp_wire(l4(
+            pseudo_v6(&s6, &d6, PROTO_UDP, 13),
+            &seg,
+            UDP_CSUM_OFFSET,
+        ));
+        seg[6..8].copy_from_slice(&c.to_be_bytes());
+        let p = UdpPacket::new_checked(&seg[..]).unwrap();
+        let a = IpAddress::Ipv6(smoltcp::wire::Ipv6Address::from(s6));
+        let b = IpAddress::Ipv6(smoltcp::wire::Ipv6Address::from(d6));
+        assert!(p.verify_checksum(&a, &b));
+        assert!(verify_l4(pseudo_v6(&s6, &d6, PROTO_UDP, 13), &seg));
+    }
+
+    proptest! {
+        #[test]
+        fn sum_matches_reference(data in proptest::collection::vec(any::<u8>(), 0..200)) {
+            prop_assert_eq!(checksum(&data), reference(&data));
+        }
+
+        #[test]
+        fn incremental_update_equals_recomputation(
+            mut data in proptest::collection::vec(any::<u8>(), 4..64),
+            pos in 0usize..30,
+            new16 in any::<u16>(),
+            new32 in any::<u32>(),
+        ) {
+            // Packets with a checksum word at 0..2, a 16-bit field and a 32-bit field.
+            let n = data.len() & !1;
+            data.truncate(n);
+            data[0] = 0;
+            data[1] = 0;
+            let c = checksum(&data);
+            data[0..2].copy_from_slice(&c.to_be_bytes());
+            let p = 2 + (pos * 2) % (n - 2).max(2);
+            if p + 2 <= n {
+                let old = u16::from_be_bytes([data[p], data[p + 1]]);
+                data[p..p + 2].copy_from_slice(&new16.to_be_bytes());
+                let hc = update16(u16::from_be_bytes([data[0], data[1]]), old, new16);
+                data[0..2].copy_from_slice(&hc.to_be_bytes());
+                prop_assert!(verify(&data));
+            }
+            if p + 4 <= n {
+                let old = u32::from_be_bytes([data[p], data[p + 1], data[p + 2], data[p + 3]]);
+                data[p..p + 4].copy_from_slice(&new32.to_be_bytes());
+                let hc = update32(u16::from_be_bytes([data[0], data[1]]), old, new32);
+                data[0..2].copy_from_slice(&hc.to_be_bytes());
+                prop_assert!(verify(&data));
+                let old_b = data[p..p + 4].to_vec();
+                let new_b = [1u8, 2, 3, 4];
+                data[p..p + 4].copy_from_slice(&new_b);
+                let hc = apply(u16::from_be_bytes([data[0], data[1]]), increment_bytes(&old_b, &new_b));
+                data[0..2].copy_from_slice(&hc.to_be_bytes());
+                prop_assert!(verify(&data));
+            }
+        }
+    }
+}

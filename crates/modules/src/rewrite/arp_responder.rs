@@ -1,0 +1,248 @@
+//! ArpResponder: answers ARP requests for configured IPv4 → MAC entries.
+use std::collections::HashMap;
+
+use super::headers::{
+    be32, dispatch, ethertype, ipv4_string, parse_ipv4, parse_mac, Verdict, ALL_GATE0,
+    ETHERTYPE_ARP, ETH_LEN,
+};
+use bessemer_core::{
+    Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
+};
+use smoltcp::wire::{ArpHardware, ArpOperation, ArpPacket, EthernetProtocol};
+
+const DROP_TOO_SHORT: usize = 0;
+const DROP_NOT_ARP: usize = 1;
+const DROP_UNSUPPORTED: usize = 2;
+const DROP_ARP_REPLY: usize = 3;
+const DROP_NO_ENTRY: usize = 4;
+
+/// Offsets inside an Ethernet/IPv4 ARP packet.
+const OPER: usize = 6;
+const SHA: usize = 8;
+const SPA: usize = 14;
+const THA: usize = 18;
+const TPA: usize = 24;
+/// ARP operation code of a reply.
+const OPER_REPLY: u16 = 2;
+
+/// Turns ARP requests for known addresses into replies (out of gate 0); drops everything
+/// else, as BESS (non-ARP frames, replies, unknown targets, other operations).
+pub struct ArpResponder {
+    entries: HashMap<u32, [u8; 6]>,
+}
+
+impl ArpResponder {
+    fn one(&self, d: &mut [u8]) -> Verdict {
+        match ethertype(d) {
+            None => return Verdict::Drop(DROP_TOO_SHORT),
+            Some(ETHERTYPE_ARP) => {}
+            Some(_) => return Verdict::Drop(DROP_NOT_ARP),
+        }
+        let (eth, arp) = d.split_at_mut(ETH_LEN);
+        let Ok(p) = ArpPacket::new_checked(&*arp) else {
+            return Verdict::Drop(DROP_TOO_SHORT);
+        };
+        if p.hardware_type() != ArpHardware::Ethernet
+            || p.protocol_type() != EthernetProtocol::Ipv4
+            || p.hardware_len() != 6
+            || p.protocol_len() != 4
+        {
+            return Verdict::Drop(DROP_UNSUPPORTED);
+        }
+        match p.operation() {
+            ArpOperation::Request => {}
+            ArpOperation::Reply => return Verdict::Drop(DROP_ARP_REPLY),
+            _ => return Verdict::Drop(DROP_UNSUPPORTED),
+        }
+        let Some(mac) = self.entries.get(&be32(arp, TPA)) else {
+            return Verdict::Drop(DROP_NO_ENTRY);
+        };
+        // The request becomes the reply in place: back to the sender, from the entry's MAC.
+        let mut sender = [0u8; 10];
+        sender.copy_from_slice(&arp[SHA..SHA + 10]);
+        let target_ip: [u8; 4] = [arp[TPA], arp[TPA + 1], arp[TPA + 2], arp[TPA + 3]];
+        arp[OPER..OPER + 2].copy_from_slice(&OPER_REPLY.to_be_bytes());
+        arp[SHA..SHA + 6].copy_from_slice(mac);
+        arp[SPA..SPA + 4].copy_from_slice(&target_ip);
+        arp[THA..THA + 10].copy_from_slice(&sender);
+        eth[0..6].copy_from_slice(&sender[..6]);
+        eth[6..12].copy_from_slice(mac);
+        Verdict::Gate(0)
+    }
+
+    fn add(&mut self, arg: &Value) -> Result<()> {
+        let mut a = Args::new(arg, "ArpResponderArg")?;
+        let ip = a.str("ip")?.unwrap_or("");
+        let mac = a.str("mac_addr")?.unwrap_or("");
+        a.finish()?;
+        if ip.is_empty() {
+            return Err(Error::invalid("ArpResponderArg.ip: IP address is missing"));
+        }
+        let ip = parse_ipv4(ip, "ArpResponderArg.ip")?;
+        let mac = parse_mac(mac, "ArpResponderArg.mac_addr")?;
+        self.entries.insert(ip, mac);
+        Ok(())
+    }
+}
+
+impl Module for ArpResponder {
+    fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
+        let mut v = ALL_GATE0;
+        for (i, p) in batch.pkts_mut().iter_mut().enumerate() {
+            v[i] = self.one(p.data_mut());
+        }
+        dispatch(ctx, batch, &v);
+    }
+
+    fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
+        match cmd {
+            "add" => self.add(arg).map(|_| Value::Null),
+            _ => Err(Error::invalid(format!("unknown command '{cmd}'"))),
+        }
+    }
+
+    fn desc(&self) -> String {
+        format!("{} entries", self.entries.len())
+    }
+
+    fn info(&self) -> Value {
+        let mut e: Vec<_> = self.entries.iter().collect();
+        e.sort();
+        Value::map().with(
+            "entries",
+            Value::List(
+                e.into_iter()
+                    .map(|(ip, m)| {
+                        let mac = m
+                            .iter()
+                            .map(|b| format!("{b:02x}"))
+                            .collect::<Vec<_>>()
+                            .join(":");
+                        Value::map()
+                            .with("ip", ipv4_string(*ip))
+                            .with("mac_addr", mac)
+                    })
+                    .collect(),
+            ),
+        )
+    }
+}
+
+/// The ArpResponder class.
+pub static CLASS: ModuleClass = ModuleClass {
+    name: "ArpResponder",
+    name_template: "arp_responder",
+    help: "Respond to ARP requests and learns new MAC's",
+    arg_type: "EmptyArg",
+    arg_doc: &[
+        "(no fields; entries are added with the add command: ip: string, mac_addr: string \"aa:bb:cc:dd:ee:ff\")",
+    ],
+    igates: 1,
+    ogates: 1,
+    commands: &[CommandSpec {
+        name: "add",
+        arg_type: "ArpResponderArg",
+        help: "answers requests for ip with mac_addr (replaces an existing entry)",
+    }],
+    drop_reasons: &["too_short", "not_arp", "unsupported", "arp_reply", "no_entry"],
+    mt_safe: false,
+    create: |_, arg| {
+        Args::new(arg, "EmptyArg")?.finish()?;
+        Ok(Instance::Exclusive(Box::new(ArpResponder {
+            entries: HashMap::new(),
+        })))
+    },
+};
+
+#[cfg(test)]
+mod tests {
+    use super::super::headers::test_util::hex;
+    use super::*;
+    use bessemer_core::testing::Harness;
+
+    const REQ: &str = "ffffffff ffff0200 000000aa 08060001 08000604 00010200 000000aa 0a000002 00000000 00000a00 00010000 00000000 00000000 00000000 00000000";
+    const REP: &str = "02000000 00aa5254 00123456 08060001 08000604 00025254 00123456 0a000001 02000000 00aa0a00 00020000 00000000 00000000 00000000 00000000";
+    const REQ9: &str = "ffffffff ffff0200 000000aa 08060001 08000604 00010200 000000aa 0a000002 00000000 00000a00 0009";
+
+    fn entry(ip: &str, mac: &str) -> Value {
+        Value::map().with("ip", ip).with("mac_addr", mac)
+    }
+
+    #[test]
+    fn answers_known_addresses_and_drops_the_rest() {
+        let mut h = Harness::new();
+        h.add(&CLASS, "a", &Value::Null).unwrap();
+        h.command("a", "add", &entry("10.0.0.1", "52:54:00:12:34:56"))
+            .unwrap();
+        let c = h.capture("a", 0);
+        let mut other_op = hex(REQ);
+        other_op[21] = 3; // RARP request
+        let mut not_eth = hex(REQ);
+        not_eth[15] = 6; // IEEE 802 hardware
+        h.inject(
+            "a",
+            0,
+            &[
+                hex(REQ),
+                hex(REQ9),
+                hex(REP),
+                other_op,
+                not_eth,
+                hex("02000000 00020200 00000001 0800 4500"),
+                hex("ffffffff ffff0200 000000aa 0806 0001 0800 0604 0001"),
+                hex("ffffffff ffff"),
+            ],
+        );
+        let got = c.take_data();
+        assert_eq!(got, vec![hex(REP)]);
+        for (reason, n) in [
+            ("no_entry", 1),
+            ("arp_reply", 1),
+            ("unsupported", 2),
+            ("not_arp", 1),
+            ("too_short", 2),
+        ] {
+            assert_eq!(h.drops("a", reason), n, "{reason}");
+        }
+        // smoltcp reads the reply back as a well-formed ARP reply.
+        let p = ArpPacket::new_checked(&got[0][14..]).unwrap();
+        assert_eq!(p.operation(), ArpOperation::Reply);
+        assert_eq!(p.source_protocol_addr(), &[10, 0, 0, 1]);
+    }
+
+    #[test]
+    fn add_replaces_entries_and_checks_arguments() {
+        let mut h = Harness::new();
+        h.add(&CLASS, "a", &Value::Null).unwrap();
+        h.command("a", "add", &entry("10.0.0.1", "02:00:00:00:00:01"))
+            .unwrap();
+        h.command("a", "add", &entry("10.0.0.1", "52:54:00:12:34:56"))
+            .unwrap();
+        let c = h.capture("a", 0);
+        h.inject("a", 0, &[hex(REQ)]);
+        assert_eq!(c.take_data(), vec![hex(REP)]);
+        let e = h
+            .command("a", "add", &entry("", "02:00:00:00:00:01"))
+            .unwrap_err();
+        assert!(e.msg.contains("ArpResponderArg.ip"), "{}", e.msg);
+        let e = h
+            .command("a", "add", &entry("10.0.0.300", "02:00:00:00:00:01"))
+            .unwrap_err();
+        assert!(e.msg.contains("ArpResponderArg.ip"), "{}", e.msg);
+        let e = h
+            .command("a", "add", &entry("10.0.0.3", "02:00:00:00:01"))
+            .unwrap_err();
+        assert!(e.msg.contains("ArpResponderArg.mac_addr"), "{}", e.msg);
+        let e = h
+            .command("a", "add", &entry("10.0.0.3", "02:00:00:00:00:0g"))
+            .unwrap_err();
+        assert!(e.msg.contains("ArpResponderArg.mac_addr"), "{}", e.msg);
+        assert_eq!(
+            h.graph.info_of("a").unwrap(),
+            Value::map().with(
+                "entries",
+                Value::List(vec![entry("10.0.0.1", "52:54:00:12:34:56")])
+            )
+        );
+    }
+}

@@ -1,0 +1,172 @@
+//! IPChecksum: computes (or verifies) the IPv4 header checksum.
+use super::headers::{dispatch, l3_after_tags, put16, Verdict, ALL_GATE0, ETHERTYPE_IPV4, L3};
+use crate::checksum;
+use bessemer_core::{Args, Context, Instance, Module, ModuleClass, PacketBatch};
+
+const DROP_TOO_SHORT: usize = 0;
+const DROP_BAD_IP_HEADER: usize = 1;
+/// Gate for packets whose checksum is correct, or that are not IPv4.
+const FORWARD_GATE: u16 = 0;
+/// Gate for IPv4 packets whose checksum is wrong (verify mode).
+const FAIL_GATE: u16 = 1;
+
+/// Writes correct IPv4 header checksums, or in verify mode sorts packets by whether theirs
+/// is correct. Looks past one 802.1Q tag or an 802.1ad + 802.1Q pair, as BESS.
+pub struct IpChecksum {
+    verify: bool,
+}
+
+impl IpChecksum {
+    fn one(&self, d: &mut [u8]) -> Verdict {
+        let off = match l3_after_tags(d) {
+            L3::TooShort => return Verdict::Drop(DROP_TOO_SHORT),
+            L3::OtherTags => return Verdict::Gate(FORWARD_GATE),
+            L3::At(off, ETHERTYPE_IPV4) => off,
+            L3::At(..) => return Verdict::Gate(FORWARD_GATE),
+        };
+        let Some(&vihl) = d.get(off) else {
+            return Verdict::Drop(DROP_TOO_SHORT);
+        };
+        let hlen = (vihl & 0x0f) as usize * 4;
+        if vihl >> 4 != 4 || hlen < 20 {
+            return Verdict::Drop(DROP_BAD_IP_HEADER);
+        }
+        let Some(hdr) = d.get_mut(off..off + hlen) else {
+            return Verdict::Drop(DROP_TOO_SHORT);
+        };
+        if self.verify {
+            if checksum::verify_ipv4_header(hdr) {
+                Verdict::Gate(FORWARD_GATE)
+            } else {
+                Verdict::Gate(FAIL_GATE)
+            }
+        } else {
+            let c = checksum::ipv4_header(hdr);
+            put16(hdr, checksum::IPV4_CSUM_OFFSET, c);
+            Verdict::Gate(FORWARD_GATE)
+        }
+    }
+}
+
+impl Module for IpChecksum {
+    fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
+        let mut v = ALL_GATE0;
+        for (i, p) in batch.pkts_mut().iter_mut().enumerate() {
+            v[i] = self.one(p.data_mut());
+        }
+        dispatch(ctx, batch, &v);
+    }
+
+    fn desc(&self) -> String {
+        if self.verify { "verify" } else { "compute" }.to_string()
+    }
+}
+
+/// The IPChecksum class.
+pub static CLASS: ModuleClass = ModuleClass {
+    name: "IPChecksum",
+    name_template: "ip_checksum",
+    help: "recomputes the IPv4 checksum",
+    arg_type: "IPChecksumArg",
+    arg_doc: &[
+        "verify: bool — check instead of compute: correct checksums (and non-IPv4 frames) leave on gate 0, wrong ones on gate 1",
+    ],
+    igates: 1,
+    ogates: 2,
+    commands: &[],
+    drop_reasons: &["too_short", "bad_ip_header"],
+    mt_safe: false,
+    create: |_, arg| {
+        let mut a = Args::new(arg, "IPChecksumArg")?;
+        let verify = a.bool("verify")?.unwrap_or(false);
+        a.finish()?;
+        Ok(Instance::Exclusive(Box::new(IpChecksum { verify })))
+    },
+};
+
+#[cfg(test)]
+mod tests {
+    use super::super::headers::test_util::hex;
+    use super::*;
+    use bessemer_core::testing::Harness;
+    use bessemer_core::Value;
+
+    const GOOD: &str = "02000000 00020200 00000001 08004500 001e0001 40004011 26cc0a00 00010a00 000204d2 0050000a 7e4c6869";
+    const GOOD0: &str = "02000000 00020200 00000001 08004500 001e0001 40004011 00000a00 00010a00 000204d2 0050000a 7e4c6869";
+    const VLAN: &str = "02000000 00020200 00000001 81000005 08004500 001e0001 40004011 26cc0a00 00010a00 000204d2 0050000a 7e4c6869";
+    const VLAN0: &str = "02000000 00020200 00000001 81000005 08004500 001e0001 40004011 00000a00 00010a00 000204d2 0050000a 7e4c6869";
+    const QINQ: &str = "02000000 00020200 00000001 88a80007 81000005 08004500 001e0001 40004011 26cc0a00 00010a00 000204d2 0050000a 7e4c6869";
+    const QINQ0: &str = "02000000 00020200 00000001 88a80007 81000005 08004500 001e0001 40004011 00000a00 00010a00 000204d2 0050000a 7e4c6869";
+    const OPT: &str = "02000000 00020200 00000001 08004600 002c0001 40004006 91c40a00 00010a00 00029404 00000001 00020000 00010000 00005002 040097dc 0000";
+    const OPT0: &str = "02000000 00020200 00000001 08004600 002c0001 40004006 00000a00 00010a00 00029404 00000001 00020000 00010000 00005002 040097dc 0000";
+    const BAD: &str = "02000000 00020200 00000001 08004500 001e0001 40004011 34f80a00 00010a00 000204d2 0050000a 7e4c6869";
+    /// 802.1ad directly followed by IPv4: BESS does not look inside.
+    const QOTHER0: &str = "02000000 00020200 00000001 88a80007 08004500 001e0001 40004011 00000a00 00010a00 000204d2 0050000a 7e4c6869";
+    const ARP: &str = "ffffffff ffff0200 00000001 08060001 08000604 00010200 00000001 0a000001 00000000 00000a00 0002";
+
+    fn verified(f: &[u8], off: usize) -> bool {
+        smoltcp::wire::Ipv4Packet::new_checked(&f[off..])
+            .unwrap()
+            .verify_checksum()
+    }
+
+    #[test]
+    fn computes_checksums_behind_tags_and_options() {
+        let mut h = Harness::new();
+        h.add(&CLASS, "c", &Value::Null).unwrap();
+        let c0 = h.capture("c", 0);
+        let c1 = h.capture("c", 1);
+        let input = [GOOD0, VLAN0, QINQ0, OPT0, BAD, QOTHER0, ARP].map(hex);
+        h.inject("c", 0, &input);
+        let got = c0.take_data();
+        assert_eq!(got, [GOOD, VLAN, QINQ, OPT, GOOD, QOTHER0, ARP].map(hex));
+        for (f, off) in got.iter().zip([14, 18, 22, 14, 14]) {
+            assert!(verified(f, off));
+        }
+        assert!(c1.is_empty());
+    }
+
+    #[test]
+    fn verify_mode_sorts_by_checksum() {
+        let mut h = Harness::new();
+        h.add(&CLASS, "c", &Value::map().with("verify", true))
+            .unwrap();
+        let c0 = h.capture("c", 0);
+        let c1 = h.capture("c", 1);
+        let input = [GOOD, BAD, VLAN, QINQ0, OPT, GOOD0, QOTHER0, ARP].map(hex);
+        h.inject("c", 0, &input);
+        assert_eq!(c0.take_data(), [GOOD, VLAN, OPT, QOTHER0, ARP].map(hex));
+        assert_eq!(c1.take_data(), [BAD, QINQ0, GOOD0].map(hex));
+    }
+
+    #[test]
+    fn malformed_frames_are_dropped_by_reason() {
+        let mut h = Harness::new();
+        h.add(&CLASS, "c", &Value::Null).unwrap();
+        let c0 = h.capture("c", 0);
+        let mut cut = hex(OPT0);
+        cut.truncate(14 + 22);
+        let mut ihl = hex(GOOD0);
+        ihl[14] = 0x44;
+        let mut v6 = hex(GOOD0);
+        v6[14] = 0x65;
+        h.inject(
+            "c",
+            0,
+            &[
+                hex("02000000 00020200 000000"),
+                hex("02000000 00020200 00000001 8100"),
+                cut,
+                ihl,
+                v6,
+            ],
+        );
+        assert!(c0.is_empty());
+        assert_eq!(h.drops("c", "too_short"), 3);
+        assert_eq!(h.drops("c", "bad_ip_header"), 2);
+        let e = h
+            .add(&CLASS, "x", &Value::map().with("verify", "yes"))
+            .unwrap_err();
+        assert!(e.msg.contains("IPChecksumArg.verify"), "{}", e.msg);
+    }
+}

@@ -1,0 +1,145 @@
+//! IPSwap: swaps the IPv4 source and destination addresses, and the TCP/UDP ports.
+use super::headers::{dispatch, eth_ipv4, ip, Ipv4Error, Verdict, ALL_GATE0};
+use crate::checksum::{PROTO_TCP, PROTO_UDP};
+use bessemer_core::{Args, Context, Instance, Module, ModuleClass, PacketBatch};
+
+const DROP_TOO_SHORT: usize = 0;
+const DROP_NOT_IPV4: usize = 1;
+const DROP_BAD_IP_HEADER: usize = 2;
+
+/// Drop reason for a frame that is not a well-formed IPv4 packet.
+pub(crate) fn ipv4_drop(e: Ipv4Error) -> usize {
+    match e {
+        Ipv4Error::TooShort => DROP_TOO_SHORT,
+        Ipv4Error::NotIpv4 => DROP_NOT_IPV4,
+        Ipv4Error::BadHeader => DROP_BAD_IP_HEADER,
+    }
+}
+
+/// Swaps addresses (and TCP/UDP ports) of IPv4 packets. Both swaps leave the IPv4 and L4
+/// checksums valid: the ones'-complement sum does not depend on the order of the words.
+pub struct IpSwap;
+
+impl Module for IpSwap {
+    fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
+        let mut v = ALL_GATE0;
+        for (i, p) in batch.pkts_mut().iter_mut().enumerate() {
+            let d = p.data_mut();
+            let info = match eth_ipv4(d) {
+                Ok(info) => info,
+                Err(e) => {
+                    v[i] = Verdict::Drop(ipv4_drop(e));
+                    continue;
+                }
+            };
+            let has_ports =
+                (info.proto == PROTO_TCP || info.proto == PROTO_UDP) && info.has_l4_header();
+            if has_ports && info.l4_len() < 4 {
+                v[i] = Verdict::Drop(DROP_TOO_SHORT);
+                continue;
+            }
+            let a = info.off + ip::SRC;
+            let (src, dst) = d[a..a + 8].split_at_mut(4);
+            src.swap_with_slice(dst);
+            // Later fragments carry no L4 header: only the addresses are swapped (as for
+            // ICMP and other protocols).
+            if has_ports {
+                let l4 = info.l4();
+                let (sp, dp) = d[l4..l4 + 4].split_at_mut(2);
+                sp.swap_with_slice(dp);
+            }
+        }
+        dispatch(ctx, batch, &v);
+    }
+}
+
+/// The IPSwap class.
+pub static CLASS: ModuleClass = ModuleClass {
+    name: "IPSwap",
+    name_template: "ipswap",
+    help: "swaps source/destination IP addresses and L4 ports",
+    arg_type: "EmptyArg",
+    arg_doc: &["(no fields)"],
+    igates: 1,
+    ogates: 1,
+    commands: &[],
+    drop_reasons: &["too_short", "not_ipv4", "bad_ip_header"],
+    mt_safe: false,
+    create: |_, arg| {
+        Args::new(arg, "EmptyArg")?.finish()?;
+        Ok(Instance::Exclusive(Box::new(IpSwap)))
+    },
+};
+
+#[cfg(test)]
+mod tests {
+    use super::super::headers::test_util::{checksums_ok, hex};
+    use super::*;
+    use bessemer_core::testing::Harness;
+    use bessemer_core::Value;
+
+    #[test]
+    fn swaps_addresses_and_ports_keeping_checksums() {
+        let cases = [
+            // UDP
+            ("02000000 00020200 00000001 08004500 001f0001 40004011 6f1b0a00 0001c0a8 010904d2 0035000b 6abc6162 63",
+             "02000000 00020200 00000001 08004500 001f0001 40004011 6f1bc0a8 01090a00 00010035 04d2000b 6abc6162 63"),
+            // TCP behind a 4-byte IP option (IHL 6)
+            ("02000000 00020200 00000001 08004600 002c0001 40004006 6c180a00 0001c0a8 01090101 01009c40 01bb0000 00010000 00005002 04004234 0000",
+             "02000000 00020200 00000001 08004600 002c0001 40004006 6c18c0a8 01090a00 00010101 010001bb 9c400000 00010000 00005002 04004234 0000"),
+            // ICMP: addresses only
+            ("02000000 00020200 00000001 08004500 00200001 40004001 6f2a0a00 0001c0a8 01090800 19270007 00017069 6e67",
+             "02000000 00020200 00000001 08004500 00200001 40004001 6f2ac0a8 01090a00 00010800 19270007 00017069 6e67"),
+            // A later UDP fragment: no L4 header, addresses only
+            ("02000000 00020200 00000001 08004500 001c0001 00014011 af1d0a00 0001c0a8 01091122 33445566 7788",
+             "02000000 00020200 00000001 08004500 001c0001 00014011 af1dc0a8 01090a00 00011122 33445566 7788"),
+        ];
+        let mut h = Harness::new();
+        h.add(&CLASS, "s", &Value::Null).unwrap();
+        let c = h.capture("s", 0);
+        let mut padded = hex(cases[0].0);
+        padded.resize(60, 0);
+        let mut padded_want = hex(cases[0].1);
+        padded_want.resize(60, 0);
+        let mut input: Vec<Vec<u8>> = cases.iter().map(|(i, _)| hex(i)).collect();
+        input.push(padded);
+        h.inject("s", 0, &input);
+        let got = c.take_data();
+        let mut want: Vec<Vec<u8>> = cases.iter().map(|(_, o)| hex(o)).collect();
+        want.push(padded_want);
+        assert_eq!(got, want);
+        for g in &got {
+            assert!(checksums_ok(g, 14));
+        }
+    }
+
+    #[test]
+    fn malformed_frames_are_dropped_by_reason() {
+        let mut h = Harness::new();
+        h.add(&CLASS, "s", &Value::Null).unwrap();
+        let c = h.capture("s", 0);
+        let eth = "02000000 00020200 00000001";
+        h.inject(
+            "s",
+            0,
+            &[
+                hex("0200000000020200"),                       // too short for Ethernet
+                hex(&format!("{eth} 0800 4500001f")),          // IPv4 header cut
+                hex(&format!("{eth} 86dd 60000000 00000000")), // IPv6
+                hex(&format!(
+                    "{eth} 0800 4400001c 00010000 40110000 0a000001 c0a80109 11223344"
+                )), // IHL 4
+                hex(&format!(
+                    "{eth} 0800 4500 0064 00010000 40110000 0a000001 c0a80109 11223344"
+                )), // total length past the frame
+                hex(&format!(
+                    "{eth} 0800 45000016 00010000 40110000 0a000001 c0a80109 1122"
+                )), // UDP without room for ports
+            ],
+        );
+        assert!(c.is_empty());
+        assert_eq!(h.drops("s", "too_short"), 4);
+        assert_eq!(h.drops("s", "not_ipv4"), 1);
+        assert_eq!(h.drops("s", "bad_ip_header"), 1);
+    }
+}
