@@ -350,6 +350,8 @@ const RESPONSE_OVERRIDES: &[(&str, &str, &str)] = &[
     ("WildcardMatch", "get_runtime_config", "WildcardMatchConfig"),
     ("UrlFilter", "get_initial_arg", "UrlFilterArg"),
     ("UrlFilter", "get_runtime_config", "UrlFilterConfig"),
+    ("NAT", "get_initial_arg", "NATArg"),
+    ("StaticNAT", "get_initial_arg", "StaticNATArg"),
 ];
 
 /// The message a command's result is encoded as: the override table, then

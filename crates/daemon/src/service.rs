@@ -1378,7 +1378,20 @@ impl pb::bess_control_server::BessControl for Control {
                 Error::not_found(format!("module class '{}' does not exist", req.mclass))
             })?;
             let what = format!("module class '{}'", class.name);
-            let arg = convert::any_to_value(req.arg.as_ref(), Some(class.arg_type), &what)?;
+            // Clients (pybess, our script runner) always pack `<Class>Arg`; a class that
+            // takes no argument accepts that message when it is empty.
+            let own = format!("{}Arg", class.name);
+            let expected = match req.arg.as_ref() {
+                Some(a)
+                    if class.arg_type == "EmptyArg"
+                        && convert::type_name_of_url(&a.type_url) == convert::full_name(&own)
+                        && a.value.is_empty() =>
+                {
+                    None
+                }
+                _ => Some(class.arg_type),
+            };
+            let arg = convert::any_to_value(req.arg.as_ref(), expected, &what)?;
             let name = req.name;
             self.run(move |e| {
                 let n = (!name.is_empty()).then_some(name.as_str());
