@@ -289,4 +289,41 @@ mod tests {
             assert!(e.msg.contains(want), "{want}: {}", e.msg);
         }
     }
+
+    use crate::encap::generic_decap;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        /// Any set of constant fields is prepended as its big-endian bytes, and GenericDecap
+        /// of the header size gives the payload back.
+        #[test]
+        fn constant_header_then_decap_is_the_identity(
+            vals in proptest::collection::vec((1usize..=8, any::<u64>()), 0..=8),
+            payloads in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..64), 1..10),
+        ) {
+            let mut h = Harness::new();
+            let mut header = Vec::new();
+            let list: Vec<Value> = vals
+                .iter()
+                .map(|&(size, v)| {
+                    // Integer arguments are signed 64-bit in the framework (larger uint64 values
+                    // are refused by the daemon; value_bin carries them).
+                    let v = if size == 8 { v >> 1 } else { v & ((1u64 << (8 * size)) - 1) };
+                    header.extend_from_slice(&v.to_be_bytes()[8 - size..]);
+                    konst(size as i64, v)
+                })
+                .collect();
+            h.add(&CLASS, "enc", &fields(list)).unwrap();
+            h.add(&generic_decap::CLASS, "dec", &Value::map().with("bytes", header.len())).unwrap();
+            let c_enc = h.capture("enc", 0);
+            h.inject("enc", 0, &payloads);
+            let got = c_enc.take_data();
+            let want: Vec<Vec<u8>> = payloads.iter().map(|p| [header.clone(), p.clone()].concat()).collect();
+            prop_assert_eq!(&got, &want);
+            let c_dec = h.capture("dec", 0);
+            h.inject("dec", 0, &got);
+            prop_assert_eq!(c_dec.take_data(), payloads);
+        }
+    }
 }

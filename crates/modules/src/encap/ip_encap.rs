@@ -12,7 +12,9 @@ const ATTR_NEXTHOP: usize = 3;
 const ATTR_ETHER_TYPE: usize = 4;
 
 const DROP_NO_HEADROOM: usize = 0;
-const DROP_TOO_LONG: usize = 1;
+
+// A packet never exceeds its frame, so the IPv4 total length always fits in 16 bits.
+const _: () = assert!(bessemer_core::packet::FRAME_SIZE + IPV4_HDR_LEN <= u16::MAX as usize);
 
 const IPV4_HDR_LEN: usize = 20;
 /// Flags/fragment word with only Don't Fragment set (as BESS sends).
@@ -44,9 +46,7 @@ impl Module for IpEncap {
             let s: [u8; 4] = p.get_attr(src);
             let d: [u8; 4] = p.get_attr(dst);
             let [pr]: [u8; 1] = p.get_attr(proto);
-            let Ok(total) = u16::try_from(p.len() + IPV4_HDR_LEN) else {
-                return Some(DROP_TOO_LONG);
-            };
+            let total = (p.len() + IPV4_HDR_LEN) as u16;
             // BESS leaves a packet without headroom unchanged; we drop and count it instead.
             let Some(h) = p.prepend(IPV4_HDR_LEN) else {
                 return Some(DROP_NO_HEADROOM);
@@ -83,7 +83,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     igates: 1,
     ogates: 1,
     commands: &[],
-    drop_reasons: &["no_headroom", "too_long"],
+    drop_reasons: &["no_headroom"],
     mt_safe: false,
     create: |init, arg: &Value| {
         Args::new(arg, "IPEncapArg")?.finish()?;

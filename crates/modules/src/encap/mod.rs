@@ -115,6 +115,23 @@ pub(crate) mod testutil {
         )
     }
 
+    /// Packets a module dropped, under all reasons.
+    pub fn all_drops(h: &bessemer_core::testing::Harness, module: &str) -> u64 {
+        h.graph
+            .drops_of(module)
+            .unwrap()
+            .into_iter()
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// True if every element of `out` is a suffix of a distinct element of `inp`, in order.
+    pub fn suffixes_in_order(out: &[Vec<u8>], inp: &[Vec<u8>]) -> bool {
+        let mut it = inp.iter();
+        out.iter()
+            .all(|o| it.by_ref().any(|i| i.len() >= o.len() && i.ends_with(o)))
+    }
+
     /// Parses a hex string with optional spaces into bytes.
     pub fn hex(s: &str) -> Vec<u8> {
         let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();

@@ -152,4 +152,52 @@ mod tests {
             .unwrap_err();
         assert!(e.msg.contains("MplsPopArg.next_eth_type"), "{}", e.msg);
     }
+
+    use crate::encap::testutil::all_drops;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        /// Arbitrary frames (half of them MPLS-typed) go to gate 0 popped, gate 1 unchanged,
+        /// or are counted.
+        #[test]
+        fn arbitrary_frames_are_split_or_counted(
+            frames in proptest::collection::vec(
+                (proptest::collection::vec(any::<u8>(), 0..40), any::<bool>()), 1..40),
+            remove in any::<bool>(),
+        ) {
+            let mut h = Harness::new();
+            h.add(&CLASS, "pop", &Value::map().with("remove_eth_header", remove)).unwrap();
+            let c0 = h.capture("pop", 0);
+            let c1 = h.capture("pop", 1);
+            let input: Vec<Vec<u8>> = frames
+                .into_iter()
+                .map(|(mut f, mpls)| {
+                    if mpls && f.len() >= 14 {
+                        f[12..14].copy_from_slice(&[0x88, 0x47]);
+                    }
+                    f
+                })
+                .collect();
+            h.inject("pop", 0, &input);
+            let (o0, o1) = (c0.take_data(), c1.take_data());
+            let is_mpls = |f: &Vec<u8>| f.len() >= 14 && f[12..14] == [0x88, 0x47];
+            let others: Vec<Vec<u8>> =
+                input.iter().filter(|f| f.len() >= 14 && !is_mpls(f)).cloned().collect();
+            prop_assert_eq!(o1, others);
+            let mpls: Vec<Vec<u8>> = input.iter().filter(|f| is_mpls(f)).cloned().collect();
+            let short = input.iter().filter(|f| f.len() < 14).count();
+            prop_assert_eq!(o0.len() as u64 + all_drops(&h, "pop"), (mpls.len() + short) as u64);
+            prop_assert_eq!(o0.len(), mpls.iter().filter(|f| f.len() >= 18).count());
+            for (o, i) in o0.iter().zip(mpls.iter().filter(|f| f.len() >= 18)) {
+                if remove {
+                    prop_assert_eq!(&o[..], &i[18..]);
+                } else {
+                    prop_assert_eq!(&o[..12], &i[..12]);
+                    prop_assert_eq!(&o[12..14], &[0x08, 0x00]);
+                    prop_assert_eq!(&o[14..], &i[18..]);
+                }
+            }
+        }
+    }
 }

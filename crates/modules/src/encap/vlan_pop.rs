@@ -106,4 +106,32 @@ mod tests {
         h.inject("push", 0, &frames);
         assert_eq!(c.take_data(), frames);
     }
+
+    use crate::encap::testutil::all_drops;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        /// Push then pop returns every frame of at least an Ethernet header unchanged; shorter
+        /// ones are counted by the push.
+        #[test]
+        fn push_pop_identity(
+            frames in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..40), 1..40),
+            tci in any::<u16>(),
+        ) {
+            let mut h = Harness::new();
+            h.add(&vlan_push::CLASS, "push", &Value::map().with("tci", tci as i64)).unwrap();
+            h.add(&CLASS, "pop", &Value::Null).unwrap();
+            h.connect("push", 0, "pop", 0).unwrap();
+            let c = h.capture("pop", 0);
+            h.inject("push", 0, &frames);
+            let want: Vec<Vec<u8>> = frames.iter().filter(|f| f.len() >= 14).cloned().collect();
+            prop_assert_eq!(c.take_data(), want);
+            prop_assert_eq!(
+                all_drops(&h, "push"),
+                frames.iter().filter(|f| f.len() < 14).count() as u64
+            );
+            prop_assert_eq!(all_drops(&h, "pop"), 0);
+        }
+    }
 }

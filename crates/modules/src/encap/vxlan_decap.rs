@@ -265,4 +265,34 @@ mod tests {
         assert_eq!(h.drops("dec", "malformed"), 3);
         assert_eq!(h.drops("dec", "fragment"), 2);
     }
+
+    use crate::encap::testutil::{all_drops, suffixes_in_order};
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        /// Mutated and truncated VXLAN frames never panic: each is decapsulated (leaving a
+        /// suffix of the input) or counted as a drop.
+        #[test]
+        fn mutated_frames_are_decapsulated_or_counted(
+            muts in proptest::collection::vec((0usize..68, any::<u8>(), 0usize..=68), 1..40)
+        ) {
+            let mut h = Harness::new();
+            h.add(&CLASS, "dec", &Value::Null).unwrap();
+            let c = h.capture("dec", 0);
+            let input: Vec<Vec<u8>> = muts
+                .iter()
+                .map(|&(i, b, len)| {
+                    let mut f = frame(&[]);
+                    f[i] = b;
+                    f.truncate(len);
+                    f
+                })
+                .collect();
+            h.inject("dec", 0, &input);
+            let out = c.take_data();
+            prop_assert_eq!(out.len() as u64 + all_drops(&h, "dec"), input.len() as u64);
+            prop_assert!(suffixes_in_order(&out, &input));
+        }
+    }
 }

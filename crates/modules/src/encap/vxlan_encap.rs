@@ -15,7 +15,6 @@ const ATTR_IP_PROTO: usize = 5;
 
 const DROP_TOO_SHORT: usize = 0;
 const DROP_NO_HEADROOM: usize = 1;
-const DROP_TOO_LONG: usize = 2;
 
 /// The IANA VXLAN port, BESS's default `dstport`.
 pub const VXLAN_PORT: u16 = 4789;
@@ -24,6 +23,9 @@ const VXLAN_LEN: usize = 8;
 /// VXLAN flags word with the I (valid VNI) bit set.
 const VXLAN_FLAGS: [u8; 4] = [0x08, 0, 0, 0];
 const IPPROTO_UDP: u8 = 17;
+
+// A packet never exceeds its frame, so the UDP length always fits in 16 bits.
+const _: () = assert!(bessemer_core::packet::FRAME_SIZE + UDP_LEN + VXLAN_LEN <= u16::MAX as usize);
 
 const fn crc32c_table() -> [u32; 256] {
     let mut t = [0u32; 256];
@@ -81,9 +83,7 @@ impl Module for VxlanEncap {
             if p.len() < ETH_LEN {
                 return Some(DROP_TOO_SHORT);
             }
-            let Ok(udp_len) = u16::try_from(p.len() + UDP_LEN + VXLAN_LEN) else {
-                return Some(DROP_TOO_LONG);
-            };
+            let udp_len = (p.len() + UDP_LEN + VXLAN_LEN) as u16;
             let hash = crc32c_raw(u32::MAX, &p.data()[..12]) | 0x00f0;
             let s: [u8; 4] = p.get_attr(tsrc);
             let d: [u8; 4] = p.get_attr(tdst);
@@ -127,7 +127,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     igates: 1,
     ogates: 1,
     commands: &[],
-    drop_reasons: &["too_short", "no_headroom", "too_long"],
+    drop_reasons: &["too_short", "no_headroom"],
     mt_safe: false,
     create: |init, arg: &Value| {
         let mut a = Args::new(arg, "VXLANEncapArg")?;
