@@ -1,5 +1,6 @@
 //! Sources, sinks and pure forwarding/splitting modules.
 pub mod bypass;
+pub mod flow_gen;
 pub mod merge;
 pub mod noop;
 pub mod random_split;
@@ -14,6 +15,7 @@ use bessemer_core::ModuleClass;
 /// The classes of this kind.
 pub static CLASSES: &[&ModuleClass] = &[
     &bypass::CLASS,
+    &flow_gen::CLASS,
     &merge::CLASS,
     &noop::CLASS,
     &random_split::CLASS,

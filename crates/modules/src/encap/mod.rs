@@ -1,6 +1,143 @@
 //! Encapsulation and decapsulation: modules that add or remove headers.
+pub mod ether_encap;
+pub mod generic_decap;
+pub mod generic_encap;
+pub mod ip_encap;
+pub mod mpls_pop;
+pub mod vlan_pop;
+pub mod vlan_push;
+pub mod vxlan_decap;
+pub mod vxlan_encap;
 
-use bessemer_core::ModuleClass;
+use bessemer_core::{Context, ModuleClass, Packet, PacketBatch};
 
 /// The classes of this kind.
-pub static CLASSES: &[&ModuleClass] = &[];
+pub static CLASSES: &[&ModuleClass] = &[
+    &ether_encap::CLASS,
+    &generic_decap::CLASS,
+    &generic_encap::CLASS,
+    &ip_encap::CLASS,
+    &mpls_pop::CLASS,
+    &vlan_pop::CLASS,
+    &vlan_push::CLASS,
+    &vxlan_decap::CLASS,
+    &vxlan_encap::CLASS,
+];
+
+/// Ethernet header length (no VLAN tag).
+pub(crate) const ETH_LEN: usize = 14;
+/// Offset of the EtherType (or the TPID of an outer VLAN tag) in an Ethernet frame.
+pub(crate) const ETH_TYPE_OFF: usize = 12;
+/// EtherType of IPv4.
+pub(crate) const ETHERTYPE_IPV4: u16 = 0x0800;
+
+/// Applies `f` to every packet of `batch` in order: `None` keeps the packet (possibly
+/// modified), `Some(reason)` drops it under that reason. Kept packets stay in `batch`, so
+/// forwarding it afterwards still hands the input batch on without a copy.
+#[inline]
+pub(crate) fn retain_or_drop(
+    ctx: &mut Context,
+    batch: &mut PacketBatch,
+    mut f: impl FnMut(&mut Packet) -> Option<usize>,
+) {
+    let mut kept = PacketBatch::new();
+    for mut p in batch.drain() {
+        match f(&mut p) {
+            // SAFETY: `kept` receives at most as many packets as `batch` held.
+            None => unsafe { kept.push_unchecked(p) },
+            Some(reason) => ctx.drop_packet(p, reason),
+        }
+    }
+    batch.append(&mut kept);
+}
+
+/// Reads a big-endian u16 at `off` (the caller checked the length).
+#[inline(always)]
+pub(crate) fn be16(d: &[u8], off: usize) -> u16 {
+    u16::from_be_bytes([d[off], d[off + 1]])
+}
+
+#[cfg(test)]
+pub(crate) mod testutil {
+    //! Test helpers shared by the encapsulation tests.
+    use bessemer_core::{Context, Instance, Module, ModuleClass, PacketBatch, Value};
+
+    struct EatHeadroom;
+
+    impl Module for EatHeadroom {
+        fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
+            for p in batch.pkts_mut() {
+                // Grow into all the headroom, then drop the grown bytes from the view again
+                // by moving the start back: the data keeps its bytes but has no headroom.
+                let len = p.len();
+                let h = p.headroom();
+                let d = p.prepend(h).expect("headroom");
+                d.fill(0);
+                let data = p.data().to_vec();
+                p.data_mut()[..len].copy_from_slice(&data[h..]);
+                assert!(p.trim(h));
+            }
+            ctx.forward(0, batch);
+        }
+    }
+
+    /// Test-only class: moves each packet's bytes to the very front of its frame so it has
+    /// no headroom left (for the `no_headroom` drop paths).
+    pub static EAT_HEADROOM: ModuleClass = ModuleClass {
+        name: "TestEatHeadroom",
+        name_template: "eat",
+        help: "leaves packets without headroom",
+        arg_type: "EmptyArg",
+        arg_doc: &[],
+        igates: 1,
+        ogates: 1,
+        commands: &[],
+        drop_reasons: &[],
+        mt_safe: false,
+        create: |_, _| Ok(Instance::Exclusive(Box::new(EatHeadroom))),
+    };
+
+    /// A SetMetadata argument setting constant attributes: (name, bytes).
+    pub fn set_meta(attrs: &[(&str, &[u8])]) -> Value {
+        Value::map().with(
+            "attrs",
+            Value::List(
+                attrs
+                    .iter()
+                    .map(|(n, b)| {
+                        Value::map()
+                            .with("name", *n)
+                            .with("size", b.len())
+                            .with("value_bin", b.to_vec())
+                    })
+                    .collect(),
+            ),
+        )
+    }
+
+    /// Packets a module dropped, under all reasons.
+    pub fn all_drops(h: &bessemer_core::testing::Harness, module: &str) -> u64 {
+        h.graph
+            .drops_of(module)
+            .unwrap()
+            .into_iter()
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// True if every element of `out` is a suffix of a distinct element of `inp`, in order.
+    pub fn suffixes_in_order(out: &[Vec<u8>], inp: &[Vec<u8>]) -> bool {
+        let mut it = inp.iter();
+        out.iter()
+            .all(|o| it.by_ref().any(|i| i.len() >= o.len() && i.ends_with(o)))
+    }
+
+    /// Parses a hex string with optional spaces into bytes.
+    pub fn hex(s: &str) -> Vec<u8> {
+        let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+}

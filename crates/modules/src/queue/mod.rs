@@ -1,8 +1,10 @@
 //! Queueing modules.
+pub mod buffer;
+pub mod drr;
 #[allow(clippy::module_inception)]
 pub mod queue;
 
 use bessemer_core::ModuleClass;
 
 /// The classes of this kind.
-pub static CLASSES: &[&ModuleClass] = &[&queue::CLASS];
+pub static CLASSES: &[&ModuleClass] = &[&buffer::CLASS, &drr::CLASS, &queue::CLASS];

@@ -1,0 +1,163 @@
+//! VLANPush: inserts an 802.1Q (or, over an existing 802.1Q tag, 802.1ad) VLAN tag.
+use bessemer_core::{
+    Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
+};
+
+use super::{be16, retain_or_drop, ETH_LEN, ETH_TYPE_OFF};
+
+/// TPID of an 802.1Q customer tag.
+pub const TPID_8021Q: u16 = 0x8100;
+/// TPID of an 802.1ad service tag.
+pub const TPID_8021AD: u16 = 0x88a8;
+const TAG_LEN: usize = 4;
+
+const DROP_TOO_SHORT: usize = 0;
+const DROP_NO_HEADROOM: usize = 1;
+
+/// Inserts a 4-byte tag with `tci` after the MAC addresses. Like BESS, the new tag's TPID is
+/// 0x88a8 when the frame already carries an 802.1Q (0x8100) tag, 0x8100 otherwise (so a
+/// frame with an outer 0x88a8 tag gets an 0x8100 tag in front of it, as in BESS).
+pub struct VlanPush {
+    tci: u16,
+}
+
+fn parse_tci(arg: &Value) -> Result<u16> {
+    let mut a = Args::new(arg, "VLANPushArg")?;
+    let tci = a.uint("tci", 0xffff)?.unwrap_or(0) as u16;
+    a.finish()?;
+    Ok(tci)
+}
+
+impl Module for VlanPush {
+    fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
+        let tci = self.tci.to_be_bytes();
+        retain_or_drop(ctx, batch, |p| {
+            if p.len() < ETH_LEN {
+                return Some(DROP_TOO_SHORT);
+            }
+            let tpid = if be16(p.data(), ETH_TYPE_OFF) == TPID_8021Q {
+                TPID_8021AD
+            } else {
+                TPID_8021Q
+            };
+            // BESS leaves a packet without headroom unchanged; we drop and count it instead.
+            let Some(_) = p.prepend(TAG_LEN) else {
+                return Some(DROP_NO_HEADROOM);
+            };
+            let d = p.data_mut();
+            d.copy_within(TAG_LEN..TAG_LEN + 12, 0);
+            d[12..14].copy_from_slice(&tpid.to_be_bytes());
+            d[14..16].copy_from_slice(&tci);
+            None
+        });
+        ctx.forward(0, batch);
+    }
+
+    fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
+        match cmd {
+            "set_tci" => {
+                self.tci = parse_tci(arg)?;
+                Ok(Value::Null)
+            }
+            _ => Err(Error::invalid(format!("unknown command '{cmd}'"))),
+        }
+    }
+
+    fn desc(&self) -> String {
+        let t = self.tci;
+        format!("PCP={} DEI={} VID={}", t >> 13, (t >> 12) & 1, t & 0x0fff)
+    }
+}
+
+/// The VLANPush class.
+pub static CLASS: ModuleClass = ModuleClass {
+    name: "VLANPush",
+    name_template: "vlan_push",
+    help: "inserts an 802.1Q/802.1ad VLAN tag",
+    arg_type: "VLANPushArg",
+    arg_doc: &[
+        "tci: uint64 — tag control information (PCP 3 bits, DEI 1, VID 12; 0..65535, default 0)",
+        "  TPID 0x8100, or 0x88a8 when the frame already has an 0x8100 tag",
+    ],
+    igates: 1,
+    ogates: 1,
+    commands: &[CommandSpec {
+        name: "set_tci",
+        arg_type: "VLANPushArg",
+        help: "changes the TCI of pushed tags",
+    }],
+    drop_reasons: &["too_short", "no_headroom"],
+    mt_safe: false,
+    create: |_, arg| {
+        Ok(Instance::Exclusive(Box::new(VlanPush {
+            tci: parse_tci(arg)?,
+        })))
+    },
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::encap::testutil::{hex, EAT_HEADROOM};
+    use bessemer_core::testing::Harness;
+
+    const MACS: &str = "020000000002 020000000001";
+
+    #[test]
+    fn pushes_8021q_then_8021ad_over_an_existing_tag() {
+        let mut h = Harness::new();
+        // PCP 5, DEI 0, VID 100 = 0xa064
+        h.add(&CLASS, "p", &Value::map().with("tci", 0xa064))
+            .unwrap();
+        h.add(&CLASS, "q", &Value::map().with("tci", 7)).unwrap();
+        h.connect("p", 0, "q", 0).unwrap();
+        let c = h.capture("q", 0);
+        h.inject("p", 0, &[hex(&format!("{MACS} 0800 4500"))]);
+        assert_eq!(
+            c.take_data(),
+            vec![hex(&format!("{MACS} 88a8 0007 8100 a064 0800 4500"))]
+        );
+        assert_eq!(
+            h.graph
+                .modules()
+                .iter()
+                .find(|m| m.name == "p")
+                .unwrap()
+                .desc,
+            "PCP=5 DEI=0 VID=100"
+        );
+    }
+
+    #[test]
+    fn bess_pushes_8100_over_an_8021ad_tag() {
+        let mut h = Harness::new();
+        h.add(&CLASS, "p", &Value::map().with("tci", 1)).unwrap();
+        let c = h.capture("p", 0);
+        h.inject("p", 0, &[hex(&format!("{MACS} 88a8 0002 0800"))]);
+        assert_eq!(
+            c.take_data(),
+            vec![hex(&format!("{MACS} 8100 0001 88a8 0002 0800"))]
+        );
+    }
+
+    #[test]
+    fn set_tci_short_frames_and_headroom() {
+        let mut h = Harness::new();
+        h.add(&EAT_HEADROOM, "eat", &Value::Null).unwrap();
+        h.add(&CLASS, "p", &Value::Null).unwrap();
+        h.connect("eat", 0, "p", 0).unwrap();
+        let c = h.capture("p", 0);
+        h.command("p", "set_tci", &Value::map().with("tci", 0xffff))
+            .unwrap();
+        h.inject("p", 0, &[hex(&format!("{MACS} 0800")), hex("0102")]);
+        assert_eq!(c.take_data(), vec![hex(&format!("{MACS} 8100 ffff 0800"))]);
+        assert_eq!(h.drops("p", "too_short"), 1);
+        h.inject("eat", 0, &[hex(&format!("{MACS} 0800"))]);
+        assert!(c.is_empty());
+        assert_eq!(h.drops("p", "no_headroom"), 1);
+        let e = h
+            .command("p", "set_tci", &Value::map().with("tci", 0x10000))
+            .unwrap_err();
+        assert!(e.msg.contains("VLANPushArg.tci"), "{}", e.msg);
+    }
+}
