@@ -1,6 +1,8 @@
 //! Classifiers: modules that choose an output gate per packet from its headers or metadata.
 
+pub mod hash_lb;
+
 use bessemer_core::ModuleClass;
 
 /// The classes of this kind.
-pub static CLASSES: &[&ModuleClass] = &[];
+pub static CLASSES: &[&ModuleClass] = &[&hash_lb::CLASS];
