@@ -1,6 +1,7 @@
 //! Classifiers: modules that choose an output gate per packet from its headers or metadata.
 
 pub mod acl;
+pub mod bpf;
 pub mod hash_lb;
 pub mod vlan_split;
 pub mod worker_split;
