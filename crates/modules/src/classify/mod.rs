@@ -3,6 +3,7 @@
 pub mod acl;
 pub mod bpf;
 pub mod hash_lb;
+pub mod url_filter;
 pub mod vlan_split;
 pub mod worker_split;
 
