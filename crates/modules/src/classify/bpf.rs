@@ -130,8 +130,9 @@ const TXA: u16 = 0x80;
 const MEMWORDS: u32 = 16;
 
 /// Checks a program as the kernel's and libpcap's validators do: known opcodes, scratch
-/// indexes in range, jumps forward and inside the program, no division by a constant zero,
-/// and a return at the end. A valid program always terminates.
+/// indexes in range, jumps forward and inside the program, no division by a constant zero
+/// or constant shift by 32 or more, no read of an unwritten scratch slot, and a return at
+/// the end. A valid program always terminates.
 pub fn validate(prog: &[Insn]) -> std::result::Result<(), String> {
     let n = prog.len();
     if n == 0 {
@@ -169,6 +170,8 @@ pub fn validate(prog: &[Insn]) -> std::result::Result<(), String> {
                     return bad();
                 }
                 match op {
+                    // As the kernel: a constant shift of 32 or more is refused.
+                    LSH | RSH if i.code & SRC_X == 0 && i.k >= 32 => return bad(),
                     ADD | SUB | MUL | OR | AND | LSH | RSH | XOR => {}
                     DIV | MOD if i.code & SRC_X == 0 && i.k == 0 => return bad(),
                     DIV | MOD => {}
@@ -204,6 +207,31 @@ pub fn validate(prog: &[Insn]) -> std::result::Result<(), String> {
     }
     if prog[n - 1].code & 0x07 != RET {
         return Err("program does not end with a return".into());
+    }
+    // As the kernel: no load from a scratch slot that some path reaches unwritten (libpcap's
+    // interpreter leaves scratch memory uninitialised). Jumps only go forward, so one pass
+    // in program order sees every predecessor first.
+    let mut written = vec![u16::MAX; n];
+    written[0] = 0;
+    for (pc, i) in prog.iter().enumerate() {
+        let mut w = written[pc];
+        let slot = 1u16 << (i.k % MEMWORDS);
+        match i.code & 0x07 {
+            ST | STX => w |= slot,
+            LD | LDX if i.code & 0xe0 == MEM && w & slot == 0 => {
+                return Err(format!("scratch slot {} read before written at {pc}", i.k));
+            }
+            _ => {}
+        }
+        let next: [Option<usize>; 2] = match i.code & 0x07 {
+            RET => [None, None],
+            JMP if i.code & 0xf0 == JA => [Some(pc + 1 + i.k as usize), None],
+            JMP => [Some(pc + 1 + i.jt as usize), Some(pc + 1 + i.jf as usize)],
+            _ => [Some(pc + 1), None],
+        };
+        for t in next.into_iter().flatten() {
+            written[t] &= w;
+        }
     }
     Ok(())
 }
@@ -612,12 +640,14 @@ mod tests {
         ];
         assert_eq!(run(&jmp, &pkt), 2);
         assert_eq!(run(&jmp, &pkt[..4]), 1);
-        // Shifts by 32 or more give 0, not a panic.
+        // Shifts by X of 32 or more give 0, not a panic.
         let shl = [
             ins(LD | W | IMM, 0, 0, 1),
-            ins(ALU | LSH, 0, 0, 40),
+            ins(LDX | W | IMM, 0, 0, 40),
+            ins(ALU | LSH | SRC_X, 0, 0, 0),
             ins(RET | RVAL_A, 0, 0, 0),
         ];
+        validate(&shl).unwrap();
         assert_eq!(run(&shl, &pkt), 0);
     }
 
@@ -633,6 +663,24 @@ mod tests {
         assert!(validate(&[ins(JMP | JEQ, 0, 3, 5), ins(RET, 0, 0, 0)]).is_err());
         assert!(validate(&[ins(ST, 0, 0, 16), ins(RET, 0, 0, 0)]).is_err());
         assert!(validate(&[ins(ALU | DIV, 0, 0, 0), ins(RET, 0, 0, 0)]).is_err());
+        assert!(validate(&[ins(ALU | LSH, 0, 0, 32), ins(RET, 0, 0, 0)]).is_err());
+        assert!(validate(&[ins(LD | W | MEM, 0, 0, 2), ins(RET, 0, 0, 0)]).is_err());
+        // Written on one branch only: refused; on both: accepted.
+        let one_branch = [
+            ins(JMP | JEQ, 0, 1, 0),
+            ins(ST, 0, 0, 2),
+            ins(LD | W | MEM, 0, 0, 2),
+            ins(RET | RVAL_A, 0, 0, 0),
+        ];
+        assert!(validate(&one_branch).is_err());
+        let both = [
+            ins(ST, 0, 0, 2),
+            ins(JMP | JEQ, 0, 1, 0),
+            ins(STX, 0, 0, 2),
+            ins(LD | W | MEM, 0, 0, 2),
+            ins(RET | RVAL_A, 0, 0, 0),
+        ];
+        assert!(validate(&both).is_ok());
         assert!(validate(&[ins(0xffff, 0, 0, 0), ins(RET, 0, 0, 0)]).is_err());
     }
 
@@ -752,5 +800,140 @@ mod tests {
             )],
         );
         assert_eq!(g1.take_data().len(), 1);
+    }
+
+    extern "C" {
+        /// libpcap's own interpreter, the reference.
+        fn bpf_filter(pc: *const Insn, p: *const u8, wirelen: c_uint, buflen: c_uint) -> c_uint;
+        fn bpf_validate(f: *const Insn, len: c_int) -> c_int;
+    }
+
+    fn reference(prog: &[Insn], pkt: &[u8]) -> u32 {
+        // SAFETY: `prog` passed libpcap's own validator; the packet length is exact.
+        unsafe {
+            bpf_filter(
+                prog.as_ptr(),
+                pkt.as_ptr(),
+                pkt.len() as c_uint,
+                pkt.len() as c_uint,
+            )
+        }
+    }
+
+    fn libpcap_valid(prog: &[Insn]) -> bool {
+        // SAFETY: reads `prog.len()` instructions.
+        unsafe { bpf_validate(prog.as_ptr(), prog.len() as c_int) != 0 }
+    }
+
+    use proptest::prelude::*;
+
+    /// Ethernet frames of several kinds with random IHL, ports and truncation.
+    fn frame() -> impl Strategy<Value = Vec<u8>> {
+        (
+            prop_oneof![Just(0x0800u16), Just(0x86dd), Just(0x0806), Just(0x8100)],
+            prop_oneof![Just(0x45u8), Just(0x46), Just(0x4f), Just(0x42), Just(0x60)],
+            prop_oneof![Just(6u8), Just(17), Just(1)],
+            prop_oneof![Just(0u16), Just(0x2000), Just(0x0010)],
+            (0u8..3, any::<u8>()),
+            prop_oneof![Just(53u16), Just(80), any::<u16>()],
+            proptest::collection::vec(any::<u8>(), 0..24),
+            0usize..90,
+        )
+            .prop_map(|(ty, vihl, proto, frag, (net, host), port, tail, cut)| {
+                let mut f = eth(ty, &[]);
+                if ty == 0x8100 {
+                    f.extend_from_slice(&[0x00, 0x05, 0x08, 0x00]);
+                }
+                let mut l4 = port.to_be_bytes().to_vec();
+                l4.extend_from_slice(&53u16.to_be_bytes());
+                l4.extend_from_slice(&tail);
+                let mut p = ip([9 + net, 0, 0, host], [8, 8, 8, 8], proto, frag, &l4);
+                p[0] = vihl;
+                f.extend_from_slice(&p);
+                f.truncate(cut.max(1).min(f.len()));
+                f
+            })
+    }
+
+    const EXPRS: &[&str] = &[
+        "ip",
+        "ip6",
+        "arp",
+        "udp dst port 53",
+        "tcp and src net 10.0.0.0/8",
+        "vlan",
+        "vlan 5 and udp",
+        "ether host 02:00:00:00:00:01",
+        "ip[6:2] & 0x1fff = 0",
+        "tcp[13] & 2 != 0",
+        "udp and len > 60",
+        "ip and not src host 9.0.0.7",
+        "portrange 50-60 or icmp",
+        "ip[0] & 0xf > 5",
+    ];
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn compiled_filters_agree_with_libpcap(pkt in frame()) {
+            for e in EXPRS {
+                let prog = compile(e).unwrap();
+                prop_assert!(libpcap_valid(&prog));
+                prop_assert_eq!(run(&prog, &pkt), reference(&prog, &pkt), "{}", e);
+            }
+        }
+
+        #[test]
+        fn random_programs_agree_with_libpcap(
+            prog in proptest::collection::vec(
+                (
+                    prop::sample::select(vec![
+                        LD | W | ABS, LD | H | ABS, LD | B | ABS, LD | W | IND, LD | H | IND,
+                        LD | B | IND, LD | W | LEN, LDX | W | LEN, LD | W | IMM, LDX | W | IMM,
+                        LD | W | MEM, LDX | W | MEM, LDX | B | MSH, ST, STX,
+                        ALU | ADD, ALU | SUB | SRC_X, ALU | MUL, ALU | DIV, ALU | DIV | SRC_X,
+                        ALU | MOD | SRC_X, ALU | OR, ALU | AND | SRC_X, ALU | LSH, ALU | RSH | SRC_X,
+                        ALU | LSH | SRC_X, ALU | XOR, ALU | NEG, JMP | JA, JMP | JEQ, JMP | JGT | SRC_X,
+                        JMP | JGE, JMP | JSET, RET, RET | RVAL_A, MISC | TAX, MISC | TXA,
+                    ]),
+                    0u8..4,
+                    0u8..4,
+                    prop_oneof![0u32..40, any::<u32>()],
+                ),
+                1..24,
+            ),
+            pkt in frame(),
+        ) {
+            let mut prog: Vec<Insn> = prog
+                .into_iter()
+                .map(|(code, jt, jf, k)| Insn { code, jt, jf, k })
+                .collect();
+            prog.push(Insn { code: RET | RVAL_A, jt: 0, jf: 0, k: 0 });
+            // Repair what the validator would refuse, so most programs get compared.
+            let n = prog.len();
+            for (pc, i) in prog.iter_mut().enumerate() {
+                let room = (n - pc - 1).max(1);
+                match i.code & 0x07 {
+                    ST | STX => i.k %= MEMWORDS,
+                    LD | LDX if i.code & 0xe0 == MEM => i.k %= MEMWORDS,
+                    JMP if i.code & 0xf0 == JA => i.k %= room as u32,
+                    JMP => {
+                        i.jt %= room.min(255) as u8;
+                        i.jf %= room.min(255) as u8;
+                    }
+                    ALU if i.code & SRC_X == 0 => match i.code & 0xf0 {
+                        DIV | MOD if i.k == 0 => i.k = 1,
+                        LSH | RSH => i.k %= 32,
+                        _ => {}
+                    },
+                    _ => {}
+                }
+            }
+            if validate(&prog).is_ok() {
+                prop_assert!(libpcap_valid(&prog), "libpcap refuses {:?}", prog);
+                prop_assert_eq!(run(&prog, &pkt), reference(&prog, &pkt), "{:?}", prog);
+            }
+        }
     }
 }
