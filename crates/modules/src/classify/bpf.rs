@@ -5,11 +5,13 @@
 //! a small interpreter here runs with every packet load checked against the packet length;
 //! a load past the end ends the program with "no match", as the kernel's filter does.
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock};
 
 use bessemer_core::module::MAX_GATES;
+use bessemer_core::sched::TaskResult;
 use bessemer_core::{
-    Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
+    Args, CommandSpec, Context, Error, Instance, ModuleClass, PacketBatch, Result, SharedModule,
+    Value,
 };
 
 /// One classic BPF instruction (`struct bpf_insn`).
@@ -345,9 +347,10 @@ struct Filter {
 }
 
 /// Filters in priority order (highest first; equal priorities in the order added). The first
-/// that matches chooses the gate; unmatched packets leave by gate 0.
+/// that matches chooses the gate; unmatched packets leave by gate 0. Several workers may run
+/// one instance (as in BESS), so the filters sit behind a lock taken once per batch.
 pub struct Bpf {
-    filters: Vec<Filter>,
+    filters: RwLock<Vec<Filter>>,
 }
 
 fn parse_filters(arg: &Value, msg: &str) -> Result<Vec<Filter>> {
@@ -380,23 +383,27 @@ fn parse_filters(arg: &Value, msg: &str) -> Result<Vec<Filter>> {
         .collect()
 }
 
+fn add_sorted(filters: &mut Vec<Filter>, new: Vec<Filter>) {
+    filters.extend(new);
+    // Stable: equal priorities keep the order they were added in.
+    filters.sort_by_key(|f| std::cmp::Reverse(f.priority));
+}
+
 impl Bpf {
-    fn add(&mut self, new: Vec<Filter>) {
-        self.filters.extend(new);
-        // Stable: equal priorities keep the order they were added in.
-        self.filters.sort_by_key(|f| std::cmp::Reverse(f.priority));
+    fn filters(&self) -> std::sync::RwLockReadGuard<'_, Vec<Filter>> {
+        self.filters.read().unwrap_or_else(|e| e.into_inner())
     }
 }
 
-impl Module for Bpf {
-    fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        if self.filters.is_empty() {
+impl SharedModule for Bpf {
+    fn process_batch(&self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
+        let filters = self.filters();
+        if filters.is_empty() {
             return ctx.forward(0, batch);
         }
         for pkt in batch.drain() {
             let d = pkt.data();
-            let gate = self
-                .filters
+            let gate = filters
                 .iter()
                 .find(|f| run(&f.prog, d) != 0)
                 .map_or(0, |f| f.gate);
@@ -404,15 +411,29 @@ impl Module for Bpf {
         }
     }
 
-    fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
+    fn run_task(&self, _ctx: &mut Context, _arg: u64) -> TaskResult {
+        TaskResult {
+            block: true,
+            packets: 0,
+            bits: 0,
+        }
+    }
+
+    fn command(&self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
         match cmd {
             "add" => {
                 let new = parse_filters(arg, "BPFArg")?;
-                self.add(new);
+                add_sorted(
+                    &mut self.filters.write().unwrap_or_else(|e| e.into_inner()),
+                    new,
+                );
             }
             "clear" => {
                 Args::new(arg, "BPFCommandClearArg")?.finish()?;
-                self.filters.clear();
+                self.filters
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clear();
             }
             _ => return Err(Error::invalid(format!("unknown command '{cmd}'"))),
         }
@@ -420,14 +441,14 @@ impl Module for Bpf {
     }
 
     fn desc(&self) -> String {
-        format!("{} filters", self.filters.len())
+        format!("{} filters", self.filters().len())
     }
 
     fn info(&self) -> Value {
         Value::map().with(
             "filters",
             Value::List(
-                self.filters
+                self.filters()
                     .iter()
                     .map(|f| {
                         Value::map()
@@ -467,13 +488,13 @@ pub static CLASS: ModuleClass = ModuleClass {
         },
     ],
     drop_reasons: &[],
-    mt_safe: false,
+    mt_safe: true,
     create: |_, arg| {
-        let mut b = Bpf {
-            filters: Vec::new(),
-        };
-        b.add(parse_filters(arg, "BPFArg")?);
-        Ok(Instance::Exclusive(Box::new(b)))
+        let mut filters = Vec::new();
+        add_sorted(&mut filters, parse_filters(arg, "BPFArg")?);
+        Ok(Instance::Shared(Box::new(Bpf {
+            filters: RwLock::new(filters),
+        })))
     },
 };
 

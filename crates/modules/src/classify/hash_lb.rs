@@ -1,8 +1,12 @@
 //! HashLB: spreads packets over gates by a hash of L2, L3 or L4 header fields, so every
 //! packet of a flow leaves by the same gate.
+use std::sync::RwLock;
+
 use bessemer_core::module::MAX_GATES;
+use bessemer_core::sched::TaskResult;
 use bessemer_core::{
-    Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
+    Args, CommandSpec, Context, Error, Instance, ModuleClass, PacketBatch, Result, SharedModule,
+    Value,
 };
 
 use crate::util::gates_value;
@@ -114,8 +118,13 @@ fn hash_range(h: u32, n: usize) -> usize {
     ((h as u64 * n as u64) >> 32) as usize
 }
 
-/// Sends each packet to `gates[hash_range(flow_hash)]`.
+/// Sends each packet to `gates[hash_range(flow_hash)]`. Several workers may run one
+/// instance (as in BESS), so the configuration sits behind a lock taken once per batch.
 pub struct HashLB {
+    cfg: RwLock<Config>,
+}
+
+struct Config {
     gates: Vec<u16>,
     mode: Mode,
 }
@@ -151,9 +160,10 @@ fn reject_fields(a: &mut Args, msg: &str) -> Result<()> {
     Ok(())
 }
 
-impl Module for HashLB {
-    fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        let (mode, gates) = (self.mode, &self.gates);
+impl SharedModule for HashLB {
+    fn process_batch(&self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
+        let cfg = self.cfg.read().unwrap_or_else(|e| e.into_inner());
+        let (mode, gates) = (cfg.mode, &cfg.gates);
         for pkt in batch.drain() {
             let g = gates[hash_range(flow_hash(mode, pkt.data()), gates.len())];
             if g == DROP_GATE {
@@ -164,7 +174,15 @@ impl Module for HashLB {
         }
     }
 
-    fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
+    fn run_task(&self, _ctx: &mut Context, _arg: u64) -> TaskResult {
+        TaskResult {
+            block: true,
+            packets: 0,
+            bits: 0,
+        }
+    }
+
+    fn command(&self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
         match cmd {
             "set_mode" => {
                 let msg = "HashLBCommandSetModeArg";
@@ -172,14 +190,14 @@ impl Module for HashLB {
                 let mode = Mode::parse(a.str("mode")?, msg)?;
                 reject_fields(&mut a, msg)?;
                 a.finish()?;
-                self.mode = mode;
+                self.cfg.write().unwrap_or_else(|e| e.into_inner()).mode = mode;
             }
             "set_gates" => {
                 let msg = "HashLBCommandSetGatesArg";
                 let mut a = Args::new(arg, msg)?;
                 let gates = parse_gates(a.list("gates")?, msg)?;
                 a.finish()?;
-                self.gates = gates;
+                self.cfg.write().unwrap_or_else(|e| e.into_inner()).gates = gates;
             }
             _ => return Err(Error::invalid(format!("unknown command '{cmd}'"))),
         }
@@ -187,13 +205,15 @@ impl Module for HashLB {
     }
 
     fn desc(&self) -> String {
-        format!("{} gates, mode {}", self.gates.len(), self.mode.name())
+        let cfg = self.cfg.read().unwrap_or_else(|e| e.into_inner());
+        format!("{} gates, mode {}", cfg.gates.len(), cfg.mode.name())
     }
 
     fn info(&self) -> Value {
+        let cfg = self.cfg.read().unwrap_or_else(|e| e.into_inner());
         Value::map()
-            .with("mode", self.mode.name())
-            .with("gates", gates_value(&self.gates))
+            .with("mode", cfg.mode.name())
+            .with("gates", gates_value(&cfg.gates))
     }
 }
 
@@ -224,7 +244,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         },
     ],
     drop_reasons: &["drop_gate"],
-    mt_safe: false,
+    mt_safe: true,
     create: |_, arg| {
         let msg = "HashLBArg";
         let mut a = Args::new(arg, msg)?;
@@ -232,7 +252,9 @@ pub static CLASS: ModuleClass = ModuleClass {
         let mode = Mode::parse(a.str("mode")?, msg)?;
         reject_fields(&mut a, msg)?;
         a.finish()?;
-        Ok(Instance::Exclusive(Box::new(HashLB { gates, mode })))
+        Ok(Instance::Shared(Box::new(HashLB {
+            cfg: RwLock::new(Config { gates, mode }),
+        })))
     },
 };
 
