@@ -429,7 +429,7 @@ impl SharedModule for Bpf {
                 );
             }
             "clear" => {
-                Args::new(arg, "BPFCommandClearArg")?.finish()?;
+                Args::new(arg, "EmptyArg")?.finish()?;
                 self.filters
                     .write()
                     .unwrap_or_else(|e| e.into_inner())
@@ -483,7 +483,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         },
         CommandSpec {
             name: "clear",
-            arg_type: "BPFCommandClearArg",
+            arg_type: "EmptyArg",
             help: "removes all filters",
         },
     ],
