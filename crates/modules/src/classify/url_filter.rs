@@ -839,4 +839,55 @@ mod tests {
             e.msg
         );
     }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        /// However the request is cut into segments and in whatever order they arrive, the
+        /// flow is blocked by exactly the segment that completes the in-order bytes up to the
+        /// end of the Host line, and every later segment is dropped.
+        #[test]
+        fn reassembly_blocks_exactly_when_the_host_line_is_complete(
+            cuts in proptest::collection::btree_set(1usize..REQ.len(), 0..7),
+            order in Just(()).prop_perturb(|_, mut rng| {
+                let mut v: Vec<usize> = (0..8).collect();
+                for i in (1..v.len()).rev() {
+                    v.swap(i, (rng.next_u32() as usize) % (i + 1));
+                }
+                v
+            }),
+        ) {
+            let mut bounds = vec![0];
+            bounds.extend(cuts.iter().copied());
+            bounds.push(REQ.len());
+            let pieces: Vec<(usize, usize)> = bounds.windows(2).map(|w| (w[0], w[1])).collect();
+            let order: Vec<usize> = order.into_iter().filter(|&i| i < pieces.len()).collect();
+            let host_end = REQ.windows(2).enumerate().skip(30).find(|(_, w)| w == b"\r\n").unwrap().0 + 2;
+            let mut u = UrlFilter::new(1000, 1000);
+            u.add(&blacklist(&[("example.com", "/secret")]), "UrlFilterArg").unwrap();
+            let syn = seg(1000, TCP_SYN, &[]);
+            prop_assert_eq!(u.classify(&parse_seg(&syn).unwrap().unwrap(), 0), Verdict::Pass);
+            let mut have = vec![false; REQ.len()];
+            let mut blocked = false;
+            for &i in &order {
+                let (a, b) = pieces[i];
+                let p = seg(1001 + a as u32, PSH_ACK, &REQ[a..b]);
+                let got = u.classify(&parse_seg(&p).unwrap().unwrap(), 1);
+                have[a..b].iter_mut().for_each(|h| *h = true);
+                let prefix = have.iter().take_while(|&&h| h).count();
+                let want = if blocked {
+                    Verdict::Drop(DROP_BLOCKED)
+                } else if prefix >= host_end {
+                    blocked = true;
+                    Verdict::Block
+                } else {
+                    Verdict::Pass
+                };
+                prop_assert_eq!(got, want, "piece {:?} of {:?}", pieces[i], pieces);
+            }
+            prop_assert!(blocked);
+        }
+    }
 }
