@@ -1,0 +1,893 @@
+//! UrlFilter: ends HTTP connections whose request (Host header and path) is blacklisted,
+//! reassembling the request across TCP segments.
+//!
+//! Gate 0 in/out carries traffic from the inside to the outside, gate 1 the reverse (passed
+//! through unchanged). When a request on gate 0 matches, the packet is dropped, the flow is
+//! blocked for 10 seconds, and, as BESS does, a TCP RST goes on towards the server (gate 0)
+//! while an HTTP 403 and a RST go back to the client (gate 1).
+use std::collections::HashMap;
+
+use bessemer_core::{
+    Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
+};
+use smoltcp::wire::{EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Packet, TcpPacket};
+
+const DROP_BLOCKED: usize = 0;
+const DROP_TOO_SHORT: usize = 1;
+const DROP_BAD_IP_HEADER: usize = 2;
+const DROP_FRAGMENT: usize = 3;
+const DROP_BAD_TCP_HEADER: usize = 4;
+
+/// How long a matched flow stays blocked (BESS's TIME_OUT_NS).
+pub const BLOCK_NS: u64 = 10_000_000_000;
+/// A tracked flow idle this long may be evicted when the table is full.
+pub const IDLE_NS: u64 = 60_000_000_000;
+/// Most flows tracked at once; further connections pass untracked until some end.
+pub const MAX_FLOWS: usize = 16384;
+/// Request bytes kept per flow; the request line and headers must fit in them.
+pub const MAX_REQUEST: usize = 4096;
+/// Most out-of-order holes remembered per flow (later segments beyond them are ignored).
+const MAX_SEGMENTS: usize = 8;
+
+/// BESS's 403 response body (sic).
+pub const HTTP_403_BODY: &[u8] = b"HTTP/1.1 403 Bad Forbidden\r\nConnection: Closed\r\n\r\n";
+
+const TCP_FIN: u8 = 0x01;
+const TCP_SYN: u8 = 0x02;
+const TCP_RST: u8 = 0x04;
+const TCP_ACK: u8 = 0x10;
+
+/// A flow as BESS keys it: IPv4 addresses and TCP ports, one direction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct FlowKey {
+    src: u32,
+    dst: u32,
+    sport: u16,
+    dport: u16,
+}
+
+/// Reassembly state of one client → server byte stream, and its block deadline.
+struct Flow {
+    init_seq: u32,
+    buf: Vec<u8>,
+    /// Received byte ranges [start, end) relative to `init_seq`, sorted and disjoint.
+    segs: Vec<(u32, u32)>,
+    blocked_until: Option<u64>,
+    last_seen: u64,
+}
+
+impl Flow {
+    fn reset(&mut self, init_seq: u32, now: u64) {
+        self.init_seq = init_seq;
+        self.segs.clear();
+        self.blocked_until = None;
+        self.last_seen = now;
+    }
+
+    /// Bytes received in order from the start of the stream.
+    fn contiguous(&self) -> &[u8] {
+        match self.segs.first() {
+            Some(&(0, end)) => &self.buf[..end as usize],
+            _ => &[],
+        }
+    }
+
+    /// Stores segment data at its stream offset (clipped to MAX_REQUEST); false when the
+    /// sequence number is before the stream start (BESS passes such packets).
+    fn insert(&mut self, seq: u32, data: &[u8]) -> bool {
+        let off = seq.wrapping_sub(self.init_seq);
+        if (off as i32) < 0 {
+            return false;
+        }
+        let start = off as usize;
+        if data.is_empty() || start >= MAX_REQUEST {
+            return true;
+        }
+        let end = (start + data.len()).min(MAX_REQUEST);
+        self.buf[start..end].copy_from_slice(&data[..end - start]);
+        let (mut s, mut e) = (start as u32, end as u32);
+        // Merge with every range that overlaps or touches [s, e).
+        let mut i = 0;
+        while i < self.segs.len() {
+            let (a, b) = self.segs[i];
+            if b < s || a > e {
+                i += 1;
+                continue;
+            }
+            s = s.min(a);
+            e = e.max(b);
+            self.segs.remove(i);
+        }
+        if self.segs.len() < MAX_SEGMENTS {
+            let at = self.segs.partition_point(|&(a, _)| a < s);
+            self.segs.insert(at, (s, e));
+        }
+        true
+    }
+}
+
+/// Whether `host` (any case) has a blacklisted path that `path` starts with; no allocation.
+fn blacklisted(list: &HashMap<Vec<u8>, Vec<Vec<u8>>>, host: &[u8], path: &[u8]) -> bool {
+    let mut lower = [0u8; 256];
+    let Some(l) = lower.get_mut(..host.len()) else {
+        return false;
+    };
+    l.copy_from_slice(host);
+    l.make_ascii_lowercase();
+    list.get(&l[..])
+        .is_some_and(|paths| paths.iter().any(|p| path.starts_with(p)))
+}
+
+/// The request line's target and the Host header value of a complete-enough request head.
+fn parse_request(buf: &[u8]) -> Option<(&[u8], &[u8])> {
+    let mut lines = buf.split_inclusive(|&b| b == b'\n');
+    let first = lines.next().filter(|l| l.ends_with(b"\n"))?;
+    let mut parts = trim(first).split(|&b| b == b' ').filter(|p| !p.is_empty());
+    let (_method, target, version) = (parts.next()?, parts.next()?, parts.next()?);
+    if !version.starts_with(b"HTTP/") || parts.next().is_some() {
+        return None;
+    }
+    for line in lines {
+        if !line.ends_with(b"\n") {
+            break; // an incomplete header line
+        }
+        let line = trim(line);
+        if line.is_empty() {
+            break; // end of the head
+        }
+        if let Some(colon) = line.iter().position(|&b| b == b':') {
+            if line[..colon].eq_ignore_ascii_case(b"host") {
+                return Some((target, trim(&line[colon + 1..])));
+            }
+        }
+    }
+    None
+}
+
+fn trim(s: &[u8]) -> &[u8] {
+    let ws = |b: &u8| matches!(b, b' ' | b'\t' | b'\r' | b'\n');
+    let start = s.iter().position(|b| !ws(b)).unwrap_or(s.len());
+    let end = s.iter().rposition(|b| !ws(b)).map_or(start, |e| e + 1);
+    &s[start..end]
+}
+
+/// The parts of a client packet the filter uses.
+struct Seg<'a> {
+    key: FlowKey,
+    eth_dst: [u8; 6],
+    eth_src: [u8; 6],
+    seq: u32,
+    ack: u32,
+    flags: u8,
+    payload: &'a [u8],
+}
+
+/// What to do with one packet arriving on gate 0.
+#[derive(Debug, PartialEq, Eq)]
+enum Verdict {
+    Pass,
+    Drop(usize),
+    /// Drop it and answer: the request matched the blacklist.
+    Block,
+}
+
+fn parse_seg(d: &[u8]) -> std::result::Result<Option<Seg<'_>>, usize> {
+    let eth = EthernetFrame::new_checked(d).map_err(|_| DROP_TOO_SHORT)?;
+    if eth.ethertype() != EthernetProtocol::Ipv4 {
+        return Ok(None);
+    }
+    let ipb = eth.payload();
+    if ipb.len() < 20 {
+        return Err(DROP_TOO_SHORT);
+    }
+    let ihl = (ipb[0] & 0x0f) as usize * 4;
+    let total = u16::from_be_bytes([ipb[2], ipb[3]]) as usize;
+    if ipb[0] >> 4 != 4 || ihl < 20 || total < ihl {
+        return Err(DROP_BAD_IP_HEADER);
+    }
+    let ip = Ipv4Packet::new_checked(ipb).map_err(|_| DROP_TOO_SHORT)?;
+    if ip.next_header() != IpProtocol::Tcp {
+        return Ok(None);
+    }
+    if ip.more_frags() || ip.frag_offset() != 0 {
+        return Err(DROP_FRAGMENT);
+    }
+    let tb = ip.payload();
+    if tb.len() >= 20 && tb[12] >> 4 < 5 {
+        return Err(DROP_BAD_TCP_HEADER);
+    }
+    // Past this, only a header cut short remains.
+    let tcp = TcpPacket::new_checked(tb).map_err(|_| DROP_TOO_SHORT)?;
+    let mut eth_dst = [0u8; 6];
+    let mut eth_src = [0u8; 6];
+    eth_dst.copy_from_slice(&d[0..6]);
+    eth_src.copy_from_slice(&d[6..12]);
+    let hl = tcp.header_len() as usize;
+    Ok(Some(Seg {
+        key: FlowKey {
+            src: u32::from(ip.src_addr()),
+            dst: u32::from(ip.dst_addr()),
+            sport: tcp.src_port(),
+            dport: tcp.dst_port(),
+        },
+        eth_dst,
+        eth_src,
+        seq: tcp.seq_number().0 as u32,
+        ack: tcp.ack_number().0 as u32,
+        flags: tb[13],
+        payload: &tb[hl..],
+    }))
+}
+
+/// Blacklist and flow table.
+pub struct UrlFilter {
+    /// Lower-case host → blacklisted path prefixes.
+    blacklist: HashMap<Vec<u8>, Vec<Vec<u8>>>,
+    flows: HashMap<FlowKey, Flow>,
+    spare: Vec<Vec<u8>>,
+    block_cycles: u64,
+    idle_cycles: u64,
+    untracked: u64,
+}
+
+impl UrlFilter {
+    fn new(block_cycles: u64, idle_cycles: u64) -> UrlFilter {
+        UrlFilter {
+            blacklist: HashMap::new(),
+            flows: HashMap::with_capacity(MAX_FLOWS),
+            spare: Vec::new(),
+            block_cycles,
+            idle_cycles,
+            untracked: 0,
+        }
+    }
+
+    fn add(&mut self, arg: &Value, msg: &str) -> Result<()> {
+        let mut a = Args::new(arg, msg)?;
+        let list = a.list("blacklist")?;
+        a.finish()?;
+        let mut new = Vec::with_capacity(list.len());
+        for (i, u) in list.iter().enumerate() {
+            let m = format!("{msg}.blacklist[{i}]");
+            let mut a = Args::new(u, &m)?;
+            let host = a.str("host")?.unwrap_or("").trim();
+            let path = a.str("path")?.unwrap_or("");
+            a.finish()?;
+            if host.is_empty() || host.len() > 255 {
+                return Err(Error::invalid(format!(
+                    "{m}.host: '{host}' must be a host name of 1..255 characters"
+                )));
+            }
+            new.push((
+                host.to_ascii_lowercase().into_bytes(),
+                path.as_bytes().to_vec(),
+            ));
+        }
+        for (h, p) in new {
+            self.blacklist.entry(h).or_default().push(p);
+        }
+        Ok(())
+    }
+
+    fn release(&mut self, key: &FlowKey) {
+        if let Some(f) = self.flows.remove(key) {
+            self.spare.push(f.buf);
+        }
+    }
+
+    /// Makes room for one flow: drops idle flows and expired blocks when the table is full.
+    fn make_room(&mut self, now: u64) -> bool {
+        if self.flows.len() < MAX_FLOWS {
+            return true;
+        }
+        let idle = self.idle_cycles;
+        let mut freed = Vec::new();
+        self.flows.retain(|_, f| {
+            let stale = match f.blocked_until {
+                Some(t) => now >= t,
+                None => now.saturating_sub(f.last_seen) >= idle,
+            };
+            if stale {
+                freed.push(std::mem::take(&mut f.buf));
+            }
+            !stale
+        });
+        self.spare.extend(freed);
+        self.flows.len() < MAX_FLOWS
+    }
+
+    /// Decides for one client packet at time `now` (TSC cycles).
+    fn classify(&mut self, seg: &Seg, now: u64) -> Verdict {
+        let key = seg.key;
+        if let Some(f) = self.flows.get(&key) {
+            match f.blocked_until {
+                Some(t) if now < t => return Verdict::Drop(DROP_BLOCKED),
+                Some(_) => self.release(&key),
+                None => {}
+            }
+        }
+        if seg.flags & TCP_SYN != 0 {
+            // A (re)starting connection: the stream begins after the SYN; SYN data is ignored.
+            let init = seg.seq.wrapping_add(1);
+            if let Some(f) = self.flows.get_mut(&key) {
+                f.reset(init, now);
+            } else if self.make_room(now) {
+                let buf = self.spare.pop().unwrap_or_else(|| vec![0u8; MAX_REQUEST]);
+                self.flows.insert(
+                    key,
+                    Flow {
+                        init_seq: init,
+                        buf,
+                        segs: Vec::with_capacity(MAX_SEGMENTS),
+                        blocked_until: None,
+                        last_seen: now,
+                    },
+                );
+            } else {
+                self.untracked += 1;
+            }
+            return Verdict::Pass;
+        }
+        // No SYN seen: BESS cannot reconstruct the stream and passes the packet.
+        let Some(f) = self.flows.get_mut(&key) else {
+            return Verdict::Pass;
+        };
+        f.last_seen = now;
+        if !f.insert(seg.seq, seg.payload) {
+            return Verdict::Pass;
+        }
+        let matched = parse_request(f.contiguous())
+            .is_some_and(|(path, host)| blacklisted(&self.blacklist, host, path));
+        if matched {
+            f.blocked_until = Some(now.saturating_add(self.block_cycles));
+            f.segs.clear();
+            return Verdict::Block;
+        }
+        if seg.flags & (TCP_FIN | TCP_RST) != 0 {
+            self.release(&key);
+        }
+        Verdict::Pass
+    }
+}
+
+/// Ones' complement sum of big-endian 16-bit words.
+fn csum_add(mut sum: u32, data: &[u8]) -> u32 {
+    let mut chunks = data.chunks_exact(2);
+    for c in &mut chunks {
+        sum += u16::from_be_bytes([c[0], c[1]]) as u32;
+    }
+    if let [last] = chunks.remainder() {
+        sum += (*last as u32) << 8;
+    }
+    sum
+}
+
+fn csum_fold(mut sum: u32) -> u16 {
+    while sum >> 16 != 0 {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// Header fields of a generated TCP packet.
+struct Reply {
+    eth_dst: [u8; 6],
+    eth_src: [u8; 6],
+    src: u32,
+    dst: u32,
+    sport: u16,
+    dport: u16,
+    seq: u32,
+    ack: u32,
+    flags: u8,
+}
+
+/// Writes Ethernet + IPv4 (no options, TTL 64) + TCP (no options, window 0) + `body` into
+/// `out`, with both checksums, as BESS's packet template does.
+fn build_reply(r: &Reply, body: &[u8], out: &mut [u8]) {
+    let total = (40 + body.len()) as u16;
+    out[0..6].copy_from_slice(&r.eth_dst);
+    out[6..12].copy_from_slice(&r.eth_src);
+    out[12..14].copy_from_slice(&[0x08, 0x00]);
+    let ip = &mut out[14..34];
+    ip.copy_from_slice(&[
+        0x45, 0, 0, 0, 0, 0, 0, 0, 64, 6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    ]);
+    ip[2..4].copy_from_slice(&total.to_be_bytes());
+    ip[12..16].copy_from_slice(&r.src.to_be_bytes());
+    ip[16..20].copy_from_slice(&r.dst.to_be_bytes());
+    let c = csum_fold(csum_add(0, ip));
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    let tcp = &mut out[34..54];
+    tcp.fill(0);
+    tcp[0..2].copy_from_slice(&r.sport.to_be_bytes());
+    tcp[2..4].copy_from_slice(&r.dport.to_be_bytes());
+    tcp[4..8].copy_from_slice(&r.seq.to_be_bytes());
+    tcp[8..12].copy_from_slice(&r.ack.to_be_bytes());
+    tcp[12] = 5 << 4;
+    tcp[13] = r.flags;
+    out[54..54 + body.len()].copy_from_slice(body);
+    let tcp_len = 20 + body.len();
+    let mut sum = csum_add(0, &r.src.to_be_bytes());
+    sum = csum_add(sum, &r.dst.to_be_bytes());
+    sum += 6 + tcp_len as u32;
+    sum = csum_add(sum, &out[34..34 + tcp_len]);
+    let c = csum_fold(sum);
+    out[50..52].copy_from_slice(&c.to_be_bytes());
+}
+
+impl Module for UrlFilter {
+    fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, igate: u16) {
+        if igate == 1 {
+            return ctx.forward(1, batch);
+        }
+        let now = ctx.refresh_now();
+        for pkt in batch.drain() {
+            let seg = match parse_seg(pkt.data()) {
+                Ok(Some(s)) => s,
+                Ok(None) => {
+                    ctx.emit(0, pkt);
+                    continue;
+                }
+                Err(reason) => {
+                    ctx.drop_packet(pkt, reason);
+                    continue;
+                }
+            };
+            match self.classify(&seg, now) {
+                Verdict::Pass => ctx.emit(0, pkt),
+                Verdict::Drop(r) => ctx.drop_packet(pkt, r),
+                Verdict::Block => {
+                    let k = seg.key;
+                    let to_server = Reply {
+                        eth_dst: seg.eth_dst,
+                        eth_src: seg.eth_src,
+                        src: k.src,
+                        dst: k.dst,
+                        sport: k.sport,
+                        dport: k.dport,
+                        seq: seg.seq,
+                        ack: seg.ack,
+                        flags: TCP_RST | TCP_ACK,
+                    };
+                    let forbidden = Reply {
+                        eth_dst: seg.eth_src,
+                        eth_src: seg.eth_dst,
+                        src: k.dst,
+                        dst: k.src,
+                        sport: k.dport,
+                        dport: k.sport,
+                        seq: seg.ack,
+                        ack: seg.seq,
+                        flags: TCP_ACK,
+                    };
+                    let to_client = Reply {
+                        seq: seg.ack.wrapping_add(HTTP_403_BODY.len() as u32),
+                        flags: TCP_RST | TCP_ACK,
+                        ..forbidden
+                    };
+                    ctx.drop_packet(pkt, DROP_BLOCKED);
+                    for (gate, r, body) in [
+                        (0, &to_server, &[][..]),
+                        (1, &forbidden, HTTP_403_BODY),
+                        (1, &to_client, &[][..]),
+                    ] {
+                        // Without buffers the answer is skipped; the block still holds.
+                        if let Some(mut p) = ctx.alloc(54 + body.len()) {
+                            build_reply(r, body, p.data_mut());
+                            ctx.emit(gate, p);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
+        match cmd {
+            "add" => self.add(arg, "UrlFilterArg")?,
+            "clear" => {
+                Args::new(arg, "EmptyArg")?.finish()?;
+                self.blacklist.clear();
+            }
+            _ => return Err(Error::invalid(format!("unknown command '{cmd}'"))),
+        }
+        Ok(Value::Null)
+    }
+
+    fn desc(&self) -> String {
+        format!(
+            "{} hosts, {} flows tracked, {} untracked (table full)",
+            self.blacklist.len(),
+            self.flows.len(),
+            self.untracked
+        )
+    }
+
+    fn deinit(&mut self, _ctx: &mut Context) {
+        self.flows.clear();
+    }
+}
+
+/// The UrlFilter class.
+pub static CLASS: ModuleClass = ModuleClass {
+    name: "UrlFilter",
+    name_template: "url-filter",
+    help: "Filter HTTP connection",
+    arg_type: "UrlFilterArg",
+    arg_doc: &[
+        "blacklist: [{host: string, path: string}] — a request whose Host header equals host",
+        "  (case-insensitive) and whose path starts with path is blocked (empty path: whole host)",
+        "  in/out gate 0: client → server traffic, inspected; gate 1: server → client, passed.",
+        "  A match drops the packet, blocks the flow for 10 s, sends a RST on gate 0 and an",
+        "  HTTP 403 plus a RST on gate 1. Streams are reassembled from the SYN on (first 4 KiB).",
+    ],
+    igates: 2,
+    ogates: 2,
+    commands: &[
+        CommandSpec {
+            name: "add",
+            arg_type: "UrlFilterArg",
+            help: "adds blacklist entries",
+        },
+        CommandSpec {
+            name: "clear",
+            arg_type: "EmptyArg",
+            help: "empties the blacklist",
+        },
+    ],
+    drop_reasons: &[
+        "blocked",
+        "too_short",
+        "bad_ip_header",
+        "fragment",
+        "bad_tcp_header",
+    ],
+    mt_safe: false,
+    create: |_, arg| {
+        let mut u = UrlFilter::new(
+            bessemer_core::tsc::ns_to_cycles(BLOCK_NS),
+            bessemer_core::tsc::ns_to_cycles(IDLE_NS),
+        );
+        u.add(arg, "UrlFilterArg")?;
+        Ok(Instance::Exclusive(Box::new(u)))
+    },
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bessemer_core::testing::{CaptureHandle, Harness};
+
+    const CLIENT_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0x0a];
+    const SERVER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0x0b];
+    const REQ: &[u8] = b"GET /secret/page HTTP/1.1\r\nHost: example.com\r\n\r\n";
+
+    /// A client → server TCP segment 10.0.0.1:sport → 93.184.216.34:80.
+    fn seg_from(sport: u16, seq: u32, ack: u32, flags: u8, payload: &[u8]) -> Vec<u8> {
+        let mut f = SERVER_MAC.to_vec();
+        f.extend_from_slice(&CLIENT_MAC);
+        f.extend_from_slice(&[0x08, 0x00, 0x45, 0x00]);
+        f.extend_from_slice(&((40 + payload.len()) as u16).to_be_bytes());
+        f.extend_from_slice(&[0, 1, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 93, 184, 216, 34]);
+        f.extend_from_slice(&sport.to_be_bytes());
+        f.extend_from_slice(&80u16.to_be_bytes());
+        f.extend_from_slice(&seq.to_be_bytes());
+        f.extend_from_slice(&ack.to_be_bytes());
+        f.extend_from_slice(&[0x50, flags, 0xff, 0xff, 0, 0, 0, 0]);
+        f.extend_from_slice(payload);
+        f
+    }
+
+    fn seg(seq: u32, flags: u8, payload: &[u8]) -> Vec<u8> {
+        seg_from(40000, seq, 5000, flags, payload)
+    }
+
+    fn hex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    fn blacklist(entries: &[(&str, &str)]) -> Value {
+        Value::map().with(
+            "blacklist",
+            Value::List(
+                entries
+                    .iter()
+                    .map(|(h, p)| Value::map().with("host", *h).with("path", *p))
+                    .collect(),
+            ),
+        )
+    }
+
+    fn setup(entries: &[(&str, &str)]) -> (Harness, CaptureHandle, CaptureHandle) {
+        let mut h = Harness::new();
+        h.add(&CLASS, "uf", &blacklist(entries)).unwrap();
+        let (g0, g1) = (h.capture("uf", 0), h.capture("uf", 1));
+        (h, g0, g1)
+    }
+
+    const PSH_ACK: u8 = 0x18;
+
+    #[test]
+    fn a_blacklisted_request_is_dropped_and_answered_byte_for_byte() {
+        let (mut h, g0, g1) = setup(&[("example.com", "/secret")]);
+        let syn = seg(1000, TCP_SYN, &[]);
+        let ack = seg(1001, TCP_ACK, &[]);
+        let get = seg(1001, PSH_ACK, REQ);
+        h.inject("uf", 0, &[syn.clone(), ack.clone(), get]);
+        // RST to the server, after the packets that passed.
+        let rst_server = hex(
+            "02000000000b02000000000a0800450000280000000040063af50a0000015db8d822\
+                              9c400050000003e90000138850140000bbf30000",
+        );
+        assert_eq!(g0.take_data(), vec![syn, ack, rst_server]);
+        let mut forbidden = hex(
+            "02000000000a02000000000b08004500005a0000000040063ac35db8d8220a000001\
+                                 00509c4000001388000003e950100000bf200000",
+        );
+        forbidden.extend_from_slice(HTTP_403_BODY);
+        let rst_client = hex(
+            "02000000000a02000000000b0800450000280000000040063af55db8d8220a000001\
+                              00509c40000013ba000003e950140000bbc10000",
+        );
+        assert_eq!(g1.take_data(), vec![forbidden, rst_client]);
+        assert_eq!(h.drops("uf", "blocked"), 1);
+        // The flow stays blocked (retransmission, FIN); another flow is unaffected.
+        h.inject("uf", 0, &[seg(1001, PSH_ACK, REQ), seg(1050, 0x11, &[])]);
+        assert_eq!(h.drops("uf", "blocked"), 3);
+        let other = seg_from(40001, 7, 1, TCP_ACK, b"xyz");
+        h.inject("uf", 0, std::slice::from_ref(&other));
+        assert_eq!(g0.take_data(), vec![other]);
+        assert!(g1.is_empty());
+    }
+
+    #[test]
+    fn requests_are_reassembled_across_segments_in_any_order() {
+        let (mut h, g0, g1) = setup(&[("Example.COM", "/secret")]);
+        let (a, b) = REQ.split_at(30); // "...\r\nHo" | "st: example.com..."
+        let first = seg(1001, PSH_ACK, a);
+        h.inject("uf", 0, &[seg(1000, TCP_SYN, &[]), first.clone()]);
+        assert_eq!(g0.take_data().len(), 2, "half a request passes");
+        h.inject("uf", 0, &[seg(1001 + 30, PSH_ACK, b)]);
+        assert_eq!(h.drops("uf", "blocked"), 1);
+        assert_eq!(g0.take_data().len(), 1, "the RST");
+        assert_eq!(g1.take_data().len(), 2);
+        // Out of order: the tail first passes, the head completes the request.
+        let tail = seg_from(40002, 2001 + 30, 9, PSH_ACK, b);
+        let head = seg_from(40002, 2001, 9, PSH_ACK, a);
+        h.inject("uf", 0, &[seg_from(40002, 2000, 0, TCP_SYN, &[]), tail]);
+        assert_eq!(g0.take_data().len(), 2);
+        h.inject("uf", 0, &[head]);
+        assert_eq!(h.drops("uf", "blocked"), 2);
+    }
+
+    #[test]
+    fn other_paths_hosts_and_untracked_flows_pass() {
+        let (mut h, g0, g1) = setup(&[("example.com", "/secret"), ("ads.test", "")]);
+        let ok_path = b"GET /public HTTP/1.1\r\nHost: example.com\r\n\r\n";
+        let ok_host = b"GET /secret HTTP/1.1\r\nHost: example.org\r\n\r\n";
+        let pkts = vec![
+            seg(1000, TCP_SYN, &[]),
+            seg(1001, PSH_ACK, ok_path),
+            // FIN ends tracking: a later request without a new SYN is not inspected.
+            seg(1001 + ok_path.len() as u32, 0x11, &[]),
+            seg(1001, PSH_ACK, REQ),
+            seg_from(40003, 10, 0, TCP_SYN, &[]),
+            seg_from(40003, 11, 0, PSH_ACK, ok_host),
+            // No SYN was seen for this flow (BESS passes it too).
+            seg_from(40004, 11, 0, PSH_ACK, REQ),
+            // Sequence before the stream start.
+            seg_from(40003, 5, 0, PSH_ACK, REQ),
+        ];
+        h.inject("uf", 0, &pkts);
+        assert_eq!(g0.take_data(), pkts);
+        assert_eq!(h.drops("uf", "blocked"), 0);
+        // An empty path blocks the whole host; the Host header name is case-insensitive.
+        let ads = b"POST /x HTTP/1.0\r\nUser-Agent: t\r\nhOsT:  ADS.test \r\n\r\n";
+        h.inject(
+            "uf",
+            0,
+            &[
+                seg_from(40005, 1, 0, TCP_SYN, &[]),
+                seg_from(40005, 2, 0, PSH_ACK, ads),
+            ],
+        );
+        assert_eq!(h.drops("uf", "blocked"), 1);
+        assert_eq!(g1.take_data().len(), 2);
+        // clear empties the blacklist.
+        h.command("uf", "clear", &Value::map()).unwrap();
+        g0.take_data();
+        let again = [
+            seg_from(40006, 1, 0, TCP_SYN, &[]),
+            seg_from(40006, 2, 0, PSH_ACK, ads),
+        ];
+        h.inject("uf", 0, &again);
+        assert_eq!(g0.take_data().len(), 2);
+    }
+
+    #[test]
+    fn reverse_traffic_and_non_tcp_pass_malformed_frames_drop() {
+        let (mut h, g0, g1) = setup(&[("example.com", "")]);
+        let reply = seg(5000, PSH_ACK, b"HTTP/1.1 200 OK\r\n\r\n");
+        h.inject("uf", 1, std::slice::from_ref(&reply));
+        assert_eq!(g1.take_data(), vec![reply]);
+        let mut udp = seg(1, 0, REQ);
+        udp[23] = 17;
+        let mut arp = seg(1, 0, &[])[..12].to_vec();
+        arp.extend_from_slice(&[0x08, 0x06]);
+        arp.extend_from_slice(&[0u8; 28]);
+        let mut v6 = arp.clone();
+        v6[12..14].copy_from_slice(&[0x86, 0xdd]);
+        h.inject("uf", 0, &[udp.clone(), arp.clone(), v6.clone()]);
+        assert_eq!(g0.take_data(), vec![udp, arp, v6]);
+        let good = seg(1001, PSH_ACK, REQ);
+        let mut bad_ihl = good.clone();
+        bad_ihl[14] = 0x43;
+        let mut frag = good.clone();
+        frag[20] = 0x20; // more fragments
+        let mut later_frag = good.clone();
+        later_frag[20..22].copy_from_slice(&[0, 8]);
+        let mut tcp_cut = good[..14 + 20 + 12].to_vec();
+        tcp_cut[16..18].copy_from_slice(&32u16.to_be_bytes());
+        let mut bad_doff = good.clone();
+        bad_doff[46] = 0x40; // TCP header length 16
+        h.inject(
+            "uf",
+            0,
+            &[
+                vec![],
+                good[..10].to_vec(),
+                good[..30].to_vec(),
+                bad_ihl,
+                frag,
+                later_frag,
+                tcp_cut,
+                bad_doff,
+            ],
+        );
+        assert_eq!(h.drops("uf", "too_short"), 4);
+        assert_eq!(h.drops("uf", "bad_ip_header"), 1);
+        assert_eq!(h.drops("uf", "fragment"), 2);
+        assert_eq!(h.drops("uf", "bad_tcp_header"), 1);
+        assert!(g0.is_empty() && g1.is_empty());
+    }
+
+    #[test]
+    fn blocks_expire_and_idle_flows_make_room() {
+        let mut u = UrlFilter::new(100, 1000);
+        u.add(&blacklist(&[("example.com", "/")]), "UrlFilterArg")
+            .unwrap();
+        let syn = seg(1000, TCP_SYN, &[]);
+        let get = seg(1001, PSH_ACK, REQ);
+        let v = |u: &mut UrlFilter, p: &[u8], now| u.classify(&parse_seg(p).unwrap().unwrap(), now);
+        assert_eq!(v(&mut u, &syn, 0), Verdict::Pass);
+        assert_eq!(v(&mut u, &get, 10), Verdict::Block);
+        assert_eq!(v(&mut u, &get, 109), Verdict::Drop(DROP_BLOCKED));
+        // After the block the record is gone: without a new SYN the flow passes.
+        assert_eq!(v(&mut u, &get, 110), Verdict::Pass);
+        assert_eq!(v(&mut u, &syn, 111), Verdict::Pass);
+        assert_eq!(v(&mut u, &get, 112), Verdict::Block);
+        // Fill the table; idle flows are evicted for a new one, busy ones are not.
+        let mut u = UrlFilter::new(100, 1000);
+        for i in 0..MAX_FLOWS as u32 {
+            let mut key_syn = syn.clone();
+            key_syn[26..30].copy_from_slice(&i.to_be_bytes());
+            assert_eq!(v(&mut u, &key_syn, 0), Verdict::Pass);
+        }
+        assert_eq!(u.flows.len(), MAX_FLOWS);
+        let late = seg_from(1, 1, 0, TCP_SYN, &[]);
+        assert_eq!(v(&mut u, &late, 500), Verdict::Pass);
+        assert_eq!((u.untracked, u.flows.len()), (1, MAX_FLOWS));
+        assert_eq!(v(&mut u, &late, 1000), Verdict::Pass);
+        assert_eq!(u.flows.len(), 1, "idle flows evicted, the new one tracked");
+    }
+
+    #[test]
+    fn request_parser() {
+        let p = |s: &[u8]| parse_request(s).map(|(a, b)| (a.to_vec(), b.to_vec()));
+        assert_eq!(
+            p(REQ),
+            Some((b"/secret/page".to_vec(), b"example.com".to_vec()))
+        );
+        assert_eq!(
+            p(b"GET / HTTP/1.1\r\nHost: a\r\n"),
+            Some((b"/".to_vec(), b"a".to_vec()))
+        );
+        assert_eq!(
+            p(b"GET / HTTP/1.1\r\nHost: a"),
+            None,
+            "header line incomplete"
+        );
+        assert_eq!(
+            p(b"GET / HTTP/1.1\r\n\r\nHost: a\r\n"),
+            None,
+            "host in the body"
+        );
+        assert_eq!(p(b"GET /\r\nHost: a\r\n"), None, "no version");
+        assert_eq!(p(b"garbage\r\nHost: a\r\n"), None);
+        assert_eq!(
+            p(b"GET / HTTP/1.1\nX-Host: b\nHost:c\n"),
+            Some((b"/".to_vec(), b"c".to_vec()))
+        );
+    }
+
+    #[test]
+    fn argument_errors_name_the_field() {
+        let mut h = Harness::new();
+        let e = h.add(&CLASS, "a", &blacklist(&[("", "/x")])).unwrap_err();
+        assert!(e.msg.contains("blacklist[0].host"), "{}", e.msg);
+        let bad = Value::map().with(
+            "blacklist",
+            Value::List(vec![Value::map().with("host", "a").with("url", "/")]),
+        );
+        let e = h.add(&CLASS, "b", &bad).unwrap_err();
+        assert!(
+            e.msg.contains("blacklist[0]: unknown field 'url'"),
+            "{}",
+            e.msg
+        );
+        h.add(&CLASS, "c", &blacklist(&[])).unwrap();
+        let e = h
+            .command("c", "add", &blacklist(&[("ok", "/"), ("", "")]))
+            .unwrap_err();
+        assert!(
+            e.msg.contains("UrlFilterArg.blacklist[1].host"),
+            "{}",
+            e.msg
+        );
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        /// However the request is cut into segments and in whatever order they arrive, the
+        /// flow is blocked by exactly the segment that completes the in-order bytes up to the
+        /// end of the Host line, and every later segment is dropped.
+        #[test]
+        fn reassembly_blocks_exactly_when_the_host_line_is_complete(
+            cuts in proptest::collection::btree_set(1usize..REQ.len(), 0..7),
+            order in Just(()).prop_perturb(|_, mut rng| {
+                let mut v: Vec<usize> = (0..8).collect();
+                for i in (1..v.len()).rev() {
+                    v.swap(i, (rng.next_u32() as usize) % (i + 1));
+                }
+                v
+            }),
+        ) {
+            let mut bounds = vec![0];
+            bounds.extend(cuts.iter().copied());
+            bounds.push(REQ.len());
+            let pieces: Vec<(usize, usize)> = bounds.windows(2).map(|w| (w[0], w[1])).collect();
+            let order: Vec<usize> = order.into_iter().filter(|&i| i < pieces.len()).collect();
+            let host_end = REQ.windows(2).enumerate().skip(30).find(|(_, w)| w == b"\r\n").unwrap().0 + 2;
+            let mut u = UrlFilter::new(1000, 1000);
+            u.add(&blacklist(&[("example.com", "/secret")]), "UrlFilterArg").unwrap();
+            let syn = seg(1000, TCP_SYN, &[]);
+            prop_assert_eq!(u.classify(&parse_seg(&syn).unwrap().unwrap(), 0), Verdict::Pass);
+            let mut have = vec![false; REQ.len()];
+            let mut blocked = false;
+            for &i in &order {
+                let (a, b) = pieces[i];
+                let p = seg(1001 + a as u32, PSH_ACK, &REQ[a..b]);
+                let got = u.classify(&parse_seg(&p).unwrap().unwrap(), 1);
+                have[a..b].iter_mut().for_each(|h| *h = true);
+                let prefix = have.iter().take_while(|&&h| h).count();
+                let want = if blocked {
+                    Verdict::Drop(DROP_BLOCKED)
+                } else if prefix >= host_end {
+                    blocked = true;
+                    Verdict::Block
+                } else {
+                    Verdict::Pass
+                };
+                prop_assert_eq!(got, want, "piece {:?} of {:?}", pieces[i], pieces);
+            }
+            prop_assert!(blocked);
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! VLANSplit: sends each frame to the gate numbered by its outer 802.1Q VLAN id, removing
+//! that tag.
+use bessemer_core::module::MAX_GATES;
+use bessemer_core::{Args, Context, Instance, Module, ModuleClass, PacketBatch};
+
+/// Offset of the TPID (the Ethernet type field of an untagged frame).
+const TPID_OFFSET: usize = 12;
+/// Offset of the tag control information (PCP, DEI, VID) after a TPID.
+const TCI_OFFSET: usize = 14;
+/// Length of one VLAN tag (TPID + TCI).
+const TAG_LEN: usize = 4;
+/// Smallest frame with an Ethernet type field.
+const ETH_HLEN: usize = 14;
+/// 802.1Q customer tag.
+const TPID_8021Q: u16 = 0x8100;
+/// 802.1ad service tag (QinQ outer tag).
+const TPID_8021AD: u16 = 0x88a8;
+
+const DROP_TOO_SHORT: usize = 0;
+
+/// Tagged frames (TPID 0x8100 or 0x88a8) leave untagged by gate VID (the outer tag only is
+/// removed); untagged frames leave unchanged by gate 0.
+pub struct VlanSplit;
+
+impl Module for VlanSplit {
+    fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
+        for mut pkt in batch.drain() {
+            let d = pkt.data();
+            if d.len() < ETH_HLEN {
+                ctx.drop_packet(pkt, DROP_TOO_SHORT);
+                continue;
+            }
+            let tpid = u16::from_be_bytes([d[TPID_OFFSET], d[TPID_OFFSET + 1]]);
+            if tpid != TPID_8021Q && tpid != TPID_8021AD {
+                ctx.emit(0, pkt);
+                continue;
+            }
+            // A tag needs its TCI and the inner Ethernet type after it.
+            if d.len() < ETH_HLEN + TAG_LEN {
+                ctx.drop_packet(pkt, DROP_TOO_SHORT);
+                continue;
+            }
+            let vid = u16::from_be_bytes([d[TCI_OFFSET], d[TCI_OFFSET + 1]]) & 0x0fff;
+            pkt.data_mut().copy_within(0..TPID_OFFSET, TAG_LEN);
+            let stripped = pkt.adj(TAG_LEN);
+            debug_assert!(stripped, "length checked above");
+            ctx.emit(vid, pkt);
+        }
+    }
+}
+
+/// The VLANSplit class.
+pub static CLASS: ModuleClass = ModuleClass {
+    name: "VLANSplit",
+    name_template: "vlan_split",
+    help: "split packets depending on their VID",
+    arg_type: "VLANSplitArg",
+    arg_doc: &[
+        "(no fields) tagged frames (0x8100/0x88a8) leave by gate VID with the outer tag removed; untagged by gate 0",
+    ],
+    igates: 1,
+    ogates: MAX_GATES,
+    commands: &[],
+    drop_reasons: &["too_short"],
+    mt_safe: false,
+    create: |_, arg| {
+        Args::new(arg, "VLANSplitArg")?.finish()?;
+        Ok(Instance::Exclusive(Box::new(VlanSplit)))
+    },
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bessemer_core::testing::Harness;
+    use bessemer_core::Value;
+
+    const MACS: [u8; 12] = [0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2];
+
+    fn tagged(tpid: u16, tci: u16, rest: &[u8]) -> Vec<u8> {
+        let mut f = MACS.to_vec();
+        f.extend_from_slice(&tpid.to_be_bytes());
+        f.extend_from_slice(&tci.to_be_bytes());
+        f.extend_from_slice(rest);
+        f
+    }
+
+    fn untagged(rest: &[u8]) -> Vec<u8> {
+        let mut f = MACS.to_vec();
+        f.extend_from_slice(rest);
+        f
+    }
+
+    #[test]
+    fn tagged_frames_leave_by_vid_untagged() {
+        let mut h = Harness::new();
+        h.add(&CLASS, "vs", &Value::Null).unwrap();
+        let (g0, g5, g4095, g7) = (
+            h.capture("vs", 0),
+            h.capture("vs", 5),
+            h.capture("vs", 4095),
+            h.capture("vs", 7),
+        );
+        let ip = [0x08, 0x00, 0x45, 0, 0, 20];
+        h.inject(
+            "vs",
+            0,
+            &[
+                // PCP 7, DEI 1 must not leak into the gate.
+                tagged(0x8100, 0xf005, &ip),
+                tagged(0x8100, 0x0fff, &ip),
+                untagged(&ip),
+                // QinQ: the outer (service) tag decides; the inner tag stays.
+                tagged(0x88a8, 7, &[0x81, 0x00, 0x00, 0x09, 0x08, 0x00]),
+                // Priority tag (VID 0): gate 0, tag removed.
+                tagged(0x8100, 0x2000, &ip),
+            ],
+        );
+        assert_eq!(g5.take_data(), vec![untagged(&ip)]);
+        assert_eq!(g4095.take_data(), vec![untagged(&ip)]);
+        assert_eq!(
+            g7.take_data(),
+            vec![untagged(&[0x81, 0x00, 0x00, 0x09, 0x08, 0x00])]
+        );
+        assert_eq!(g0.take_data(), vec![untagged(&ip), untagged(&ip)]);
+    }
+
+    #[test]
+    fn short_frames_are_dropped_and_ipv6_passes_on_gate_0() {
+        let mut h = Harness::new();
+        h.add(&CLASS, "vs", &Value::Null).unwrap();
+        let g0 = h.capture("vs", 0);
+        let v6 = untagged(&[0x86, 0xdd, 0x60, 0, 0, 0]);
+        h.inject(
+            "vs",
+            0,
+            &[
+                vec![],
+                MACS.to_vec(),
+                untagged(&[0x81]),
+                // A tag with no inner type.
+                tagged(0x8100, 5, &[]),
+                tagged(0x8100, 5, &[0x08]),
+                // Exactly a tag and an inner type: 18 bytes, leaves as a 14-byte header.
+                tagged(0x8100, 0, &[0x08, 0x06]),
+                v6.clone(),
+            ],
+        );
+        assert_eq!(h.drops("vs", "too_short"), 5);
+        assert_eq!(g0.take_data(), vec![untagged(&[0x08, 0x06]), v6]);
+    }
+
+    #[test]
+    fn arguments_are_rejected() {
+        let mut h = Harness::new();
+        let e = h
+            .add(&CLASS, "vs", &Value::map().with("tci", 5))
+            .unwrap_err();
+        assert!(
+            e.msg.contains("VLANSplitArg") && e.msg.contains("tci"),
+            "{}",
+            e.msg
+        );
+    }
+}
