@@ -119,6 +119,10 @@ class BESS:
         """
         a = any_pb2.Any()
         if not hasattr(self._pb["module_msg"], type_name):
+            # BESS spells a few differently from their class (MPLSPop takes MplsPopArg).
+            folded = {n.lower(): n for n in self._pb["module_msg"].DESCRIPTOR.message_types_by_name}
+            type_name = folded.get(type_name.lower(), type_name)
+        if not hasattr(self._pb["module_msg"], type_name):
             if fields:
                 raise BESS.Error(22, f"unknown argument message type 'bess.pb.{type_name}'")
             return a
