@@ -1,4 +1,4 @@
-//! Compiles `proto/bess/*.proto` with protox (no system `protoc`), generates the prost
+//! Compiles `proto/bess/*.proto` (and Bessemer's own `proto/bess/ext/*.proto`) with protox (no system `protoc`), generates the prost
 //! messages and the tonic client and server from the descriptor set, and keeps the encoded
 //! descriptor set in OUT_DIR for prost-reflect (`Any` <-> `Value` conversion).
 
@@ -10,6 +10,7 @@ const FILES: &[&str] = &[
     "bess_msg.proto",
     "module_msg.proto",
     "ports/port_msg.proto",
+    "ext/bessemer_ports.proto",
     "service.proto",
 ];
 

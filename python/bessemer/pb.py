@@ -20,6 +20,7 @@ _FILES = [
     "bess_msg.proto",
     "module_msg.proto",
     "ports/port_msg.proto",
+    "ext/bessemer_ports.proto",
     "service.proto",
 ]
 
@@ -74,6 +75,7 @@ def load() -> dict[str, ModuleType]:
         "bess_msg": "bess_msg_pb2",
         "module_msg": "module_msg_pb2",
         "port_msg": "ports.port_msg_pb2",
+        "ext_port_msg": "ext.bessemer_ports_pb2",
         "service": "service_pb2",
         "service_grpc": "service_pb2_grpc",
     }

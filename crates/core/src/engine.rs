@@ -593,6 +593,11 @@ impl Engine {
         self.paused(|e| e.graph_mut().track_gate(module, gate, on))
     }
 
+    /// The ports (created and looked up without pausing: no module changes).
+    pub fn ports(&self) -> &crate::port::PortTable {
+        self.graph().ports()
+    }
+
     /// Disconnects an output gate.
     pub fn disconnect(&mut self, from: &str, ogate: u16) -> Result<()> {
         self.paused(|e| e.graph_mut().disconnect(from, ogate))
@@ -743,6 +748,8 @@ impl Engine {
     /// Destroys everything: modules, classes, workers (ResetAll).
     pub fn reset_all(&mut self) -> Result<()> {
         self.reset_modules()?;
+        // No module holds a queue any more, so every port goes.
+        self.graph().ports().reset();
         for wid in self.worker_ids() {
             let user: Vec<String> = self
                 .tree(wid)?

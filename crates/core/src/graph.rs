@@ -143,6 +143,7 @@ pub struct Pipeline {
     by_name: HashMap<String, u32>,
     tasks: Vec<Option<TaskEntry>>,
     warnings: Vec<String>,
+    ports: crate::port::PortTable,
 }
 
 // SAFETY: workers only touch Exclusive instances reachable from their own tasks (checked by
@@ -162,6 +163,11 @@ impl Pipeline {
     /// An empty graph.
     pub fn new() -> Pipeline {
         Pipeline::default()
+    }
+
+    /// The port table modules look ports up in.
+    pub fn ports(&self) -> &crate::port::PortTable {
+        &self.ports
     }
 
     pub(crate) fn node(&self, id: u32) -> &Node {
@@ -227,6 +233,7 @@ impl Pipeline {
             _ => self.default_name(class),
         };
         let mut init = InitContext::new(&name);
+        init.ports = self.ports.clone();
         let inst = (class.create)(&mut init, arg).map_err(|mut e| {
             e.msg = format!("{} '{}': {}", class.name, name, e.msg);
             e

@@ -15,6 +15,7 @@ pub mod module;
 pub mod packet;
 pub mod pcap;
 pub mod pool;
+pub mod port;
 pub mod sched;
 pub mod testing;
 pub mod tsc;

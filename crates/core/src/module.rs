@@ -95,6 +95,7 @@ pub struct InitContext {
     pub name: String,
     pub(crate) tasks: Vec<u64>,
     pub(crate) attrs: Vec<AttrSpec>,
+    pub(crate) ports: crate::port::PortTable,
 }
 
 impl InitContext {
@@ -104,6 +105,7 @@ impl InitContext {
             name: name.to_string(),
             tasks: Vec::new(),
             attrs: Vec::new(),
+            ports: crate::port::PortTable::new(),
         }
     }
 
@@ -138,6 +140,11 @@ impl InitContext {
         }
         self.attrs.push(spec);
         Ok(self.attrs.len() - 1)
+    }
+
+    /// Looks up a port by name (for the I/O modules).
+    pub fn port(&self, name: &str) -> Result<std::sync::Arc<crate::port::PortHandle>> {
+        self.ports.get(name)
     }
 
     /// Tasks registered so far.

@@ -28,7 +28,7 @@ pub const VERSION: &str = concat!("bessemer ", env!("CARGO_PKG_VERSION"));
 /// Longest name (module, class, port, ...) accepted in a request.
 pub const MAX_NAME_LEN: usize = 1024;
 
-/// Port driver names BESS has; Bessemer has none of them yet.
+/// Port driver names BESS has (those Bessemer lacks are refused with ENOTSUP).
 const BESS_DRIVERS: &[&str] = &[
     "PMDPort",
     "PCAPPort",
@@ -960,11 +960,50 @@ fn dump_mempool(e: &Engine, socket: i32) -> Result<pb::DumpMempoolResponse> {
     })
 }
 
-fn port_error(driver_or_name: &str) -> Error {
-    Error::not_found(format!(
-        "port '{}' does not exist (Bessemer has no port drivers yet)",
-        truncate(driver_or_name, 128)
-    ))
+fn find_driver(name: &str) -> Result<&'static bessemer_core::port::PortDriver> {
+    if name.is_empty() {
+        return Err(Error::invalid("port driver name is empty"));
+    }
+    bessemer_drivers::find(name).ok_or_else(|| {
+        let known: Vec<&str> = bessemer_drivers::drivers().iter().map(|d| d.name).collect();
+        if BESS_DRIVERS.contains(&name) {
+            Error::unsupported(format!(
+                "port driver '{name}' is BESS's but not available in Bessemer (drivers: {})",
+                known.join(", ")
+            ))
+        } else {
+            Error::not_found(format!(
+                "port driver '{}' does not exist (drivers: {})",
+                truncate(name, 128),
+                known.join(", ")
+            ))
+        }
+    })
+}
+
+fn mac_string(m: &[u8; 6]) -> String {
+    m.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+fn parse_mac(s: &str) -> Result<[u8; 6]> {
+    let parts: Vec<&str> = s.split(':').collect();
+    let bad = || {
+        Error::invalid(format!(
+            "'{}' is not a MAC address (aa:bb:cc:dd:ee:ff)",
+            truncate(s, 64)
+        ))
+    };
+    if parts.len() != 6 {
+        return Err(bad());
+    }
+    let mut m = [0u8; 6];
+    for (i, p) in parts.iter().enumerate() {
+        m[i] = u8::from_str_radix(p, 16).map_err(|_| bad())?;
+    }
+    Ok(m)
 }
 
 #[tonic::async_trait]
@@ -1235,84 +1274,252 @@ impl pb::bess_control_server::BessControl for Control {
         &self,
         _: Request<pb::EmptyRequest>,
     ) -> RpcResult<pb::ListDriversResponse> {
-        answer("ListDrivers", Ok(pb::ListDriversResponse::default()))
+        answer(
+            "ListDrivers",
+            Ok(pb::ListDriversResponse {
+                error: None,
+                driver_names: bessemer_drivers::drivers()
+                    .iter()
+                    .map(|d| d.name.to_string())
+                    .collect(),
+            }),
+        )
     }
 
     async fn get_driver_info(
         &self,
         r: Request<pb::GetDriverInfoRequest>,
     ) -> RpcResult<pb::GetDriverInfoResponse> {
-        let d = truncate(&r.get_ref().driver_name, 128);
-        answer(
-            "GetDriverInfo",
-            Err(Error::not_found(format!(
-                "port driver '{d}' does not exist (Bessemer has no port drivers yet)"
-            ))),
-        )
+        let res = find_driver(&r.get_ref().driver_name).map(|d| pb::GetDriverInfoResponse {
+            error: None,
+            name: d.name.to_string(),
+            help: d.describe(),
+            commands: Vec::new(),
+        });
+        answer("GetDriverInfo", res)
     }
 
     async fn reset_ports(&self, _: Request<pb::EmptyRequest>) -> RpcResult<pb::EmptyResponse> {
-        // There are never any ports to destroy.
-        empty("ResetPorts", Ok(()))
+        let res = self
+            .run(|e| {
+                let busy: Vec<String> = e
+                    .ports()
+                    .list()
+                    .into_iter()
+                    .filter(|p| p.users() > 0)
+                    .map(|p| p.name().to_string())
+                    .collect();
+                if !busy.is_empty() {
+                    return Err(Error::busy(format!(
+                        "ports in use by modules: {} (destroy those modules first)",
+                        busy.join(", ")
+                    )));
+                }
+                e.ports().reset();
+                Ok(())
+            })
+            .await;
+        empty("ResetPorts", res)
     }
 
     async fn list_ports(&self, _: Request<pb::EmptyRequest>) -> RpcResult<pb::ListPortsResponse> {
-        answer("ListPorts", Ok(pb::ListPortsResponse::default()))
+        let res = self
+            .run(|e| {
+                Ok(pb::ListPortsResponse {
+                    error: None,
+                    ports: e
+                        .ports()
+                        .list()
+                        .into_iter()
+                        .map(|p| pb::list_ports_response::Port {
+                            name: p.name().to_string(),
+                            driver: p.driver().name.to_string(),
+                            mac_addr: mac_string(&p.port().conf().mac_addr),
+                            num_inc_q: p.num_inc_q() as u64,
+                            num_out_q: p.num_out_q() as u64,
+                            size_inc_q: 0,
+                            size_out_q: 0,
+                            driver_arg: None,
+                        })
+                        .collect(),
+                })
+            })
+            .await;
+        answer("ListPorts", res)
     }
 
     async fn create_port(
         &self,
         r: Request<pb::CreatePortRequest>,
     ) -> RpcResult<pb::CreatePortResponse> {
-        let d = r.get_ref().driver.clone();
-        let e = if d.is_empty() {
-            Error::invalid("port driver name is empty")
-        } else if BESS_DRIVERS.contains(&d.as_str()) {
-            Error::unsupported(format!(
-                "port driver '{d}' is not available: no port drivers yet"
-            ))
-        } else {
-            Error::not_found(format!(
-                "port driver '{}' does not exist (no port drivers yet)",
-                truncate(&d, 128)
-            ))
-        };
-        answer("CreatePort", Err(e))
+        let req = r.into_inner();
+        let res = async {
+            let d = find_driver(&req.driver)?;
+            check_len(&req.name, "port name")?;
+            let what = format!("port driver '{}'", d.name);
+            let arg = convert::any_to_value(req.arg.as_ref(), Some(d.arg_type), &what)?;
+            let q = |v: u64, f: &str| {
+                usize::try_from(v)
+                    .ok()
+                    .filter(|&n| n <= bessemer_core::port::MAX_QUEUES)
+                    .ok_or_else(|| {
+                        Error::invalid(format!(
+                            "{f} {v} is out of range (at most {})",
+                            bessemer_core::port::MAX_QUEUES
+                        ))
+                    })
+            };
+            let (ni, no) = (
+                q(req.num_inc_q, "num_inc_q")?,
+                q(req.num_out_q, "num_out_q")?,
+            );
+            let size = |v: u64, f: &str| {
+                usize::try_from(v)
+                    .ok()
+                    .filter(|&n| n <= 1 << 20)
+                    .ok_or_else(|| {
+                        Error::invalid(format!("{f} {v} is out of range (at most 2^20)"))
+                    })
+            };
+            let (si, so) = (
+                size(req.size_inc_q, "size_inc_q")?,
+                size(req.size_out_q, "size_out_q")?,
+            );
+            let name = req.name;
+            self.run(move |e| {
+                let params = bessemer_core::port::PortParams {
+                    name,
+                    num_inc_q: ni,
+                    num_out_q: no,
+                    size_inc_q: si,
+                    size_out_q: so,
+                    pool: e.pool().clone(),
+                };
+                let h = e.ports().create(d, params, &arg)?;
+                Ok(pb::CreatePortResponse {
+                    error: None,
+                    name: h.name().to_string(),
+                    mac_addr: mac_string(&h.port().conf().mac_addr),
+                })
+            })
+            .await
+        }
+        .await;
+        answer("CreatePort", res)
     }
 
     async fn destroy_port(
         &self,
         r: Request<pb::DestroyPortRequest>,
     ) -> RpcResult<pb::EmptyResponse> {
-        empty("DestroyPort", Err(port_error(&r.get_ref().name)))
+        let name = r.into_inner().name;
+        let res = self
+            .run(move |e| {
+                let n = need_name(&name, "port name")?;
+                e.ports().destroy(&n)
+            })
+            .await;
+        empty("DestroyPort", res)
     }
 
     async fn set_port_conf(
         &self,
         r: Request<pb::SetPortConfRequest>,
     ) -> RpcResult<pb::CommandResponse> {
-        answer("SetPortConf", Err(port_error(&r.get_ref().name)))
+        let req = r.into_inner();
+        let res = self
+            .run(move |e| {
+                let h = e.ports().get(&need_name(&req.name, "port name")?)?;
+                let c = req.conf.unwrap_or_default();
+                let cur = h.port().conf();
+                let conf = bessemer_core::port::PortConf {
+                    mac_addr: if c.mac_addr.is_empty() {
+                        cur.mac_addr
+                    } else {
+                        parse_mac(&c.mac_addr)?
+                    },
+                    mtu: if c.mtu == 0 { cur.mtu } else { c.mtu },
+                    admin_up: c.admin_up,
+                };
+                h.port().set_conf(&conf)?;
+                Ok(pb::CommandResponse::default())
+            })
+            .await;
+        answer("SetPortConf", res)
     }
 
     async fn get_port_conf(
         &self,
         r: Request<pb::GetPortConfRequest>,
     ) -> RpcResult<pb::GetPortConfResponse> {
-        answer("GetPortConf", Err(port_error(&r.get_ref().name)))
+        let name = r.into_inner().name;
+        let res = self
+            .run(move |e| {
+                let c = e
+                    .ports()
+                    .get(&need_name(&name, "port name")?)?
+                    .port()
+                    .conf();
+                Ok(pb::GetPortConfResponse {
+                    error: None,
+                    conf: Some(pb::PortConf {
+                        mac_addr: mac_string(&c.mac_addr),
+                        mtu: c.mtu,
+                        admin_up: c.admin_up,
+                    }),
+                })
+            })
+            .await;
+        answer("GetPortConf", res)
     }
 
     async fn get_port_stats(
         &self,
         r: Request<pb::GetPortStatsRequest>,
     ) -> RpcResult<pb::GetPortStatsResponse> {
-        answer("GetPortStats", Err(port_error(&r.get_ref().name)))
+        let name = r.into_inner().name;
+        let res = self
+            .run(move |e| {
+                let (i, o) = e.ports().get(&need_name(&name, "port name")?)?.counts();
+                let stat = |c: bessemer_core::port::DirCounts| pb::get_port_stats_response::Stat {
+                    packets: c.packets,
+                    dropped: c.dropped,
+                    bytes: c.bytes,
+                    ..Default::default()
+                };
+                Ok(pb::GetPortStatsResponse {
+                    error: None,
+                    inc: Some(stat(i)),
+                    out: Some(stat(o)),
+                    timestamp: now(),
+                })
+            })
+            .await;
+        answer("GetPortStats", res)
     }
 
     async fn get_link_status(
         &self,
         r: Request<pb::GetLinkStatusRequest>,
     ) -> RpcResult<pb::GetLinkStatusResponse> {
-        answer("GetLinkStatus", Err(port_error(&r.get_ref().name)))
+        let name = r.into_inner().name;
+        let res = self
+            .run(move |e| {
+                let l = e
+                    .ports()
+                    .get(&need_name(&name, "port name")?)?
+                    .port()
+                    .link_status();
+                Ok(pb::GetLinkStatusResponse {
+                    error: None,
+                    speed: l.speed_mbps,
+                    full_duplex: l.full_duplex,
+                    autoneg: l.autoneg,
+                    link_up: l.link_up,
+                })
+            })
+            .await;
+        answer("GetLinkStatus", res)
     }
 
     async fn list_mclass(&self, _: Request<pb::EmptyRequest>) -> RpcResult<pb::ListMclassResponse> {

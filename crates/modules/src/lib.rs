@@ -5,6 +5,7 @@ pub mod basic;
 pub mod checksum;
 pub mod classify;
 pub mod encap;
+pub mod io;
 pub mod measure;
 pub mod queue;
 pub mod rewrite;
@@ -22,6 +23,7 @@ pub fn classes() -> &'static [&'static ModuleClass] {
             basic::CLASSES,
             classify::CLASSES,
             encap::CLASSES,
+            io::CLASSES,
             measure::CLASSES,
             queue::CLASSES,
             rewrite::CLASSES,

@@ -1,0 +1,92 @@
+//! Port I/O: modules that move packets between ports and the graph. Each claims the queues
+//! it uses (so no two modules share a queue) and counts what crosses them.
+
+pub mod port_inc;
+pub mod port_out;
+pub mod queue_inc;
+pub mod queue_out;
+
+use bessemer_core::port::{QueueClaim, RxQueue, TxQueue};
+use bessemer_core::sched::TaskResult;
+use bessemer_core::{Args, Context, Error, ModuleClass, PacketBatch, Result, Value, MAX_BURST};
+
+/// The classes of this kind.
+pub static CLASSES: &[&ModuleClass] = &[
+    &port_inc::CLASS,
+    &port_out::CLASS,
+    &queue_inc::CLASS,
+    &queue_out::CLASS,
+];
+
+/// Drop reason of the output modules: the driver could not take the packet (ring full,
+/// link down, peer gone).
+pub(crate) const DROP_TX_FAILED: usize = 0;
+
+/// One owned receive queue.
+pub(crate) struct Rx {
+    pub(crate) claim: QueueClaim,
+    pub(crate) queue: Box<dyn RxQueue>,
+}
+
+impl Rx {
+    /// Receives a burst and sends it out of gate 0, counting it on the queue.
+    pub(crate) fn poll(&mut self, ctx: &mut Context, burst: usize) -> TaskResult {
+        let mut batch = PacketBatch::new();
+        let n = self.queue.recv(ctx.cache(), &mut batch, burst);
+        if n == 0 {
+            return TaskResult {
+                block: true,
+                packets: 0,
+                bits: 0,
+            };
+        }
+        let bytes: usize = batch.pkts().iter().map(|p| p.len()).sum();
+        let st = self.claim.stats();
+        st.packets.add(n as u64);
+        st.bytes.add(bytes as u64);
+        ctx.forward(0, &mut batch);
+        TaskResult {
+            block: false,
+            packets: n as u32,
+            bits: (bytes * 8) as u64,
+        }
+    }
+}
+
+/// One owned transmit queue.
+pub(crate) struct Tx {
+    pub(crate) claim: QueueClaim,
+    pub(crate) queue: Box<dyn TxQueue>,
+}
+
+impl Tx {
+    /// Sends a batch; what the driver could not take is dropped and counted.
+    pub(crate) fn send(&mut self, ctx: &mut Context, batch: &mut PacketBatch) {
+        let total: usize = batch.pkts().iter().map(|p| p.len()).sum();
+        let sent = self.queue.send(ctx.cache(), batch);
+        let left: usize = batch.pkts().iter().map(|p| p.len()).sum();
+        let st = self.claim.stats();
+        st.packets.add(sent as u64);
+        st.bytes.add((total - left) as u64);
+        if !batch.is_empty() {
+            st.dropped.add(batch.len() as u64);
+            ctx.drop_batch(batch, DROP_TX_FAILED);
+        }
+    }
+}
+
+/// Parses a `set_burst` command argument (`<Class>CommandSetBurstArg.burst`, 1..MAX_BURST).
+pub(crate) fn parse_burst(arg: &Value, msg: &str) -> Result<usize> {
+    let mut a = Args::new(arg, msg)?;
+    let b = a.int("burst", 1, MAX_BURST as i64)?;
+    a.finish()?;
+    b.map(|b| b as usize)
+        .ok_or_else(|| Error::invalid(format!("{msg}.burst is required (1..{MAX_BURST})")))
+}
+
+/// The `port` field every I/O argument has.
+pub(crate) fn port_name<'a>(a: &mut Args<'a>, msg: &str) -> Result<&'a str> {
+    a.str("port")?
+        .filter(|p| !p.is_empty())
+        .ok_or_else(|| Error::invalid(format!("{msg}.port: a port name is required")))
+}

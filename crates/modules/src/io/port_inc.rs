@@ -1,0 +1,86 @@
+//! PortInc: receives from every incoming queue of a port, one task per queue.
+use super::{parse_burst, port_name, Rx};
+use bessemer_core::sched::TaskResult;
+use bessemer_core::{
+    Args, CommandSpec, Context, Error, InitContext, Instance, Module, ModuleClass, Result, Value,
+    MAX_BURST,
+};
+
+/// Polls all of a port's incoming queues; packets leave on gate 0.
+pub struct PortInc {
+    queues: Vec<Rx>,
+    burst: usize,
+}
+
+impl Module for PortInc {
+    fn run_task(&mut self, ctx: &mut Context, arg: u64) -> TaskResult {
+        self.queues[arg as usize].poll(ctx, self.burst)
+    }
+
+    fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
+        match cmd {
+            "set_burst" => {
+                self.burst = parse_burst(arg, "PortIncCommandSetBurstArg")?;
+                Ok(Value::Null)
+            }
+            _ => Err(Error::invalid(format!("unknown command '{cmd}'"))),
+        }
+    }
+
+    fn desc(&self) -> String {
+        let p = self
+            .queues
+            .first()
+            .map(|q| q.claim.port().name())
+            .unwrap_or("");
+        format!("{p}: {} queue(s), burst {}", self.queues.len(), self.burst)
+    }
+}
+
+fn create(init: &mut InitContext, arg: &Value) -> Result<Instance> {
+    let mut a = Args::new(arg, "PortIncArg")?;
+    let port = port_name(&mut a, "PortIncArg")?.to_string();
+    let _prefetch = a.bool("prefetch")?;
+    a.finish()?;
+    let h = init.port(&port)?;
+    if h.num_inc_q() == 0 {
+        return Err(Error::invalid(format!(
+            "port '{port}' has no incoming queues"
+        )));
+    }
+    // All or nothing: a queue that is taken releases the ones claimed before it.
+    let mut queues = Vec::with_capacity(h.num_inc_q());
+    for q in 0..h.num_inc_q() {
+        let (claim, queue) = h.claim_rx(q)?;
+        queues.push(Rx { claim, queue });
+    }
+    for q in 0..queues.len() {
+        init.register_task(q as u64);
+    }
+    Ok(Instance::Exclusive(Box::new(PortInc {
+        queues,
+        burst: MAX_BURST,
+    })))
+}
+
+/// The PortInc class.
+pub static CLASS: ModuleClass = ModuleClass {
+    name: "PortInc",
+    name_template: "port_inc",
+    help: "receives packets from a port",
+    arg_type: "PortIncArg",
+    arg_doc: &[
+        "port: string — the port to receive from (all its incoming queues, one task each)",
+        "prefetch: bool — accepted for compatibility (no effect)",
+    ],
+    igates: 0,
+    ogates: 1,
+    commands: &[CommandSpec {
+        name: "set_burst",
+        arg_type: "PortIncCommandSetBurstArg",
+        help: "sets packets received per task run (1..32)",
+    }],
+    drop_reasons: &[],
+    mt_safe: false,
+    create,
+};
