@@ -2,5 +2,8 @@
 
 use bessemer_core::ModuleClass;
 
+pub mod exact_match;
+pub mod table;
+
 /// The classes of this kind.
-pub static CLASSES: &[&ModuleClass] = &[];
+pub static CLASSES: &[&ModuleClass] = &[&exact_match::CLASS];

@@ -1,0 +1,427 @@
+//! Shared building blocks of the classifiers: a flat open-addressing hash table keyed by a
+//! fixed number of 64-bit words, cache prefetch, and BESS's gate conventions.
+
+use bessemer_core::module::MAX_GATES;
+use bessemer_core::{Error, Result, Value};
+
+/// BESS's DROP_GATE: a rule or default gate with this id drops the packet.
+pub const DROP_GATE: u16 = MAX_GATES;
+
+/// Checks a gate argument the way BESS's `is_valid_gate` does (a real gate or DROP_GATE).
+pub fn check_gate(v: Option<u64>, field: &str) -> Result<u16> {
+    match v {
+        Some(g) if g <= DROP_GATE as u64 => Ok(g as u16),
+        Some(g) => Err(Error::invalid(format!(
+            "{field}: {g} is not a gate (0..{MAX_GATES}, or {DROP_GATE} to drop)"
+        ))),
+        None => Ok(0),
+    }
+}
+
+/// Hints the CPU to fetch the cache line at `p` (no effect where unsupported).
+#[inline(always)]
+pub fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: prefetch never faults, whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch(p as *const i8, std::arch::x86_64::_MM_HINT_T0)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+/// Mixes key words into a 64-bit hash (multiply-rotate per word, murmur3 finaliser).
+#[inline(always)]
+pub fn hash_words(words: &[u64]) -> u64 {
+    let mut h: u64 = 0x243F_6A88_85A3_08D3;
+    for &w in words {
+        h = (h ^ w).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(31);
+    }
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
+}
+
+const OCCUPIED: u64 = 1 << 63;
+
+/// A hash map from keys of `words` u64 words to u32 values, stored flat: each slot is one
+/// meta word (occupied bit, 31 hash bits, value) followed by the key words, so a lookup
+/// usually touches one cache line. Linear probing, backward-shift deletion, load <= 5/8.
+#[derive(Clone, Debug)]
+pub struct FlatTable {
+    words: usize,
+    stride: usize,
+    bits: u32,
+    mask: usize,
+    len: usize,
+    slots: Vec<u64>,
+}
+
+impl FlatTable {
+    /// An empty table for keys of `words` words (1..=8).
+    pub fn new(words: usize) -> FlatTable {
+        assert!((1..=8).contains(&words));
+        let mut t = FlatTable {
+            words,
+            stride: words + 1,
+            bits: 0,
+            mask: 0,
+            len: 0,
+            slots: Vec::new(),
+        };
+        t.resize(4);
+        t
+    }
+
+    fn resize(&mut self, bits: u32) {
+        let old = std::mem::take(&mut self.slots);
+        let old_stride = self.stride;
+        self.bits = bits;
+        self.mask = (1usize << bits) - 1;
+        self.slots = vec![0u64; (1usize << bits) * self.stride];
+        self.len = 0;
+        for s in old.chunks_exact(old_stride) {
+            if s[0] & OCCUPIED != 0 {
+                let (k, v) = (&s[1..], s[0] as u32);
+                let h = hash_words(k);
+                self.insert_hashed(k, h, v);
+            }
+        }
+    }
+
+    /// Number of keys stored.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when no key is stored.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Key length in words.
+    pub fn words(&self) -> usize {
+        self.words
+    }
+
+    /// Removes every key and gives back the memory.
+    pub fn clear(&mut self) {
+        self.slots = Vec::new();
+        self.len = 0;
+        self.resize(4);
+    }
+
+    #[inline(always)]
+    fn home(&self, h: u64) -> usize {
+        (h >> (64 - self.bits)) as usize
+    }
+
+    #[inline(always)]
+    fn tag(h: u64) -> u64 {
+        (h & 0x7fff_ffff) << 32
+    }
+
+    /// Prefetches the slot where a key with hash `h` starts its probe.
+    #[inline(always)]
+    pub fn prefetch(&self, h: u64) {
+        let i = self.home(h) * self.stride;
+        prefetch(self.slots.as_ptr().wrapping_add(i));
+    }
+
+    /// Looks up a key whose hash is `h`.
+    #[inline(always)]
+    pub fn get_hashed(&self, key: &[u64], h: u64) -> Option<u32> {
+        let want = OCCUPIED | Self::tag(h);
+        let mut i = self.home(h);
+        loop {
+            let s = &self.slots[i * self.stride..(i + 1) * self.stride];
+            let m = s[0];
+            if m & OCCUPIED == 0 {
+                return None;
+            }
+            if m & 0xffff_ffff_0000_0000 == want && s[1..] == *key {
+                return Some(m as u32);
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+
+    /// Looks up a key.
+    pub fn get(&self, key: &[u64]) -> Option<u32> {
+        self.get_hashed(key, hash_words(key))
+    }
+
+    fn insert_hashed(&mut self, key: &[u64], h: u64, v: u32) -> Option<u32> {
+        let meta = OCCUPIED | Self::tag(h) | v as u64;
+        let mut i = self.home(h);
+        loop {
+            let s = &mut self.slots[i * self.stride..(i + 1) * self.stride];
+            if s[0] & OCCUPIED == 0 {
+                s[0] = meta;
+                s[1..].copy_from_slice(key);
+                self.len += 1;
+                return None;
+            }
+            if s[0] & 0xffff_ffff_0000_0000 == meta & 0xffff_ffff_0000_0000 && s[1..] == *key {
+                let old = s[0] as u32;
+                s[0] = meta;
+                return Some(old);
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+
+    /// Inserts or replaces a key's value; returns the old value.
+    pub fn insert(&mut self, key: &[u64], v: u32) -> Option<u32> {
+        debug_assert_eq!(key.len(), self.words);
+        if (self.len + 1) * 8 > (self.mask + 1) * 5 {
+            self.resize(self.bits + 1);
+        }
+        self.insert_hashed(key, hash_words(key), v)
+    }
+
+    /// Removes a key; returns its value.
+    pub fn remove(&mut self, key: &[u64]) -> Option<u32> {
+        let h = hash_words(key);
+        let want = OCCUPIED | Self::tag(h);
+        let st = self.stride;
+        let mut i = self.home(h);
+        loop {
+            let m = self.slots[i * st];
+            if m & OCCUPIED == 0 {
+                return None;
+            }
+            if m & 0xffff_ffff_0000_0000 == want && self.slots[i * st + 1..(i + 1) * st] == *key {
+                break;
+            }
+            i = (i + 1) & self.mask;
+        }
+        let v = self.slots[i * st] as u32;
+        // Backward shift: pull later entries of the run into the hole when their home
+        // position allows it, so no tombstones are needed.
+        let mut hole = i;
+        let mut j = (i + 1) & self.mask;
+        loop {
+            let m = self.slots[j * st];
+            if m & OCCUPIED == 0 {
+                break;
+            }
+            let home = self.home(hash_words(&self.slots[j * st + 1..(j + 1) * st]));
+            let dist_j = j.wrapping_sub(home) & self.mask;
+            let dist_hole = hole.wrapping_sub(home) & self.mask;
+            if dist_hole <= dist_j {
+                self.slots.copy_within(j * st..(j + 1) * st, hole * st);
+                hole = j;
+            }
+            j = (j + 1) & self.mask;
+        }
+        self.slots[hole * st..(hole + 1) * st].fill(0);
+        self.len -= 1;
+        Some(v)
+    }
+
+    /// Every (key, value) pair, in table order.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u64], u32)> + '_ {
+        self.slots
+            .chunks_exact(self.stride)
+            .filter(|s| s[0] & OCCUPIED != 0)
+            .map(|s| (&s[1..], s[0] as u32))
+    }
+}
+
+/// Reads a FieldData message (`value_bin` bytes or `value_int`, big-endian) as exactly
+/// `size` bytes; `Ok(None)` when it has neither.
+pub fn field_data(v: &Value, size: usize, what: &str) -> Result<Option<Vec<u8>>> {
+    let mut a = bessemer_core::Args::new(v, what)?;
+    let bin = a.bytes("value_bin")?;
+    let int = a.uint("value_int", u64::MAX)?;
+    a.finish()?;
+    match (bin, int) {
+        (Some(_), Some(_)) => Err(Error::invalid(format!(
+            "{what}: value_bin and value_int are exclusive"
+        ))),
+        (Some(b), None) => {
+            if b.len() != size {
+                return Err(Error::invalid(format!(
+                    "{what}.value_bin: {} bytes for a {size}-byte field",
+                    b.len()
+                )));
+            }
+            Ok(Some(b.to_vec()))
+        }
+        (None, Some(i)) => {
+            if size < 8 && i >> (8 * size) != 0 {
+                return Err(Error::invalid(format!(
+                    "{what}.value_int: {i:#x} does not fit in {size} bytes"
+                )));
+            }
+            Ok(Some(i.to_be_bytes()[8 - size..].to_vec()))
+        }
+        (None, None) => Ok(None),
+    }
+}
+
+/// One match field: `size` bytes at a packet offset or of a metadata attribute.
+#[derive(Clone, Debug)]
+pub struct MatchField {
+    /// Packet data offset, or None for a metadata attribute.
+    pub offset: Option<usize>,
+    /// Attribute name (for attribute fields).
+    pub attr: Option<String>,
+    /// Attribute id as declared at init.
+    pub attr_id: usize,
+    /// Field size in bytes (1..=8).
+    pub size: usize,
+    /// Byte position in the key.
+    pub pos: usize,
+}
+
+/// Most fields per classifier and bytes per field (BESS's MAX_FIELDS, MAX_FIELD_SIZE).
+pub const MAX_FIELDS: usize = 8;
+/// Largest field size in bytes.
+pub const MAX_FIELD_SIZE: usize = 8;
+/// Largest packet offset of a field (BESS's limit).
+pub const MAX_OFFSET: i64 = 1024;
+
+/// Parses a `Field` message (`attr_name` or `offset`, `num_bytes`), declaring attributes.
+pub fn parse_field(
+    v: &Value,
+    what: &str,
+    pos: usize,
+    init: &mut bessemer_core::InitContext,
+) -> Result<MatchField> {
+    let mut a = bessemer_core::Args::new(v, what)?;
+    let attr = a.str("attr_name")?.filter(|s| !s.is_empty());
+    let offset = a.int("offset", 0, MAX_OFFSET)?;
+    let size = a
+        .int("num_bytes", 1, MAX_FIELD_SIZE as i64)?
+        .ok_or_else(|| Error::invalid(format!("{what}.num_bytes is required (1..8)")))?
+        as usize;
+    a.finish()?;
+    let (offset, attr_id) = match (attr, offset) {
+        (Some(_), Some(_)) => {
+            return Err(Error::invalid(format!(
+                "{what}: give either attr_name or offset, not both"
+            )))
+        }
+        (None, None) => {
+            return Err(Error::invalid(format!(
+                "{what}: must specify 'offset' or 'attr_name'"
+            )))
+        }
+        (Some(name), None) => {
+            let id = init.add_attr(bessemer_core::AttrSpec {
+                name: name.to_string(),
+                size,
+                mode: bessemer_core::AccessMode::Read,
+            })?;
+            (None, id)
+        }
+        (None, Some(o)) => (Some(o as usize), 0),
+    };
+    Ok(MatchField {
+        offset,
+        attr: attr.map(str::to_string),
+        attr_id,
+        size,
+        pos,
+    })
+}
+
+/// The `Field` message describing a field (for get_initial_arg).
+pub fn field_value(f: &MatchField) -> Value {
+    let v = Value::map();
+    let v = match (&f.attr, f.offset) {
+        (Some(n), _) => v.with("attr_name", n.as_str()),
+        (None, Some(o)) => v.with("offset", o),
+        (None, None) => v,
+    };
+    v.with("num_bytes", f.size)
+}
+
+/// Copies each field's bytes of `pkt` into `key` (zero-filled beforehand by the caller);
+/// returns false when the packet is too short for a packet field.
+#[inline(always)]
+pub fn gather_key(
+    fields: &[MatchField],
+    attr_offs: &[bessemer_core::AttrOffset],
+    pkt: &bessemer_core::Packet,
+    key: &mut [u8],
+) -> bool {
+    for (f, off) in fields.iter().zip(attr_offs) {
+        let dst = &mut key[f.pos..f.pos + f.size];
+        match f.offset {
+            Some(o) => match pkt.data().get(o..o + f.size) {
+                Some(b) => dst.copy_from_slice(b),
+                None => return false,
+            },
+            None => {
+                if let bessemer_core::AttrOffset::At(m) = *off {
+                    let m = m as usize;
+                    dst.copy_from_slice(&pkt.metadata()[m..m + f.size]);
+                }
+            }
+        }
+    }
+    true
+}
+
+/// Packs key bytes into little-endian words (the table key).
+#[inline(always)]
+pub fn key_words(key: &[u8; 64], out: &mut [u64; 8]) {
+    for (w, c) in out.iter_mut().zip(key.chunks_exact(8)) {
+        *w = u64::from_le_bytes(c.try_into().unwrap());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[test]
+    fn flat_table_matches_a_hashmap_through_inserts_and_removes() {
+        let mut t = FlatTable::new(2);
+        let mut r: HashMap<[u64; 2], u32> = HashMap::new();
+        let mut x: u64 = 12345;
+        for i in 0..20_000u32 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let k = [x % 3000, (x >> 20) % 3];
+            if i % 3 == 0 {
+                assert_eq!(t.remove(&k), r.remove(&k));
+            } else {
+                assert_eq!(t.insert(&k, i), r.insert(k, i));
+            }
+            assert_eq!(t.len(), r.len());
+        }
+        for (k, v) in &r {
+            assert_eq!(t.get(k), Some(*v));
+        }
+        assert_eq!(t.iter().count(), r.len());
+        assert_eq!(t.get(&[99_999, 0]), None);
+        t.clear();
+        assert!(t.is_empty());
+        assert_eq!(t.get(&[1, 1]), None);
+    }
+
+    #[test]
+    fn field_data_is_big_endian_and_sized() {
+        let v = Value::map().with("value_int", 0x0800);
+        assert_eq!(field_data(&v, 2, "f").unwrap(), Some(vec![8, 0]));
+        let v = Value::map().with("value_int", 0x10000);
+        assert!(field_data(&v, 2, "f")
+            .unwrap_err()
+            .msg
+            .contains("f.value_int"));
+        let v = Value::map().with("value_bin", vec![1u8, 2, 3]);
+        assert!(field_data(&v, 2, "f")
+            .unwrap_err()
+            .msg
+            .contains("f.value_bin"));
+        assert_eq!(field_data(&Value::map(), 2, "f").unwrap(), None);
+    }
+}
