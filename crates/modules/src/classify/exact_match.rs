@@ -6,8 +6,8 @@ use bessemer_core::{
 };
 
 use super::table::{
-    check_gate, field_data, field_value, gather_key, key_words, parse_field, FlatTable,
-    MatchField, DROP_GATE, MAX_FIELDS,
+    check_gate, field_data, field_value, gather_key, key_words, parse_field, FlatTable, MatchField,
+    DROP_GATE, MAX_FIELDS,
 };
 
 const DROP_NO_MATCH: usize = 0;
@@ -40,7 +40,9 @@ impl ExactMatch {
         let mut key = [0u8; 64];
         for (i, (v, f)) in list.iter().zip(&self.fields).enumerate() {
             let b = field_data(v, f.size, &format!("{what}.fields[{i}]"))?.ok_or_else(|| {
-                Error::invalid(format!("{what}.fields[{i}]: value_bin or value_int required"))
+                Error::invalid(format!(
+                    "{what}.fields[{i}]: value_bin or value_int required"
+                ))
             })?;
             key[f.pos..f.pos + f.size].copy_from_slice(&b);
         }
@@ -59,7 +61,9 @@ impl ExactMatch {
         let fields = a.list("fields")?;
         a.finish()?;
         if fields.is_empty() {
-            return Err(Error::invalid(format!("{what}.fields: 'fields' must be a list")));
+            return Err(Error::invalid(format!(
+                "{what}.fields: 'fields' must be a list"
+            )));
         }
         let key = self.rule_key(fields, what)?;
         self.table.insert(&key, gate as u32);
@@ -148,7 +152,10 @@ impl Module for ExactMatch {
             let g = gates[i];
             if g == DROP_GATE {
                 let hit = short >> i & 1 == 0
-                    && self.table.get_hashed(&keys[i][..words], hashes[i]).is_some();
+                    && self
+                        .table
+                        .get_hashed(&keys[i][..words], hashes[i])
+                        .is_some();
                 let reason = if short >> i & 1 == 1 {
                     DROP_TOO_SHORT
                 } else if hit {
@@ -172,7 +179,9 @@ impl Module for ExactMatch {
                 let fields = a.list("fields")?;
                 a.finish()?;
                 if fields.is_empty() {
-                    return Err(Error::invalid(format!("{what}.fields: argument must be a list")));
+                    return Err(Error::invalid(format!(
+                        "{what}.fields: argument must be a list"
+                    )));
                 }
                 let key = self.rule_key(fields, what)?;
                 if self.table.remove(&key).is_none() {
@@ -201,7 +210,8 @@ impl Module for ExactMatch {
                         .fields
                         .iter()
                         .map(|f| {
-                            Value::map().with("value_bin", self.mask[f.pos..f.pos + f.size].to_vec())
+                            Value::map()
+                                .with("value_bin", self.mask[f.pos..f.pos + f.size].to_vec())
                         })
                         .collect();
                     v = v.with("masks", Value::List(masks));
@@ -217,7 +227,10 @@ impl Module for ExactMatch {
             "set_runtime_config" => {
                 let what = "ExactMatchConfig";
                 let mut a = Args::new(arg, what)?;
-                let def = check_gate(a.uint("default_gate", u64::MAX)?, &format!("{what}.default_gate"))?;
+                let def = check_gate(
+                    a.uint("default_gate", u64::MAX)?,
+                    &format!("{what}.default_gate"),
+                )?;
                 let rules = a.list("rules")?;
                 a.finish()?;
                 // Checked on a copy first, so a bad rule leaves the module as it was.
@@ -248,7 +261,9 @@ fn create(init: &mut bessemer_core::InitContext, arg: &Value) -> Result<Instance
     let masks = a.list("masks")?;
     a.finish()?;
     if fields.is_empty() {
-        return Err(Error::invalid(format!("{what}.fields: at least one field is required")));
+        return Err(Error::invalid(format!(
+            "{what}.fields: at least one field is required"
+        )));
     }
     if fields.len() > MAX_FIELDS {
         return Err(Error::invalid(format!(
@@ -391,20 +406,30 @@ mod tests {
         h.command(
             "em",
             "add",
-            &add(vec![int(0x0800), bin(&[10, 0, 0, 1]), bin(&[10, 0, 0, 2])], 1),
+            &add(
+                vec![int(0x0800), bin(&[10, 0, 0, 1]), bin(&[10, 0, 0, 2])],
+                1,
+            ),
         )
         .unwrap();
         h.command(
             "em",
             "add",
-            &add(vec![int(0x0800), bin(&[10, 0, 0, 3]), bin(&[10, 0, 0, 2])], 0),
+            &add(
+                vec![int(0x0800), bin(&[10, 0, 0, 3]), bin(&[10, 0, 0, 2])],
+                0,
+            ),
         )
         .unwrap();
         let a = pkt(0x0800, [10, 0, 0, 1], [10, 0, 0, 2]);
         let b = pkt(0x0800, [10, 0, 0, 3], [10, 0, 0, 2]);
         let miss = pkt(0x86dd, [10, 0, 0, 1], [10, 0, 0, 2]);
         // No default gate yet: misses and short packets are dropped, counted.
-        h.inject("em", 0, &[a.clone(), b.clone(), miss.clone(), a[..30].to_vec()]);
+        h.inject(
+            "em",
+            0,
+            &[a.clone(), b.clone(), miss.clone(), a[..30].to_vec()],
+        );
         assert_eq!(c1.take_data(), vec![a.clone()]);
         assert_eq!(c0.take_data(), vec![b.clone()]);
         assert_eq!(h.drops("em", "no_match"), 1);
@@ -417,21 +442,27 @@ mod tests {
         h.command(
             "em",
             "add",
-            &add(vec![int(0x0800), bin(&[10, 0, 0, 1]), bin(&[10, 0, 0, 2])], 8192),
+            &add(
+                vec![int(0x0800), bin(&[10, 0, 0, 1]), bin(&[10, 0, 0, 2])],
+                8192,
+            ),
         )
         .unwrap();
-        h.inject("em", 0, &[a.clone()]);
+        h.inject("em", 0, std::slice::from_ref(&a));
         assert_eq!(h.drops("em", "rule_drop"), 1);
         let del = Value::map().with(
             "fields",
             Value::List(vec![int(0x0800), bin(&[10, 0, 0, 1]), bin(&[10, 0, 0, 2])]),
         );
         h.command("em", "delete", &del).unwrap();
-        assert_eq!(h.command("em", "delete", &del).unwrap_err().code, Error::not_found("").code);
-        h.inject("em", 0, &[a.clone()]);
+        assert_eq!(
+            h.command("em", "delete", &del).unwrap_err().code,
+            Error::not_found("").code
+        );
+        h.inject("em", 0, std::slice::from_ref(&a));
         assert_eq!(c5.take_data(), vec![a.clone()]);
         h.command("em", "clear", &Value::map()).unwrap();
-        h.inject("em", 0, &[b.clone()]);
+        h.inject("em", 0, std::slice::from_ref(&b));
         assert_eq!(c5.take_data(), vec![b]);
         assert!(c0.is_empty() && c1.is_empty());
     }
@@ -490,7 +521,9 @@ mod tests {
         h.command("em", "add", &add(vec![bin(&[9, 9])], 1)).unwrap();
         h.command("em", "set_default_gate", &Value::map().with("gate", 4))
             .unwrap();
-        let cfg = h.command("em", "get_runtime_config", &Value::map()).unwrap();
+        let cfg = h
+            .command("em", "get_runtime_config", &Value::map())
+            .unwrap();
         let want = Value::map().with("default_gate", 4u64).with(
             "rules",
             Value::List(vec![
@@ -503,18 +536,17 @@ mod tests {
         h.command("em", "clear", &Value::map()).unwrap();
         h.command("em", "set_runtime_config", &cfg).unwrap();
         assert_eq!(
-            h.command("em", "get_runtime_config", &Value::map()).unwrap(),
+            h.command("em", "get_runtime_config", &Value::map())
+                .unwrap(),
             want
         );
         // A bad rule leaves the old configuration in place.
-        let bad = Value::map().with(
-            "rules",
-            Value::List(vec![add(vec![bin(&[1, 2, 3])], 0)]),
-        );
+        let bad = Value::map().with("rules", Value::List(vec![add(vec![bin(&[1, 2, 3])], 0)]));
         let e = h.command("em", "set_runtime_config", &bad).unwrap_err();
         assert!(e.msg.contains("rules[0].fields[0].value_bin"), "{}", e.msg);
         assert_eq!(
-            h.command("em", "get_runtime_config", &Value::map()).unwrap(),
+            h.command("em", "get_runtime_config", &Value::map())
+                .unwrap(),
             want
         );
     }
@@ -523,11 +555,19 @@ mod tests {
     fn argument_errors_name_the_field() {
         let mut h = Harness::new();
         let e = h
-            .add(&CLASS, "a", &Value::map().with("fields", Value::List(vec![off(0, 9)])))
+            .add(
+                &CLASS,
+                "a",
+                &Value::map().with("fields", Value::List(vec![off(0, 9)])),
+            )
             .unwrap_err();
         assert!(e.msg.contains("fields[0].num_bytes"), "{}", e.msg);
         let e = h
-            .add(&CLASS, "b", &Value::map().with("fields", Value::List(vec![off(2000, 1)])))
+            .add(
+                &CLASS,
+                "b",
+                &Value::map().with("fields", Value::List(vec![off(2000, 1)])),
+            )
             .unwrap_err();
         assert!(e.msg.contains("fields[0].offset"), "{}", e.msg);
         let e = h
@@ -550,11 +590,17 @@ mod tests {
             )
             .unwrap_err();
         assert!(e.msg.contains("masks[0].value_int"), "{}", e.msg);
-        h.add(&CLASS, "e", &Value::map().with("fields", Value::List(vec![off(0, 2)])))
-            .unwrap();
+        h.add(
+            &CLASS,
+            "e",
+            &Value::map().with("fields", Value::List(vec![off(0, 2)])),
+        )
+        .unwrap();
         let e = h.command("e", "add", &add(vec![bin(&[1])], 0)).unwrap_err();
         assert!(e.msg.contains("fields[0].value_bin"), "{}", e.msg);
-        let e = h.command("e", "add", &add(vec![bin(&[1, 2])], 9000)).unwrap_err();
+        let e = h
+            .command("e", "add", &add(vec![bin(&[1, 2])], 9000))
+            .unwrap_err();
         assert!(e.msg.contains("gate"), "{}", e.msg);
         let e = h
             .command("e", "add", &add(vec![bin(&[1, 2]), bin(&[3, 4])], 0))

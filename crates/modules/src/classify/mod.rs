@@ -3,7 +3,8 @@
 use bessemer_core::ModuleClass;
 
 pub mod exact_match;
+pub mod ip_lookup;
 pub mod table;
 
 /// The classes of this kind.
-pub static CLASSES: &[&ModuleClass] = &[&exact_match::CLASS];
+pub static CLASSES: &[&ModuleClass] = &[&exact_match::CLASS, &ip_lookup::CLASS];

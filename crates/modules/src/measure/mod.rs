@@ -7,8 +7,4 @@ pub mod timestamp;
 use bessemer_core::ModuleClass;
 
 /// The classes of this kind.
-pub static CLASSES: &[&ModuleClass] = &[
-    &dump::CLASS,
-    &measure::CLASS,
-    &timestamp::CLASS,
-];
+pub static CLASSES: &[&ModuleClass] = &[&dump::CLASS, &measure::CLASS, &timestamp::CLASS];

@@ -5,6 +5,4 @@ pub mod queue;
 use bessemer_core::ModuleClass;
 
 /// The classes of this kind.
-pub static CLASSES: &[&ModuleClass] = &[
-    &queue::CLASS,
-];
+pub static CLASSES: &[&ModuleClass] = &[&queue::CLASS];
