@@ -5,6 +5,11 @@ use bessemer_core::ModuleClass;
 pub mod exact_match;
 pub mod ip_lookup;
 pub mod table;
+pub mod wildcard_match;
 
 /// The classes of this kind.
-pub static CLASSES: &[&ModuleClass] = &[&exact_match::CLASS, &ip_lookup::CLASS];
+pub static CLASSES: &[&ModuleClass] = &[
+    &exact_match::CLASS,
+    &ip_lookup::CLASS,
+    &wildcard_match::CLASS,
+];
