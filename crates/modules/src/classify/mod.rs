@@ -4,6 +4,7 @@ use bessemer_core::ModuleClass;
 
 pub mod exact_match;
 pub mod ip_lookup;
+pub mod l2_forward;
 pub mod table;
 pub mod wildcard_match;
 
@@ -11,5 +12,6 @@ pub mod wildcard_match;
 pub static CLASSES: &[&ModuleClass] = &[
     &exact_match::CLASS,
     &ip_lookup::CLASS,
+    &l2_forward::CLASS,
     &wildcard_match::CLASS,
 ];
