@@ -6,8 +6,8 @@ use bessemer_core::{
 };
 
 use super::table::{
-    check_gate, field_data, field_value, gather_key, key_words, parse_field, FlatTable, MatchField,
-    DROP_GATE, MAX_FIELDS,
+    check_gate, field_data, field_value, hash_words, key_words, parse_field, split, FlatTable,
+    KeyBuilder, MatchField, DROP_GATE, MAX_FIELDS,
 };
 
 const DROP_NO_MATCH: usize = 0;
@@ -21,7 +21,7 @@ pub struct ExactMatch {
     masks_given: bool,
     /// Per-byte mask over the whole key (zero outside fields).
     mask: [u8; 64],
-    mask_words: [u64; 8],
+    keys: KeyBuilder,
     words: usize,
     table: FlatTable,
     default_gate: u16,
@@ -105,69 +105,75 @@ impl ExactMatch {
     }
 }
 
+/// The batch path for keys of `W` words: build keys, hash and prefetch every packet's
+/// slot, then look up (the loads overlap), then split.
+#[inline(always)]
+fn run<const W: usize>(
+    em: &ExactMatch,
+    ctx: &mut Context,
+    batch: &mut PacketBatch,
+    offs: &[AttrOffset],
+) {
+    let n = batch.len();
+    let mut keys = [[0u64; W]; MAX_BURST];
+    let mut hashes = [0u64; MAX_BURST];
+    let mut status = [0u8; MAX_BURST];
+    let mut gates = [0u16; MAX_BURST];
+    for (i, p) in batch.pkts().iter().enumerate() {
+        match em.keys.build::<W>(offs, p) {
+            Some(k) => {
+                keys[i] = k;
+                hashes[i] = hash_words(&k);
+                em.table.prefetch(hashes[i]);
+            }
+            None => status[i] = (DROP_TOO_SHORT + 1) as u8,
+        }
+    }
+    let def = em.default_gate;
+    let mut any_drop = false;
+    for i in 0..n {
+        let found = if status[i] == 0 {
+            em.table.get_n(&keys[i], hashes[i])
+        } else {
+            None
+        };
+        match found {
+            Some(g) if g as u16 == DROP_GATE => status[i] = (DROP_RULE + 1) as u8,
+            Some(g) => gates[i] = g as u16,
+            None if def == DROP_GATE => {
+                if status[i] == 0 {
+                    status[i] = (DROP_NO_MATCH + 1) as u8;
+                }
+            }
+            None => {
+                status[i] = 0;
+                gates[i] = def;
+            }
+        }
+        any_drop |= status[i] != 0;
+    }
+    split(ctx, batch, &gates, &status, any_drop);
+}
+
 impl Module for ExactMatch {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        let n = batch.len();
         let mut offs = [AttrOffset::NoRead; MAX_FIELDS];
         for (i, f) in self.fields.iter().enumerate() {
             if f.offset.is_none() {
                 offs[i] = ctx.attr(f.attr_id);
             }
         }
-        let offs = &offs[..self.fields.len()];
-        let words = self.words;
-        let mut keys = [[0u64; 8]; MAX_BURST];
-        let mut hashes = [0u64; MAX_BURST];
-        let mut short = 0u64; // bit i: packet i too short
-        for (i, p) in batch.pkts().iter().enumerate() {
-            let mut kb = [0u8; 64];
-            if !gather_key(&self.fields, offs, p, &mut kb) {
-                short |= 1 << i;
-                continue;
-            }
-            key_words(&kb, &mut keys[i]);
-            for (k, m) in keys[i][..words].iter_mut().zip(&self.mask_words) {
-                *k &= m;
-            }
-            hashes[i] = super::table::hash_words(&keys[i][..words]);
-            self.table.prefetch(hashes[i]);
-        }
-        let def = self.default_gate;
-        let mut gates = [0u16; MAX_BURST];
-        for i in 0..n {
-            gates[i] = if short >> i & 1 == 1 {
-                def
-            } else {
-                match self.table.get_hashed(&keys[i][..words], hashes[i]) {
-                    Some(g) => g as u16,
-                    None => def,
-                }
-            };
-        }
-        if n > 0 && short == 0 && gates[..n].iter().all(|&g| g == gates[0]) && gates[0] != DROP_GATE
-        {
-            return ctx.forward(gates[0], batch);
-        }
-        for (i, p) in batch.drain().enumerate() {
-            let g = gates[i];
-            if g == DROP_GATE {
-                let hit = short >> i & 1 == 0
-                    && self
-                        .table
-                        .get_hashed(&keys[i][..words], hashes[i])
-                        .is_some();
-                let reason = if short >> i & 1 == 1 {
-                    DROP_TOO_SHORT
-                } else if hit {
-                    DROP_RULE
-                } else {
-                    DROP_NO_MATCH
-                };
-                ctx.drop_packet(p, reason);
-            } else {
-                ctx.emit(g, p);
-            }
-        }
+        let run = |w| match w {
+            1 => run::<1>,
+            2 => run::<2>,
+            3 => run::<3>,
+            4 => run::<4>,
+            5 => run::<5>,
+            6 => run::<6>,
+            7 => run::<7>,
+            _ => run::<8>,
+        };
+        run(self.words)(self, ctx, batch, &offs[..self.fields.len()]);
     }
 
     fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
@@ -294,13 +300,16 @@ fn create(init: &mut bessemer_core::InitContext, arg: &Value) -> Result<Instance
         parsed.push(mf);
     }
     let words = pos.div_ceil(8);
-    let mut mask_words = [0u64; 8];
-    key_words(&mask, &mut mask_words);
+    let field_masks: Vec<Option<Vec<u8>>> = parsed
+        .iter()
+        .map(|f| Some(mask[f.pos..f.pos + f.size].to_vec()))
+        .collect();
+    let keys = KeyBuilder::new(&parsed, &field_masks);
     Ok(Instance::Exclusive(Box::new(ExactMatch {
         fields: parsed,
         masks_given: !masks.is_empty(),
         mask,
-        mask_words,
+        keys,
         words,
         table: FlatTable::new(words),
         default_gate: DROP_GATE,

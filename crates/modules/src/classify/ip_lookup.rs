@@ -52,7 +52,7 @@ impl Lpm {
     /// split by longer prefixes.
     pub fn new(max_rules: usize, max_groups: usize) -> Lpm {
         Lpm {
-            tbl24: vec![0u32; TBL24_SIZE],
+            tbl24: super::table::zeroed_table(TBL24_SIZE, 0u32),
             tbl8: Vec::new(),
             free_groups: Vec::new(),
             groups_used: 0,
@@ -199,7 +199,7 @@ impl Lpm {
     /// Removes every prefix.
     pub fn clear(&mut self) {
         // A fresh zeroed allocation is lazily mapped: cheaper than rewriting 64 MiB.
-        self.tbl24 = vec![0u32; TBL24_SIZE];
+        self.tbl24 = super::table::zeroed_table(TBL24_SIZE, 0u32);
         self.tbl8 = Vec::new();
         self.free_groups.clear();
         self.groups_used = 0;

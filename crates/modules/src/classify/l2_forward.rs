@@ -36,7 +36,7 @@ impl MacTable {
     /// An empty table; `size` and `bucket` are powers of two.
     pub fn new(size: usize, bucket: usize) -> MacTable {
         MacTable {
-            slots: vec![0; size * bucket],
+            slots: super::table::zeroed_table(size * bucket, 0u64),
             size_mask: size - 1,
             bucket,
             count: 0,

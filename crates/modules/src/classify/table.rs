@@ -30,6 +30,26 @@ pub fn prefetch<T>(p: *const T) {
     let _ = p;
 }
 
+/// A zeroed table of `n` words. Big ones are offered to the kernel for transparent huge
+/// pages before first touch: random lookups over tens of MiB otherwise miss the TLB on
+/// almost every packet. (Advice only; plain pages if refused.)
+pub fn zeroed_table<T: Copy>(n: usize, zero: T) -> Vec<T> {
+    let v = vec![zero; n];
+    let bytes = n * std::mem::size_of::<T>();
+    const HUGE: usize = 2 << 20;
+    if bytes >= 2 * HUGE {
+        let start = (v.as_ptr() as usize).next_multiple_of(HUGE);
+        let end = (v.as_ptr() as usize + bytes) / HUGE * HUGE;
+        if end > start {
+            // SAFETY: advice on whole pages inside the vector's own allocation.
+            unsafe {
+                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
+            }
+        }
+    }
+    v
+}
+
 /// Mixes key words into a 64-bit hash (multiply-rotate per word, murmur3 finaliser).
 #[inline(always)]
 pub fn hash_words(words: &[u64]) -> u64 {
@@ -56,10 +76,20 @@ pub struct FlatTable {
     bits: u32,
     mask: usize,
     len: usize,
+    /// Grow when len exceeds capacity x load_num / 8.
+    load_num: usize,
     slots: Vec<u64>,
 }
 
 impl FlatTable {
+    /// A table kept at most 1/4 full: more memory, shorter probes (for small tables that
+    /// are searched many times per packet).
+    pub fn sparse(words: usize) -> FlatTable {
+        let mut t = FlatTable::new(words);
+        t.load_num = 2;
+        t
+    }
+
     /// An empty table for keys of `words` words (1..=8).
     pub fn new(words: usize) -> FlatTable {
         assert!((1..=8).contains(&words));
@@ -69,6 +99,7 @@ impl FlatTable {
             bits: 0,
             mask: 0,
             len: 0,
+            load_num: 5,
             slots: Vec::new(),
         };
         t.resize(4);
@@ -80,7 +111,7 @@ impl FlatTable {
         let old_stride = self.stride;
         self.bits = bits;
         self.mask = (1usize << bits) - 1;
-        self.slots = vec![0u64; (1usize << bits) * self.stride];
+        self.slots = zeroed_table((1usize << bits) * self.stride, 0u64);
         self.len = 0;
         for s in old.chunks_exact(old_stride) {
             if s[0] & OCCUPIED != 0 {
@@ -148,6 +179,29 @@ impl FlatTable {
         }
     }
 
+    /// Looks up a key of exactly `W` words (the table's width) whose hash is `h`: the
+    /// fixed width lets the comparison compile to `W` word compares.
+    #[inline(always)]
+    pub fn get_n<const W: usize>(&self, key: &[u64; W], h: u64) -> Option<u32> {
+        debug_assert_eq!(W, self.words);
+        let want = OCCUPIED | Self::tag(h);
+        let mut i = self.home(h);
+        loop {
+            let s = &self.slots[i * (W + 1)..i * (W + 1) + W + 1];
+            let m = s[0];
+            if m & OCCUPIED == 0 {
+                return None;
+            }
+            if m & 0xffff_ffff_0000_0000 == want {
+                let k: &[u64; W] = s[1..].try_into().unwrap();
+                if k == key {
+                    return Some(m as u32);
+                }
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+
     /// Looks up a key.
     pub fn get(&self, key: &[u64]) -> Option<u32> {
         self.get_hashed(key, hash_words(key))
@@ -176,7 +230,7 @@ impl FlatTable {
     /// Inserts or replaces a key's value; returns the old value.
     pub fn insert(&mut self, key: &[u64], v: u32) -> Option<u32> {
         debug_assert_eq!(key.len(), self.words);
-        if (self.len + 1) * 8 > (self.mask + 1) * 5 {
+        if (self.len + 1) * 8 > (self.mask + 1) * self.load_num {
             self.resize(self.bits + 1);
         }
         self.insert_hashed(key, hash_words(key), v)
@@ -341,31 +395,110 @@ pub fn field_value(f: &MatchField) -> Value {
     v.with("num_bytes", f.size)
 }
 
-/// Copies each field's bytes of `pkt` into `key` (zero-filled beforehand by the caller);
-/// returns false when the packet is too short for a packet field.
+/// How to load one field into the key words: one unaligned 8-byte load, masked, shifted
+/// into place (key bytes are little-endian words, so byte `pos` is word pos/8, bit 8*(pos%8)).
+#[derive(Clone, Copy, Debug)]
+struct KeyField {
+    offset: Option<usize>,
+    size: usize,
+    word: usize,
+    shift: u32,
+    /// Field mask as a little-endian word (zero beyond `size` bytes).
+    mask: u64,
+}
+
+/// Builds table keys from packets for a list of fields.
+#[derive(Clone, Debug)]
+pub struct KeyBuilder {
+    fields: Vec<KeyField>,
+}
+
 #[inline(always)]
-pub fn gather_key(
-    fields: &[MatchField],
-    attr_offs: &[bessemer_core::AttrOffset],
-    pkt: &bessemer_core::Packet,
-    key: &mut [u8],
-) -> bool {
-    for (f, off) in fields.iter().zip(attr_offs) {
-        let dst = &mut key[f.pos..f.pos + f.size];
-        match f.offset {
-            Some(o) => match pkt.data().get(o..o + f.size) {
-                Some(b) => dst.copy_from_slice(b),
-                None => return false,
-            },
-            None => {
-                if let bessemer_core::AttrOffset::At(m) = *off {
-                    let m = m as usize;
-                    dst.copy_from_slice(&pkt.metadata()[m..m + f.size]);
-                }
-            }
+fn load_le(b: &[u8], at: usize, size: usize) -> Option<u64> {
+    match b.get(at..at + 8) {
+        Some(w) => Some(u64::from_le_bytes(w.try_into().unwrap())),
+        None => {
+            let part = b.get(at..at + size)?;
+            let mut t = [0u8; 8];
+            t[..size].copy_from_slice(part);
+            Some(u64::from_le_bytes(t))
         }
     }
-    true
+}
+
+impl KeyBuilder {
+    /// A builder for `fields`; `masks[i]` are field i's mask bytes (all ones if None).
+    pub fn new(fields: &[MatchField], masks: &[Option<Vec<u8>>]) -> KeyBuilder {
+        let fields = fields
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                let mut m = [0u8; 8];
+                match masks.get(i).and_then(|m| m.as_ref()) {
+                    Some(b) => m[..f.size].copy_from_slice(b),
+                    None => m[..f.size].fill(0xff),
+                }
+                KeyField {
+                    offset: f.offset,
+                    size: f.size,
+                    word: f.pos / 8,
+                    shift: (f.pos % 8) as u32 * 8,
+                    mask: u64::from_le_bytes(m),
+                }
+            })
+            .collect();
+        KeyBuilder { fields }
+    }
+
+    /// The key of `pkt` (`offs[i]`: field i's attribute offset), or None when the packet
+    /// is too short for a packet field.
+    #[inline(always)]
+    pub fn build<const W: usize>(
+        &self,
+        offs: &[bessemer_core::AttrOffset],
+        pkt: &bessemer_core::Packet,
+    ) -> Option<[u64; W]> {
+        let mut k = [0u64; W];
+        for (i, f) in self.fields.iter().enumerate() {
+            let v = match f.offset {
+                Some(o) => load_le(pkt.data(), o, f.size)?,
+                None => match offs[i] {
+                    bessemer_core::AttrOffset::At(m) => {
+                        load_le(&pkt.metadata()[..], m as usize, f.size).unwrap_or(0)
+                    }
+                    _ => 0,
+                },
+            } & f.mask;
+            k[f.word] |= v << f.shift;
+            if f.shift != 0 && f.word + 1 < W {
+                k[f.word + 1] |= v >> (64 - f.shift);
+            }
+        }
+        Some(k)
+    }
+}
+
+/// Sends packet i out of `gates[i]`, or drops it under reason `status[i] - 1` when
+/// `status[i]` is not 0; a batch bound for one gate is forwarded whole.
+#[inline(always)]
+pub fn split(
+    ctx: &mut bessemer_core::Context,
+    batch: &mut bessemer_core::PacketBatch,
+    gates: &[u16; bessemer_core::MAX_BURST],
+    status: &[u8; bessemer_core::MAX_BURST],
+    any_drop: bool,
+) {
+    let n = batch.len();
+    if n > 0 && !any_drop && gates[1..n].iter().all(|&g| g == gates[0]) {
+        return ctx.forward(gates[0], batch);
+    }
+    for (i, p) in batch.drain().enumerate() {
+        if status[i] == 0 {
+            ctx.emit(gates[i], p);
+        } else {
+            ctx.drop_packet(p, status[i] as usize - 1);
+        }
+    }
 }
 
 /// Packs key bytes into little-endian words (the table key).

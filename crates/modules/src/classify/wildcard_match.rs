@@ -6,8 +6,8 @@ use bessemer_core::{
 };
 
 use super::table::{
-    check_gate, field_data, field_value, gather_key, hash_words, key_words, parse_field, FlatTable,
-    MatchField, DROP_GATE, MAX_FIELDS,
+    check_gate, field_data, field_value, hash_words, key_words, parse_field, split, FlatTable,
+    KeyBuilder, MatchField, DROP_GATE, MAX_FIELDS,
 };
 
 const DROP_NO_MATCH: usize = 0;
@@ -48,6 +48,7 @@ impl Tuple {
 /// Wildcard (value/mask) classifier with priorities.
 pub struct WildcardMatch {
     fields: Vec<MatchField>,
+    keys: KeyBuilder,
     words: usize,
     /// Tuples in lookup order: highest max priority first, later-created first on ties.
     tuples: Vec<Tuple>,
@@ -120,7 +121,7 @@ impl WildcardMatch {
                 self.next_seq += 1;
                 self.tuples.push(Tuple {
                     mask,
-                    table: FlatTable::new(w),
+                    table: FlatTable::sparse(w),
                     data: Vec::new(),
                     free: Vec::new(),
                     max_priority: i32::MIN,
@@ -200,67 +201,84 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
+/// The batch path for keys of `W` words: tuple by tuple over the whole batch, skipping
+/// packets whose best match so far already beats every rule of the tuple.
+#[inline(always)]
+fn run<const W: usize>(
+    wm: &WildcardMatch,
+    ctx: &mut Context,
+    batch: &mut PacketBatch,
+    offs: &[AttrOffset],
+) {
+    let n = batch.len();
+    let mut keys = [[0u64; W]; MAX_BURST];
+    let mut status = [0u8; MAX_BURST];
+    for (i, p) in batch.pkts().iter().enumerate() {
+        match wm.keys.build::<W>(offs, p) {
+            Some(k) => keys[i] = k,
+            None => status[i] = (DROP_TOO_SHORT + 1) as u8,
+        }
+    }
+    // Best (priority, tuple seq, gate) per packet; seq 0 = no match yet.
+    let mut best = [(i32::MIN, 0u64, 0u16); MAX_BURST];
+    for t in &wm.tuples {
+        let mask: &[u64; W] = t.mask[..W].try_into().unwrap();
+        for i in 0..n {
+            let b = best[i];
+            if status[i] != 0 || t.max_priority < b.0 {
+                continue;
+            }
+            let mut mk = [0u64; W];
+            for j in 0..W {
+                mk[j] = keys[i][j] & mask[j];
+            }
+            if let Some(x) = t.table.get_n(&mk, hash_words(&mk)) {
+                let d = t.data[x as usize];
+                if b.1 == 0 || d.priority > b.0 || (d.priority == b.0 && t.seq > b.1) {
+                    best[i] = (d.priority, t.seq, d.gate);
+                }
+            }
+        }
+    }
+    let def = wm.default_gate;
+    let mut gates = [0u16; MAX_BURST];
+    let mut any_drop = false;
+    for i in 0..n {
+        let g = if best[i].1 == 0 { def } else { best[i].2 };
+        if g != DROP_GATE {
+            status[i] = 0;
+            gates[i] = g;
+        } else if status[i] == 0 {
+            status[i] = if best[i].1 != 0 {
+                DROP_RULE + 1
+            } else {
+                DROP_NO_MATCH + 1
+            } as u8;
+        }
+        any_drop |= status[i] != 0;
+    }
+    split(ctx, batch, &gates, &status, any_drop);
+}
+
 impl Module for WildcardMatch {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        let n = batch.len();
         let mut offs = [AttrOffset::NoRead; MAX_FIELDS];
         for (i, f) in self.fields.iter().enumerate() {
             if f.offset.is_none() {
                 offs[i] = ctx.attr(f.attr_id);
             }
         }
-        let offs = &offs[..self.fields.len()];
-        let w = self.words;
-        let mut keys = [[0u64; 8]; MAX_BURST];
-        let mut short = 0u64;
-        for (i, p) in batch.pkts().iter().enumerate() {
-            let mut kb = [0u8; 64];
-            if gather_key(&self.fields, offs, p, &mut kb) {
-                key_words(&kb, &mut keys[i]);
-            } else {
-                short |= 1 << i;
-            }
-        }
-        // Best (priority, tuple seq, gate) per packet; seq 0 = no match yet.
-        let mut best = [(i32::MIN, 0u64, 0u16); MAX_BURST];
-        for t in &self.tuples {
-            for i in 0..n {
-                let b = best[i];
-                if short >> i & 1 == 1 || t.max_priority < b.0 {
-                    continue;
-                }
-                let mut mk = [0u64; 8];
-                for j in 0..w {
-                    mk[j] = keys[i][j] & t.mask[j];
-                }
-                if let Some(x) = t.table.get_hashed(&mk[..w], hash_words(&mk[..w])) {
-                    let d = t.data[x as usize];
-                    if b.1 == 0 || d.priority > b.0 || (d.priority == b.0 && t.seq > b.1) {
-                        best[i] = (d.priority, t.seq, d.gate);
-                    }
-                }
-            }
-        }
-        let def = self.default_gate;
-        let gate = |i: usize| if best[i].1 == 0 { def } else { best[i].2 };
-        if n > 0 && short == 0 {
-            let g0 = gate(0);
-            if g0 != DROP_GATE && (1..n).all(|i| gate(i) == g0) {
-                return ctx.forward(g0, batch);
-            }
-        }
-        for (i, p) in batch.drain().enumerate() {
-            let g = gate(i);
-            if g != DROP_GATE {
-                ctx.emit(g, p);
-            } else if short >> i & 1 == 1 {
-                ctx.drop_packet(p, DROP_TOO_SHORT);
-            } else if best[i].1 != 0 {
-                ctx.drop_packet(p, DROP_RULE);
-            } else {
-                ctx.drop_packet(p, DROP_NO_MATCH);
-            }
-        }
+        let run = |w| match w {
+            1 => run::<1>,
+            2 => run::<2>,
+            3 => run::<3>,
+            4 => run::<4>,
+            5 => run::<5>,
+            6 => run::<6>,
+            7 => run::<7>,
+            _ => run::<8>,
+        };
+        run(self.words)(self, ctx, batch, &offs[..self.fields.len()]);
     }
 
     fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
@@ -368,7 +386,9 @@ fn create(init: &mut bessemer_core::InitContext, arg: &Value) -> Result<Instance
         pos += mf.size;
         parsed.push(mf);
     }
+    let keys = KeyBuilder::new(&parsed, &[]);
     Ok(Instance::Exclusive(Box::new(WildcardMatch {
+        keys,
         fields: parsed,
         words: pos.div_ceil(8),
         tuples: Vec::new(),
