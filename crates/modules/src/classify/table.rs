@@ -50,18 +50,26 @@ pub fn zeroed_table<T: Copy>(n: usize, zero: T) -> Vec<T> {
     v
 }
 
-/// Mixes key words into a 64-bit hash (multiply-rotate per word, murmur3 finaliser).
+/// Hashes key words: one multiply per word by a per-position odd constant, folded by
+/// XOR (the products are independent, so this is a few cycles). The top bits (the table
+/// index) depend on every key bit; the middle bits give the slot tag.
 #[inline(always)]
 pub fn hash_words(words: &[u64]) -> u64 {
-    let mut h: u64 = 0x243F_6A88_85A3_08D3;
-    for &w in words {
-        h = (h ^ w).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(31);
+    const K: [u64; 8] = [
+        0x9E37_79B9_7F4A_7C15,
+        0xC2B2_AE3D_27D4_EB4F,
+        0x1656_67B1_9E37_79F9,
+        0x85EB_CA77_C2B2_AE63,
+        0x27D4_EB2F_1656_67C5,
+        0xFF51_AFD7_ED55_8CCD,
+        0xC4CE_B9FE_1A85_EC53,
+        0x94D0_49BB_1331_11EB,
+    ];
+    let mut h = 0x243F_6A88_85A3_08D3;
+    for (i, &w) in words.iter().enumerate() {
+        h ^= (w ^ K[(i + 3) & 7]).wrapping_mul(K[i & 7]);
     }
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    h ^ (h >> 33)
+    h
 }
 
 const OCCUPIED: u64 = 1 << 63;
@@ -151,7 +159,7 @@ impl FlatTable {
 
     #[inline(always)]
     fn tag(h: u64) -> u64 {
-        (h & 0x7fff_ffff) << 32
+        ((h >> 16) & 0x7fff_ffff) << 32
     }
 
     /// Prefetches the slot where a key with hash `h` starts its probe.
@@ -200,6 +208,33 @@ impl FlatTable {
             }
             i = (i + 1) & self.mask;
         }
+    }
+
+    /// As `get_n`, for sparse tables: checks the home slot and the next without branching
+    /// on their contents (at load <= 1/4 a search rarely goes further), so a miss costs no
+    /// mispredicted branch; longer runs take the general path.
+    #[inline(always)]
+    pub fn get_near<const W: usize>(&self, key: &[u64; W], h: u64) -> Option<u32> {
+        let want = OCCUPIED | Self::tag(h);
+        let i0 = self.home(h);
+        let i1 = (i0 + 1) & self.mask;
+        let s0 = &self.slots[i0 * (W + 1)..i0 * (W + 1) + W + 1];
+        let s1 = &self.slots[i1 * (W + 1)..i1 * (W + 1) + W + 1];
+        let (mut d0, mut d1) = (
+            (s0[0] & 0xffff_ffff_0000_0000) ^ want,
+            (s1[0] & 0xffff_ffff_0000_0000) ^ want,
+        );
+        for j in 0..W {
+            d0 |= s0[1 + j] ^ key[j];
+            d1 |= s1[1 + j] ^ key[j];
+        }
+        if (d0 == 0) | (d1 == 0) {
+            return Some(if d0 == 0 { s0[0] } else { s1[0] } as u32);
+        }
+        if (s0[0] & OCCUPIED == 0) | (s1[0] & OCCUPIED == 0) {
+            return None;
+        }
+        self.get_n(key, h)
     }
 
     /// Looks up a key.

@@ -232,7 +232,7 @@ fn run<const W: usize>(
             for j in 0..W {
                 mk[j] = keys[i][j] & mask[j];
             }
-            if let Some(x) = t.table.get_n(&mk, hash_words(&mk)) {
+            if let Some(x) = t.table.get_near(&mk, hash_words(&mk)) {
                 let d = t.data[x as usize];
                 if b.1 == 0 || d.priority > b.0 || (d.priority == b.0 && t.seq > b.1) {
                     best[i] = (d.priority, t.seq, d.gate);
