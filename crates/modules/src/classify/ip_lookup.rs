@@ -94,7 +94,7 @@ impl Lpm {
         let exists = self.rules.contains_key(&(prefix, len));
         if !exists && self.rules.len() >= self.max_rules {
             return Err(Error::new(
-                libc_enospc(),
+                libc::ENOSPC,
                 format!("rule table full ({} rules, see max_rules)", self.max_rules),
             ));
         }
@@ -124,7 +124,7 @@ impl Lpm {
             } else {
                 let Some(g) = self.alloc_group(e) else {
                     return Err(Error::new(
-                        libc_enospc(),
+                        libc::ENOSPC,
                         format!(
                             "no free second-level group ({} in use, see max_tbl8s)",
                             self.groups_used
@@ -215,10 +215,6 @@ impl Lpm {
         }
         (e & VALID != 0).then_some(e as u16)
     }
-}
-
-fn libc_enospc() -> i32 {
-    28 // ENOSPC
 }
 
 fn mask(len: u8) -> u32 {
@@ -378,7 +374,8 @@ pub static CLASS: ModuleClass = ModuleClass {
     arg_doc: &[
         "max_rules: uint32 — most prefixes held (default 1024)",
         "max_tbl8s: uint32 — most /24 blocks split by prefixes longer than /24 (default 128)",
-        "routes on the IPv4 destination of Ethernet frames; prefix_len 0 sets the default gate (initially none: dropped)",
+        "routes Ethernet/IPv4 frames on the destination address; prefix_len 0 sets the default gate (initially none: dropped, counted no_match)",
+        "frames that are not IPv4 (IPv6, ARP, VLAN-tagged), truncated or with a bad IPv4 header are dropped and counted",
     ],
     igates: 1,
     ogates: bessemer_core::module::MAX_GATES,

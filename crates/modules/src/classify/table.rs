@@ -325,7 +325,17 @@ impl FlatTable {
 pub fn field_data(v: &Value, size: usize, what: &str) -> Result<Option<Vec<u8>>> {
     let mut a = bessemer_core::Args::new(v, what)?;
     let bin = a.bytes("value_bin")?;
-    let int = a.uint("value_int", u64::MAX)?;
+    // uint64 values above i64::MAX arrive wrapped to negative Ints (Value has one integer
+    // type): take the bits as they are.
+    let int = match a.any("value_int") {
+        None => None,
+        Some(v) => Some(v.as_i64().ok_or_else(|| {
+            Error::invalid(format!(
+                "{what}.value_int: expected an integer, got {}",
+                v.type_name()
+            ))
+        })? as u64),
+    };
     a.finish()?;
     match (bin, int) {
         (Some(_), Some(_)) => Err(Error::invalid(format!(
@@ -591,5 +601,12 @@ mod tests {
             .msg
             .contains("f.value_bin"));
         assert_eq!(field_data(&Value::map(), 2, "f").unwrap(), None);
+        let v = Value::map().with("value_int", Value::from(u64::MAX));
+        assert_eq!(field_data(&v, 8, "f").unwrap(), Some(vec![0xff; 8]));
+        let v = Value::map().with("value_int", "x");
+        assert!(field_data(&v, 8, "f")
+            .unwrap_err()
+            .msg
+            .contains("f.value_int"));
     }
 }

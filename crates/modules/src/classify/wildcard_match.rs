@@ -114,7 +114,7 @@ impl WildcardMatch {
             None => {
                 if self.tuples.len() >= MAX_TUPLES {
                     return Err(Error::new(
-                        28, // ENOSPC
+                        libc::ENOSPC,
                         format!("{what}.masks: at most {MAX_TUPLES} distinct masks"),
                     ));
                 }
