@@ -578,12 +578,75 @@ mod tests {
         }
         for (k, v) in &r {
             assert_eq!(t.get(k), Some(*v));
+            assert_eq!(t.get_n(k, hash_words(k)), Some(*v));
         }
+        // The sparse table's two-slot lookup, present and absent keys, including keys in
+        // runs longer than two slots.
+        let mut sp = FlatTable::sparse(2);
+        for (k, v) in &r {
+            sp.insert(k, *v);
+        }
+        let mut long_runs = 0;
+        for a in 0..3000u64 {
+            for b in 0..3u64 {
+                let k = [a, b];
+                assert_eq!(sp.get_near(&k, hash_words(&k)), r.get(&k).copied());
+                let home = sp.home(hash_words(&k));
+                let occ = |i: usize| sp.slots[(i & sp.mask) * 3] & OCCUPIED != 0;
+                long_runs += (occ(home) && occ(home + 1)) as usize;
+            }
+        }
+        assert!(long_runs > 0, "the test should reach the general path");
         assert_eq!(t.iter().count(), r.len());
         assert_eq!(t.get(&[99_999, 0]), None);
         t.clear();
         assert!(t.is_empty());
         assert_eq!(t.get(&[1, 1]), None);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+        #[test]
+        fn key_builder_matches_bytewise_extraction(
+            layout in proptest::collection::vec((0usize..24, 1usize..=8, proptest::prelude::any::<[u8; 8]>()), 1..=8),
+            pkt in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40),
+        ) {
+            // Fields at arbitrary offsets and sizes (crossing key words), with masks, against
+            // copying bytes one by one.
+            let mut pos = 0;
+            let fields: Vec<MatchField> = layout
+                .iter()
+                .map(|&(o, size, _)| {
+                    let f = MatchField { offset: Some(o), attr: None, attr_id: 0, size, pos };
+                    pos += size;
+                    f
+                })
+                .collect();
+            let masks: Vec<Option<Vec<u8>>> =
+                layout.iter().map(|(_, size, m)| Some(m[..*size].to_vec())).collect();
+            let kb = KeyBuilder::new(&fields, &masks);
+            let pool = bessemer_core::PacketPool::new("t", 64, bessemer_core::mem::PagePolicy::Plain).unwrap();
+            let mut cache = pool.cache();
+            let mut p = cache.alloc(0).unwrap();
+            proptest::prop_assert!(p.set_data(&pkt));
+            let offs = [bessemer_core::AttrOffset::NoRead; 8];
+            let got = kb.build::<8>(&offs, &p);
+            cache.free(p);
+            let fits = fields.iter().all(|f| f.offset.unwrap() + f.size <= pkt.len());
+            if !fits {
+                proptest::prop_assert!(got.is_none());
+            } else {
+                let mut bytes = [0u8; 64];
+                for (f, m) in fields.iter().zip(&masks) {
+                    for j in 0..f.size {
+                        bytes[f.pos + j] = pkt[f.offset.unwrap() + j] & m.as_ref().unwrap()[j];
+                    }
+                }
+                let mut want = [0u64; 8];
+                key_words(&bytes, &mut want);
+                proptest::prop_assert_eq!(got, Some(want));
+            }
+        }
     }
 
     #[test]
