@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: deps build demo demo-inprocess test test-rust test-python lint lint-python fmt bench-core clean
+.PHONY: deps build demo demo-inprocess test test-rust test-python lint lint-python fmt bench-core bench-modules clean
 
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -53,6 +53,10 @@ fmt:
 # Dataplane core benchmark at batch capacity 32 and 64; ends with one JSON line.
 bench-core: deps
 	bench/core.sh
+
+# Per-class cost of the module classes (ns/packet, Mpps) on one core; ends with one JSON line.
+bench-modules: deps
+	bench/modules.sh
 
 clean:
 	$(CARGO) clean

@@ -96,7 +96,10 @@ async fn every_rpc_answers_an_empty_request() {
             .await
             .unwrap()
             .into_inner();
-        assert_eq!(err(&r.error, "not available in Bessemer").code, libc::ENOTSUP);
+        assert_eq!(
+            err(&r.error, "not available in Bessemer").code,
+            libc::ENOTSUP
+        );
         let r = c
             .create_port(pb::CreatePortRequest {
                 driver: "Teleport".into(),

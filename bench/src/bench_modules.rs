@@ -1,0 +1,659 @@
+//! `make bench-modules`: what each module class costs per packet on one core.
+//!
+//! Each case runs Source -> Rewrite -> Feed -> CLASS -> Sink and the same pipeline without
+//! the class (the baseline), 60-byte packets, on this thread, pinned, through the scheduler
+//! and executor a worker uses. Feed is a bench-only module that writes the next record of a
+//! precomputed stream of keys into each packet (so packets hit random table entries); it is
+//! in both pipelines, so the difference of the per-packet times is the class's own cost.
+//! Reports that cost in ns/packet and the Mpps it alone would allow, median of several
+//! alternating runs. Ends with one JSON line.
+//!
+//! To add a class: add a function returning its `Case`s and call it from `cases()`.
+
+use std::cell::RefCell;
+use std::time::{Duration, Instant};
+
+use bessemer_core::graph::Pipeline;
+use bessemer_core::mem::PagePolicy;
+use bessemer_core::sched::{ClassTree, Policy};
+use bessemer_core::{tsc, Context, Instance, Module, ModuleClass, PacketBatch, PacketPool, Value};
+use bessemer_modules::util::FastRng;
+
+const PKT_SIZE: usize = 60;
+/// Output gates the classes spread packets over (all connected to the sink).
+const GATES: u64 = 4;
+
+struct Opts {
+    runs: usize,
+    secs: f64,
+    core: usize,
+    quick: bool,
+    filter: Option<String>,
+}
+
+fn parse_opts() -> Opts {
+    let mut o = Opts {
+        runs: 5,
+        secs: 0.25,
+        core: std::thread::available_parallelism()
+            .map(|n| n.get() - 1)
+            .unwrap_or(0),
+        quick: false,
+        filter: None,
+    };
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut i = 0;
+    while i < args.len() {
+        let val = |i: usize| -> String {
+            args.get(i + 1).cloned().unwrap_or_else(|| {
+                eprintln!("bench-modules: {} needs a value", args[i]);
+                std::process::exit(2)
+            })
+        };
+        match args[i].as_str() {
+            "--runs" => {
+                o.runs = val(i).parse().expect("--runs N");
+                i += 1
+            }
+            "--secs" => {
+                o.secs = val(i).parse().expect("--secs SECONDS");
+                i += 1
+            }
+            "--core" => {
+                o.core = val(i).parse().expect("--core N");
+                i += 1
+            }
+            "--only" => {
+                o.filter = Some(val(i));
+                i += 1
+            }
+            "--quick" => {
+                o.quick = true;
+                o.runs = 3;
+                o.secs = 0.1;
+            }
+            "-h" | "--help" => {
+                println!(
+                    "usage: bench-modules [--runs N] [--secs S] [--core C] [--only SUBSTRING] [--quick]"
+                );
+                std::process::exit(0)
+            }
+            other => {
+                eprintln!("bench-modules: unknown option '{other}' (see --help)");
+                std::process::exit(2)
+            }
+        }
+        i += 1;
+    }
+    o
+}
+
+fn pin(core: usize) {
+    // SAFETY: plain libc call on a zeroed cpu_set_t.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(core, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            eprintln!("bench-modules: cannot pin to core {core}; results will be noisier");
+        }
+    }
+}
+
+fn thread_cpu_secs() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid pointer to a timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+// ---- the feed module -------------------------------------------------------------------
+
+/// A stream of fixed-width records written at `offset` of successive packets.
+struct Stream {
+    offset: usize,
+    width: usize,
+    data: Vec<u8>,
+}
+
+thread_local! {
+    static NEXT_STREAM: RefCell<Option<Stream>> = const { RefCell::new(None) };
+}
+
+struct Feed {
+    s: Stream,
+    pos: usize,
+}
+
+impl Module for Feed {
+    fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
+        let (o, w) = (self.s.offset, self.s.width);
+        for p in batch.pkts_mut() {
+            if self.pos + w > self.s.data.len() {
+                self.pos = 0;
+            }
+            p.data_mut()[o..o + w].copy_from_slice(&self.s.data[self.pos..self.pos + w]);
+            self.pos += w;
+        }
+        ctx.forward(0, batch);
+    }
+}
+
+static FEED: ModuleClass = ModuleClass {
+    name: "BenchFeed",
+    name_template: "feed",
+    help: "writes precomputed key records into packets (bench only)",
+    arg_type: "EmptyArg",
+    arg_doc: &[],
+    igates: 1,
+    ogates: 1,
+    commands: &[],
+    drop_reasons: &[],
+    mt_safe: false,
+    create: |_, _| {
+        let s = NEXT_STREAM
+            .with(|c| c.borrow_mut().take())
+            .expect("stream set before creating the feed");
+        Ok(Instance::Exclusive(Box::new(Feed { s, pos: 0 })))
+    },
+};
+
+// ---- cases -----------------------------------------------------------------------------
+
+/// Adds a case's table entries to its module (named by the last argument).
+type Setup = Box<dyn Fn(&mut Pipeline, &mut Context, &str)>;
+
+/// One measured configuration of a class.
+struct Case {
+    /// Row name, e.g. "ExactMatch 1000000 entries".
+    name: String,
+    /// JSON key prefix, e.g. "exact_match_1000000".
+    key: String,
+    class: &'static str,
+    arg: Value,
+    /// Adds the table's entries (module name given).
+    setup: Setup,
+    /// Keys written into packets.
+    stream: Stream,
+    /// Mpps the class must reach on its own (the brief's targets), if any.
+    target: Option<f64>,
+}
+
+/// An Ethernet/IPv4/UDP frame of PKT_SIZE bytes (valid lengths, so parsers accept it).
+fn template() -> Vec<u8> {
+    let mut f = vec![0u8; PKT_SIZE];
+    f[..6].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+    f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
+    f[12] = 0x08;
+    f[14] = 0x45;
+    f[16..18].copy_from_slice(&((PKT_SIZE - 14) as u16).to_be_bytes());
+    f[22] = 64;
+    f[23] = 17;
+    f[38..40].copy_from_slice(&((PKT_SIZE - 34) as u16).to_be_bytes());
+    f
+}
+
+/// Number of key records in a stream: enough that the sequence does not sit in cache.
+fn stream_len(entries: usize) -> usize {
+    (entries * 4).clamp(1 << 16, 1 << 22)
+}
+
+fn exact_match_cases(sizes: &[usize]) -> Vec<Case> {
+    sizes
+        .iter()
+        .map(|&n| {
+            // A flow key: IPv4 src, dst and both UDP ports (12 bytes at offset 26).
+            let mut rng = FastRng::new(0xE3 + n as u64);
+            let keys: Vec<[u8; 12]> = (0..n)
+                .map(|_| {
+                    let mut k = [0u8; 12];
+                    k[..8].copy_from_slice(&rng.next_u64().to_le_bytes());
+                    k[8..].copy_from_slice(&(rng.next_u64() as u32).to_le_bytes());
+                    k
+                })
+                .collect();
+            let mut data = Vec::with_capacity(stream_len(n) * 12);
+            for _ in 0..stream_len(n) {
+                data.extend_from_slice(&keys[rng.below(n as u64) as usize]);
+            }
+            let field = |o: i64| Value::map().with("offset", o).with("num_bytes", 4);
+            Case {
+                name: format!("ExactMatch {n} entries"),
+                key: format!("exact_match_{n}"),
+                class: "ExactMatch",
+                arg: Value::map()
+                    .with("fields", Value::List(vec![field(26), field(30), field(34)])),
+                setup: Box::new(move |g, ctx, m| {
+                    let mut rng = FastRng::new(7);
+                    for k in &keys {
+                        let f = |b: &[u8]| Value::map().with("value_bin", b.to_vec());
+                        let arg = Value::map().with("gate", rng.below(GATES)).with(
+                            "fields",
+                            Value::List(vec![f(&k[..4]), f(&k[4..8]), f(&k[8..])]),
+                        );
+                        g.command(m, "add", &arg, ctx).unwrap();
+                    }
+                }),
+                stream: Stream {
+                    offset: 26,
+                    width: 12,
+                    data,
+                },
+                target: (n >= 1_000_000).then_some(25.0),
+            }
+        })
+        .collect()
+}
+
+fn l2_forward_cases(sizes: &[usize]) -> Vec<Case> {
+    sizes
+        .iter()
+        .map(|&n| {
+            let mut rng = FastRng::new(0x12 + n as u64);
+            let mut macs: Vec<[u8; 6]> = (0..n)
+                .map(|_| {
+                    let b = rng.next_u64().to_le_bytes();
+                    [b[0] & 0xfe, b[1], b[2], b[3], b[4], b[5]]
+                })
+                .collect();
+            macs.sort();
+            macs.dedup();
+            let m = macs.len();
+            let mut data = Vec::with_capacity(stream_len(n) * 6);
+            for _ in 0..stream_len(n) {
+                data.extend_from_slice(&macs[rng.below(m as u64) as usize]);
+            }
+            // About half the slots used, as a sized table would be.
+            let size = (n / 2).next_power_of_two().max(1);
+            Case {
+                name: format!("L2Forward {n} entries"),
+                key: format!("l2_forward_{n}"),
+                class: "L2Forward",
+                arg: Value::map().with("size", size).with("bucket", 4),
+                setup: Box::new(move |g, ctx, name| {
+                    let mut rng = FastRng::new(9);
+                    for chunk in macs.chunks(1024) {
+                        let entries = chunk
+                            .iter()
+                            .map(|a| {
+                                let s: Vec<String> = a.iter().map(|b| format!("{b:02x}")).collect();
+                                Value::map()
+                                    .with("addr", s.join(":"))
+                                    .with("gate", rng.below(GATES))
+                            })
+                            .collect();
+                        let arg = Value::map().with("entries", Value::List(entries));
+                        g.command(name, "add", &arg, ctx).unwrap();
+                    }
+                }),
+                stream: Stream {
+                    offset: 0,
+                    width: 6,
+                    data,
+                },
+                target: None,
+            }
+        })
+        .collect()
+}
+
+/// Prefix lengths roughly as in an Internet routing table: mostly /24, few beyond.
+fn prefix_len(rng: &mut FastRng) -> u8 {
+    match rng.below(100) {
+        0 => 8 + rng.below(8) as u8,
+        1..=3 => 16,
+        4..=19 => 17 + rng.below(5) as u8,
+        20..=29 => 22,
+        30..=41 => 23,
+        42..=96 => 24,
+        _ => 25 + rng.below(8) as u8,
+    }
+}
+
+fn ip_lookup_cases(sizes: &[usize]) -> Vec<Case> {
+    sizes
+        .iter()
+        .map(|&n| {
+            let mut rng = FastRng::new(0x1F + n as u64);
+            let mut seen = std::collections::HashSet::new();
+            let mut prefixes: Vec<(u32, u8)> = Vec::with_capacity(n);
+            while prefixes.len() < n {
+                let len = prefix_len(&mut rng);
+                let p = (rng.next_u64() as u32) & (u32::MAX << (32 - len as u32));
+                if seen.insert((p, len)) {
+                    prefixes.push((p, len));
+                }
+            }
+            // Destinations inside random prefixes (random host bits).
+            let mut data = Vec::with_capacity(stream_len(n) * 4);
+            for _ in 0..stream_len(n) {
+                let (p, len) = prefixes[rng.below(n as u64) as usize];
+                let host = (rng.next_u64() as u32) & !(u32::MAX << (32 - len as u32));
+                data.extend_from_slice(&(p | host).to_be_bytes());
+            }
+            Case {
+                name: format!("IPLookup {n} prefixes"),
+                key: format!("ip_lookup_{n}"),
+                class: "IPLookup",
+                arg: Value::map()
+                    .with("max_rules", (n as u64).max(1024))
+                    .with("max_tbl8s", ((n / 8) as u64).max(128)),
+                setup: Box::new(move |g, ctx, name| {
+                    let mut rng = FastRng::new(11);
+                    for &(p, len) in &prefixes {
+                        let arg = Value::map()
+                            .with("prefix", std::net::Ipv4Addr::from(p).to_string())
+                            .with("prefix_len", len as u64)
+                            .with("gate", rng.below(GATES));
+                        g.command(name, "add", &arg, ctx).unwrap();
+                    }
+                }),
+                stream: Stream {
+                    offset: 30,
+                    width: 4,
+                    data,
+                },
+                target: (n >= 1_000_000).then_some(30.0),
+            }
+        })
+        .collect()
+}
+
+fn wildcard_match_cases(rules: &[usize]) -> Vec<Case> {
+    // Fields: protocol (1), IPv4 src (4), dst (4), UDP src port (2), dst port (2).
+    // Ten masks: address prefixes of various lengths, with and without ports.
+    let masks: [[u64; 5]; 10] = [
+        [0, 0xffff_ff00, 0, 0, 0],
+        [0, 0, 0xffff_ff00, 0, 0],
+        [0, 0xffff_0000, 0xffff_0000, 0, 0],
+        [0xff, 0, 0, 0, 0xffff],
+        [0xff, 0xffff_ffff, 0xffff_ffff, 0xffff, 0xffff],
+        [0, 0xff00_0000, 0, 0, 0],
+        [0, 0, 0xffff_fff0, 0, 0xffff],
+        [0xff, 0xffff_ff00, 0, 0xffff, 0],
+        [0, 0, 0, 0xff00, 0],
+        [0xff, 0, 0xffff_ffff, 0, 0],
+    ];
+    rules
+        .iter()
+        .map(|&n| {
+            let mut rng = FastRng::new(0x33 + n as u64);
+            // Rule i uses mask i % 10: values random under the mask.
+            let rule_vals: Vec<(usize, [u64; 5], i64, u64)> = (0..n)
+                .map(|i| {
+                    let m = masks[i % masks.len()];
+                    let mut v = [0u64; 5];
+                    for f in 0..5 {
+                        v[f] = rng.next_u64() & m[f];
+                    }
+                    (i % masks.len(), v, rng.below(1000) as i64, rng.below(GATES))
+                })
+                .collect();
+            // Packets: a random rule's values, random bits where its mask is zero. Bytes
+            // 23..38 of the frame: proto, checksum (2), src, dst, ports.
+            let mut data = Vec::with_capacity(stream_len(n) * 15);
+            for _ in 0..stream_len(n) {
+                let (mi, v, _, _) = rule_vals[rng.below(n as u64) as usize];
+                let m = masks[mi];
+                let mut rec = [0u8; 15];
+                let fill = |rng: &mut FastRng, f: usize| v[f] | (rng.next_u64() & !m[f]);
+                rec[0] = fill(&mut rng, 0) as u8;
+                rec[3..7].copy_from_slice(&(fill(&mut rng, 1) as u32).to_be_bytes());
+                rec[7..11].copy_from_slice(&(fill(&mut rng, 2) as u32).to_be_bytes());
+                rec[11..13].copy_from_slice(&(fill(&mut rng, 3) as u16).to_be_bytes());
+                rec[13..15].copy_from_slice(&(fill(&mut rng, 4) as u16).to_be_bytes());
+                data.extend_from_slice(&rec);
+            }
+            let field = |o: i64, s: usize| Value::map().with("offset", o).with("num_bytes", s);
+            let fd = |x: u64| Value::map().with("value_int", Value::Int(x as i64));
+            Case {
+                name: format!("WildcardMatch {n} rules / 10 masks"),
+                key: format!("wildcard_match_{n}"),
+                class: "WildcardMatch",
+                arg: Value::map().with(
+                    "fields",
+                    Value::List(vec![
+                        field(23, 1),
+                        field(26, 4),
+                        field(30, 4),
+                        field(34, 2),
+                        field(36, 2),
+                    ]),
+                ),
+                setup: Box::new(move |g, ctx, name| {
+                    for (mi, v, prio, gate) in &rule_vals {
+                        let arg = Value::map()
+                            .with("gate", *gate)
+                            .with("priority", *prio)
+                            .with("values", Value::List(v.iter().map(|&x| fd(x)).collect()))
+                            .with(
+                                "masks",
+                                Value::List(masks[*mi].iter().map(|&x| fd(x)).collect()),
+                            );
+                        g.command(name, "add", &arg, ctx).unwrap();
+                    }
+                }),
+                stream: Stream {
+                    offset: 23,
+                    width: 15,
+                    data,
+                },
+                target: (n == 100).then_some(10.0),
+            }
+        })
+        .collect()
+}
+
+/// Every case, in the order printed. Other classes add their functions here.
+fn cases() -> Vec<Box<dyn FnOnce() -> Vec<Case>>> {
+    vec![
+        Box::new(|| exact_match_cases(&[1, 1000, 1_000_000])),
+        Box::new(|| l2_forward_cases(&[1, 1000, 1_000_000])),
+        Box::new(|| ip_lookup_cases(&[1, 1000, 1_000_000])),
+        Box::new(|| wildcard_match_cases(&[10, 100, 1000])),
+    ]
+}
+
+// ---- measurement -----------------------------------------------------------------------
+
+struct Bench {
+    g: Pipeline,
+    ctx: Context,
+    tree: ClassTree,
+}
+
+/// Source -> Rewrite -> Feed -> [class] -> Sink.
+fn build(pool: &PacketPool, case: &Case, with_class: bool, stream: Stream) -> Bench {
+    let class = |n: &str| bessemer_modules::find(n).unwrap_or_else(|| panic!("class {n} missing"));
+    let mut g = Pipeline::new();
+    let mut ctx = Context::new(0, pool);
+    let (_, tasks) = g
+        .add_module(
+            class("Source"),
+            Some("src"),
+            &Value::map().with("pkt_size", PKT_SIZE),
+        )
+        .unwrap();
+    let rw = Value::map().with("templates", Value::List(vec![Value::Bytes(template())]));
+    g.add_module(class("Rewrite"), Some("rw"), &rw).unwrap();
+    NEXT_STREAM.with(|c| *c.borrow_mut() = Some(stream));
+    g.add_module(&FEED, Some("feed"), &Value::Null).unwrap();
+    g.add_module(class("Sink"), Some("sink"), &Value::Null)
+        .unwrap();
+    g.connect("src", 0, "rw", 0).unwrap();
+    g.connect("rw", 0, "feed", 0).unwrap();
+    if with_class {
+        g.add_module(class(case.class), Some("cls"), &case.arg)
+            .unwrap();
+        g.connect("feed", 0, "cls", 0).unwrap();
+        for gate in 0..GATES as u16 {
+            g.connect("cls", gate, "sink", 0).unwrap();
+        }
+        (case.setup)(&mut g, &mut ctx, "cls");
+    } else {
+        g.connect("feed", 0, "sink", 0).unwrap();
+    }
+    let mut tree = ClassTree::new(0);
+    tree.add_class("leaf", Policy::Leaf, None, 0, 1).unwrap();
+    tree.attach_task("leaf", tasks[0]).unwrap();
+    Bench { g, ctx, tree }
+}
+
+/// Runs the pipeline for `secs`; returns ns of thread CPU time per packet.
+fn measure(b: &mut Bench, secs: f64) -> f64 {
+    let Bench { g, ctx, tree } = b;
+    let mut step = || {
+        let mut n = 0u64;
+        tree.schedule_once(&mut |t| {
+            let r = ctx.run_task(g, t);
+            n += r.packets as u64;
+            r
+        });
+        n
+    };
+    let warm = Instant::now();
+    while warm.elapsed() < Duration::from_millis(20) {
+        step();
+    }
+    let (c0, w0) = (thread_cpu_secs(), Instant::now());
+    let mut pkts = 0u64;
+    while w0.elapsed().as_secs_f64() < secs {
+        for _ in 0..256 {
+            pkts += step();
+        }
+    }
+    (thread_cpu_secs() - c0) * 1e9 / pkts.max(1) as f64
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+struct Row {
+    name: String,
+    key: String,
+    base_ns: f64,
+    total_ns: f64,
+    class_ns: f64,
+    spread: (f64, f64),
+    target: Option<f64>,
+}
+
+fn run_case(pool: &PacketPool, mut case: Case, o: &Opts) -> Row {
+    let t0 = Instant::now();
+    let (offset, width) = (case.stream.offset, case.stream.width);
+    let copy = Stream {
+        offset,
+        width,
+        data: case.stream.data.clone(),
+    };
+    let mut base = build(pool, &case, false, copy);
+    let stream = Stream {
+        offset,
+        width,
+        data: std::mem::take(&mut case.stream.data),
+    };
+    let mut full = build(pool, &case, true, stream);
+    let setup = t0.elapsed().as_secs_f64();
+    // Alternating runs, so drift and neighbours' noise hit both pipelines alike.
+    let (mut bs, mut fs, mut ds) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..o.runs {
+        let b = measure(&mut base, o.secs);
+        let f = measure(&mut full, o.secs);
+        bs.push(b);
+        fs.push(f);
+        ds.push(f - b);
+    }
+    let drops: u64 = full.g.drops_of("cls").unwrap().iter().map(|(_, n)| n).sum();
+    assert_eq!(
+        drops, 0,
+        "{}: the class dropped packets (keys missed?)",
+        case.name
+    );
+    let sink = full.g.igate_counts("sink", 0).unwrap().packets;
+    assert!(sink > 0, "{}: nothing reached the sink", case.name);
+    eprintln!("# {}: set-up {setup:.1} s", case.name);
+    let (lo, hi) = (
+        ds.iter().cloned().fold(f64::INFINITY, f64::min),
+        ds.iter().cloned().fold(f64::NEG_INFINITY, f64::max),
+    );
+    Row {
+        name: case.name,
+        key: case.key,
+        base_ns: median(bs),
+        total_ns: median(fs),
+        class_ns: median(ds),
+        spread: (lo, hi),
+        target: case.target,
+    }
+}
+
+fn main() {
+    let o = parse_opts();
+    pin(o.core);
+    let ghz = tsc::hz() as f64 / 1e9;
+    let pool = PacketPool::new("bench", 16384, PagePolicy::Auto).expect("packet pool");
+    println!(
+        "# bench-modules: {PKT_SIZE}-byte packets, TSC {ghz:.2} GHz, pinned to core {}, {} alternating runs x {:.2} s, pages: {}",
+        o.core,
+        o.runs,
+        o.secs,
+        pool.page_kind()
+    );
+    println!("# class cost = ns/pkt of (Source->Rewrite->Feed->CLASS->Sink) - (Source->Rewrite->Feed->Sink); Mpps = 1000 / cost");
+    println!("# the machine's 2 cores are shared with other jobs: expect noise (spread = min..max of the per-run differences)");
+    println!(
+        "{:<40} {:>9} {:>9} {:>9} {:>17} {:>9} {:>8} {:>6}",
+        "case", "base ns", "total ns", "class ns", "spread ns", "Mpps", "target", "met"
+    );
+    let mut json: Vec<(String, String)> = vec![
+        ("bench".into(), "\"modules\"".into()),
+        ("pkt_size".into(), PKT_SIZE.to_string()),
+        ("tsc_ghz".into(), format!("{ghz:.3}")),
+    ];
+    let mut all_met = true;
+    for make in cases() {
+        for case in make() {
+            if let Some(f) = &o.filter {
+                if !case.name.contains(f.as_str()) {
+                    continue;
+                }
+            }
+            let r = run_case(&pool, case, &o);
+            let mpps = 1000.0 / r.class_ns.max(1e-3);
+            let met = r.target.map(|t| mpps >= t);
+            if met == Some(false) {
+                all_met = false;
+            }
+            println!(
+                "{:<40} {:>9.2} {:>9.2} {:>9.2} {:>8.2}..{:<8.2} {:>9.1} {:>8} {:>6}",
+                r.name,
+                r.base_ns,
+                r.total_ns,
+                r.class_ns,
+                r.spread.0,
+                r.spread.1,
+                mpps,
+                r.target
+                    .map(|t| format!(">={t:.0}"))
+                    .unwrap_or_else(|| "-".into()),
+                met.map(|m| if m { "yes" } else { "NO" }).unwrap_or("-"),
+            );
+            json.push((format!("{}_ns", r.key), format!("{:.3}", r.class_ns)));
+            json.push((format!("{}_mpps", r.key), format!("{mpps:.2}")));
+            json.push((
+                format!("{}_baseline_ns", r.key),
+                format!("{:.3}", r.base_ns),
+            ));
+            if let Some(m) = met {
+                json.push((format!("{}_target_met", r.key), m.to_string()));
+            }
+        }
+    }
+    json.push(("all_targets_met".into(), all_met.to_string()));
+    let body: Vec<String> = json.iter().map(|(k, v)| format!("\"{k}\": {v}")).collect();
+    println!("{{{}}}", body.join(", "));
+}

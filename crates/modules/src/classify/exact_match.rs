@@ -1,0 +1,672 @@
+//! ExactMatch: sends each packet to the gate of the rule whose field values equal the
+//! packet's (masked) fields, from a hash table of up to millions of rules.
+use bessemer_core::{
+    Args, AttrOffset, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch,
+    Result, Value, MAX_BURST,
+};
+
+use super::table::{
+    check_gate, field_data, field_value, hash_words, key_words, parse_field, split, FlatTable,
+    KeyBuilder, MatchField, DROP_GATE, MAX_FIELDS,
+};
+
+const DROP_NO_MATCH: usize = 0;
+const DROP_TOO_SHORT: usize = 1;
+const DROP_RULE: usize = 2;
+
+/// Multi-field exact-match classifier.
+pub struct ExactMatch {
+    fields: Vec<MatchField>,
+    /// Configured masks (empty when none was given, as BESS reports them back).
+    masks_given: bool,
+    /// Per-byte mask over the whole key (zero outside fields).
+    mask: [u8; 64],
+    keys: KeyBuilder,
+    words: usize,
+    table: FlatTable,
+    default_gate: u16,
+}
+
+impl ExactMatch {
+    /// Builds the table key of a rule from its FieldData values.
+    fn rule_key(&self, list: &[Value], what: &str) -> Result<Vec<u64>> {
+        if list.len() != self.fields.len() {
+            return Err(Error::invalid(format!(
+                "{what}.fields: rule should have {} fields (has {})",
+                self.fields.len(),
+                list.len()
+            )));
+        }
+        let mut key = [0u8; 64];
+        for (i, (v, f)) in list.iter().zip(&self.fields).enumerate() {
+            let b = field_data(v, f.size, &format!("{what}.fields[{i}]"))?.ok_or_else(|| {
+                Error::invalid(format!(
+                    "{what}.fields[{i}]: value_bin or value_int required"
+                ))
+            })?;
+            key[f.pos..f.pos + f.size].copy_from_slice(&b);
+        }
+        // Stored masked, as packets are masked before lookup.
+        for (k, m) in key.iter_mut().zip(&self.mask) {
+            *k &= m;
+        }
+        let mut w = [0u64; 8];
+        key_words(&key, &mut w);
+        Ok(w[..self.words].to_vec())
+    }
+
+    fn add_rule(&mut self, arg: &Value, what: &str) -> Result<()> {
+        let mut a = Args::new(arg, what)?;
+        let gate = check_gate(a.uint("gate", u64::MAX)?, &format!("{what}.gate"))?;
+        let fields = a.list("fields")?;
+        a.finish()?;
+        if fields.is_empty() {
+            return Err(Error::invalid(format!(
+                "{what}.fields: 'fields' must be a list"
+            )));
+        }
+        let key = self.rule_key(fields, what)?;
+        self.table.insert(&key, gate as u32);
+        Ok(())
+    }
+
+    fn rules_value(&self) -> Vec<Value> {
+        let mut rules: Vec<(u16, Vec<Vec<u8>>)> = self
+            .table
+            .iter()
+            .map(|(k, g)| {
+                let mut bytes = [0u8; 64];
+                for (c, w) in bytes.chunks_exact_mut(8).zip(k) {
+                    c.copy_from_slice(&w.to_le_bytes());
+                }
+                let vals = self
+                    .fields
+                    .iter()
+                    .map(|f| bytes[f.pos..f.pos + f.size].to_vec())
+                    .collect();
+                (g as u16, vals)
+            })
+            .collect();
+        // Sorted by gate, then values, as BESS returns them.
+        rules.sort();
+        rules
+            .into_iter()
+            .map(|(g, vals)| {
+                Value::map().with("gate", g as u64).with(
+                    "fields",
+                    Value::List(
+                        vals.into_iter()
+                            .map(|b| Value::map().with("value_bin", b))
+                            .collect(),
+                    ),
+                )
+            })
+            .collect()
+    }
+}
+
+/// The batch path for keys of `W` words: build keys, hash and prefetch every packet's
+/// slot, then look up (the loads overlap), then split.
+#[inline(always)]
+fn run<const W: usize>(
+    em: &ExactMatch,
+    ctx: &mut Context,
+    batch: &mut PacketBatch,
+    offs: &[AttrOffset],
+) {
+    let n = batch.len();
+    let mut keys = [[0u64; W]; MAX_BURST];
+    let mut hashes = [0u64; MAX_BURST];
+    let mut status = [0u8; MAX_BURST];
+    let mut gates = [0u16; MAX_BURST];
+    for (i, p) in batch.pkts().iter().enumerate() {
+        match em.keys.build::<W>(offs, p) {
+            Some(k) => {
+                keys[i] = k;
+                hashes[i] = hash_words(&k);
+                em.table.prefetch(hashes[i]);
+            }
+            None => status[i] = (DROP_TOO_SHORT + 1) as u8,
+        }
+    }
+    let def = em.default_gate;
+    let mut any_drop = false;
+    for i in 0..n {
+        let found = if status[i] == 0 {
+            em.table.get_n(&keys[i], hashes[i])
+        } else {
+            None
+        };
+        match found {
+            Some(g) if g as u16 == DROP_GATE => status[i] = (DROP_RULE + 1) as u8,
+            Some(g) => gates[i] = g as u16,
+            None if def == DROP_GATE => {
+                if status[i] == 0 {
+                    status[i] = (DROP_NO_MATCH + 1) as u8;
+                }
+            }
+            None => {
+                status[i] = 0;
+                gates[i] = def;
+            }
+        }
+        any_drop |= status[i] != 0;
+    }
+    split(ctx, batch, &gates, &status, any_drop);
+}
+
+impl Module for ExactMatch {
+    fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
+        let mut offs = [AttrOffset::NoRead; MAX_FIELDS];
+        for (i, f) in self.fields.iter().enumerate() {
+            if f.offset.is_none() {
+                offs[i] = ctx.attr(f.attr_id);
+            }
+        }
+        let run = |w| match w {
+            1 => run::<1>,
+            2 => run::<2>,
+            3 => run::<3>,
+            4 => run::<4>,
+            5 => run::<5>,
+            6 => run::<6>,
+            7 => run::<7>,
+            _ => run::<8>,
+        };
+        run(self.words)(self, ctx, batch, &offs[..self.fields.len()]);
+    }
+
+    fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
+        match cmd {
+            "add" => self.add_rule(arg, "ExactMatchCommandAddArg")?,
+            "delete" => {
+                let what = "ExactMatchCommandDeleteArg";
+                let mut a = Args::new(arg, what)?;
+                let fields = a.list("fields")?;
+                a.finish()?;
+                if fields.is_empty() {
+                    return Err(Error::invalid(format!(
+                        "{what}.fields: argument must be a list"
+                    )));
+                }
+                let key = self.rule_key(fields, what)?;
+                if self.table.remove(&key).is_none() {
+                    return Err(Error::not_found("rule doesn't exist"));
+                }
+            }
+            "clear" => {
+                Args::new(arg, "EmptyArg")?.finish()?;
+                self.table.clear();
+            }
+            "set_default_gate" => {
+                let what = "ExactMatchCommandSetDefaultGateArg";
+                let mut a = Args::new(arg, what)?;
+                let g = check_gate(a.uint("gate", u64::MAX)?, &format!("{what}.gate"))?;
+                a.finish()?;
+                self.default_gate = g;
+            }
+            "get_initial_arg" => {
+                Args::new(arg, "EmptyArg")?.finish()?;
+                let mut v = Value::map().with(
+                    "fields",
+                    Value::List(self.fields.iter().map(field_value).collect()),
+                );
+                if self.masks_given {
+                    let masks = self
+                        .fields
+                        .iter()
+                        .map(|f| {
+                            Value::map()
+                                .with("value_bin", self.mask[f.pos..f.pos + f.size].to_vec())
+                        })
+                        .collect();
+                    v = v.with("masks", Value::List(masks));
+                }
+                return Ok(v);
+            }
+            "get_runtime_config" => {
+                Args::new(arg, "EmptyArg")?.finish()?;
+                return Ok(Value::map()
+                    .with("default_gate", self.default_gate as u64)
+                    .with("rules", Value::List(self.rules_value())));
+            }
+            "set_runtime_config" => {
+                let what = "ExactMatchConfig";
+                let mut a = Args::new(arg, what)?;
+                let def = check_gate(
+                    a.uint("default_gate", u64::MAX)?,
+                    &format!("{what}.default_gate"),
+                )?;
+                let rules = a.list("rules")?;
+                a.finish()?;
+                // Checked on a copy first, so a bad rule leaves the module as it was.
+                let mut next = FlatTable::new(self.words);
+                std::mem::swap(&mut next, &mut self.table);
+                for (i, r) in rules.iter().enumerate() {
+                    if let Err(e) = self.add_rule(r, &format!("{what}.rules[{i}]")) {
+                        std::mem::swap(&mut next, &mut self.table);
+                        return Err(e);
+                    }
+                }
+                self.default_gate = def;
+            }
+            _ => return Err(Error::invalid(format!("unknown command '{cmd}'"))),
+        }
+        Ok(Value::Null)
+    }
+
+    fn desc(&self) -> String {
+        format!("{} fields, {} rules", self.fields.len(), self.table.len())
+    }
+}
+
+fn create(init: &mut bessemer_core::InitContext, arg: &Value) -> Result<Instance> {
+    let what = "ExactMatchArg";
+    let mut a = Args::new(arg, what)?;
+    let fields = a.list("fields")?;
+    let masks = a.list("masks")?;
+    a.finish()?;
+    if fields.is_empty() {
+        return Err(Error::invalid(format!(
+            "{what}.fields: at least one field is required"
+        )));
+    }
+    if fields.len() > MAX_FIELDS {
+        return Err(Error::invalid(format!(
+            "{what}.fields: at most {MAX_FIELDS} fields, got {}",
+            fields.len()
+        )));
+    }
+    if !masks.is_empty() && masks.len() != fields.len() {
+        return Err(Error::invalid(format!(
+            "{what}.masks: must provide masks for all fields (or no masks for default match on all bits on all fields)"
+        )));
+    }
+    let mut parsed = Vec::new();
+    let mut pos = 0;
+    let mut mask = [0u8; 64];
+    for (i, f) in fields.iter().enumerate() {
+        let mf = parse_field(f, &format!("{what}.fields[{i}]"), pos, init)?;
+        let m = match masks.get(i) {
+            Some(mv) => field_data(mv, mf.size, &format!("{what}.masks[{i}]"))?,
+            None => None,
+        };
+        // An absent or all-zero mask means all bits, as in BESS.
+        match m {
+            Some(m) if m.iter().any(|&b| b != 0) => mask[pos..pos + mf.size].copy_from_slice(&m),
+            _ => mask[pos..pos + mf.size].fill(0xff),
+        }
+        pos += mf.size;
+        parsed.push(mf);
+    }
+    let words = pos.div_ceil(8);
+    let field_masks: Vec<Option<Vec<u8>>> = parsed
+        .iter()
+        .map(|f| Some(mask[f.pos..f.pos + f.size].to_vec()))
+        .collect();
+    let keys = KeyBuilder::new(&parsed, &field_masks);
+    Ok(Instance::Exclusive(Box::new(ExactMatch {
+        fields: parsed,
+        masks_given: !masks.is_empty(),
+        mask,
+        keys,
+        words,
+        table: FlatTable::new(words),
+        default_gate: DROP_GATE,
+    })))
+}
+
+/// The ExactMatch class.
+pub static CLASS: ModuleClass = ModuleClass {
+    name: "ExactMatch",
+    name_template: "em",
+    help: "Multi-field classifier with an exact match table",
+    arg_type: "ExactMatchArg",
+    arg_doc: &[
+        "fields: [{offset: uint32 (0..1024) | attr_name: string, num_bytes: uint32 (1..8)}] — up to 8 fields matched together",
+        "masks: [{value_bin: bytes | value_int: uint64}] — one per field (or none): bits that count; all-zero or absent = all bits",
+        "values and masks: value_bin = the bytes as they appear in the packet or attribute; value_int = big-endian number of num_bytes bytes",
+        "no match goes to the default gate (initially none: dropped, counted no_match); packets too short for a field take the default gate",
+    ],
+    igates: 1,
+    ogates: bessemer_core::module::MAX_GATES,
+    commands: &[
+        CommandSpec {
+            name: "get_initial_arg",
+            arg_type: "EmptyArg",
+            help: "returns the ExactMatchArg the module was built from",
+        },
+        CommandSpec {
+            name: "get_runtime_config",
+            arg_type: "EmptyArg",
+            help: "returns an ExactMatchConfig: default gate and all rules",
+        },
+        CommandSpec {
+            name: "set_runtime_config",
+            arg_type: "ExactMatchConfig",
+            help: "replaces the default gate and all rules",
+        },
+        CommandSpec {
+            name: "add",
+            arg_type: "ExactMatchCommandAddArg",
+            help: "adds (or replaces) a rule: field values -> gate (8192 = drop)",
+        },
+        CommandSpec {
+            name: "delete",
+            arg_type: "ExactMatchCommandDeleteArg",
+            help: "removes the rule with these field values",
+        },
+        CommandSpec {
+            name: "clear",
+            arg_type: "EmptyArg",
+            help: "removes all rules",
+        },
+        CommandSpec {
+            name: "set_default_gate",
+            arg_type: "ExactMatchCommandSetDefaultGateArg",
+            help: "sets the gate for packets that match no rule (8192 = drop)",
+        },
+    ],
+    drop_reasons: &["no_match", "too_short", "rule_drop"],
+    mt_safe: false,
+    create,
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bessemer_core::testing::Harness;
+    use proptest::prelude::*;
+
+    fn off(o: i64, n: i64) -> Value {
+        Value::map().with("offset", o).with("num_bytes", n)
+    }
+    fn bin(b: &[u8]) -> Value {
+        Value::map().with("value_bin", b.to_vec())
+    }
+    fn int(i: u64) -> Value {
+        Value::map().with("value_int", Value::Int(i as i64))
+    }
+    fn add(fields: Vec<Value>, gate: u64) -> Value {
+        Value::map()
+            .with("gate", gate)
+            .with("fields", Value::List(fields))
+    }
+
+    /// Ethernet + IPv4 header with the given ethertype, src and dst (34 bytes + 26 payload).
+    fn pkt(ethertype: u16, src: [u8; 4], dst: [u8; 4]) -> Vec<u8> {
+        let mut p = vec![0u8; 60];
+        p[12..14].copy_from_slice(&ethertype.to_be_bytes());
+        p[14] = 0x45;
+        p[26..30].copy_from_slice(&src);
+        p[30..34].copy_from_slice(&dst);
+        p
+    }
+
+    #[test]
+    fn classifies_by_fields_with_default_gate_and_drops() {
+        let mut h = Harness::new();
+        let arg = Value::map().with(
+            "fields",
+            Value::List(vec![off(12, 2), off(26, 4), off(30, 4)]),
+        );
+        h.add(&CLASS, "em", &arg).unwrap();
+        let (c0, c1, c5) = (h.capture("em", 0), h.capture("em", 1), h.capture("em", 5));
+        h.command(
+            "em",
+            "add",
+            &add(
+                vec![int(0x0800), bin(&[10, 0, 0, 1]), bin(&[10, 0, 0, 2])],
+                1,
+            ),
+        )
+        .unwrap();
+        h.command(
+            "em",
+            "add",
+            &add(
+                vec![int(0x0800), bin(&[10, 0, 0, 3]), bin(&[10, 0, 0, 2])],
+                0,
+            ),
+        )
+        .unwrap();
+        let a = pkt(0x0800, [10, 0, 0, 1], [10, 0, 0, 2]);
+        let b = pkt(0x0800, [10, 0, 0, 3], [10, 0, 0, 2]);
+        let miss = pkt(0x86dd, [10, 0, 0, 1], [10, 0, 0, 2]);
+        // No default gate yet: misses and short packets are dropped, counted.
+        h.inject(
+            "em",
+            0,
+            &[a.clone(), b.clone(), miss.clone(), a[..30].to_vec()],
+        );
+        assert_eq!(c1.take_data(), vec![a.clone()]);
+        assert_eq!(c0.take_data(), vec![b.clone()]);
+        assert_eq!(h.drops("em", "no_match"), 1);
+        assert_eq!(h.drops("em", "too_short"), 1);
+        h.command("em", "set_default_gate", &Value::map().with("gate", 5))
+            .unwrap();
+        h.inject("em", 0, &[miss.clone(), a[..30].to_vec()]);
+        assert_eq!(c5.take_data(), vec![miss.clone(), a[..30].to_vec()]);
+        // A rule to gate 8192 drops.
+        h.command(
+            "em",
+            "add",
+            &add(
+                vec![int(0x0800), bin(&[10, 0, 0, 1]), bin(&[10, 0, 0, 2])],
+                8192,
+            ),
+        )
+        .unwrap();
+        h.inject("em", 0, std::slice::from_ref(&a));
+        assert_eq!(h.drops("em", "rule_drop"), 1);
+        let del = Value::map().with(
+            "fields",
+            Value::List(vec![int(0x0800), bin(&[10, 0, 0, 1]), bin(&[10, 0, 0, 2])]),
+        );
+        h.command("em", "delete", &del).unwrap();
+        assert_eq!(
+            h.command("em", "delete", &del).unwrap_err().code,
+            Error::not_found("").code
+        );
+        h.inject("em", 0, std::slice::from_ref(&a));
+        assert_eq!(c5.take_data(), vec![a.clone()]);
+        h.command("em", "clear", &Value::map()).unwrap();
+        h.inject("em", 0, std::slice::from_ref(&b));
+        assert_eq!(c5.take_data(), vec![b]);
+        assert!(c0.is_empty() && c1.is_empty());
+    }
+
+    #[test]
+    fn masks_select_bits_and_metadata_fields_work() {
+        let mut h = Harness::new();
+        // The IP version nibble (mask 0xf0 of byte 14) and a metadata attribute.
+        let arg = Value::map()
+            .with(
+                "fields",
+                Value::List(vec![
+                    off(14, 1),
+                    Value::map().with("attr_name", "tag").with("num_bytes", 2),
+                ]),
+            )
+            .with("masks", Value::List(vec![int(0xf0), int(0)]));
+        h.add(
+            &crate::rewrite::set_metadata::CLASS,
+            "set",
+            &Value::map().with(
+                "attrs",
+                Value::List(vec![Value::map()
+                    .with("name", "tag")
+                    .with("size", 2)
+                    .with("value_int", 0x0102)]),
+            ),
+        )
+        .unwrap();
+        h.add(&CLASS, "em", &arg).unwrap();
+        h.connect("set", 0, "em", 0).unwrap();
+        let c3 = h.capture("em", 3);
+        h.command("em", "add", &add(vec![int(0x40), bin(&[1, 2])], 3))
+            .unwrap();
+        let mut p = vec![0u8; 20];
+        p[14] = 0x4f;
+        let mut q = p.clone();
+        q[14] = 0x6f;
+        h.inject("set", 0, &[p.clone(), q]);
+        assert_eq!(c3.take_data(), vec![p]);
+        assert_eq!(h.drops("em", "no_match"), 1);
+        let init = h.command("em", "get_initial_arg", &Value::map()).unwrap();
+        assert_eq!(
+            init.get("masks").unwrap(),
+            &Value::List(vec![bin(&[0xf0]), bin(&[0xff, 0xff])])
+        );
+    }
+
+    #[test]
+    fn runtime_config_round_trips() {
+        let mut h = Harness::new();
+        let arg = Value::map().with("fields", Value::List(vec![off(0, 2)]));
+        h.add(&CLASS, "em", &arg).unwrap();
+        h.command("em", "add", &add(vec![bin(&[0, 2])], 7)).unwrap();
+        h.command("em", "add", &add(vec![bin(&[0, 1])], 7)).unwrap();
+        h.command("em", "add", &add(vec![bin(&[9, 9])], 1)).unwrap();
+        h.command("em", "set_default_gate", &Value::map().with("gate", 4))
+            .unwrap();
+        let cfg = h
+            .command("em", "get_runtime_config", &Value::map())
+            .unwrap();
+        let want = Value::map().with("default_gate", 4u64).with(
+            "rules",
+            Value::List(vec![
+                add(vec![bin(&[9, 9])], 1),
+                add(vec![bin(&[0, 1])], 7),
+                add(vec![bin(&[0, 2])], 7),
+            ]),
+        );
+        assert_eq!(cfg, want);
+        h.command("em", "clear", &Value::map()).unwrap();
+        h.command("em", "set_runtime_config", &cfg).unwrap();
+        assert_eq!(
+            h.command("em", "get_runtime_config", &Value::map())
+                .unwrap(),
+            want
+        );
+        // A bad rule leaves the old configuration in place.
+        let bad = Value::map().with("rules", Value::List(vec![add(vec![bin(&[1, 2, 3])], 0)]));
+        let e = h.command("em", "set_runtime_config", &bad).unwrap_err();
+        assert!(e.msg.contains("rules[0].fields[0].value_bin"), "{}", e.msg);
+        assert_eq!(
+            h.command("em", "get_runtime_config", &Value::map())
+                .unwrap(),
+            want
+        );
+    }
+
+    #[test]
+    fn argument_errors_name_the_field() {
+        let mut h = Harness::new();
+        let e = h
+            .add(
+                &CLASS,
+                "a",
+                &Value::map().with("fields", Value::List(vec![off(0, 9)])),
+            )
+            .unwrap_err();
+        assert!(e.msg.contains("fields[0].num_bytes"), "{}", e.msg);
+        let e = h
+            .add(
+                &CLASS,
+                "b",
+                &Value::map().with("fields", Value::List(vec![off(2000, 1)])),
+            )
+            .unwrap_err();
+        assert!(e.msg.contains("fields[0].offset"), "{}", e.msg);
+        let e = h
+            .add(
+                &CLASS,
+                "c",
+                &Value::map()
+                    .with("fields", Value::List(vec![off(0, 1), off(1, 1)]))
+                    .with("masks", Value::List(vec![int(1)])),
+            )
+            .unwrap_err();
+        assert!(e.msg.contains("masks"), "{}", e.msg);
+        let e = h
+            .add(
+                &CLASS,
+                "d",
+                &Value::map()
+                    .with("fields", Value::List(vec![off(0, 1)]))
+                    .with("masks", Value::List(vec![int(0x100)])),
+            )
+            .unwrap_err();
+        assert!(e.msg.contains("masks[0].value_int"), "{}", e.msg);
+        h.add(
+            &CLASS,
+            "e",
+            &Value::map().with("fields", Value::List(vec![off(0, 2)])),
+        )
+        .unwrap();
+        let e = h.command("e", "add", &add(vec![bin(&[1])], 0)).unwrap_err();
+        assert!(e.msg.contains("fields[0].value_bin"), "{}", e.msg);
+        let e = h
+            .command("e", "add", &add(vec![bin(&[1, 2])], 9000))
+            .unwrap_err();
+        assert!(e.msg.contains("gate"), "{}", e.msg);
+        let e = h
+            .command("e", "add", &add(vec![bin(&[1, 2]), bin(&[3, 4])], 0))
+            .unwrap_err();
+        assert!(e.msg.contains("fields"), "{}", e.msg);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn agrees_with_a_linear_scan(
+            rules in proptest::collection::vec((any::<[u8; 3]>(), 0u16..4), 0..40),
+            dels in proptest::collection::vec(any::<prop::sample::Index>(), 0..10),
+            pkts in proptest::collection::vec((any::<[u8; 3]>(), any::<prop::sample::Index>(), any::<bool>()), 1..80),
+            mask in any::<u8>(),
+        ) {
+            // Fields: byte 1 masked, bytes 4..6; packets either random or copies of a rule.
+            let mut h = Harness::new();
+            let arg = Value::map()
+                .with("fields", Value::List(vec![off(1, 1), off(4, 2)]))
+                .with("masks", Value::List(vec![int(mask as u64), int(0xffff)]));
+            h.add(&CLASS, "em", &arg).unwrap();
+            h.command("em", "set_default_gate", &Value::map().with("gate", 9)).unwrap();
+            let caps: Vec<_> = (0..10).map(|g| h.capture("em", g)).collect();
+            let m = if mask == 0 { 0xff } else { mask };
+            let mut reference: Vec<([u8; 3], u16)> = Vec::new();
+            for (v, g) in &rules {
+                h.command("em", "add", &add(vec![bin(&[v[0]]), bin(&v[1..])], *g as u64)).unwrap();
+                let k = [v[0] & m, v[1], v[2]];
+                reference.retain(|(rk, _)| *rk != k);
+                reference.push((k, *g));
+            }
+            for d in &dels {
+                if rules.is_empty() { break; }
+                let v = rules[d.index(rules.len())].0;
+                let del = Value::map().with("fields", Value::List(vec![bin(&[v[0]]), bin(&v[1..])]));
+                let k = [v[0] & m, v[1], v[2]];
+                let had = reference.iter().any(|(rk, _)| *rk == k);
+                prop_assert_eq!(h.command("em", "delete", &del).is_ok(), had);
+                reference.retain(|(rk, _)| *rk != k);
+            }
+            let mut want: Vec<Vec<Vec<u8>>> = vec![Vec::new(); 10];
+            let mut input = Vec::new();
+            for (v, pick, from_rule) in &pkts {
+                let v = if *from_rule && !rules.is_empty() { rules[pick.index(rules.len())].0 } else { *v };
+                let mut p = vec![0u8; 8];
+                p[1] = v[0];
+                p[4..6].copy_from_slice(&v[1..]);
+                let k = [v[0] & m, v[1], v[2]];
+                let g = reference.iter().find(|(rk, _)| *rk == k).map(|r| r.1).unwrap_or(9);
+                want[g as usize].push(p.clone());
+                input.push(p);
+            }
+            h.inject("em", 0, &input);
+            for g in 0..10 {
+                prop_assert_eq!(caps[g].take_data(), want[g].clone());
+            }
+        }
+    }
+}

@@ -1,0 +1,675 @@
+//! Shared building blocks of the classifiers: a flat open-addressing hash table keyed by a
+//! fixed number of 64-bit words, cache prefetch, and BESS's gate conventions.
+
+use bessemer_core::module::MAX_GATES;
+use bessemer_core::{Error, Result, Value};
+
+/// BESS's DROP_GATE: a rule or default gate with this id drops the packet.
+pub const DROP_GATE: u16 = MAX_GATES;
+
+/// Checks a gate argument the way BESS's `is_valid_gate` does (a real gate or DROP_GATE).
+pub fn check_gate(v: Option<u64>, field: &str) -> Result<u16> {
+    match v {
+        Some(g) if g <= DROP_GATE as u64 => Ok(g as u16),
+        Some(g) => Err(Error::invalid(format!(
+            "{field}: {g} is not a gate (0..{MAX_GATES}, or {DROP_GATE} to drop)"
+        ))),
+        None => Ok(0),
+    }
+}
+
+/// Hints the CPU to fetch the cache line at `p` (no effect where unsupported).
+#[inline(always)]
+pub fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: prefetch never faults, whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch(p as *const i8, std::arch::x86_64::_MM_HINT_T0)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+/// A zeroed table of `n` words. Big ones are offered to the kernel for transparent huge
+/// pages before first touch: random lookups over tens of MiB otherwise miss the TLB on
+/// almost every packet. (Advice only; plain pages if refused.)
+pub fn zeroed_table<T: Copy>(n: usize, zero: T) -> Vec<T> {
+    let v = vec![zero; n];
+    let bytes = n * std::mem::size_of::<T>();
+    const HUGE: usize = 2 << 20;
+    if bytes >= 2 * HUGE {
+        let start = (v.as_ptr() as usize).next_multiple_of(HUGE);
+        let end = (v.as_ptr() as usize + bytes) / HUGE * HUGE;
+        if end > start {
+            // SAFETY: advice on whole pages inside the vector's own allocation.
+            unsafe {
+                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
+            }
+        }
+    }
+    v
+}
+
+/// Hashes key words: one multiply per word by a per-position odd constant, folded by
+/// XOR (the products are independent, so this is a few cycles). The top bits (the table
+/// index) depend on every key bit; the middle bits give the slot tag.
+#[inline(always)]
+pub fn hash_words(words: &[u64]) -> u64 {
+    const K: [u64; 8] = [
+        0x9E37_79B9_7F4A_7C15,
+        0xC2B2_AE3D_27D4_EB4F,
+        0x1656_67B1_9E37_79F9,
+        0x85EB_CA77_C2B2_AE63,
+        0x27D4_EB2F_1656_67C5,
+        0xFF51_AFD7_ED55_8CCD,
+        0xC4CE_B9FE_1A85_EC53,
+        0x94D0_49BB_1331_11EB,
+    ];
+    let mut h = 0x243F_6A88_85A3_08D3;
+    for (i, &w) in words.iter().enumerate() {
+        h ^= (w ^ K[(i + 3) & 7]).wrapping_mul(K[i & 7]);
+    }
+    h
+}
+
+const OCCUPIED: u64 = 1 << 63;
+
+/// A hash map from keys of `words` u64 words to u32 values, stored flat: each slot is one
+/// meta word (occupied bit, 31 hash bits, value) followed by the key words, so a lookup
+/// usually touches one cache line. Linear probing, backward-shift deletion, load <= 5/8.
+#[derive(Clone, Debug)]
+pub struct FlatTable {
+    words: usize,
+    stride: usize,
+    bits: u32,
+    mask: usize,
+    len: usize,
+    /// Grow when len exceeds capacity x load_num / 8.
+    load_num: usize,
+    slots: Vec<u64>,
+}
+
+impl FlatTable {
+    /// A table kept at most 1/4 full: more memory, shorter probes (for small tables that
+    /// are searched many times per packet).
+    pub fn sparse(words: usize) -> FlatTable {
+        let mut t = FlatTable::new(words);
+        t.load_num = 2;
+        t
+    }
+
+    /// An empty table for keys of `words` words (1..=8).
+    pub fn new(words: usize) -> FlatTable {
+        assert!((1..=8).contains(&words));
+        let mut t = FlatTable {
+            words,
+            stride: words + 1,
+            bits: 0,
+            mask: 0,
+            len: 0,
+            load_num: 5,
+            slots: Vec::new(),
+        };
+        t.resize(4);
+        t
+    }
+
+    fn resize(&mut self, bits: u32) {
+        let old = std::mem::take(&mut self.slots);
+        let old_stride = self.stride;
+        self.bits = bits;
+        self.mask = (1usize << bits) - 1;
+        self.slots = zeroed_table((1usize << bits) * self.stride, 0u64);
+        self.len = 0;
+        for s in old.chunks_exact(old_stride) {
+            if s[0] & OCCUPIED != 0 {
+                let (k, v) = (&s[1..], s[0] as u32);
+                let h = hash_words(k);
+                self.insert_hashed(k, h, v);
+            }
+        }
+    }
+
+    /// Number of keys stored.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when no key is stored.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Key length in words.
+    pub fn words(&self) -> usize {
+        self.words
+    }
+
+    /// Removes every key and gives back the memory.
+    pub fn clear(&mut self) {
+        self.slots = Vec::new();
+        self.len = 0;
+        self.resize(4);
+    }
+
+    #[inline(always)]
+    fn home(&self, h: u64) -> usize {
+        (h >> (64 - self.bits)) as usize
+    }
+
+    #[inline(always)]
+    fn tag(h: u64) -> u64 {
+        ((h >> 16) & 0x7fff_ffff) << 32
+    }
+
+    /// Prefetches the slot where a key with hash `h` starts its probe.
+    #[inline(always)]
+    pub fn prefetch(&self, h: u64) {
+        let i = self.home(h) * self.stride;
+        prefetch(self.slots.as_ptr().wrapping_add(i));
+    }
+
+    /// Looks up a key whose hash is `h`.
+    #[inline(always)]
+    pub fn get_hashed(&self, key: &[u64], h: u64) -> Option<u32> {
+        let want = OCCUPIED | Self::tag(h);
+        let mut i = self.home(h);
+        loop {
+            let s = &self.slots[i * self.stride..(i + 1) * self.stride];
+            let m = s[0];
+            if m & OCCUPIED == 0 {
+                return None;
+            }
+            if m & 0xffff_ffff_0000_0000 == want && s[1..] == *key {
+                return Some(m as u32);
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+
+    /// Looks up a key of exactly `W` words (the table's width) whose hash is `h`: the
+    /// fixed width lets the comparison compile to `W` word compares.
+    #[inline(always)]
+    pub fn get_n<const W: usize>(&self, key: &[u64; W], h: u64) -> Option<u32> {
+        debug_assert_eq!(W, self.words);
+        let want = OCCUPIED | Self::tag(h);
+        let mut i = self.home(h);
+        loop {
+            let s = &self.slots[i * (W + 1)..i * (W + 1) + W + 1];
+            let m = s[0];
+            if m & OCCUPIED == 0 {
+                return None;
+            }
+            if m & 0xffff_ffff_0000_0000 == want {
+                let k: &[u64; W] = s[1..].try_into().unwrap();
+                if k == key {
+                    return Some(m as u32);
+                }
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+
+    /// As `get_n`, for sparse tables: checks the home slot and the next without branching
+    /// on their contents (at load <= 1/4 a search rarely goes further), so a miss costs no
+    /// mispredicted branch; longer runs take the general path.
+    #[inline(always)]
+    pub fn get_near<const W: usize>(&self, key: &[u64; W], h: u64) -> Option<u32> {
+        let want = OCCUPIED | Self::tag(h);
+        let i0 = self.home(h);
+        let i1 = (i0 + 1) & self.mask;
+        let s0 = &self.slots[i0 * (W + 1)..i0 * (W + 1) + W + 1];
+        let s1 = &self.slots[i1 * (W + 1)..i1 * (W + 1) + W + 1];
+        let (mut d0, mut d1) = (
+            (s0[0] & 0xffff_ffff_0000_0000) ^ want,
+            (s1[0] & 0xffff_ffff_0000_0000) ^ want,
+        );
+        for j in 0..W {
+            d0 |= s0[1 + j] ^ key[j];
+            d1 |= s1[1 + j] ^ key[j];
+        }
+        if (d0 == 0) | (d1 == 0) {
+            return Some(if d0 == 0 { s0[0] } else { s1[0] } as u32);
+        }
+        if (s0[0] & OCCUPIED == 0) | (s1[0] & OCCUPIED == 0) {
+            return None;
+        }
+        self.get_n(key, h)
+    }
+
+    /// Looks up a key.
+    pub fn get(&self, key: &[u64]) -> Option<u32> {
+        self.get_hashed(key, hash_words(key))
+    }
+
+    fn insert_hashed(&mut self, key: &[u64], h: u64, v: u32) -> Option<u32> {
+        let meta = OCCUPIED | Self::tag(h) | v as u64;
+        let mut i = self.home(h);
+        loop {
+            let s = &mut self.slots[i * self.stride..(i + 1) * self.stride];
+            if s[0] & OCCUPIED == 0 {
+                s[0] = meta;
+                s[1..].copy_from_slice(key);
+                self.len += 1;
+                return None;
+            }
+            if s[0] & 0xffff_ffff_0000_0000 == meta & 0xffff_ffff_0000_0000 && s[1..] == *key {
+                let old = s[0] as u32;
+                s[0] = meta;
+                return Some(old);
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+
+    /// Inserts or replaces a key's value; returns the old value.
+    pub fn insert(&mut self, key: &[u64], v: u32) -> Option<u32> {
+        debug_assert_eq!(key.len(), self.words);
+        if (self.len + 1) * 8 > (self.mask + 1) * self.load_num {
+            self.resize(self.bits + 1);
+        }
+        self.insert_hashed(key, hash_words(key), v)
+    }
+
+    /// Removes a key; returns its value.
+    pub fn remove(&mut self, key: &[u64]) -> Option<u32> {
+        let h = hash_words(key);
+        let want = OCCUPIED | Self::tag(h);
+        let st = self.stride;
+        let mut i = self.home(h);
+        loop {
+            let m = self.slots[i * st];
+            if m & OCCUPIED == 0 {
+                return None;
+            }
+            if m & 0xffff_ffff_0000_0000 == want && self.slots[i * st + 1..(i + 1) * st] == *key {
+                break;
+            }
+            i = (i + 1) & self.mask;
+        }
+        let v = self.slots[i * st] as u32;
+        // Backward shift: pull later entries of the run into the hole when their home
+        // position allows it, so no tombstones are needed.
+        let mut hole = i;
+        let mut j = (i + 1) & self.mask;
+        loop {
+            let m = self.slots[j * st];
+            if m & OCCUPIED == 0 {
+                break;
+            }
+            let home = self.home(hash_words(&self.slots[j * st + 1..(j + 1) * st]));
+            let dist_j = j.wrapping_sub(home) & self.mask;
+            let dist_hole = hole.wrapping_sub(home) & self.mask;
+            if dist_hole <= dist_j {
+                self.slots.copy_within(j * st..(j + 1) * st, hole * st);
+                hole = j;
+            }
+            j = (j + 1) & self.mask;
+        }
+        self.slots[hole * st..(hole + 1) * st].fill(0);
+        self.len -= 1;
+        Some(v)
+    }
+
+    /// Every (key, value) pair, in table order.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u64], u32)> + '_ {
+        self.slots
+            .chunks_exact(self.stride)
+            .filter(|s| s[0] & OCCUPIED != 0)
+            .map(|s| (&s[1..], s[0] as u32))
+    }
+}
+
+/// Reads a FieldData message (`value_bin` bytes or `value_int`, big-endian) as exactly
+/// `size` bytes; `Ok(None)` when it has neither.
+pub fn field_data(v: &Value, size: usize, what: &str) -> Result<Option<Vec<u8>>> {
+    let mut a = bessemer_core::Args::new(v, what)?;
+    let bin = a.bytes("value_bin")?;
+    // uint64 values above i64::MAX arrive wrapped to negative Ints (Value has one integer
+    // type): take the bits as they are.
+    let int = match a.any("value_int") {
+        None => None,
+        Some(v) => Some(v.as_i64().ok_or_else(|| {
+            Error::invalid(format!(
+                "{what}.value_int: expected an integer, got {}",
+                v.type_name()
+            ))
+        })? as u64),
+    };
+    a.finish()?;
+    match (bin, int) {
+        (Some(_), Some(_)) => Err(Error::invalid(format!(
+            "{what}: value_bin and value_int are exclusive"
+        ))),
+        (Some(b), None) => {
+            if b.len() != size {
+                return Err(Error::invalid(format!(
+                    "{what}.value_bin: {} bytes for a {size}-byte field",
+                    b.len()
+                )));
+            }
+            Ok(Some(b.to_vec()))
+        }
+        (None, Some(i)) => {
+            if size < 8 && i >> (8 * size) != 0 {
+                return Err(Error::invalid(format!(
+                    "{what}.value_int: {i:#x} does not fit in {size} bytes"
+                )));
+            }
+            Ok(Some(i.to_be_bytes()[8 - size..].to_vec()))
+        }
+        (None, None) => Ok(None),
+    }
+}
+
+/// One match field: `size` bytes at a packet offset or of a metadata attribute.
+#[derive(Clone, Debug)]
+pub struct MatchField {
+    /// Packet data offset, or None for a metadata attribute.
+    pub offset: Option<usize>,
+    /// Attribute name (for attribute fields).
+    pub attr: Option<String>,
+    /// Attribute id as declared at init.
+    pub attr_id: usize,
+    /// Field size in bytes (1..=8).
+    pub size: usize,
+    /// Byte position in the key.
+    pub pos: usize,
+}
+
+/// Most fields per classifier and bytes per field (BESS's MAX_FIELDS, MAX_FIELD_SIZE).
+pub const MAX_FIELDS: usize = 8;
+/// Largest field size in bytes.
+pub const MAX_FIELD_SIZE: usize = 8;
+/// Largest packet offset of a field (BESS's limit).
+pub const MAX_OFFSET: i64 = 1024;
+
+/// Parses a `Field` message (`attr_name` or `offset`, `num_bytes`), declaring attributes.
+pub fn parse_field(
+    v: &Value,
+    what: &str,
+    pos: usize,
+    init: &mut bessemer_core::InitContext,
+) -> Result<MatchField> {
+    let mut a = bessemer_core::Args::new(v, what)?;
+    let attr = a.str("attr_name")?.filter(|s| !s.is_empty());
+    let offset = a.int("offset", 0, MAX_OFFSET)?;
+    let size = a
+        .int("num_bytes", 1, MAX_FIELD_SIZE as i64)?
+        .ok_or_else(|| Error::invalid(format!("{what}.num_bytes is required (1..8)")))?
+        as usize;
+    a.finish()?;
+    let (offset, attr_id) = match (attr, offset) {
+        (Some(_), Some(_)) => {
+            return Err(Error::invalid(format!(
+                "{what}: give either attr_name or offset, not both"
+            )))
+        }
+        (None, None) => {
+            return Err(Error::invalid(format!(
+                "{what}: must specify 'offset' or 'attr_name'"
+            )))
+        }
+        (Some(name), None) => {
+            let id = init.add_attr(bessemer_core::AttrSpec {
+                name: name.to_string(),
+                size,
+                mode: bessemer_core::AccessMode::Read,
+            })?;
+            (None, id)
+        }
+        (None, Some(o)) => (Some(o as usize), 0),
+    };
+    Ok(MatchField {
+        offset,
+        attr: attr.map(str::to_string),
+        attr_id,
+        size,
+        pos,
+    })
+}
+
+/// The `Field` message describing a field (for get_initial_arg).
+pub fn field_value(f: &MatchField) -> Value {
+    let v = Value::map();
+    let v = match (&f.attr, f.offset) {
+        (Some(n), _) => v.with("attr_name", n.as_str()),
+        (None, Some(o)) => v.with("offset", o),
+        (None, None) => v,
+    };
+    v.with("num_bytes", f.size)
+}
+
+/// How to load one field into the key words: one unaligned 8-byte load, masked, shifted
+/// into place (key bytes are little-endian words, so byte `pos` is word pos/8, bit 8*(pos%8)).
+#[derive(Clone, Copy, Debug)]
+struct KeyField {
+    offset: Option<usize>,
+    size: usize,
+    word: usize,
+    shift: u32,
+    /// Field mask as a little-endian word (zero beyond `size` bytes).
+    mask: u64,
+}
+
+/// Builds table keys from packets for a list of fields.
+#[derive(Clone, Debug)]
+pub struct KeyBuilder {
+    fields: Vec<KeyField>,
+}
+
+#[inline(always)]
+fn load_le(b: &[u8], at: usize, size: usize) -> Option<u64> {
+    match b.get(at..at + 8) {
+        Some(w) => Some(u64::from_le_bytes(w.try_into().unwrap())),
+        None => {
+            let part = b.get(at..at + size)?;
+            let mut t = [0u8; 8];
+            t[..size].copy_from_slice(part);
+            Some(u64::from_le_bytes(t))
+        }
+    }
+}
+
+impl KeyBuilder {
+    /// A builder for `fields`; `masks[i]` are field i's mask bytes (all ones if None).
+    pub fn new(fields: &[MatchField], masks: &[Option<Vec<u8>>]) -> KeyBuilder {
+        let fields = fields
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                let mut m = [0u8; 8];
+                match masks.get(i).and_then(|m| m.as_ref()) {
+                    Some(b) => m[..f.size].copy_from_slice(b),
+                    None => m[..f.size].fill(0xff),
+                }
+                KeyField {
+                    offset: f.offset,
+                    size: f.size,
+                    word: f.pos / 8,
+                    shift: (f.pos % 8) as u32 * 8,
+                    mask: u64::from_le_bytes(m),
+                }
+            })
+            .collect();
+        KeyBuilder { fields }
+    }
+
+    /// The key of `pkt` (`offs[i]`: field i's attribute offset), or None when the packet
+    /// is too short for a packet field.
+    #[inline(always)]
+    pub fn build<const W: usize>(
+        &self,
+        offs: &[bessemer_core::AttrOffset],
+        pkt: &bessemer_core::Packet,
+    ) -> Option<[u64; W]> {
+        let mut k = [0u64; W];
+        for (i, f) in self.fields.iter().enumerate() {
+            let v = match f.offset {
+                Some(o) => load_le(pkt.data(), o, f.size)?,
+                None => match offs[i] {
+                    bessemer_core::AttrOffset::At(m) => {
+                        load_le(&pkt.metadata()[..], m as usize, f.size).unwrap_or(0)
+                    }
+                    _ => 0,
+                },
+            } & f.mask;
+            k[f.word] |= v << f.shift;
+            if f.shift != 0 && f.word + 1 < W {
+                k[f.word + 1] |= v >> (64 - f.shift);
+            }
+        }
+        Some(k)
+    }
+}
+
+/// Sends packet i out of `gates[i]`, or drops it under reason `status[i] - 1` when
+/// `status[i]` is not 0; a batch bound for one gate is forwarded whole.
+#[inline(always)]
+pub fn split(
+    ctx: &mut bessemer_core::Context,
+    batch: &mut bessemer_core::PacketBatch,
+    gates: &[u16; bessemer_core::MAX_BURST],
+    status: &[u8; bessemer_core::MAX_BURST],
+    any_drop: bool,
+) {
+    let n = batch.len();
+    if n > 0 && !any_drop && gates[1..n].iter().all(|&g| g == gates[0]) {
+        return ctx.forward(gates[0], batch);
+    }
+    for (i, p) in batch.drain().enumerate() {
+        if status[i] == 0 {
+            ctx.emit(gates[i], p);
+        } else {
+            ctx.drop_packet(p, status[i] as usize - 1);
+        }
+    }
+}
+
+/// Packs key bytes into little-endian words (the table key).
+#[inline(always)]
+pub fn key_words(key: &[u8; 64], out: &mut [u64; 8]) {
+    for (w, c) in out.iter_mut().zip(key.chunks_exact(8)) {
+        *w = u64::from_le_bytes(c.try_into().unwrap());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[test]
+    fn flat_table_matches_a_hashmap_through_inserts_and_removes() {
+        let mut t = FlatTable::new(2);
+        let mut r: HashMap<[u64; 2], u32> = HashMap::new();
+        let mut x: u64 = 12345;
+        for i in 0..20_000u32 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let k = [x % 3000, (x >> 20) % 3];
+            if i % 3 == 0 {
+                assert_eq!(t.remove(&k), r.remove(&k));
+            } else {
+                assert_eq!(t.insert(&k, i), r.insert(k, i));
+            }
+            assert_eq!(t.len(), r.len());
+        }
+        for (k, v) in &r {
+            assert_eq!(t.get(k), Some(*v));
+            assert_eq!(t.get_n(k, hash_words(k)), Some(*v));
+        }
+        // The sparse table's two-slot lookup, present and absent keys, including keys in
+        // runs longer than two slots.
+        let mut sp = FlatTable::sparse(2);
+        for (k, v) in &r {
+            sp.insert(k, *v);
+        }
+        let mut long_runs = 0;
+        for a in 0..3000u64 {
+            for b in 0..3u64 {
+                let k = [a, b];
+                assert_eq!(sp.get_near(&k, hash_words(&k)), r.get(&k).copied());
+                let home = sp.home(hash_words(&k));
+                let occ = |i: usize| sp.slots[(i & sp.mask) * 3] & OCCUPIED != 0;
+                long_runs += (occ(home) && occ(home + 1)) as usize;
+            }
+        }
+        assert!(long_runs > 0, "the test should reach the general path");
+        assert_eq!(t.iter().count(), r.len());
+        assert_eq!(t.get(&[99_999, 0]), None);
+        t.clear();
+        assert!(t.is_empty());
+        assert_eq!(t.get(&[1, 1]), None);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+        #[test]
+        fn key_builder_matches_bytewise_extraction(
+            layout in proptest::collection::vec((0usize..24, 1usize..=8, proptest::prelude::any::<[u8; 8]>()), 1..=8),
+            pkt in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40),
+        ) {
+            // Fields at arbitrary offsets and sizes (crossing key words), with masks, against
+            // copying bytes one by one.
+            let mut pos = 0;
+            let fields: Vec<MatchField> = layout
+                .iter()
+                .map(|&(o, size, _)| {
+                    let f = MatchField { offset: Some(o), attr: None, attr_id: 0, size, pos };
+                    pos += size;
+                    f
+                })
+                .collect();
+            let masks: Vec<Option<Vec<u8>>> =
+                layout.iter().map(|(_, size, m)| Some(m[..*size].to_vec())).collect();
+            let kb = KeyBuilder::new(&fields, &masks);
+            let pool = bessemer_core::PacketPool::new("t", 64, bessemer_core::mem::PagePolicy::Plain).unwrap();
+            let mut cache = pool.cache();
+            let mut p = cache.alloc(0).unwrap();
+            proptest::prop_assert!(p.set_data(&pkt));
+            let offs = [bessemer_core::AttrOffset::NoRead; 8];
+            let got = kb.build::<8>(&offs, &p);
+            cache.free(p);
+            let fits = fields.iter().all(|f| f.offset.unwrap() + f.size <= pkt.len());
+            if !fits {
+                proptest::prop_assert!(got.is_none());
+            } else {
+                let mut bytes = [0u8; 64];
+                for (f, m) in fields.iter().zip(&masks) {
+                    for j in 0..f.size {
+                        bytes[f.pos + j] = pkt[f.offset.unwrap() + j] & m.as_ref().unwrap()[j];
+                    }
+                }
+                let mut want = [0u64; 8];
+                key_words(&bytes, &mut want);
+                proptest::prop_assert_eq!(got, Some(want));
+            }
+        }
+    }
+
+    #[test]
+    fn field_data_is_big_endian_and_sized() {
+        let v = Value::map().with("value_int", 0x0800);
+        assert_eq!(field_data(&v, 2, "f").unwrap(), Some(vec![8, 0]));
+        let v = Value::map().with("value_int", 0x10000);
+        assert!(field_data(&v, 2, "f")
+            .unwrap_err()
+            .msg
+            .contains("f.value_int"));
+        let v = Value::map().with("value_bin", vec![1u8, 2, 3]);
+        assert!(field_data(&v, 2, "f")
+            .unwrap_err()
+            .msg
+            .contains("f.value_bin"));
+        assert_eq!(field_data(&Value::map(), 2, "f").unwrap(), None);
+        let v = Value::map().with("value_int", Value::from(u64::MAX));
+        assert_eq!(field_data(&v, 8, "f").unwrap(), Some(vec![0xff; 8]));
+        let v = Value::map().with("value_int", "x");
+        assert!(field_data(&v, 8, "f")
+            .unwrap_err()
+            .msg
+            .contains("f.value_int"));
+    }
+}

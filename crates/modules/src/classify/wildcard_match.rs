@@ -1,0 +1,752 @@
+//! WildcardMatch: rules of (values, masks, priority) -> gate, matched by tuple-space search:
+//! one exact-match table per distinct mask; the highest-priority matching rule wins.
+use bessemer_core::{
+    Args, AttrOffset, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch,
+    Result, Value, MAX_BURST,
+};
+
+use super::table::{
+    check_gate, field_data, field_value, hash_words, key_words, parse_field, split, FlatTable,
+    KeyBuilder, MatchField, DROP_GATE, MAX_FIELDS,
+};
+
+const DROP_NO_MATCH: usize = 0;
+const DROP_TOO_SHORT: usize = 1;
+const DROP_RULE: usize = 2;
+
+/// Most distinct masks (tuples). BESS allows 8; Bessemer allows more.
+pub const MAX_TUPLES: usize = 32;
+
+#[derive(Clone, Copy, Debug)]
+struct RuleData {
+    priority: i32,
+    gate: u16,
+}
+
+struct Tuple {
+    mask: [u64; 8],
+    /// Masked key -> index into `data`.
+    table: FlatTable,
+    data: Vec<RuleData>,
+    free: Vec<u32>,
+    max_priority: i32,
+    /// Creation order: among equal priorities the rule of the later tuple wins, as in BESS.
+    seq: u64,
+}
+
+impl Tuple {
+    fn recompute_max(&mut self) {
+        self.max_priority = self
+            .table
+            .iter()
+            .map(|(_, i)| self.data[i as usize].priority)
+            .max()
+            .unwrap_or(i32::MIN);
+    }
+}
+
+/// Wildcard (value/mask) classifier with priorities.
+pub struct WildcardMatch {
+    fields: Vec<MatchField>,
+    keys: KeyBuilder,
+    words: usize,
+    /// Tuples in lookup order: highest max priority first, later-created first on ties.
+    tuples: Vec<Tuple>,
+    next_seq: u64,
+    default_gate: u16,
+}
+
+type KeyMask = ([u64; 8], [u64; 8]);
+
+impl WildcardMatch {
+    fn key_mask(&self, values: &[Value], masks: &[Value], what: &str) -> Result<KeyMask> {
+        let n = self.fields.len();
+        if values.len() != n {
+            return Err(Error::invalid(format!(
+                "{what}.values: must specify {n} values"
+            )));
+        }
+        if masks.len() != n {
+            return Err(Error::invalid(format!(
+                "{what}.masks: must specify {n} masks"
+            )));
+        }
+        let (mut kb, mut mb) = ([0u8; 64], [0u8; 64]);
+        for (i, f) in self.fields.iter().enumerate() {
+            let v = field_data(&values[i], f.size, &format!("{what}.values[{i}]"))?
+                .unwrap_or_else(|| vec![0; f.size]);
+            let m = field_data(&masks[i], f.size, &format!("{what}.masks[{i}]"))?
+                .unwrap_or_else(|| vec![0; f.size]);
+            if v.iter().zip(&m).any(|(v, m)| v & !m != 0) {
+                return Err(Error::invalid(format!(
+                    "{what}.values[{i}]: invalid pair of value 0x{} and mask 0x{}",
+                    hex(&v),
+                    hex(&m)
+                )));
+            }
+            kb[f.pos..f.pos + f.size].copy_from_slice(&v);
+            mb[f.pos..f.pos + f.size].copy_from_slice(&m);
+        }
+        let (mut k, mut m) = ([0u64; 8], [0u64; 8]);
+        key_words(&kb, &mut k);
+        key_words(&mb, &mut m);
+        Ok((k, m))
+    }
+
+    fn sort_tuples(&mut self) {
+        self.tuples
+            .sort_by(|a, b| b.max_priority.cmp(&a.max_priority).then(b.seq.cmp(&a.seq)));
+    }
+
+    fn add_rule(&mut self, arg: &Value, what: &str) -> Result<()> {
+        let mut a = Args::new(arg, what)?;
+        let gate = check_gate(a.uint("gate", u64::MAX)?, &format!("{what}.gate"))?;
+        let priority = a
+            .int("priority", i32::MIN as i64, i32::MAX as i64)?
+            .unwrap_or(0) as i32;
+        let values = a.list("values")?;
+        let masks = a.list("masks")?;
+        a.finish()?;
+        let (key, mask) = self.key_mask(values, masks, what)?;
+        let w = self.words;
+        let idx = match self.tuples.iter().position(|t| t.mask[..w] == mask[..w]) {
+            Some(i) => i,
+            None => {
+                if self.tuples.len() >= MAX_TUPLES {
+                    return Err(Error::new(
+                        libc::ENOSPC,
+                        format!("{what}.masks: at most {MAX_TUPLES} distinct masks"),
+                    ));
+                }
+                self.next_seq += 1;
+                self.tuples.push(Tuple {
+                    mask,
+                    table: FlatTable::sparse(w),
+                    data: Vec::new(),
+                    free: Vec::new(),
+                    max_priority: i32::MIN,
+                    seq: self.next_seq,
+                });
+                self.tuples.len() - 1
+            }
+        };
+        let t = &mut self.tuples[idx];
+        let d = RuleData { priority, gate };
+        match t.table.get(&key[..w]) {
+            Some(i) => t.data[i as usize] = d,
+            None => {
+                let i = match t.free.pop() {
+                    Some(i) => {
+                        t.data[i as usize] = d;
+                        i
+                    }
+                    None => {
+                        t.data.push(d);
+                        (t.data.len() - 1) as u32
+                    }
+                };
+                t.table.insert(&key[..w], i);
+            }
+        }
+        t.recompute_max();
+        self.sort_tuples();
+        Ok(())
+    }
+
+    fn rules_value(&self) -> Vec<Value> {
+        type Row = (i32, u16, Vec<Vec<u8>>, Vec<Vec<u8>>);
+        let bytes = |w: &[u64]| {
+            let mut b = [0u8; 64];
+            for (c, x) in b.chunks_exact_mut(8).zip(w) {
+                c.copy_from_slice(&x.to_le_bytes());
+            }
+            b
+        };
+        let split = |b: &[u8; 64]| -> Vec<Vec<u8>> {
+            self.fields
+                .iter()
+                .map(|f| b[f.pos..f.pos + f.size].to_vec())
+                .collect()
+        };
+        let mut rows: Vec<Row> = Vec::new();
+        for t in &self.tuples {
+            let mb = split(&bytes(&t.mask));
+            for (k, i) in t.table.iter() {
+                let d = t.data[i as usize];
+                rows.push((d.priority, d.gate, mb.clone(), split(&bytes(k))));
+            }
+        }
+        // Priority, gate, masks, values: BESS's order.
+        rows.sort();
+        let list = |v: Vec<Vec<u8>>| {
+            Value::List(
+                v.into_iter()
+                    .map(|b| Value::map().with("value_bin", b))
+                    .collect(),
+            )
+        };
+        rows.into_iter()
+            .map(|(p, g, m, v)| {
+                Value::map()
+                    .with("gate", g as u64)
+                    .with("priority", p as i64)
+                    .with("values", list(v))
+                    .with("masks", list(m))
+            })
+            .collect()
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The batch path for keys of `W` words: tuple by tuple over the whole batch, skipping
+/// packets whose best match so far already beats every rule of the tuple.
+#[inline(always)]
+fn run<const W: usize>(
+    wm: &WildcardMatch,
+    ctx: &mut Context,
+    batch: &mut PacketBatch,
+    offs: &[AttrOffset],
+) {
+    let n = batch.len();
+    let mut keys = [[0u64; W]; MAX_BURST];
+    let mut status = [0u8; MAX_BURST];
+    for (i, p) in batch.pkts().iter().enumerate() {
+        match wm.keys.build::<W>(offs, p) {
+            Some(k) => keys[i] = k,
+            None => status[i] = (DROP_TOO_SHORT + 1) as u8,
+        }
+    }
+    // Best (priority, tuple seq, gate) per packet; seq 0 = no match yet.
+    let mut best = [(i32::MIN, 0u64, 0u16); MAX_BURST];
+    for t in &wm.tuples {
+        let mask: &[u64; W] = t.mask[..W].try_into().unwrap();
+        for i in 0..n {
+            let b = best[i];
+            if status[i] != 0 || t.max_priority < b.0 {
+                continue;
+            }
+            let mut mk = [0u64; W];
+            for j in 0..W {
+                mk[j] = keys[i][j] & mask[j];
+            }
+            if let Some(x) = t.table.get_near(&mk, hash_words(&mk)) {
+                let d = t.data[x as usize];
+                if b.1 == 0 || d.priority > b.0 || (d.priority == b.0 && t.seq > b.1) {
+                    best[i] = (d.priority, t.seq, d.gate);
+                }
+            }
+        }
+    }
+    let def = wm.default_gate;
+    let mut gates = [0u16; MAX_BURST];
+    let mut any_drop = false;
+    for i in 0..n {
+        let g = if best[i].1 == 0 { def } else { best[i].2 };
+        if g != DROP_GATE {
+            status[i] = 0;
+            gates[i] = g;
+        } else if status[i] == 0 {
+            status[i] = if best[i].1 != 0 {
+                DROP_RULE + 1
+            } else {
+                DROP_NO_MATCH + 1
+            } as u8;
+        }
+        any_drop |= status[i] != 0;
+    }
+    split(ctx, batch, &gates, &status, any_drop);
+}
+
+impl Module for WildcardMatch {
+    fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
+        let mut offs = [AttrOffset::NoRead; MAX_FIELDS];
+        for (i, f) in self.fields.iter().enumerate() {
+            if f.offset.is_none() {
+                offs[i] = ctx.attr(f.attr_id);
+            }
+        }
+        let run = |w| match w {
+            1 => run::<1>,
+            2 => run::<2>,
+            3 => run::<3>,
+            4 => run::<4>,
+            5 => run::<5>,
+            6 => run::<6>,
+            7 => run::<7>,
+            _ => run::<8>,
+        };
+        run(self.words)(self, ctx, batch, &offs[..self.fields.len()]);
+    }
+
+    fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
+        match cmd {
+            "add" => self.add_rule(arg, "WildcardMatchCommandAddArg")?,
+            "delete" => {
+                let what = "WildcardMatchCommandDeleteArg";
+                let mut a = Args::new(arg, what)?;
+                let values = a.list("values")?;
+                let masks = a.list("masks")?;
+                a.finish()?;
+                let (key, mask) = self.key_mask(values, masks, what)?;
+                let w = self.words;
+                let Some(ti) = self.tuples.iter().position(|t| t.mask[..w] == mask[..w]) else {
+                    return Err(Error::not_found(format!("{what}: no rule with this mask")));
+                };
+                let t = &mut self.tuples[ti];
+                let Some(i) = t.table.remove(&key[..w]) else {
+                    return Err(Error::not_found(format!(
+                        "{what}: no rule with these values"
+                    )));
+                };
+                t.free.push(i);
+                if t.table.is_empty() {
+                    self.tuples.remove(ti);
+                } else {
+                    t.recompute_max();
+                }
+                self.sort_tuples();
+            }
+            "clear" => {
+                Args::new(arg, "EmptyArg")?.finish()?;
+                self.tuples.clear();
+            }
+            "set_default_gate" => {
+                let what = "WildcardMatchCommandSetDefaultGateArg";
+                let mut a = Args::new(arg, what)?;
+                let g = check_gate(a.uint("gate", u64::MAX)?, &format!("{what}.gate"))?;
+                a.finish()?;
+                self.default_gate = g;
+            }
+            "get_initial_arg" => {
+                Args::new(arg, "EmptyArg")?.finish()?;
+                return Ok(Value::map().with(
+                    "fields",
+                    Value::List(self.fields.iter().map(field_value).collect()),
+                ));
+            }
+            "get_runtime_config" => {
+                Args::new(arg, "EmptyArg")?.finish()?;
+                return Ok(Value::map()
+                    .with("default_gate", self.default_gate as u64)
+                    .with("rules", Value::List(self.rules_value())));
+            }
+            "set_runtime_config" => {
+                let what = "WildcardMatchConfig";
+                let mut a = Args::new(arg, what)?;
+                let def = check_gate(
+                    a.uint("default_gate", u64::MAX)?,
+                    &format!("{what}.default_gate"),
+                )?;
+                let rules = a.list("rules")?;
+                a.finish()?;
+                // A bad rule leaves the module as it was.
+                let old = std::mem::take(&mut self.tuples);
+                for (i, r) in rules.iter().enumerate() {
+                    if let Err(e) = self.add_rule(r, &format!("{what}.rules[{i}]")) {
+                        self.tuples = old;
+                        return Err(e);
+                    }
+                }
+                self.default_gate = def;
+            }
+            _ => return Err(Error::invalid(format!("unknown command '{cmd}'"))),
+        }
+        Ok(Value::Null)
+    }
+
+    fn desc(&self) -> String {
+        let rules: usize = self.tuples.iter().map(|t| t.table.len()).sum();
+        format!("{} fields, {rules} rules", self.fields.len())
+    }
+}
+
+fn create(init: &mut bessemer_core::InitContext, arg: &Value) -> Result<Instance> {
+    let what = "WildcardMatchArg";
+    let mut a = Args::new(arg, what)?;
+    let fields = a.list("fields")?;
+    a.finish()?;
+    if fields.is_empty() {
+        return Err(Error::invalid(format!(
+            "{what}.fields: at least one field is required"
+        )));
+    }
+    if fields.len() > MAX_FIELDS {
+        return Err(Error::invalid(format!(
+            "{what}.fields: at most {MAX_FIELDS} fields, got {}",
+            fields.len()
+        )));
+    }
+    let mut parsed = Vec::new();
+    let mut pos = 0;
+    for (i, f) in fields.iter().enumerate() {
+        let mf = parse_field(f, &format!("{what}.fields[{i}]"), pos, init)?;
+        pos += mf.size;
+        parsed.push(mf);
+    }
+    let keys = KeyBuilder::new(&parsed, &[]);
+    Ok(Instance::Exclusive(Box::new(WildcardMatch {
+        keys,
+        fields: parsed,
+        words: pos.div_ceil(8),
+        tuples: Vec::new(),
+        next_seq: 0,
+        default_gate: DROP_GATE,
+    })))
+}
+
+/// The WildcardMatch class.
+pub static CLASS: ModuleClass = ModuleClass {
+    name: "WildcardMatch",
+    name_template: "wm",
+    help: "Multi-field classifier with a wildcard match table",
+    arg_type: "WildcardMatchArg",
+    arg_doc: &[
+        "fields: [{offset: uint32 (0..1024) | attr_name: string, num_bytes: uint32 (1..8)}] — up to 8 fields each rule matches",
+        "rules (add): values and masks, one FieldData per field: value_bin = bytes as in the packet, value_int = big-endian number",
+        "the matching rule of highest priority wins (equal priorities: the rule whose mask was added later); up to 32 distinct masks",
+        "no match goes to the default gate (initially none: dropped, counted no_match); packets too short for a field take the default gate",
+    ],
+    igates: 1,
+    ogates: bessemer_core::module::MAX_GATES,
+    commands: &[
+        CommandSpec {
+            name: "get_initial_arg",
+            arg_type: "EmptyArg",
+            help: "returns the WildcardMatchArg the module was built from",
+        },
+        CommandSpec {
+            name: "get_runtime_config",
+            arg_type: "EmptyArg",
+            help: "returns a WildcardMatchConfig: default gate and all rules",
+        },
+        CommandSpec {
+            name: "set_runtime_config",
+            arg_type: "WildcardMatchConfig",
+            help: "replaces the default gate and all rules",
+        },
+        CommandSpec {
+            name: "add",
+            arg_type: "WildcardMatchCommandAddArg",
+            help: "adds (or replaces) a rule: values/masks, priority -> gate (8192 = drop)",
+        },
+        CommandSpec {
+            name: "delete",
+            arg_type: "WildcardMatchCommandDeleteArg",
+            help: "removes the rule with these values and masks",
+        },
+        CommandSpec {
+            name: "clear",
+            arg_type: "EmptyArg",
+            help: "removes all rules",
+        },
+        CommandSpec {
+            name: "set_default_gate",
+            arg_type: "WildcardMatchCommandSetDefaultGateArg",
+            help: "sets the gate for packets that match no rule (8192 = drop)",
+        },
+    ],
+    drop_reasons: &["no_match", "too_short", "rule_drop"],
+    mt_safe: false,
+    create,
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bessemer_core::testing::Harness;
+    use proptest::prelude::*;
+
+    fn off(o: i64, n: i64) -> Value {
+        Value::map().with("offset", o).with("num_bytes", n)
+    }
+    fn bin(b: &[u8]) -> Value {
+        Value::map().with("value_bin", b.to_vec())
+    }
+    fn int(i: u64) -> Value {
+        Value::map().with("value_int", Value::Int(i as i64))
+    }
+    fn rule(values: Vec<Value>, masks: Vec<Value>, priority: i64, gate: u64) -> Value {
+        Value::map()
+            .with("gate", gate)
+            .with("priority", priority)
+            .with("values", Value::List(values))
+            .with("masks", Value::List(masks))
+    }
+
+    /// 60-byte frame with IPv4 dst at 30..34 and UDP dst port at 36..38.
+    fn pkt(dst: [u8; 4], port: u16) -> Vec<u8> {
+        let mut p = vec![0u8; 60];
+        p[12] = 0x08;
+        p[14] = 0x45;
+        p[30..34].copy_from_slice(&dst);
+        p[36..38].copy_from_slice(&port.to_be_bytes());
+        p
+    }
+
+    fn fields() -> Value {
+        Value::map().with("fields", Value::List(vec![off(30, 4), off(36, 2)]))
+    }
+
+    #[test]
+    fn highest_priority_wins_and_defaults_apply() {
+        let mut h = Harness::new();
+        h.add(&CLASS, "wm", &fields()).unwrap();
+        let c: Vec<_> = (0..4).map(|g| h.capture("wm", g)).collect();
+        // 172.0.0.0/8 any port -> 1 (prio 1); port 80 any address -> 2 (prio 0);
+        // 172.12.55.99 port 80 -> 3 (prio 5).
+        h.command(
+            "wm",
+            "add",
+            &rule(
+                vec![bin(&[172, 0, 0, 0]), int(0)],
+                vec![bin(&[255, 0, 0, 0]), int(0)],
+                1,
+                1,
+            ),
+        )
+        .unwrap();
+        h.command(
+            "wm",
+            "add",
+            &rule(vec![int(0), int(80)], vec![int(0), int(0xffff)], 0, 2),
+        )
+        .unwrap();
+        h.command(
+            "wm",
+            "add",
+            &rule(
+                vec![bin(&[172, 12, 55, 99]), int(80)],
+                vec![int(0xffff_ffff), int(0xffff)],
+                5,
+                3,
+            ),
+        )
+        .unwrap();
+        let (a, b, x, y) = (
+            pkt([172, 1, 1, 1], 80),
+            pkt([10, 0, 0, 1], 80),
+            pkt([172, 12, 55, 99], 80),
+            pkt([10, 0, 0, 1], 81),
+        );
+        h.inject(
+            "wm",
+            0,
+            &[a.clone(), b.clone(), x.clone(), y.clone(), a[..35].to_vec()],
+        );
+        assert_eq!(c[1].take_data(), vec![a.clone()]);
+        assert_eq!(c[2].take_data(), vec![b.clone()]);
+        assert_eq!(c[3].take_data(), vec![x.clone()]);
+        assert_eq!(h.drops("wm", "no_match"), 1);
+        assert_eq!(h.drops("wm", "too_short"), 1);
+        h.command("wm", "set_default_gate", &Value::map().with("gate", 0))
+            .unwrap();
+        h.inject("wm", 0, &[y.clone(), a[..35].to_vec()]);
+        assert_eq!(c[0].take_data(), vec![y.clone(), a[..35].to_vec()]);
+        // Deleting the top rule exposes the next one; equal priorities: later mask wins.
+        h.command(
+            "wm",
+            "delete",
+            &Value::map()
+                .with(
+                    "values",
+                    Value::List(vec![bin(&[172, 12, 55, 99]), int(80)]),
+                )
+                .with("masks", Value::List(vec![int(0xffff_ffff), int(0xffff)])),
+        )
+        .unwrap();
+        h.inject("wm", 0, std::slice::from_ref(&x));
+        assert_eq!(c[1].take_data(), vec![x.clone()]);
+        h.command(
+            "wm",
+            "add",
+            &rule(vec![int(0), int(80)], vec![int(0), int(0xffff)], 1, 8192),
+        )
+        .unwrap();
+        h.inject("wm", 0, std::slice::from_ref(&x));
+        assert_eq!(
+            h.drops("wm", "rule_drop"),
+            1,
+            "priority-1 tie with 172/8: the port mask, added later, wins"
+        );
+        h.command(
+            "wm",
+            "add",
+            &rule(vec![int(0), int(80)], vec![int(0), int(0xfff0)], 1, 3),
+        )
+        .unwrap();
+        h.inject("wm", 0, std::slice::from_ref(&x));
+        assert_eq!(
+            c[3].take_data(),
+            vec![x.clone()],
+            "the newest mask wins the tie"
+        );
+        h.command("wm", "clear", &Value::map()).unwrap();
+        h.inject("wm", 0, std::slice::from_ref(&x));
+        assert_eq!(c[0].take_data(), vec![x]);
+    }
+
+    #[test]
+    fn runtime_config_round_trips_and_errors_name_fields() {
+        let mut h = Harness::new();
+        h.add(&CLASS, "wm", &fields()).unwrap();
+        let r1 = rule(
+            vec![bin(&[10, 0, 0, 0]), bin(&[0, 0])],
+            vec![bin(&[255, 0, 0, 0]), bin(&[0, 0])],
+            3,
+            1,
+        );
+        let r2 = rule(
+            vec![bin(&[0, 0, 0, 0]), bin(&[0, 80])],
+            vec![bin(&[0, 0, 0, 0]), bin(&[255, 255])],
+            1,
+            2,
+        );
+        h.command("wm", "add", &r1).unwrap();
+        h.command("wm", "add", &r2).unwrap();
+        let cfg = h
+            .command("wm", "get_runtime_config", &Value::map())
+            .unwrap();
+        let want = Value::map()
+            .with("default_gate", 8192u64)
+            .with("rules", Value::List(vec![r2.clone(), r1.clone()]));
+        assert_eq!(cfg, want);
+        h.command("wm", "clear", &Value::map()).unwrap();
+        h.command("wm", "set_runtime_config", &cfg).unwrap();
+        assert_eq!(
+            h.command("wm", "get_runtime_config", &Value::map())
+                .unwrap(),
+            want
+        );
+        assert_eq!(
+            h.command("wm", "get_initial_arg", &Value::map()).unwrap(),
+            fields()
+        );
+        let e = h
+            .command(
+                "wm",
+                "add",
+                &rule(vec![int(1), int(0)], vec![int(0), int(0)], 0, 0),
+            )
+            .unwrap_err();
+        assert!(e.msg.contains("values[0]: invalid pair"), "{}", e.msg);
+        let e = h
+            .command("wm", "add", &rule(vec![int(0)], vec![int(0), int(0)], 0, 0))
+            .unwrap_err();
+        assert!(e.msg.contains("values"), "{}", e.msg);
+        let e = h
+            .command(
+                "wm",
+                "add",
+                &rule(vec![int(0), int(1 << 16)], vec![int(0), int(0)], 0, 0),
+            )
+            .unwrap_err();
+        assert!(e.msg.contains("values[1].value_int"), "{}", e.msg);
+        let e = h
+            .command(
+                "wm",
+                "add",
+                &rule(vec![int(0), int(0)], vec![int(0), int(0)], 1 << 40, 0),
+            )
+            .unwrap_err();
+        assert!(e.msg.contains("priority"), "{}", e.msg);
+        let e = h
+            .add(
+                &CLASS,
+                "x",
+                &Value::map().with("fields", Value::List(vec![off(-1, 2)])),
+            )
+            .unwrap_err();
+        assert!(e.msg.contains("fields[0].offset"), "{}", e.msg);
+        // Too many masks.
+        for i in 0..MAX_TUPLES as u64 - 2 {
+            h.command(
+                "wm",
+                "add",
+                &rule(vec![int(0), int(0)], vec![int(i + 1), int(0)], 0, 0),
+            )
+            .unwrap();
+        }
+        let e = h
+            .command(
+                "wm",
+                "add",
+                &rule(vec![int(0), int(0)], vec![int(999), int(0)], 0, 0),
+            )
+            .unwrap_err();
+        assert!(e.msg.contains("masks"), "{}", e.msg);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn agrees_with_a_linear_scan(
+            masks in proptest::collection::vec(any::<[u8; 3]>(), 1..6),
+            rules in proptest::collection::vec((any::<prop::sample::Index>(), any::<[u8; 3]>(), -3i64..4, 0u16..4), 0..40),
+            dels in proptest::collection::vec(any::<prop::sample::Index>(), 0..10),
+            pkts in proptest::collection::vec((any::<[u8; 3]>(), any::<prop::sample::Index>(), any::<bool>()), 1..80),
+        ) {
+            // Fields: byte 0 and bytes 2..4 (a 3-byte key); few distinct masks so ties happen.
+            let mut h = Harness::new();
+            h.add(&CLASS, "wm", &Value::map().with("fields", Value::List(vec![off(0, 1), off(2, 2)]))).unwrap();
+            h.command("wm", "set_default_gate", &Value::map().with("gate", 9)).unwrap();
+            let caps: Vec<_> = (0..10).map(|g| h.capture("wm", g)).collect();
+            // Reference: rules with (mask, value, priority, gate, mask creation order).
+            let mut reference: Vec<([u8; 3], [u8; 3], i64, u16)> = Vec::new();
+            let mut mask_order: Vec<[u8; 3]> = Vec::new();
+            let mut added: Vec<([u8; 3], [u8; 3])> = Vec::new();
+            let and = |v: [u8; 3], m: [u8; 3]| [v[0] & m[0], v[1] & m[1], v[2] & m[2]];
+            let spec = |v: [u8; 3], m: [u8; 3]| (vec![bin(&v[..1]), bin(&v[1..])], vec![bin(&m[..1]), bin(&m[1..])]);
+            for (mi, v, p, g) in &rules {
+                let m = masks[mi.index(masks.len())];
+                let v = and(*v, m);
+                let (vs, ms) = spec(v, m);
+                h.command("wm", "add", &rule(vs, ms, *p, *g as u64)).unwrap();
+                if !mask_order.contains(&m) {
+                    mask_order.push(m);
+                }
+                reference.retain(|r| (r.0, r.1) != (m, v));
+                reference.push((m, v, *p, *g));
+                added.push((m, v));
+            }
+            for d in &dels {
+                if added.is_empty() { break; }
+                let (m, v) = added[d.index(added.len())];
+                let (vs, ms) = spec(v, m);
+                let had = reference.iter().any(|r| (r.0, r.1) == (m, v));
+                let r = h.command("wm", "delete", &Value::map().with("values", Value::List(vs)).with("masks", Value::List(ms)));
+                prop_assert_eq!(r.is_ok(), had);
+                reference.retain(|r| (r.0, r.1) != (m, v));
+                if !reference.iter().any(|r| r.0 == m) {
+                    mask_order.retain(|x| *x != m);
+                }
+            }
+            let mut want: Vec<Vec<Vec<u8>>> = vec![Vec::new(); 10];
+            let mut input = Vec::new();
+            for (v, pick, from_rule) in &pkts {
+                let v = if *from_rule && !added.is_empty() {
+                    let (m, rv) = added[pick.index(added.len())];
+                    [rv[0] | (v[0] & !m[0]), rv[1] | (v[1] & !m[1]), rv[2] | (v[2] & !m[2])]
+                } else { *v };
+                let mut p = vec![0u8; 6];
+                p[0] = v[0];
+                p[2..4].copy_from_slice(&v[1..]);
+                let order = |m: &[u8; 3]| mask_order.iter().position(|x| x == m).unwrap();
+                let g = reference
+                    .iter()
+                    .filter(|r| and(v, r.0) == r.1)
+                    .max_by(|a, b| a.2.cmp(&b.2).then(order(&a.0).cmp(&order(&b.0))))
+                    .map(|r| r.3)
+                    .unwrap_or(9);
+                want[g as usize].push(p.clone());
+                input.push(p);
+            }
+            h.inject("wm", 0, &input);
+            for g in 0..10 {
+                prop_assert_eq!(caps[g].take_data(), want[g].clone());
+            }
+        }
+    }
+}
