@@ -1,0 +1,158 @@
+//! Test hosts for driver tests: network namespaces joined by veth pairs, made by the test
+//! and removed when the guard drops (also when the test fails). Names carry the process id
+//! so parallel test runs never collide. Needs root; tests skip (with a message) without it.
+
+#![allow(dead_code)]
+
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+static SEQ: AtomicUsize = AtomicUsize::new(0);
+
+/// True when the test may create namespaces and interfaces.
+pub fn have_root() -> bool {
+    // SAFETY: trivial libc call.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        eprintln!("skipped: needs root (network namespaces, veth)");
+    }
+    root
+}
+
+/// Runs a command, panicking with its output if it fails.
+pub fn sh(args: &[&str]) -> String {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", args.join(" ")));
+    assert!(
+        out.status.success(),
+        "{} failed: {}{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs a command inside namespace `ns`.
+pub fn sh_in(ns: &str, args: &[&str]) -> String {
+    let mut v = vec!["ip", "netns", "exec", ns];
+    v.extend_from_slice(args);
+    sh(&v)
+}
+
+/// A unique short name (interface names are limited to 15 bytes).
+pub fn unique(prefix: &str) -> String {
+    format!(
+        "{prefix}{}{}",
+        std::process::id() % 100_000,
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A namespace removed on drop.
+pub struct Netns {
+    /// Its name (under /var/run/netns).
+    pub name: String,
+}
+
+impl Netns {
+    /// Creates a fresh namespace with loopback up.
+    pub fn new(prefix: &str) -> Netns {
+        let name = unique(prefix);
+        sh(&["ip", "netns", "add", &name]);
+        let ns = Netns { name };
+        sh_in(&ns.name, &["ip", "link", "set", "lo", "up"]);
+        ns
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}
+
+/// A veth pair: `outer` stays where the switch runs (the daemon's namespace, or `outer_ns`),
+/// `inner` is moved into `host` with address `addr` (CIDR). Removed on drop.
+pub struct Link {
+    /// The switch-side interface.
+    pub outer: String,
+    /// The host-side interface.
+    pub inner: String,
+}
+
+impl Link {
+    /// Creates the pair, moves `inner` into `host`, brings both up and gives `inner` `addr`.
+    pub fn new(host: &Netns, addr: &str) -> Link {
+        let outer = unique("bo");
+        let inner = unique("bi");
+        sh(&["ip", "link", "add", &outer, "type", "veth", "peer", "name", &inner]);
+        let l = Link {
+            outer: outer.clone(),
+            inner: inner.clone(),
+        };
+        sh(&["ip", "link", "set", &inner, "netns", &host.name]);
+        sh(&["ip", "link", "set", &outer, "up"]);
+        sh_in(&host.name, &["ip", "link", "set", &inner, "up"]);
+        sh_in(&host.name, &["ip", "addr", "add", addr, "dev", &inner]);
+        l
+    }
+
+    /// Sets the MTU on both ends (`inner` lives in `host`).
+    pub fn set_mtu(&self, host: &Netns, mtu: u32) {
+        let m = mtu.to_string();
+        sh(&["ip", "link", "set", &self.outer, "mtu", &m]);
+        sh_in(&host.name, &["ip", "link", "set", &self.inner, "mtu", &m]);
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        // Deleting one end removes both (also after the namespace went away).
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.outer])
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
+/// Two hosts, each in its own namespace on its own veth, 10.X.0.1/24 and 10.X.0.2/24, with
+/// the switch-side ends in the test's namespace. The switch under test joins them.
+pub struct TwoHosts {
+    /// Host A (address `a_ip`).
+    pub a: Netns,
+    /// Host B (address `b_ip`).
+    pub b: Netns,
+    /// A's link (`outer` is the switch port).
+    pub la: Link,
+    /// B's link.
+    pub lb: Link,
+    /// A's address.
+    pub a_ip: String,
+    /// B's address.
+    pub b_ip: String,
+}
+
+impl TwoHosts {
+    /// Builds the topology on subnet 10.`subnet`.0.0/24.
+    pub fn new(subnet: u8) -> TwoHosts {
+        let a = Netns::new("bha");
+        let b = Netns::new("bhb");
+        let a_ip = format!("10.{subnet}.0.1");
+        let b_ip = format!("10.{subnet}.0.2");
+        let la = Link::new(&a, &format!("{a_ip}/24"));
+        let lb = Link::new(&b, &format!("{b_ip}/24"));
+        TwoHosts {
+            a,
+            b,
+            la,
+            lb,
+            a_ip,
+            b_ip,
+        }
+    }
+}
