@@ -184,6 +184,9 @@ def run_file(s: Session, args) -> None:
         raise CliError(str(exc)) from None
 
 
+_QUEUE_FIELDS = ("num_inc_q", "num_out_q", "size_inc_q", "size_out_q")
+
+
 def add_worker(s: Session, args) -> None:
     s.bess.add_worker(args.wid, args.core, args.scheduler)
 
@@ -198,7 +201,9 @@ def add_connection(s: Session, args) -> None:
 
 
 def add_port(s: Session, args) -> None:
-    print(s.bess.create_port(args.driver, args.name, _literal(args.arg, "port argument")))
+    arg = _literal(args.arg, "port argument")
+    queues = {k: arg.pop(k) for k in list(arg) if k in _QUEUE_FIELDS}
+    print(s.bess.create_port(args.driver, args.name, arg, **queues).name)
 
 
 def delete_worker(s: Session, args) -> None:

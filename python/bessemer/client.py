@@ -19,6 +19,8 @@ DEFAULT_PORT = 10514
 
 
 def _scalar(field, value: Any, where: str) -> Any:
+    if field.type == field.TYPE_STRING and not isinstance(value, str) and hasattr(value, "name"):
+        return value.name  # a Port or Module object where its name is expected
     if field.type == field.TYPE_BYTES and isinstance(value, str):
         return value.encode()
     if field.enum_type is not None and isinstance(value, str):
@@ -111,22 +113,36 @@ class BESS:
     def _empty(self):
         return self._pb["bess_msg"].EmptyRequest()
 
+    def _arg_class(self, type_name: str):
+        """The message class of an argument type: BESS's module and port messages, then
+        Bessemer's own (`bessemer.pb`); BESS spells a few differently from their class
+        (MPLSPop takes MplsPopArg), so case is ignored as a last resort."""
+        short = type_name.rsplit(".", 1)[-1]
+        mods = [self._pb[m] for m in ("module_msg", "port_msg", "ext_port_msg", "bess_msg")]
+        for m in mods:
+            if hasattr(m, short):
+                return getattr(m, short)
+        for m in mods:
+            for n in m.DESCRIPTOR.message_types_by_name:
+                if n.lower() == short.lower():
+                    return getattr(m, n)
+        return None
+
     def pack(self, type_name: str, fields: dict[str, Any] | None) -> any_pb2.Any:
-        """Packs `fields` as a `bess.pb.<type_name>` message in an Any.
+        """Packs `fields` as the argument message `type_name` in an Any.
 
         An unknown type with no fields packs as an empty Any, so the daemon names the
         problem (e.g. an unknown module class); with fields it is refused here.
         """
         a = any_pb2.Any()
-        if not hasattr(self._pb["module_msg"], type_name):
-            # BESS spells a few differently from their class (MPLSPop takes MplsPopArg).
-            folded = {n.lower(): n for n in self._pb["module_msg"].DESCRIPTOR.message_types_by_name}
-            type_name = folded.get(type_name.lower(), type_name)
-        if not hasattr(self._pb["module_msg"], type_name):
+        cls = self._arg_class(type_name)
+        if cls is None:
             if fields:
-                raise BESS.Error(22, f"unknown argument message type 'bess.pb.{type_name}'")
+                raise BESS.Error(22, f"unknown argument message type '{type_name}'")
             return a
-        a.Pack(self._msg("module_msg", type_name, fields))
+        msg = cls()
+        fill(msg, fields or {})
+        a.Pack(msg)
         return a
 
     def get_version(self) -> str:
@@ -340,11 +356,37 @@ class BESS:
         """The ports."""
         return list(self._call("ListPorts", self._empty()).ports)
 
-    def create_port(self, driver: str, name: str = "", arg: dict[str, Any] | None = None):
-        """Creates a port of `driver` with a `<driver>Arg` built from `arg`; returns its name."""
-        req = self._pb["bess_msg"].CreatePortRequest(name=name, driver=driver)
+    def create_port(
+        self,
+        driver: str,
+        name: str = "",
+        arg: dict[str, Any] | None = None,
+        num_inc_q: int = 0,
+        num_out_q: int = 0,
+        size_inc_q: int = 0,
+        size_out_q: int = 0,
+    ):
+        """Creates a port of `driver` with a `<driver>Arg` built from `arg`; returns the
+        response (`name`, `mac_addr`)."""
+        req = self._pb["bess_msg"].CreatePortRequest(
+            name=name,
+            driver=driver,
+            num_inc_q=num_inc_q,
+            num_out_q=num_out_q,
+            size_inc_q=size_inc_q,
+            size_out_q=size_out_q,
+        )
         req.arg.CopyFrom(self.pack(f"{driver}Arg", arg))
-        return self._call("CreatePort", req).name
+        return self._call("CreatePort", req)
+
+    def get_link_status(self, name: str):
+        """Speed, duplex and whether the port's link is up."""
+        req = self._msg("bess_msg", "GetLinkStatusRequest", {"name": name})
+        return self._call("GetLinkStatus", req)
+
+    def reset_ports(self) -> None:
+        """Destroys every port (refused while modules use one)."""
+        self._call("ResetPorts", self._empty())
 
     def destroy_port(self, name: str) -> None:
         """Destroys a port."""

@@ -104,6 +104,33 @@ def _factory(bess: BESS, mclass: str):
     return create
 
 
+class Port:
+    """A port created in the daemon (`p = PMDPort(...)`; `PortInc(port=p.name)`)."""
+
+    def __init__(self, bess: BESS, driver: str, name: str, mac_addr: str):
+        self.bess, self.driver, self.name, self.mac_addr = bess, driver, name, mac_addr
+
+    def __repr__(self) -> str:
+        return f"<{self.driver} {self.name}>"
+
+    def get_port_stats(self):
+        """The port's counters."""
+        return self.bess.get_port_stats(self.name)
+
+
+_QUEUE_FIELDS = ("num_inc_q", "num_out_q", "size_inc_q", "size_out_q")
+
+
+def _port_factory(bess: BESS, driver: str):
+    def create(name: str = "", **arg) -> Port:
+        queues = {k: arg.pop(k) for k in list(arg) if k in _QUEUE_FIELDS}
+        r = bess.create_port(driver, name, arg, **queues)
+        return Port(bess, driver, r.name, r.mac_addr)
+
+    create.__name__ = driver
+    return create
+
+
 def _env_lookup(env: dict[str, str]):
     def lookup(key: str, *default):
         if key in env:
@@ -131,6 +158,8 @@ def run_script(path: str | os.PathLike, bess: BESS, env: dict[str, str] | None =
     }
     for mclass in bess.list_mclasses():
         scope[mclass] = _factory(bess, mclass)
+    for driver in bess.list_drivers():
+        scope[driver] = _port_factory(bess, driver)
     # As bessctl does: workers pause while the script changes the pipeline, and everything
     # runs once it is done (a worker 0 is started if the script made none).
     bess.pause_all()

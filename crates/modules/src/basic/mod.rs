@@ -2,6 +2,7 @@
 pub mod bypass;
 pub mod flow_gen;
 pub mod merge;
+pub mod metadata_test;
 pub mod noop;
 pub mod random_split;
 pub mod replicate;
@@ -17,6 +18,7 @@ pub static CLASSES: &[&ModuleClass] = &[
     &bypass::CLASS,
     &flow_gen::CLASS,
     &merge::CLASS,
+    &metadata_test::CLASS,
     &noop::CLASS,
     &random_split::CLASS,
     &replicate::CLASS,
