@@ -130,6 +130,7 @@ pub struct Engine {
     workers: Vec<Option<Worker>>,
     places: HashMap<TaskId, TaskPlace>,
     cfg: EngineConfig,
+    default_core: usize,
 }
 
 fn online_cores() -> usize {
@@ -167,6 +168,7 @@ impl Engine {
             workers: Vec::new(),
             places: HashMap::new(),
             cfg,
+            default_core: 0,
         })
     }
 
@@ -323,11 +325,23 @@ impl Engine {
     /// Resumes every worker; with tasks but no worker, starts worker 0 on core 0 as BESS does.
     pub fn resume_all(&mut self) -> Result<()> {
         if self.worker_ids().is_empty() && !self.places.is_empty() {
-            self.add_worker(0, 0)?;
+            self.add_worker(0, self.default_core)?;
         }
         for wid in self.worker_ids() {
             self.resume_worker(wid)?;
         }
+        Ok(())
+    }
+
+    /// Sets the core of the worker `resume_all` starts when tasks exist and no worker does.
+    pub fn set_default_core(&mut self, core: usize) -> Result<()> {
+        if core >= online_cores() {
+            return Err(Error::invalid(format!(
+                "core {core} does not exist (this machine has {})",
+                online_cores()
+            )));
+        }
+        self.default_core = core;
         Ok(())
     }
 

@@ -43,6 +43,10 @@ struct Cli {
     /// Do not pin worker threads to their cores.
     #[arg(long)]
     no_pin: bool,
+    /// Core of the default worker, started when a pipeline runs and no worker was added
+    /// (BESS's -c).
+    #[arg(short = 'c', long, default_value_t = 0)]
+    core: usize,
 }
 
 fn init_logs(cli: &Cli) -> Result<(), String> {
@@ -83,6 +87,7 @@ fn main() {
     settings.engine.buffers = cli.buffers as usize;
     settings.engine.pin = !cli.no_pin;
     settings.pid_file = cli.pid_file.clone();
+    settings.default_core = cli.core;
     if cli.no_hugepages {
         settings = settings.no_hugepages();
     }

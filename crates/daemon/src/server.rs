@@ -40,6 +40,8 @@ pub struct Settings {
     pub engine: EngineConfig,
     /// File to write the process id to (removed at exit).
     pub pid_file: Option<PathBuf>,
+    /// Core of the worker started when tasks need one and none exists (BESS's `-c`).
+    pub default_core: usize,
 }
 
 impl Settings {
@@ -49,6 +51,7 @@ impl Settings {
             listen: Listen::Tcp(SocketAddr::new(bind, port)),
             engine: EngineConfig::default(),
             pid_file: None,
+            default_core: 0,
         }
     }
 
@@ -116,8 +119,11 @@ async fn stop_requested(mut kill: watch::Receiver<bool>) {
 /// workers joined) and removes the pid file. Errors name what failed.
 pub async fn run(settings: Settings) -> Result<(), String> {
     let listener = bind(&settings.listen).await?;
-    let engine = Engine::new(settings.engine.clone())
+    let mut engine = Engine::new(settings.engine.clone())
         .map_err(|e| format!("cannot create the packet pool: {e}"))?;
+    engine
+        .set_default_core(settings.default_core)
+        .map_err(|e| format!("--core: {}", e.msg))?;
     tracing::info!(
         buffers = settings.engine.buffers,
         pages = ?engine.pool().page_kind(),

@@ -131,7 +131,11 @@ fn port_out_to_port_inc_moves_packets_and_counts_them() {
     h.inject("out", 0, &frames);
     let r1 = h.run_task("inc", 0);
     let r2 = h.run_task("inc", 0);
-    assert_eq!((r1.packets, r2.packets), (32, 8), "one burst is at most 32 packets");
+    assert_eq!(
+        (r1.packets, r2.packets),
+        (32, 8),
+        "one burst is at most 32 packets"
+    );
     assert_eq!(cap.take_data(), frames);
     let (inc, out) = h.graph.ports().get("lo0").unwrap().counts();
     let bytes: u64 = frames.iter().map(|f| f.len() as u64).sum();
@@ -155,9 +159,14 @@ fn a_full_ring_drops_and_counts_what_was_not_sent() {
 fn queues_are_claimed_once_and_released_with_their_module() {
     let mut h = Harness::new();
     port(&h, "lo0", 2, 64);
-    h.add(&queue_inc::CLASS, "q1", &arg("lo0").with("qid", 1)).unwrap();
+    h.add(&queue_inc::CLASS, "q1", &arg("lo0").with("qid", 1))
+        .unwrap();
     let e = h.add(&port_inc::CLASS, "all", &arg("lo0")).unwrap_err();
-    assert!(e.msg.contains("queue 1 of port 'lo0' is already used"), "{}", e.msg);
+    assert!(
+        e.msg.contains("queue 1 of port 'lo0' is already used"),
+        "{}",
+        e.msg
+    );
     let e = h
         .add(&queue_inc::CLASS, "q9", &arg("lo0").with("qid", 9))
         .unwrap_err();
@@ -172,7 +181,11 @@ fn queues_are_claimed_once_and_released_with_their_module() {
     let mut ctx = bessemer_core::Context::new(0, &h.pool);
     h.graph.remove_module("q1", &mut ctx).unwrap();
     h.add(&port_inc::CLASS, "all", &arg("lo0")).unwrap();
-    assert_eq!(h.graph.tasks_of("all").unwrap().len(), 2, "one task per queue");
+    assert_eq!(
+        h.graph.tasks_of("all").unwrap().len(),
+        2,
+        "one task per queue"
+    );
     h.graph.remove_module("all", &mut ctx).unwrap();
     ctx.release_cache();
     h.graph.ports().destroy("lo0").unwrap();
