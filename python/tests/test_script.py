@@ -52,3 +52,17 @@ def test_cli_run_reports_a_missing_daemon(tmp_path):
         timeout=60,
     )
     assert r.returncode == 1 and "cannot talk to the daemon" in r.stderr
+
+
+def test_traffic_classes_from_a_script_limit_the_rate(bess):
+    run_script(ROOT / "conf" / "rate_limit.bess", bess, {"PPS": "2000"})
+    classes = {getattr(c, "class").name: c for c in bess.list_tcs()}
+    assert {"limited", "fair"} <= set(classes)
+    assert getattr(classes["!leaf_slow:0"], "parent") == "limited"
+    # (Before attach_task moved it, the source ran unlimited: count from now on.)
+    s0, f0 = _ogate_packets(bess, "slow"), _ogate_packets(bess, "fast")
+    time.sleep(1.0)
+    slow = _ogate_packets(bess, "slow") - s0
+    fast = _ogate_packets(bess, "fast") - f0
+    # About 2000 packets in about a second, far below the best-effort source.
+    assert 0 < slow < 20_000 < fast
