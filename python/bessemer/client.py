@@ -439,8 +439,18 @@ class BESS:
     def track_module(
         self, m: str, enable: bool, bits: bool = False, direction: str = "out", gate: int = -1
     ) -> None:
-        """Turns byte counting on or off for a module's gates (pybess's track_module)."""
-        self.configure_gatehook("track", m, enable, direction, gate, "TrackArg", {"bits": bits})
+        """Turns byte counting on or off for a module's gates, or every module's when `m` is
+        empty (pybess's track_module)."""
+        names = [m] if m else [x.name for x in self.list_modules()]
+        for name in names:
+            try:
+                self.configure_gatehook(
+                    "track", name, enable, direction, gate, "TrackArg", {"bits": bits}
+                )
+            except BESS.Error as exc:
+                # With every module, those without connected gates have nothing to track.
+                if m or exc.code != 2:
+                    raise
 
     def tcpdump(
         self,

@@ -58,7 +58,7 @@ def test_traffic_classes_from_a_script_limit_the_rate(bess):
     run_script(ROOT / "conf" / "rate_limit.bess", bess, {"PPS": "2000"})
     classes = {getattr(c, "class").name: c for c in bess.list_tcs()}
     assert {"limited", "fair"} <= set(classes)
-    assert getattr(classes["!leaf_slow:0"], "parent") == "limited"
+    assert classes["!leaf_slow:0"].parent == "limited"
     # (Before attach_task moved it, the source ran unlimited: count from now on.)
     s0, f0 = _ogate_packets(bess, "slow"), _ogate_packets(bess, "fast")
     time.sleep(1.0)
