@@ -394,3 +394,18 @@ fn tx_only_port_writes_what_port_out_sends() {
     let got: Vec<Vec<u8>> = records.into_iter().map(|r| r.data).collect();
     assert_eq!(got, vec![sent[0].clone(), sent[1].clone(), sent[0].clone()]);
 }
+
+#[test]
+fn the_sample_capture_in_conf_replays() {
+    let mut h = Harness::new();
+    let sample = concat!(env!("CARGO_MANIFEST_DIR"), "/../../conf/ports/sample.pcap");
+    create(&h, "p0", &Value::map().with("rx_file", sample)).unwrap();
+    h.add(&port_inc::CLASS, "inc", &Value::map().with("port", "p0"))
+        .unwrap();
+    let cap = h.capture("inc", 0);
+    receive(&mut h, &cap, 6);
+    let got = cap.take_data();
+    assert_eq!(got.len(), 6);
+    // UDP over IPv4 over Ethernet.
+    assert!(got.iter().all(|f| f[12..14] == [0x08, 0x00] && f[23] == 17));
+}
