@@ -420,3 +420,63 @@ fn socket_file_is_removed_with_the_port_and_stale_files_are_replaced() {
         "socket file left behind"
     );
 }
+
+#[test]
+fn a_second_client_waits_until_the_first_leaves() {
+    let mut h = Harness::new();
+    let path = temp_path();
+    create(&h, "p0", &Value::map().with("path", path.as_str())).unwrap();
+    h.add(&port_inc::CLASS, "inc", &Value::map().with("port", "p0"))
+        .unwrap();
+    h.add(&port_out::CLASS, "out", &Value::map().with("port", "p0"))
+        .unwrap();
+    let cap = h.capture("inc", 0);
+    let first = Client::connect(&path).unwrap();
+    wait_until("the first client", || link_up(&h, "p0"));
+    // Queued in the listen backlog: its frame is read only once it is served.
+    let second = Client::connect(&path).unwrap();
+    let f = frames(&[60, 70]);
+    second.send(&f[1]);
+    h.inject("out", 0, &f[..1]);
+    assert_eq!(first.recv(), f[0]);
+    for _ in 0..100 {
+        h.run_task("inc", 0);
+    }
+    assert!(cap.is_empty(), "the waiting client's frame was read");
+    drop(first);
+    receive(&mut h, &cap, 1);
+    assert_eq!(cap.take_data(), vec![f[1].clone()]);
+    h.inject("out", 0, &f[..1]);
+    assert_eq!(second.recv(), f[0]);
+}
+
+#[test]
+fn idle_polling_is_throttled_by_min_rx_interval() {
+    let mut h = Harness::new();
+    let path = temp_path();
+    create(
+        &h,
+        "p0",
+        &Value::map()
+            .with("path", path.as_str())
+            .with("min_rx_interval_ns", 1_000_000_000),
+    )
+    .unwrap();
+    h.add(&port_inc::CLASS, "inc", &Value::map().with("port", "p0"))
+        .unwrap();
+    let cap = h.capture("inc", 0);
+    let c = Client::connect(&path).unwrap();
+    wait_until("the client", || link_up(&h, "p0"));
+    // An empty poll starts the idle interval: the frame sent next waits for it to pass.
+    let t = Instant::now();
+    assert_eq!(h.run_task("inc", 0).packets, 0);
+    c.send(&frames(&[60])[0]);
+    assert_eq!(h.run_task("inc", 0).packets, 0);
+    receive(&mut h, &cap, 1);
+    assert_eq!(cap.len(), 1);
+    assert!(
+        t.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        t.elapsed()
+    );
+}
