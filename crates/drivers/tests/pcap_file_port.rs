@@ -57,6 +57,8 @@ fn frames(sizes: &[usize]) -> Vec<Vec<u8>> {
         .enumerate()
         .map(|(i, &n)| {
             let mut f = header.to_vec();
+            f[16..18].copy_from_slice(&((n - 14) as u16).to_be_bytes());
+            f[38..40].copy_from_slice(&((n - 34) as u16).to_be_bytes());
             f.extend((0..n - header.len()).map(|j| (j + i * 31) as u8));
             f
         })
@@ -408,4 +410,37 @@ fn the_sample_capture_in_conf_replays() {
     assert_eq!(got.len(), 6);
     // UDP over IPv4 over Ethernet.
     assert!(got.iter().all(|f| f[12..14] == [0x08, 0x00] && f[23] == 17));
+}
+
+#[test]
+fn tcpdump_reads_the_written_file() {
+    if std::process::Command::new("tcpdump")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: tcpdump is not installed");
+        return;
+    }
+    let mut h = Harness::new();
+    let output = TempFile::new("pcap");
+    create(&h, "p0", &Value::map().with("tx_file", output.path())).unwrap();
+    h.add(&port_out::CLASS, "out", &Value::map().with("port", "p0"))
+        .unwrap();
+    h.inject("out", 0, &frames(&[60, 100, 1500]));
+    let out = std::process::Command::new("tcpdump")
+        .args(["-nn", "-r", output.path()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.lines().count(), 3, "{text}");
+    assert!(
+        text.contains("10.0.0.1.1234 > 10.0.0.2.5678: UDP"),
+        "{text}"
+    );
 }

@@ -480,3 +480,20 @@ fn idle_polling_is_throttled_by_min_rx_interval() {
         t.elapsed()
     );
 }
+
+#[test]
+fn default_path_is_bess_style_and_removed_with_the_port() {
+    let h = Harness::new();
+    let name = format!(
+        "dflt{}_{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    );
+    let p = create(&h, &name, &Value::Null).unwrap();
+    let path = format!("/tmp/bess_unix_{name}");
+    assert!(p.port().desc().starts_with(&path), "{}", p.port().desc());
+    assert!(Client::connect(&path).is_ok());
+    drop(p);
+    h.graph.ports().destroy(&name).unwrap();
+    assert!(!std::path::Path::new(&path).exists());
+}
