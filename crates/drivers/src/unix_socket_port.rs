@@ -394,6 +394,14 @@ impl Acceptor {
             )
         };
         if fd < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EAGAIN)
+                && e.raw_os_error() != Some(libc::ECONNABORTED)
+            {
+                // E.g. out of descriptors: the pending client stays queued, so do not spin.
+                tracing::warn!(path = %self.path, "unix port: accept failed: {e}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
             return;
         }
         // SAFETY: a fresh descriptor we own.
