@@ -3,12 +3,14 @@
 //! whose queues the I/O modules (PortInc, PortOut, QueueInc, QueueOut) own.
 
 pub mod netns;
+pub mod pcap_file_port;
+pub mod unix_socket_port;
 
 use bessemer_core::port::PortDriver;
 
 /// Every driver, sorted by name (adding a driver = one file + one line here).
 pub fn drivers() -> &'static [&'static PortDriver] {
-    static DRIVERS: &[&PortDriver] = &[];
+    static DRIVERS: &[&PortDriver] = &[&pcap_file_port::DRIVER, &unix_socket_port::DRIVER];
     DRIVERS
 }
 
