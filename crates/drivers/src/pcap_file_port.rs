@@ -117,7 +117,7 @@ fn create(params: &PortParams, arg: &Value) -> Result<NewPort> {
     let mut a = Args::new(arg, "bessemer.pb.PcapFilePortArg")?;
     let rx_file = a.str("rx_file")?.unwrap_or("").to_string();
     let tx_file = a.str("tx_file")?.unwrap_or("").to_string();
-    let looping = a.bool("loop")?.unwrap_or(false);
+    let looping = a.bool("repeat")?.unwrap_or(false);
     let timing = a.bool("timing")?.unwrap_or(false);
     a.finish()?;
     if rx_file.is_empty() && tx_file.is_empty() {
@@ -364,7 +364,7 @@ pub static DRIVER: PortDriver = PortDriver {
     arg_doc: &[
         "rx_file: string — capture to replay (pcap in either byte order, µs or ns, or pcapng; Ethernet; at most 1 GiB); empty: no incoming queue",
         "tx_file: string — pcap file to write (replaced); empty: no outgoing queue",
-        "loop: bool — replay rx_file forever (default: once, then nothing more is received)",
+        "repeat: bool — replay rx_file forever (default: once, then nothing more is received)",
         "timing: bool — replay at the recorded inter-packet times (default: as fast as possible)",
     ],
     create,

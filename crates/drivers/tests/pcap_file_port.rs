@@ -218,7 +218,7 @@ fn loop_mode_repeats_the_file() {
         "p0",
         &Value::map()
             .with("rx_file", input.path())
-            .with("loop", true),
+            .with("repeat", true),
     )
     .unwrap();
     h.add(&port_inc::CLASS, "inc", &Value::map().with("port", "p0"))
