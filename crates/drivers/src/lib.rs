@@ -3,12 +3,13 @@
 //! whose queues the I/O modules (PortInc, PortOut, QueueInc, QueueOut) own.
 
 pub mod netns;
+pub mod vport;
 
 use bessemer_core::port::PortDriver;
 
 /// Every driver, sorted by name (adding a driver = one file + one line here).
 pub fn drivers() -> &'static [&'static PortDriver] {
-    static DRIVERS: &[&PortDriver] = &[];
+    static DRIVERS: &[&PortDriver] = &[&vport::DRIVER];
     DRIVERS
 }
 
