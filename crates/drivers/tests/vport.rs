@@ -270,6 +270,16 @@ fn udp_from_namespace(extra: &[(&str, Value)], num_inc_q: usize) -> (Vec<u8>, [u
     let (inc, _) = s.port.counts();
     assert_eq!(inc.packets, seen as u64);
     assert_eq!(inc.dropped, 0);
+    let (per_queue, _) = s.port.queue_counts();
+    assert_eq!(per_queue.len(), num_inc_q.max(1));
+    assert_eq!(
+        per_queue.iter().map(|q| q.packets).sum::<u64>(),
+        seen as u64
+    );
+    if num_inc_q > 1 {
+        let d = sh_in(&ns.name, &["ip", "-d", "link", "show", &s.ifname]);
+        assert!(d.contains("multi_queue"), "{d}");
+    }
     (frame.unwrap(), mac)
 }
 
@@ -291,7 +301,7 @@ fn udp_from_namespace_arrives_byte_for_byte() {
 }
 
 #[test]
-fn multi_queue_tap_delivers_on_every_queue_set() {
+fn multi_queue_tap_receives_on_its_queues() {
     if !have_root() {
         return;
     }
@@ -420,6 +430,85 @@ fn vanished_namespace_shows_link_down() {
     assert_eq!(s.h.run_task("inc", 0).packets, 0);
     let (_, out) = s.port.counts();
     assert_eq!(s.h.drops("out", "tx_failed"), out.dropped);
+}
+
+#[test]
+fn without_netns_the_interface_is_made_where_the_daemon_runs() {
+    if !have_root() {
+        return;
+    }
+    // The "daemon" is this test thread, moved into a namespace of its own.
+    let ns = Netns::new("bvp");
+    let h = Harness::new();
+    let ifname = unique("vpn");
+    let arg = Value::map()
+        .with("ifname", ifname.as_str())
+        .with("ip_addrs", Value::List(vec!["10.76.0.1/24".into()]));
+    let port = netns::run_in(&ns.name, || {
+        h.graph.ports().create(&DRIVER, params("vp", &h.pool), &arg)
+    })
+    .unwrap();
+    assert!(link_exists(&ns.name, &ifname));
+    let a = sh_in(&ns.name, &["ip", "-o", "addr", "show", "dev", &ifname]);
+    assert!(a.contains("10.76.0.1/24"), "{a}");
+    assert!(port.port().desc().contains(&ifname));
+}
+
+#[test]
+fn container_pid_puts_the_interface_into_that_process_namespace() {
+    if !have_root() {
+        return;
+    }
+    let ns = Netns::new("bvp");
+    let mut child = std::process::Command::new("ip")
+        .args(["netns", "exec", &ns.name, "sleep", "30"])
+        .spawn()
+        .unwrap();
+    // `ip netns exec` enters the namespace, then execs sleep (same pid): wait until the
+    // process is in it.
+    let path = format!("/proc/{}/ns/net", child.id());
+    let target = std::fs::metadata(format!("/var/run/netns/{}", ns.name)).unwrap();
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(5) {
+        use std::os::unix::fs::MetadataExt;
+        match std::fs::metadata(&path) {
+            Ok(m) if m.ino() == target.ino() => break,
+            _ => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+    let h = Harness::new();
+    let ifname = unique("vpc");
+    let arg = Value::map()
+        .with("ifname", ifname.as_str())
+        .with("container_pid", child.id() as i64);
+    let made = h.graph.ports().create(&DRIVER, params("vp", &h.pool), &arg);
+    let _ = child.kill();
+    let _ = child.wait();
+    let port = made.unwrap();
+    assert!(link_exists(&ns.name, &ifname));
+    assert!(port.port().desc().contains(&ifname));
+}
+
+#[test]
+fn no_permission_is_reported_with_a_hint() {
+    if !have_root() {
+        return;
+    }
+    let ns = Netns::new("bvp");
+    let h = Harness::new();
+    let arg = Value::map().with("ifname", unique("vpp").as_str());
+    let e = netns::run_in(&ns.name, || {
+        // Only this thread becomes nobody (the raw syscall, unlike setuid(3), is per thread).
+        // SAFETY: plain syscall.
+        let r = unsafe { libc::syscall(libc::SYS_setresuid, 65534, 65534, 65534) };
+        assert_eq!(r, 0);
+        Ok(h.graph.ports().create(&DRIVER, params("vp", &h.pool), &arg))
+    })
+    .unwrap()
+    .err()
+    .expect("created a TAP without privileges");
+    assert!(e.code == libc::EPERM || e.code == libc::EACCES, "{e:?}");
+    assert!(e.msg.contains("root"), "{e:?}");
 }
 
 fn create_err(arg: &Value, name: &str) -> Error {
