@@ -232,15 +232,21 @@ fn create(p: &PortParams, arg: &Value) -> Result<NewPort> {
             cfg.ifname
         )));
     }
-    // Moving renames the interface, so its name in the daemon's namespace is a throwaway one.
+    // Moving renames the interface, so its name in the daemon's namespace is a throwaway one;
+    // it must be free, or TUNSETIFF would attach to someone else's persistent TAP.
     let first_name = if cfg.netns.is_empty() {
         cfg.ifname.clone()
     } else {
-        format!(
-            "bvp{}_{}",
-            std::process::id() % 100_000,
-            TMP_SEQ.fetch_add(1, Ordering::Relaxed) % 100_000
-        )
+        (0..64)
+            .map(|_| {
+                format!(
+                    "bvp{}_{}",
+                    std::process::id() % 100_000,
+                    TMP_SEQ.fetch_add(1, Ordering::Relaxed) % 100_000
+                )
+            })
+            .find(|n| netns::ifindex(n).is_err())
+            .ok_or_else(|| Error::exists("no free temporary interface name (bvp<pid>_<n>)"))?
     };
     // Dropping `fds` on any error below removes the interface again.
     let fds = open_tap(&first_name, cfg.nfds)?;
@@ -644,6 +650,59 @@ mod tests {
         for bad in ["a/b", "a:b", "a b", ".", ".."] {
             assert!(check_ifname(bad).is_err(), "{bad}");
         }
+    }
+
+    fn params(name: &str, num_out_q: usize) -> PortParams {
+        PortParams {
+            name: name.to_string(),
+            num_inc_q: 0,
+            num_out_q,
+            size_inc_q: 0,
+            size_out_q: 0,
+            pool: bessemer_core::PacketPool::new(
+                "vport_unit",
+                64,
+                bessemer_core::mem::PagePolicy::Plain,
+            )
+            .unwrap(),
+        }
+    }
+
+    #[test]
+    fn arguments_are_checked_before_anything_is_made() {
+        let err = |arg: Value| parse(&params("vp", 0), &arg).err().expect("accepted");
+        let e = err(Value::map().with("docker", "web"));
+        assert_eq!(e.code, libc::ENOTSUP);
+        let e = err(Value::map().with("loopback", true));
+        assert_eq!(e.code, libc::ENOTSUP);
+        let e = err(Value::map().with("netns", "bessemer_no_such_netns"));
+        assert_eq!(e.code, libc::ENOENT);
+        assert!(e.msg.contains("bessemer_no_such_netns"), "{e:?}");
+        let e = err(Value::map().with("ip_addrs", Value::List(vec!["1.2.3.4/99".into()])));
+        assert!(e.msg.contains("ip_addrs[0]"), "{e:?}");
+        let e = err(Value::map().with("rxq_cpus", Value::List(vec![0.into(), 1.into()])));
+        assert!(e.msg.contains("rxq_cpus"), "{e:?}");
+        let e = err(Value::map().with("tx_outer_tci", 65536i64));
+        assert!(e.msg.contains("tx_outer_tci"), "{e:?}");
+        let e = parse(&params("a_very_long_port_name", 0), &Value::Null)
+            .err()
+            .unwrap();
+        assert!(e.msg.contains("ifname not given"), "{e:?}");
+
+        let ok = Value::map()
+            .with("rxq_cpus", Value::List(vec![0.into(), 1.into()]))
+            .with("tx_tci", 0x123i64)
+            .with("tx_outer_tci", 0x456i64)
+            .with(
+                "ip_addrs",
+                Value::List(vec!["10.0.0.1/24".into(), "fd00::1".into()]),
+            );
+        let c = parse(&params("vp7", 2), &ok).unwrap();
+        assert_eq!(c.ifname, "vp7");
+        assert_eq!(c.netns, "");
+        assert_eq!(c.tags, [0x88, 0xa8, 0x04, 0x56, 0x81, 0x00, 0x01, 0x23]);
+        assert_eq!((c.nfds, c.num_out_q), (1, 2));
+        assert_eq!(c.ip_addrs, ["10.0.0.1/24", "fd00::1"]);
     }
 
     #[test]
