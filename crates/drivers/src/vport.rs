@@ -13,7 +13,13 @@
 //! port) removes the interface, in whichever namespace it lives.
 //!
 //! Offloads are off (no `IFF_VNET_HDR`): the kernel hands over complete, checksummed frames
-//! and expects the same.
+//! and expects the same. A buffer holds one frame of at most 2880 bytes, so segmentation
+//! offload (64 KiB frames) could not be taken, and checksum offload alone would only move the
+//! checksum from the kernel into the switch.
+//!
+//! With `loopback`, frames sent to the port come back in on it (as BESS's module does it,
+//! before the host sees them); the interface still exists and what the host sends still
+//! arrives.
 
 use std::ffi::c_void;
 use std::net::IpAddr;
@@ -26,7 +32,8 @@ use bessemer_core::packet::DATA_CAPACITY;
 use bessemer_core::port::{
     LinkStatus, NewPort, Port, PortConf, PortDriver, PortParams, RxQueue, TxQueue,
 };
-use bessemer_core::{Args, Error, PacketBatch, PoolCache, Result, Value};
+use bessemer_core::{Args, Error, Packet, PacketBatch, PacketPool, PoolCache, Result, Value};
+use crossbeam_queue::ArrayQueue;
 
 use crate::netns;
 
@@ -44,7 +51,7 @@ pub static DRIVER: PortDriver = PortDriver {
         "rxq_cpus: [int64] — accepted for compatibility, one per outgoing queue (no effect on a TAP)",
         "tx_tci: uint64 — push an 802.1Q tag with this TCI on every frame the host sends",
         "tx_outer_tci: uint64 — push an outer 802.1ad tag with this TCI on every frame the host sends",
-        "loopback: bool — not supported (needs BESS's kernel module)",
+        "loopback: bool — frames sent to the port come back in on it (tagged as host frames) instead of reaching the host",
         "ip_addrs: [string] — addresses (CIDR) to give the interface, e.g. 10.0.0.1/24",
     ],
     create,
@@ -60,6 +67,7 @@ struct Config {
     /// The VLAN tags to push on received frames, outermost first.
     tags: Vec<u8>,
     ip_addrs: Vec<String>,
+    loopback: bool,
     /// Frames the kernel may queue for us (`txqueuelen`), if asked.
     qlen: Option<usize>,
     nfds: usize,
@@ -153,12 +161,7 @@ fn parse(p: &PortParams, arg: &Value) -> Result<Config> {
         tags.extend_from_slice(&tci.to_be_bytes());
     }
 
-    if a.bool("loopback")?.unwrap_or(false) {
-        return Err(Error::unsupported(format!(
-            "{MSG}.loopback: reflecting frames back to the switch needs BESS's kernel module; \
-             the TAP-backed VPort does not support it"
-        )));
-    }
+    let loopback = a.bool("loopback")?.unwrap_or(false);
 
     let mut ip_addrs = Vec::new();
     for (i, v) in a.list("ip_addrs")?.iter().enumerate() {
@@ -175,6 +178,7 @@ fn parse(p: &PortParams, arg: &Value) -> Result<Config> {
         netns,
         tags,
         ip_addrs,
+        loopback,
         qlen: (p.size_inc_q > 0).then_some(p.size_inc_q),
         nfds: p.num_inc_q.max(1),
         num_out_q,
@@ -303,8 +307,18 @@ fn create(p: &PortParams, arg: &Value) -> Result<NewPort> {
         queues = cfg.nfds,
         "VPort: TAP interface created"
     );
+    // BESS's module turns a loopback queue around before the host sees it; here the turn
+    // happens in the driver: one lock-free ring per incoming queue, filled by PortOut.
+    let rings = cfg.loopback.then(|| {
+        let slots = if p.size_out_q > 0 { p.size_out_q } else { 256 };
+        Arc::new(LoopRings {
+            rings: (0..cfg.nfds).map(|_| ArrayQueue::new(slots)).collect(),
+            pool: p.pool.clone(),
+        })
+    });
     let port = VPort {
         fds: fds.into(),
+        rings,
         ifname: cfg.ifname,
         netns: cfg.netns,
         mac,
@@ -441,9 +455,28 @@ fn ip(args: &[&str]) -> Result<()> {
     Err(Error::new(code, format!("ip {}: {msg}", args.join(" "))))
 }
 
+/// Frames on their way back in on a loopback port, one ring per incoming queue.
+struct LoopRings {
+    rings: Box<[ArrayQueue<Packet>]>,
+    pool: PacketPool,
+}
+
+impl Drop for LoopRings {
+    fn drop(&mut self) {
+        let mut cache = self.pool.cache();
+        for r in self.rings.iter() {
+            while let Some(p) = r.pop() {
+                cache.free(p);
+            }
+        }
+        cache.flush_all();
+    }
+}
+
 /// A TAP-backed port.
 struct VPort {
     fds: Arc<[OwnedFd]>,
+    rings: Option<Arc<LoopRings>>,
     ifname: String,
     netns: String,
     mac: [u8; 6],
@@ -459,6 +492,8 @@ impl Port for VPort {
         Ok(Box::new(VPortRx {
             _fds: self.fds.clone(),
             fd,
+            rings: self.rings.clone(),
+            qid,
             tags,
             tag_len: self.tags.len(),
             dropped: self.rx_dropped.clone(),
@@ -472,6 +507,8 @@ impl Port for VPort {
         Ok(Box::new(VPortTx {
             _fds: self.fds.clone(),
             fd,
+            rings: self.rings.clone(),
+            ring: qid % self.fds.len(),
         }))
     }
 
@@ -539,8 +576,13 @@ impl Port for VPort {
         } else {
             format!(" in netns {}", self.netns)
         };
+        let lo = if self.rings.is_some() {
+            ", loopback"
+        } else {
+            ""
+        };
         format!(
-            "tap {}{place}, {} queue(s), offloads off",
+            "tap {}{place}, {} queue(s), offloads off{lo}",
             self.ifname,
             self.fds.len()
         )
@@ -551,15 +593,65 @@ impl Port for VPort {
 struct VPortRx {
     _fds: Arc<[OwnedFd]>,
     fd: RawFd,
+    rings: Option<Arc<LoopRings>>,
+    qid: usize,
     tags: [u8; 8],
     tag_len: usize,
     dropped: Arc<AtomicU64>,
+}
+
+impl VPortRx {
+    /// Pushes the configured VLAN tags after the MAC addresses; None (counted, freed) if
+    /// the frame cannot take them.
+    #[inline]
+    fn tag(&self, cache: &mut PoolCache, mut pkt: Packet) -> Option<Packet> {
+        let t = self.tag_len;
+        if t == 0 {
+            return Some(pkt);
+        }
+        if pkt.is_shared() && pkt.len() >= 12 {
+            // A looped-back replica shares its descriptor: tag a private copy.
+            match cache.alloc(pkt.len()) {
+                Some(mut c) => {
+                    c.data_mut().copy_from_slice(pkt.data());
+                    cache.free(pkt);
+                    pkt = c;
+                }
+                None => {
+                    self.dropped.fetch_add(1, Ordering::Relaxed);
+                    cache.free(pkt);
+                    return None;
+                }
+            }
+        }
+        if pkt.len() < 12 || pkt.prepend(t).is_none() {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            cache.free(pkt);
+            return None;
+        }
+        let d = pkt.data_mut();
+        d.copy_within(t..t + 12, 0);
+        d[12..12 + t].copy_from_slice(&self.tags[..t]);
+        Some(pkt)
+    }
 }
 
 impl RxQueue for VPortRx {
     fn recv(&mut self, cache: &mut PoolCache, batch: &mut PacketBatch, max: usize) -> usize {
         let max = max.min(batch.room());
         let mut n = 0;
+        if let Some(lr) = &self.rings {
+            while n < max {
+                let Some(pkt) = lr.rings[self.qid].pop() else {
+                    break;
+                };
+                if let Some(pkt) = self.tag(cache, pkt) {
+                    // SAFETY: n < max <= the batch's room at entry.
+                    unsafe { batch.push_unchecked(pkt) };
+                    n += 1;
+                }
+            }
+        }
         while n < max {
             let Some(mut pkt) = cache.alloc(DATA_CAPACITY) else {
                 break;
@@ -580,20 +672,11 @@ impl RxQueue for VPortRx {
                 continue;
             }
             pkt.set_len(len);
-            if self.tag_len > 0 {
-                let t = self.tag_len;
-                if pkt.prepend(t).is_none() {
-                    self.dropped.fetch_add(1, Ordering::Relaxed);
-                    cache.free(pkt);
-                    continue;
-                }
-                let d = pkt.data_mut();
-                d.copy_within(t..t + 12, 0);
-                d[12..12 + t].copy_from_slice(&self.tags[..t]);
+            if let Some(pkt) = self.tag(cache, pkt) {
+                // SAFETY: n < max <= the batch's room at entry.
+                unsafe { batch.push_unchecked(pkt) };
+                n += 1;
             }
-            // SAFETY: n < max <= the batch's room at entry.
-            unsafe { batch.push_unchecked(pkt) };
-            n += 1;
         }
         n
     }
@@ -603,10 +686,38 @@ impl RxQueue for VPortRx {
 struct VPortTx {
     _fds: Arc<[OwnedFd]>,
     fd: RawFd,
+    rings: Option<Arc<LoopRings>>,
+    ring: usize,
+}
+
+impl VPortTx {
+    /// Loopback: hands the frames to the incoming queue's ring; a full ring keeps the rest.
+    fn turn_around(lr: &LoopRings, ring: usize, batch: &mut PacketBatch) -> usize {
+        let mut sent = 0;
+        let mut failed = PacketBatch::new();
+        for pkt in batch.drain() {
+            match lr.rings[ring].push(pkt) {
+                Ok(()) => sent += 1,
+                Err(pkt) => {
+                    // SAFETY: failed is empty here.
+                    unsafe { failed.push_unchecked(pkt) };
+                    break;
+                }
+            }
+        }
+        if !failed.is_empty() {
+            failed.append(batch);
+            batch.append(&mut failed);
+        }
+        sent
+    }
 }
 
 impl TxQueue for VPortTx {
     fn send(&mut self, cache: &mut PoolCache, batch: &mut PacketBatch) -> usize {
+        if let Some(lr) = &self.rings {
+            return Self::turn_around(lr, self.ring, batch);
+        }
         let mut done = PacketBatch::new();
         let mut failed = PacketBatch::new();
         for pkt in batch.drain() {
@@ -672,8 +783,6 @@ mod tests {
     fn arguments_are_checked_before_anything_is_made() {
         let err = |arg: Value| parse(&params("vp", 0), &arg).err().expect("accepted");
         let e = err(Value::map().with("docker", "web"));
-        assert_eq!(e.code, libc::ENOTSUP);
-        let e = err(Value::map().with("loopback", true));
         assert_eq!(e.code, libc::ENOTSUP);
         let e = err(Value::map().with("netns", "bessemer_no_such_netns"));
         assert_eq!(e.code, libc::ENOENT);
