@@ -138,7 +138,7 @@ fn parse(p: &PortParams, arg: &Value) -> Result<Config> {
         )));
     }
     for (i, c) in cpus.iter().enumerate() {
-        if !c.as_i64().is_some_and(|c| c >= 0) {
+        if c.as_i64().is_none_or(|c| c < 0) {
             return Err(Error::invalid(format!(
                 "{MSG}.rxq_cpus[{i}]: {c:?} is not a core number"
             )));
