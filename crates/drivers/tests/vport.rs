@@ -109,11 +109,10 @@ fn wait_for(
         for i in 0..tasks {
             got += h.run_task("inc", i).packets;
         }
-        for f in cap.take_data() {
-            *seen += 1;
-            if want(&f) {
-                return Some(f);
-            }
+        let frames = cap.take_data();
+        *seen += frames.len();
+        if let Some(f) = frames.into_iter().find(|f| want(f)) {
+            return Some(f);
         }
         if got == 0 {
             std::thread::sleep(Duration::from_millis(2));
