@@ -207,6 +207,24 @@ fn namespace_kernel_answers_arp_and_ping() {
     assert_eq!(inc.packets, seen as u64, "every received frame is counted");
     assert!(inc.bytes >= (reply.len() + 42) as u64);
     assert_eq!(s.h.drops("out", "tx_failed"), 0);
+
+    // A runt frame is refused by the TAP, and nothing goes out while the interface is down:
+    // both stay with PortOut, which counts them.
+    s.h.inject("out", 0, &[vec![0xff; 6]]);
+    assert_eq!(s.h.drops("out", "tx_failed"), 1);
+    let conf = s.port.port().conf();
+    s.port
+        .port()
+        .set_conf(&PortConf {
+            admin_up: false,
+            ..conf
+        })
+        .unwrap();
+    assert!(!s.port.port().link_status().link_up);
+    s.h.inject("out", 0, &[arp.clone(), echo.clone()]);
+    assert_eq!(s.h.drops("out", "tx_failed"), 3);
+    let (_, out) = s.port.counts();
+    assert_eq!((out.packets, out.dropped), (2, 3));
 }
 
 /// Sends one UDP datagram from inside the namespace to 10.72.0.2:9999 (routed via the tap
