@@ -361,7 +361,7 @@ fn open_tap(name: &str, n: usize) -> Result<Vec<OwnedFd>> {
         let mut r = ifreq(name);
         r.ifr_ifru.ifru_flags = flags as libc::c_short;
         // SAFETY: TUNSETIFF reads and writes one ifreq.
-        if unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF, &mut r) } < 0 {
+        if unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF, &mut r as *mut libc::ifreq) } < 0 {
             return Err(netns::os_error(&format!(
                 "cannot create TAP interface '{name}' (queue {q})"
             )));
@@ -449,7 +449,15 @@ fn ip(args: &[&str]) -> Result<()> {
     } else {
         libc::EINVAL
     };
-    Err(Error::new(code, format!("ip {}: {msg}", args.join(" "))))
+    let hint = if code == libc::EPERM {
+        " (the daemon needs root, or CAP_NET_ADMIN)"
+    } else {
+        ""
+    };
+    Err(Error::new(
+        code,
+        format!("ip {}: {msg}{hint}", args.join(" ")),
+    ))
 }
 
 /// Frames on their way back in on a loopback port, one ring per incoming queue.
