@@ -422,7 +422,11 @@ fn ip_binary() -> &'static str {
 
 /// Runs `ip ARGS` in the calling thread's namespace; its message becomes the error.
 fn ip(args: &[&str]) -> Result<()> {
-    let out = Command::new(ip_binary())
+    run_ip(ip_binary(), args)
+}
+
+fn run_ip(bin: &str, args: &[&str]) -> Result<()> {
+    let out = Command::new(bin)
         .args(args)
         .stdin(Stdio::null())
         .output()
@@ -817,6 +821,13 @@ mod tests {
         assert_eq!(c.tags, [0x88, 0xa8, 0x04, 0x56, 0x81, 0x00, 0x01, 0x23]);
         assert_eq!((c.nfds, c.num_out_q), (1, 2));
         assert_eq!(c.ip_addrs, ["10.0.0.1/24", "fd00::1"]);
+    }
+
+    #[test]
+    fn a_missing_ip_command_is_named() {
+        let e = run_ip("/nonexistent/bessemer/ip", &["link"]).unwrap_err();
+        assert_eq!(e.code, libc::ENOENT);
+        assert!(e.msg.contains("iproute2"), "{e:?}");
     }
 
     #[test]
