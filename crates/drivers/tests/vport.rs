@@ -267,6 +267,7 @@ fn udp_from_namespace(extra: &[(&str, Value)], num_inc_q: usize) -> (Vec<u8>, [u
             Ok(())
         })
         .unwrap();
+        // The only extras callers pass are the two VLAN tags (8 bytes in all).
         let tagged = !extra.is_empty();
         let f = wait_for(
             &mut s.h,
