@@ -5,12 +5,17 @@
 pub mod netns;
 pub mod pcap_file_port;
 pub mod unix_socket_port;
+pub mod vport;
 
 use bessemer_core::port::PortDriver;
 
 /// Every driver, sorted by name (adding a driver = one file + one line here).
 pub fn drivers() -> &'static [&'static PortDriver] {
-    static DRIVERS: &[&PortDriver] = &[&pcap_file_port::DRIVER, &unix_socket_port::DRIVER];
+    static DRIVERS: &[&PortDriver] = &[
+        &pcap_file_port::DRIVER,
+        &unix_socket_port::DRIVER,
+        &vport::DRIVER,
+    ];
     DRIVERS
 }
 
