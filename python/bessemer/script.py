@@ -153,6 +153,7 @@ def run_script(path: str | os.PathLike, bess: BESS, env: dict[str, str] | None =
     except SyntaxError as exc:
         raise ScriptError(f"{path}:{exc.lineno}: {exc.msg}") from None
     scope: dict[str, Any] = {
+        "__file__": path,
         "bess": bess,
         "__bess_env__": _env_lookup({**os.environ, **(env or {})}),
     }
