@@ -152,7 +152,11 @@ fn getsockopt<T: Copy>(fd: i32, level: i32, opt: i32) -> Option<T> {
 fn ifreq(ifname: &str) -> libc::ifreq {
     // SAFETY: ifreq is plain data; all-zero is valid.
     let mut r: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (d, s) in r.ifr_name.iter_mut().zip(ifname.bytes().take(libc::IFNAMSIZ - 1)) {
+    for (d, s) in r
+        .ifr_name
+        .iter_mut()
+        .zip(ifname.bytes().take(libc::IFNAMSIZ - 1))
+    {
         *d = s as libc::c_char;
     }
     r
@@ -300,6 +304,8 @@ struct RxShared {
     kernel_drops: AtomicU64,
     /// Frames the driver dropped (too big for a buffer, truncated, malformed offload).
     own_drops: AtomicU64,
+    /// Super-frames (and jumbo TCP segments) cut into buffer-sized segments.
+    segmented: AtomicU64,
 }
 
 impl RxShared {
@@ -321,6 +327,7 @@ struct RxQ {
     base: *mut u8,
     cur: Cursor,
     drops: u64,
+    segmented: u64,
 }
 
 // SAFETY: the queue exclusively owns its ring position; the pointer is into a mapping kept
@@ -379,6 +386,12 @@ impl RxQ {
         if self.drops > 0 {
             self.sh.own_drops.fetch_add(self.drops, Ordering::Relaxed);
             self.drops = 0;
+        }
+        if self.segmented > 0 {
+            self.sh
+                .segmented
+                .fetch_add(self.segmented, Ordering::Relaxed);
+            self.segmented = 0;
         }
     }
 
@@ -479,6 +492,10 @@ impl RxQ {
         match vnet.gso_type & !GSO_ECN {
             GSO_NONE => {
                 if snap > DATA_CAPACITY {
+                    // A jumbo TCP segment is cut like a super-frame; anything else is lost.
+                    if let Some(v) = oversized_tcp(frame) {
+                        return self.segment(cache, batch, max, frame, v, vlan);
+                    }
                     self.drops += 1;
                     return Step::Done;
                 }
@@ -507,7 +524,9 @@ impl RxQ {
                 unsafe { batch.push_unchecked(p) };
                 Step::Done
             }
-            GSO_TCPV4 | GSO_TCPV6 | GSO_UDP_L4 => self.segment(cache, batch, max, frame, vnet, vlan),
+            GSO_TCPV4 | GSO_TCPV6 | GSO_UDP_L4 => {
+                self.segment(cache, batch, max, frame, vnet, vlan)
+            }
             _ => {
                 self.drops += 1;
                 Step::Done
@@ -548,8 +567,47 @@ impl RxQ {
             unsafe { batch.push_unchecked(p) };
             self.cur.seg += n;
         }
+        self.segmented += 1;
         Step::Done
     }
+}
+
+/// Offsets of the IP header after the Ethernet header and any VLAN tags, and the ethertype.
+fn l3_of(f: &[u8]) -> Option<(usize, u16)> {
+    let mut l3 = 14;
+    let mut et = u16::from_be_bytes([f[12], f[13]]);
+    while et == 0x8100 || et == 0x88a8 {
+        if f.len() < l3 + 4 {
+            return None;
+        }
+        et = u16::from_be_bytes([f[l3 + 2], f[l3 + 3]]);
+        l3 += 4;
+    }
+    Some((l3, et))
+}
+
+/// The offload description of a plain TCP frame too big for one buffer (a full-size
+/// segment on a jumbo-MTU link), so it can be cut into smaller segments.
+fn oversized_tcp(f: &[u8]) -> Option<Vnet> {
+    let (l3, et) = l3_of(f)?;
+    let (l4, gso_type) = match et {
+        0x0800 if f.len() >= l3 + 20 => {
+            let frag = u16::from_be_bytes([f[l3 + 6], f[l3 + 7]]) & 0x3fff;
+            if f[l3 + 9] != 6 || frag != 0 {
+                return None;
+            }
+            (l3 + ((f[l3] & 0xf) as usize) * 4, GSO_TCPV4)
+        }
+        0x86dd if f.len() >= l3 + 40 && f[l3 + 6] == 6 => (l3 + 40, GSO_TCPV6),
+        _ => return None,
+    };
+    Some(Vnet {
+        flags: 0,
+        gso_type,
+        gso_size: u16::MAX,
+        csum_start: l4 as u16,
+        csum_offset: 16,
+    })
 }
 
 /// A parsed super-frame: where its headers are and how to cut it.
@@ -564,15 +622,7 @@ struct Gso {
 
 impl Gso {
     fn parse(f: &[u8], v: Vnet) -> Option<Gso> {
-        let mut l3 = 14;
-        let mut et = u16::from_be_bytes([f[12], f[13]]);
-        while et == 0x8100 || et == 0x88a8 {
-            if f.len() < l3 + 4 {
-                return None;
-            }
-            et = u16::from_be_bytes([f[l3 + 2], f[l3 + 3]]);
-            l3 += 4;
-        }
+        let (l3, et) = l3_of(f)?;
         let v4 = match et {
             0x0800 => true,
             0x86dd => false,
@@ -745,7 +795,7 @@ impl RxQueue for RxQ {
                 }
             }
         }
-        if self.drops > 0 {
+        if self.drops | self.segmented > 0 {
             self.flush_drops();
         }
         batch.len() - start
@@ -897,6 +947,7 @@ impl Port for AfPacketPort {
             base: sh.ring.ptr,
             cur,
             drops: 0,
+            segmented: 0,
         }))
     }
 
@@ -968,8 +1019,7 @@ impl Port for AfPacketPort {
                     *d = s as libc::c_char;
                 }
             }
-            ioctl(&self.ctl, libc::SIOCSIFHWADDR, &mut r)
-                .map_err(|_| self.fail("mac_addr"))?;
+            ioctl(&self.ctl, libc::SIOCSIFHWADDR, &mut r).map_err(|_| self.fail("mac_addr"))?;
         }
         if conf.admin_up != old.admin_up {
             let fl = self
@@ -998,7 +1048,12 @@ impl Port for AfPacketPort {
     }
 
     fn desc(&self) -> String {
-        self.desc.clone()
+        let seg: u64 = self
+            .rx
+            .iter()
+            .map(|r| r.segmented.load(Ordering::Relaxed))
+            .sum();
+        format!("{}; {seg} super-frame(s) segmented", self.desc)
     }
 }
 
@@ -1022,10 +1077,8 @@ pub fn open(params: &PortParams, cfg: &Config) -> Result<NewPort> {
     };
     let cfg2 = cfg.clone();
     let where2 = where_.clone();
-    let port = netns::run_in(&cfg.netns, move || {
-        open_here(&cfg2, nq_in, nq_out, &where2)
-    })
-    .map_err(|e| Error::new(e.code, format!("{}: {}", cfg.driver, e.msg)))?;
+    let port = netns::run_in(&cfg.netns, move || open_here(&cfg2, nq_in, nq_out, &where2))
+        .map_err(|e| Error::new(e.code, format!("{}: {}", cfg.driver, e.msg)))?;
     Ok(NewPort {
         port: Box::new(port),
         num_inc_q: nq_in,
@@ -1075,7 +1128,13 @@ fn open_here(cfg: &Config, nq_in: usize, nq_out: usize, where_: &str) -> Result<
             &(libc::tpacket_versions::TPACKET_V3 as i32),
             "PACKET_VERSION TPACKET_V3",
         )?;
-        setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_VNET_HDR, &1i32, "PACKET_VNET_HDR")?;
+        setsockopt(
+            &fd,
+            libc::SOL_PACKET,
+            libc::PACKET_VNET_HDR,
+            &1i32,
+            "PACKET_VNET_HDR",
+        )?;
         // Older kernels lack it; the ring walk also skips PACKET_OUTGOING frames.
         let _ = setsockopt(
             &fd,
@@ -1135,7 +1194,13 @@ fn open_here(cfg: &Config, nq_in: usize, nq_out: usize, where_: &str) -> Result<
                 None => {
                     // The kernel picks a group id no one else uses.
                     let v = (kind | libc::PACKET_FANOUT_FLAG_UNIQUEID) << 16;
-                    setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_FANOUT, &v, "PACKET_FANOUT")?;
+                    setsockopt(
+                        &fd,
+                        libc::SOL_PACKET,
+                        libc::PACKET_FANOUT,
+                        &v,
+                        "PACKET_FANOUT",
+                    )?;
                     let got: u32 =
                         getsockopt(fd.as_raw_fd(), libc::SOL_PACKET, libc::PACKET_FANOUT)
                             .ok_or_else(|| netns::os_error("reading the fanout group"))?;
@@ -1143,7 +1208,13 @@ fn open_here(cfg: &Config, nq_in: usize, nq_out: usize, where_: &str) -> Result<
                 }
                 Some(id) => {
                     let v = id | (kind << 16);
-                    setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_FANOUT, &v, "PACKET_FANOUT")?;
+                    setsockopt(
+                        &fd,
+                        libc::SOL_PACKET,
+                        libc::PACKET_FANOUT,
+                        &v,
+                        "PACKET_FANOUT",
+                    )?;
                 }
             }
         }
@@ -1155,6 +1226,7 @@ fn open_here(cfg: &Config, nq_in: usize, nq_out: usize, where_: &str) -> Result<
             cursor: Mutex::new(Some(Cursor::default())),
             kernel_drops: AtomicU64::new(0),
             own_drops: AtomicU64::new(0),
+            segmented: AtomicU64::new(0),
         }));
     }
 
@@ -1270,7 +1342,10 @@ mod tests {
             let ours = u16::from_be_bytes(fold(sum(0, &b)).to_ne_bytes());
             let r = reference(&b);
             // 0 and 0xffff are the same number in ones' complement.
-            assert!(ours == r || (ours, r) == (0xffff, 0) || (ours, r) == (0, 0xffff), "len {len}");
+            assert!(
+                ours == r || (ours, r) == (0xffff, 0) || (ours, r) == (0, 0xffff),
+                "len {len}"
+            );
         }
     }
 
@@ -1292,7 +1367,10 @@ mod tests {
         let e = Config::from_arg(&Value::map().with("ifname", "x").with("bogus", 1)).unwrap_err();
         assert!(e.msg.contains("bogus"), "{}", e.msg);
         let c = Config::from_arg(&Value::map().with("ifname", "x")).unwrap();
-        assert_eq!((c.block_size, c.num_blocks), (DEFAULT_BLOCK_SIZE, DEFAULT_NUM_BLOCKS));
+        assert_eq!(
+            (c.block_size, c.num_blocks),
+            (DEFAULT_BLOCK_SIZE, DEFAULT_NUM_BLOCKS)
+        );
     }
 
     /// A TCP/IPv4 super-frame of `payload` bytes as the kernel hands it over.

@@ -12,7 +12,9 @@ fn create(params: &PortParams, arg: &Value) -> Result<NewPort> {
     let dev = a.str("dev")?.unwrap_or("").to_string();
     a.finish()?;
     if dev.is_empty() {
-        return Err(Error::invalid("PCAPPortArg.dev: an interface name is required"));
+        return Err(Error::invalid(
+            "PCAPPortArg.dev: an interface name is required",
+        ));
     }
     let cfg = Config {
         ifname: dev,
