@@ -186,7 +186,7 @@ fn udp_datagrams_arrive_byte_for_byte() {
         return;
     }
     let h = TwoHosts::new(72);
-    let _e = switch(&h, &[("promiscuous", Value::from(true))], 0, 0);
+    let e = switch(&h, &[("promiscuous", Value::from(true))], 0, 0);
     ping_ok(&h.a.name, &h.b_ip, &[]);
     let b_addr: SocketAddr = format!("{}:9999", h.b_ip).parse().unwrap();
     let rx = netns::run_in(&h.b.name, || io(UdpSocket::bind(b_addr))).unwrap();
@@ -202,6 +202,29 @@ fn udp_datagrams_arrive_byte_for_byte() {
         assert_eq!(&buf[..n], &data[..], "{len}-byte datagram");
         assert_eq!(from.ip().to_string(), h.a_ip);
     }
+    // UDP GSO (UDP_SEGMENT): one 4000-byte send leaves as four 1000-byte datagrams, whether
+    // the kernel or the port cuts it.
+    let seg: libc::c_int = 1000;
+    // SAFETY: a valid socket and option value.
+    let r = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&tx),
+            libc::SOL_UDP,
+            libc::UDP_SEGMENT,
+            &seg as *const libc::c_int as *const libc::c_void,
+            4,
+        )
+    };
+    assert_eq!(r, 0, "UDP_SEGMENT");
+    let data = pattern(4000);
+    tx.send_to(&data, b_addr).unwrap();
+    for k in 0..4 {
+        let mut buf = vec![0u8; 2048];
+        let (n, _) = rx.recv_from(&mut buf).expect("segment arrives");
+        assert_eq!(&buf[..n], &data[k * 1000..(k + 1) * 1000], "segment {k}");
+    }
+    let d = e.ports().get("pa").unwrap().port().desc();
+    assert!(d.contains("; 1 super-frame"), "the UDP super-frame was not cut here: {d}");
 }
 
 #[test]
