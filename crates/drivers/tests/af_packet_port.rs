@@ -224,7 +224,10 @@ fn udp_datagrams_arrive_byte_for_byte() {
         assert_eq!(&buf[..n], &data[k * 1000..(k + 1) * 1000], "segment {k}");
     }
     let d = e.ports().get("pa").unwrap().port().desc();
-    assert!(d.contains("; 1 super-frame"), "the UDP super-frame was not cut here: {d}");
+    assert!(
+        d.contains("; 1 super-frame"),
+        "the UDP super-frame was not cut here: {d}"
+    );
 }
 
 #[test]
@@ -481,4 +484,58 @@ fn bad_input_is_refused_with_clear_errors() {
     table.destroy("p").unwrap();
     // Released with the port.
     create("q", &arg(&l.outer), 1).unwrap();
+}
+
+#[test]
+fn ring_overflow_is_counted_as_drops() {
+    if !have_root() {
+        return;
+    }
+    let host = Netns::new("bhw");
+    let l = Link::new(&host, "10.79.0.1/24");
+    let pool = PacketPool::new("t", 1024, PagePolicy::Plain).unwrap();
+    let table = bessemer_core::port::PortTable::new();
+    // A tiny ring nobody reads: two one-page blocks.
+    let small = table
+        .create(
+            &DRIVER,
+            params("small", &pool, 1, 1),
+            &arg(&l.outer)
+                .with("block_size", 4096u32)
+                .with("num_blocks", 2u32),
+        )
+        .unwrap();
+    let sender = table
+        .create(
+            &DRIVER,
+            params("sender", &pool, 1, 1),
+            &arg(&l.inner).with("netns", host.name.as_str()),
+        )
+        .unwrap();
+    let mut cache = pool.cache();
+    let mut tx = sender.port().tx_queue(0).unwrap();
+    let mut sent = 0;
+    for _ in 0..20 {
+        let mut b = PacketBatch::new();
+        for i in 0..25u8 {
+            let mut p = cache.alloc(60).unwrap();
+            p.set_data(&frame(i));
+            b.push(p).unwrap();
+        }
+        sent += tx.send(&mut cache, &mut b);
+        cache.free_bulk(&mut b);
+    }
+    assert_eq!(sent, 500);
+    drop((tx, cache));
+    std::thread::sleep(Duration::from_millis(20));
+    let (inc, _) = small.counts();
+    assert!(inc.dropped > 0, "no drops counted: {inc:?}");
+    let got = drain_rx(&small, &pool, 100).len() as u64;
+    let (inc, _) = small.counts();
+    assert!(
+        got + inc.dropped >= 500,
+        "got {got}, dropped {}",
+        inc.dropped
+    );
+    assert!(got < 500);
 }
