@@ -126,6 +126,11 @@ fn fnv(b: &[u8]) -> u64 {
 /// Sends `data` over TCP from host A to host B; returns what B received (bounded in time).
 fn tcp_transfer(h: &TwoHosts, data: &[u8]) -> Vec<u8> {
     let b_addr: SocketAddr = format!("{}:5201", h.b_ip).parse().unwrap();
+    tcp_transfer_to(h, b_addr, data)
+}
+
+/// As `tcp_transfer`, to `b_addr` (an address of host B).
+fn tcp_transfer_to(h: &TwoHosts, b_addr: SocketAddr, data: &[u8]) -> Vec<u8> {
     let listener = netns::run_in(&h.b.name, || io(TcpListener::bind(b_addr))).unwrap();
     let server = std::thread::spawn(move || -> std::io::Result<Vec<u8>> {
         listener.set_nonblocking(true)?;
@@ -538,4 +543,69 @@ fn ring_overflow_is_counted_as_drops() {
         inc.dropped
     );
     assert!(got < 500);
+}
+
+#[test]
+fn ipv6_tcp_crosses_intact() {
+    if !have_root() {
+        return;
+    }
+    let h = TwoHosts::new(80);
+    let e = switch(&h, &[], 0, 0);
+    for (ns, dev, ip) in [
+        (&h.a.name, &h.la.inner, "fd00:80::1/64"),
+        (&h.b.name, &h.lb.inner, "fd00:80::2/64"),
+    ] {
+        sh_in(ns, &["ip", "addr", "add", ip, "dev", dev, "nodad"]);
+    }
+    ping_ok(&h.a.name, "fd00:80::2", &[]);
+    ping_ok(&h.b.name, "fd00:80::1", &[]);
+    // TSO6 super-frames from A are cut by the port.
+    let data = pattern(2 << 20);
+    let got = tcp_transfer_to(&h, "[fd00:80::2]:5203".parse().unwrap(), &data);
+    assert_eq!(got.len(), data.len());
+    assert_eq!(fnv(&got), fnv(&data));
+    let d = e.ports().get("pa").unwrap().port().desc();
+    assert!(!d.contains("; 0 super-frame"), "{d}");
+}
+
+#[test]
+fn vlan_tag_moved_out_by_the_kernel_is_put_back() {
+    if !have_root() {
+        return;
+    }
+    let host = Netns::new("bhv");
+    let l = Link::new(&host, "10.81.0.1/24");
+    let pool = PacketPool::new("t", 1024, PagePolicy::Plain).unwrap();
+    let table = bessemer_core::port::PortTable::new();
+    let outer = table
+        .create(&DRIVER, params("outer", &pool, 1, 1), &arg(&l.outer))
+        .unwrap();
+    let inner = table
+        .create(
+            &DRIVER,
+            params("inner", &pool, 1, 1),
+            &arg(&l.inner).with("netns", host.name.as_str()),
+        )
+        .unwrap();
+    // The receiving side untags 802.1Q frames into skb metadata before AF_PACKET sees them.
+    let mut tagged = vec![0xff; 6];
+    tagged.extend_from_slice(&[0x02, 0, 0, 0, 0, 1, 0x81, 0x00, 0x20, 0x0a, 0x88, 0xb5]);
+    tagged.extend_from_slice(&[0x5a; 50]);
+    let mut cache = pool.cache();
+    let mut tx = inner.port().tx_queue(0).unwrap();
+    let mut b = PacketBatch::new();
+    for _ in 0..3 {
+        let mut p = cache.alloc(tagged.len()).unwrap();
+        p.set_data(&tagged);
+        b.push(p).unwrap();
+    }
+    assert_eq!(tx.send(&mut cache, &mut b), 3);
+    drop(cache);
+    let got: Vec<_> = drain_rx(&outer, &pool, 300)
+        .into_iter()
+        .filter(|f| f.len() > 16 && f[16..18] == [0x88, 0xb5])
+        .collect();
+    assert_eq!(got.len(), 3);
+    assert_eq!(got[0], tagged, "the frame arrives with its VLAN tag");
 }
