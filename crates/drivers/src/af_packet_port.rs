@@ -641,10 +641,12 @@ impl Gso {
         if hlen > f.len() || (tcp && hlen < l4 + 20) || hlen + 64 > DATA_CAPACITY {
             return None;
         }
-        let mss = (v.gso_size as usize).min(DATA_CAPACITY - hlen);
-        if mss == 0 {
+        let room = DATA_CAPACITY - hlen;
+        // TCP may be cut finer than the sender did; UDP datagram boundaries must stay.
+        if v.gso_size == 0 || (!tcp && v.gso_size as usize > room) {
             return None;
         }
+        let mss = (v.gso_size as usize).min(room);
         Some(Gso {
             l3,
             l4,
@@ -1429,5 +1431,33 @@ mod tests {
         }
         assert_eq!(payload, f[54..]);
         assert_eq!(i, 4);
+    }
+
+    #[test]
+    fn jumbo_tcp_is_cut_and_oversized_udp_gso_refused() {
+        let f = superframe(8000);
+        let v = oversized_tcp(&f).expect("a plain TCP/IPv4 frame");
+        let g = Gso::parse(&f, v).unwrap();
+        assert_eq!((g.hlen, g.mss), (54, DATA_CAPACITY - 54));
+        // An IPv4 fragment is not cut.
+        let mut frag = f.clone();
+        frag[20] = 0x20; // MF
+        assert!(oversized_tcp(&frag).is_none());
+        // UDP datagram boundaries may not move: a segment size beyond a buffer is refused.
+        let mut u = f.clone();
+        u[23] = 17;
+        let big = Vnet {
+            flags: VNET_NEEDS_CSUM,
+            gso_type: GSO_UDP_L4,
+            gso_size: 4000,
+            csum_start: 34,
+            csum_offset: 6,
+        };
+        assert!(Gso::parse(&u, big).is_none());
+        let ok = Vnet {
+            gso_size: 1000,
+            ..big
+        };
+        assert_eq!(Gso::parse(&u, ok).unwrap().mss, 1000);
     }
 }
