@@ -609,3 +609,55 @@ fn vlan_tag_moved_out_by_the_kernel_is_put_back() {
     assert_eq!(got.len(), 3);
     assert_eq!(got[0], tagged, "the frame arrives with its VLAN tag");
 }
+
+#[test]
+fn without_cap_net_raw_the_error_says_what_is_needed() {
+    if !have_root() {
+        return;
+    }
+    let host = Netns::new("bhu");
+    let l = Link::new(&host, "10.82.0.1/24");
+    let pool = PacketPool::new("t", 256, PagePolicy::Plain).unwrap();
+    let table = bessemer_core::port::PortTable::new();
+    // Capabilities are per thread: drop them all on a helper thread and open the port there.
+    let err = std::thread::scope(|s| {
+        s.spawn(|| {
+            #[repr(C)]
+            struct Header {
+                version: u32,
+                pid: i32,
+            }
+            #[repr(C)]
+            #[derive(Clone, Copy)]
+            struct Data {
+                effective: u32,
+                permitted: u32,
+                inheritable: u32,
+            }
+            let h = Header {
+                version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
+                pid: 0,
+            };
+            let d = [Data {
+                effective: 0,
+                permitted: 0,
+                inheritable: 0,
+            }; 2];
+            // SAFETY: capset with a valid v3 header and two data words.
+            let r = unsafe { libc::syscall(libc::SYS_capset, &h, d.as_ptr()) };
+            assert_eq!(r, 0, "capset");
+            table
+                .create(&DRIVER, params("p", &pool, 1, 1), &arg(&l.outer))
+                .map(|_| ())
+                .unwrap_err()
+        })
+        .join()
+        .unwrap()
+    });
+    assert_eq!(err.code, libc::EPERM, "{}", err.msg);
+    assert!(err.msg.contains("CAP_NET_RAW"), "{}", err.msg);
+    // The failed attempt left the interface free.
+    table
+        .create(&DRIVER, params("p", &pool, 1, 1), &arg(&l.outer))
+        .unwrap();
+}
