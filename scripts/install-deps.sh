@@ -13,8 +13,8 @@ have pkg-config || need_apt+=(pkg-config)
 # tcpdump reads what `bessemer tcpdump` captures (and its tests check that).
 have tcpdump || [ -x /usr/bin/tcpdump ] || need_apt+=(tcpdump)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
-# Port tests ping across network namespaces.
-have ping || [ -x /usr/bin/ping ] || need_apt+=(iputils-ping)
+# Port tests ping between the network namespaces they make.
+have ping || [ -x /usr/bin/ping ] || [ -x /bin/ping ] || need_apt+=(iputils-ping)
 # The BPF module compiles tcpdump expressions with libpcap (headers + libpcap.so to link).
 [ -f /usr/include/pcap/pcap.h ] || need_apt+=(libpcap-dev)
 

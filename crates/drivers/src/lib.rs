@@ -2,8 +2,10 @@
 //! [`drivers`]. A driver turns its argument message into a [`bessemer_core::port::Port`]
 //! whose queues the I/O modules (PortInc, PortOut, QueueInc, QueueOut) own.
 
+pub mod af_packet_port;
 pub mod netns;
 pub mod pcap_file_port;
+pub mod pcap_port;
 pub mod unix_socket_port;
 pub mod vport;
 
@@ -12,6 +14,8 @@ use bessemer_core::port::PortDriver;
 /// Every driver, sorted by name (adding a driver = one file + one line here).
 pub fn drivers() -> &'static [&'static PortDriver] {
     static DRIVERS: &[&PortDriver] = &[
+        &af_packet_port::DRIVER,
+        &pcap_port::DRIVER,
         &pcap_file_port::DRIVER,
         &unix_socket_port::DRIVER,
         &vport::DRIVER,

@@ -1,0 +1,1463 @@
+//! AFPacketPort: a Linux interface through AF_PACKET sockets. Each incoming queue is a socket
+//! with a TPACKET_V3 mmap RX ring (walked without syscalls; a block goes back to the kernel as
+//! soon as its last frame is copied into a pool buffer); several incoming queues are joined
+//! by PACKET_FANOUT (flow hash). Each outgoing queue is a socket that receives nothing and
+//! sends a whole batch per `sendmmsg` call.
+//!
+//! Offloads: veth and GRO hand AF_PACKET TCP super-frames (up to 64 KiB) and packets whose
+//! L4 checksum is left to the NIC. The RX sockets ask for a virtio-net header per frame
+//! (PACKET_VNET_HDR), and the driver segments TCP (IPv4/IPv6) and UDP (GSO_UDP_L4)
+//! super-frames in software and completes partial checksums, so forwarded traffic is valid on
+//! the wire whatever the offload settings of the interface or its peer. Segments never exceed
+//! a pool buffer, so TCP also crosses with jumbo MTUs (other frames larger than a buffer are
+//! dropped and counted). Unless `keep_offloads` is set, GRO and LRO are switched off on the
+//! interface while the port exists (less work for the kernel and for the segmenter).
+//!
+//! PCAPPort (BESS's libpcap driver) is this driver with `dev` as interface: see `pcap_port`.
+
+use std::collections::HashSet;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bessemer_core::packet::DATA_CAPACITY;
+use bessemer_core::port::{
+    LinkStatus, NewPort, Port, PortConf, PortDriver, PortParams, RxQueue, TxQueue,
+};
+use bessemer_core::{Args, Error, PacketBatch, PoolCache, Result, Value, MAX_BURST};
+
+use crate::netns;
+
+/// What a port is opened with (AFPacketPortArg, or PCAPPort's `dev`).
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The interface.
+    pub ifname: String,
+    /// Its network namespace (empty: the daemon's).
+    pub netns: String,
+    /// Put the interface in promiscuous mode.
+    pub promiscuous: bool,
+    /// RX ring block size in bytes.
+    pub block_size: u32,
+    /// RX ring blocks.
+    pub num_blocks: u32,
+    /// Leave GRO/LRO as they are.
+    pub keep_offloads: bool,
+    /// Driver name for messages.
+    pub driver: &'static str,
+}
+
+/// Default RX ring block size (1 MiB: holds many 64 KiB super-frames).
+pub const DEFAULT_BLOCK_SIZE: u32 = 1 << 20;
+/// Default number of RX ring blocks.
+pub const DEFAULT_NUM_BLOCKS: u32 = 8;
+/// Most RX ring memory per queue.
+const MAX_RING_BYTES: u64 = 1 << 30;
+/// A partially filled block is handed over after this many milliseconds (the least the
+/// kernel offers: TPACKET_V3 trades this much idle latency for syscall-free batching).
+const BLOCK_TIMEOUT_MS: u32 = 1;
+
+impl Config {
+    /// Reads an AFPacketPortArg.
+    pub fn from_arg(arg: &Value) -> Result<Config> {
+        const MSG: &str = "bessemer.pb.AFPacketPortArg";
+        let mut a = Args::new(arg, MSG)?;
+        let ifname = a.str("ifname")?.unwrap_or("").to_string();
+        let netns = a.str("netns")?.unwrap_or("").to_string();
+        let promiscuous = a.bool("promiscuous")?.unwrap_or(false);
+        let block_size = a.uint("block_size", u32::MAX as u64)?.unwrap_or(0) as u32;
+        let num_blocks = a.uint("num_blocks", u32::MAX as u64)?.unwrap_or(0) as u32;
+        let keep_offloads = a.bool("keep_offloads")?.unwrap_or(false);
+        a.finish()?;
+        if ifname.is_empty() {
+            return Err(Error::invalid(format!(
+                "{MSG}.ifname: an interface name is required"
+            )));
+        }
+        let page = page_size();
+        let block_size = if block_size == 0 {
+            DEFAULT_BLOCK_SIZE
+        } else {
+            block_size
+        };
+        if !block_size.is_power_of_two() || (block_size as usize) < page {
+            return Err(Error::invalid(format!(
+                "{MSG}.block_size: {block_size} must be a power of two of at least {page} bytes"
+            )));
+        }
+        let num_blocks = if num_blocks == 0 {
+            DEFAULT_NUM_BLOCKS
+        } else {
+            num_blocks
+        };
+        if block_size as u64 * num_blocks as u64 > MAX_RING_BYTES {
+            return Err(Error::invalid(format!(
+                "{MSG}.num_blocks: {num_blocks} blocks of {block_size} bytes exceed {MAX_RING_BYTES} bytes per queue"
+            )));
+        }
+        Ok(Config {
+            ifname,
+            netns,
+            promiscuous,
+            block_size,
+            num_blocks,
+            keep_offloads,
+            driver: "AFPacketPort",
+        })
+    }
+}
+
+fn page_size() -> usize {
+    // SAFETY: trivial libc call.
+    (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize
+}
+
+// ---- sockets and ioctls ----
+
+fn setsockopt<T>(fd: &OwnedFd, level: i32, opt: i32, val: &T, what: &str) -> Result<()> {
+    // SAFETY: val points at a live T of the size passed.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            opt,
+            val as *const T as *const libc::c_void,
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(netns::os_error(what));
+    }
+    Ok(())
+}
+
+/// Reads a plain-data socket option (`T` must be valid when all-zero).
+fn getsockopt<T: Copy>(fd: i32, level: i32, opt: i32) -> Option<T> {
+    // SAFETY: callers use plain C structs and integers, for which zero is valid.
+    let mut v: T = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<T>() as libc::socklen_t;
+    // SAFETY: v is a writable T of `len` bytes.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            level,
+            opt,
+            &mut v as *mut T as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    (r == 0).then_some(v)
+}
+
+fn ifreq(ifname: &str) -> libc::ifreq {
+    // SAFETY: ifreq is plain data; all-zero is valid.
+    let mut r: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in r
+        .ifr_name
+        .iter_mut()
+        .zip(ifname.bytes().take(libc::IFNAMSIZ - 1))
+    {
+        *d = s as libc::c_char;
+    }
+    r
+}
+
+fn ioctl(fd: &OwnedFd, req: libc::c_ulong, r: &mut libc::ifreq) -> std::io::Result<()> {
+    // SAFETY: r is a valid ifreq for these requests.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), req as _, r as *mut libc::ifreq) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+const ETHTOOL_GSET: u32 = 0x1;
+const ETHTOOL_GFLAGS: u32 = 0x25;
+const ETHTOOL_SFLAGS: u32 = 0x26;
+const ETHTOOL_GGRO: u32 = 0x2b;
+const ETHTOOL_SGRO: u32 = 0x2c;
+const ETH_FLAG_LRO: u32 = 1 << 15;
+
+/// `struct ethtool_cmd` (ETHTOOL_GSET): only speed, duplex and autoneg are read.
+#[repr(C)]
+#[derive(Default)]
+struct EthtoolCmd {
+    cmd: u32,
+    supported: u32,
+    advertising: u32,
+    speed: u16,
+    duplex: u8,
+    port: u8,
+    phy_address: u8,
+    transceiver: u8,
+    autoneg: u8,
+    mdio_support: u8,
+    maxtxpkt: u32,
+    maxrxpkt: u32,
+    speed_hi: u16,
+    eth_tp_mdix: u8,
+    eth_tp_mdix_ctrl: u8,
+    lp_advertising: u32,
+    reserved: [u32; 2],
+}
+
+/// `struct ethtool_value`.
+#[repr(C)]
+#[derive(Default)]
+struct EthtoolValue {
+    cmd: u32,
+    data: u32,
+}
+
+fn ethtool<T>(fd: &OwnedFd, ifname: &str, data: &mut T) -> std::io::Result<()> {
+    let mut r = ifreq(ifname);
+    r.ifr_ifru.ifru_data = data as *mut T as *mut libc::c_char;
+    ioctl(fd, libc::SIOCETHTOOL, &mut r)
+}
+
+fn ethtool_get(fd: &OwnedFd, ifname: &str, cmd: u32) -> Option<u32> {
+    let mut v = EthtoolValue { cmd, data: 0 };
+    ethtool(fd, ifname, &mut v).ok().map(|_| v.data)
+}
+
+fn ethtool_set(fd: &OwnedFd, ifname: &str, cmd: u32, data: u32) -> bool {
+    let mut v = EthtoolValue { cmd, data };
+    ethtool(fd, ifname, &mut v).is_ok()
+}
+
+// ---- interfaces in use ----
+
+/// (namespace device, namespace inode, ifindex) of every interface a port holds.
+static IN_USE: Mutex<Option<HashSet<(u64, u64, u32)>>> = Mutex::new(None);
+
+/// Holds an interface for one port; released on drop.
+struct IfClaim((u64, u64, u32));
+
+impl IfClaim {
+    fn take(key: (u64, u64, u32), what: &str) -> Result<IfClaim> {
+        let mut g = IN_USE.lock().unwrap_or_else(|p| p.into_inner());
+        if !g.get_or_insert_with(HashSet::new).insert(key) {
+            return Err(Error::busy(format!(
+                "{what} is already used by another port"
+            )));
+        }
+        Ok(IfClaim(key))
+    }
+}
+
+impl Drop for IfClaim {
+    fn drop(&mut self) {
+        let mut g = IN_USE.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = g.as_mut() {
+            s.remove(&self.0);
+        }
+    }
+}
+
+fn current_netns_id() -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/thread-self/ns/net")
+        .map(|m| (m.dev(), m.ino()))
+        .unwrap_or((0, 0))
+}
+
+// ---- the RX ring ----
+
+/// A shared memory mapping, unmapped on drop.
+struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory; exclusive use of a ring is ensured by queue claims.
+unsafe impl Send for Mapping {}
+// SAFETY: as above; the port only reads block headers it does not own through atomics.
+unsafe impl Sync for Mapping {}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: ptr/len came from mmap.
+        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
+    }
+}
+
+/// Where a queue stopped in its ring (kept across queue owners).
+#[derive(Clone, Copy, Default)]
+struct Cursor {
+    /// Current block.
+    block: usize,
+    /// Frames left in the current block (0: the block is not open).
+    left: u32,
+    /// Offset of the next frame in the block.
+    off: usize,
+    /// Payload bytes of the current super-frame already segmented.
+    seg: usize,
+}
+
+/// One incoming queue: its socket, ring and counters.
+struct RxShared {
+    fd: OwnedFd,
+    ring: Mapping,
+    block_size: usize,
+    num_blocks: usize,
+    cursor: Mutex<Option<Cursor>>,
+    /// Kernel drops read so far (PACKET_STATISTICS resets on read).
+    kernel_drops: AtomicU64,
+    /// Frames the driver dropped (too big for a buffer, truncated, malformed offload).
+    own_drops: AtomicU64,
+    /// Super-frames (and jumbo TCP segments) cut into buffer-sized segments.
+    segmented: AtomicU64,
+}
+
+impl RxShared {
+    fn drops(&self) -> u64 {
+        if let Some(s) = getsockopt::<libc::tpacket_stats_v3>(
+            self.fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_STATISTICS,
+        ) {
+            self.kernel_drops
+                .fetch_add(s.tp_drops as u64, Ordering::Relaxed);
+        }
+        self.kernel_drops.load(Ordering::Relaxed) + self.own_drops.load(Ordering::Relaxed)
+    }
+}
+
+struct RxQ {
+    sh: Arc<RxShared>,
+    base: *mut u8,
+    cur: Cursor,
+    drops: u64,
+    segmented: u64,
+}
+
+// SAFETY: the queue exclusively owns its ring position; the pointer is into a mapping kept
+// alive by `sh`.
+unsafe impl Send for RxQ {}
+
+impl Drop for RxQ {
+    fn drop(&mut self) {
+        self.flush_drops();
+        *self.sh.cursor.lock().unwrap_or_else(|p| p.into_inner()) = Some(self.cur);
+    }
+}
+
+// virtio_net_hdr (legacy layout, native byte order for packet sockets).
+const VNET_HDR_LEN: usize = 10;
+const VNET_NEEDS_CSUM: u8 = 1;
+const GSO_NONE: u8 = 0;
+const GSO_TCPV4: u8 = 1;
+const GSO_TCPV6: u8 = 4;
+const GSO_UDP_L4: u8 = 5;
+const GSO_ECN: u8 = 0x80;
+
+/// The offload information of one frame.
+#[derive(Clone, Copy)]
+struct Vnet {
+    flags: u8,
+    gso_type: u8,
+    gso_size: u16,
+    csum_start: u16,
+    csum_offset: u16,
+}
+
+impl Vnet {
+    fn parse(b: &[u8]) -> Vnet {
+        let u = |i: usize| u16::from_ne_bytes([b[i], b[i + 1]]);
+        Vnet {
+            flags: b[0],
+            gso_type: b[1],
+            gso_size: u(4),
+            csum_start: u(6),
+            csum_offset: u(8),
+        }
+    }
+}
+
+/// What became of one frame.
+enum Step {
+    /// Fully consumed (packets appended, or dropped and counted).
+    Done,
+    /// Batch full or pool empty: resume this frame next time.
+    Stop,
+}
+
+impl RxQ {
+    fn flush_drops(&mut self) {
+        if self.drops > 0 {
+            self.sh.own_drops.fetch_add(self.drops, Ordering::Relaxed);
+            self.drops = 0;
+        }
+        if self.segmented > 0 {
+            self.sh
+                .segmented
+                .fetch_add(self.segmented, Ordering::Relaxed);
+            self.segmented = 0;
+        }
+    }
+
+    #[inline]
+    fn block(&self, i: usize) -> *mut u8 {
+        // SAFETY: i < num_blocks, inside the mapping.
+        unsafe { self.base.add(i * self.sh.block_size) }
+    }
+
+    #[inline]
+    fn block_status(&self, i: usize) -> &AtomicU32 {
+        // SAFETY: block_status is the aligned u32 at offset 8 of the block descriptor
+        // (version, offset_to_priv, then tpacket_hdr_v1), shared with the kernel.
+        unsafe { &*(self.block(i).add(8) as *const AtomicU32) }
+    }
+
+    /// Hands the current block back to the kernel and moves to the next.
+    #[inline]
+    fn release_block(&mut self) {
+        self.block_status(self.cur.block)
+            .store(libc::TP_STATUS_KERNEL, Ordering::Release);
+        self.cur.block = (self.cur.block + 1) % self.sh.num_blocks;
+        self.cur.left = 0;
+        self.cur.seg = 0;
+    }
+
+    /// Opens the next block if the kernel has handed it over.
+    #[inline]
+    fn open_block(&mut self) -> bool {
+        for _ in 0..self.sh.num_blocks {
+            let st = self.block_status(self.cur.block).load(Ordering::Acquire);
+            if st & libc::TP_STATUS_USER == 0 {
+                return false;
+            }
+            let b = self.block(self.cur.block);
+            // SAFETY: the block is ours; num_pkts at 12, offset_to_first_pkt at 16.
+            let (n, first) = unsafe {
+                (
+                    (b.add(12) as *const u32).read(),
+                    (b.add(16) as *const u32).read(),
+                )
+            };
+            if n > 0 {
+                self.cur.left = n;
+                self.cur.off = first as usize;
+                self.cur.seg = 0;
+                return true;
+            }
+            self.release_block();
+        }
+        false
+    }
+
+    /// Copies (or segments) the frame at the cursor into `batch`.
+    fn take_frame(&mut self, cache: &mut PoolCache, batch: &mut PacketBatch, max: usize) -> Step {
+        let bs = self.sh.block_size;
+        let b = self.block(self.cur.block);
+        // SAFETY: the kernel wrote a tpacket3_hdr at `off` inside our block.
+        let h = unsafe { &*(b.add(self.cur.off) as *const libc::tpacket3_hdr) };
+        let (mac, snap, len, status) = (
+            h.tp_mac as usize,
+            h.tp_snaplen as usize,
+            h.tp_len as usize,
+            h.tp_status,
+        );
+        // sockaddr_ll follows the aligned header; sll_pkttype is its byte 10.
+        let sll = self.cur.off + 48;
+        if self.cur.off + mac + snap > bs || mac < VNET_HDR_LEN || sll + 11 > bs {
+            self.drops += 1;
+            return Step::Done;
+        }
+        // SAFETY: bounds checked above.
+        let pkttype = unsafe { *b.add(sll + 10) };
+        if pkttype == libc::PACKET_OUTGOING {
+            return Step::Done;
+        }
+        if snap < len || snap < 14 {
+            self.drops += 1;
+            return Step::Done;
+        }
+        // SAFETY: frame bytes and the vnet header before them lie inside the block.
+        let (frame, vh) = unsafe {
+            let f = b.add(self.cur.off + mac);
+            (
+                std::slice::from_raw_parts(f, snap),
+                std::slice::from_raw_parts(f.sub(VNET_HDR_LEN), VNET_HDR_LEN),
+            )
+        };
+        let vnet = Vnet::parse(vh);
+        let vlan = (status & libc::TP_STATUS_VLAN_VALID != 0).then(|| {
+            let tpid = if status & libc::TP_STATUS_VLAN_TPID_VALID != 0 {
+                h.hv1.tp_vlan_tpid
+            } else {
+                0x8100
+            };
+            (tpid, h.hv1.tp_vlan_tci as u16)
+        });
+        match vnet.gso_type & !GSO_ECN {
+            GSO_NONE => {
+                if snap > DATA_CAPACITY {
+                    // A jumbo TCP segment is cut like a super-frame; anything else is lost.
+                    if let Some(v) = oversized_tcp(frame) {
+                        return self.segment(cache, batch, max, frame, v, vlan);
+                    }
+                    self.drops += 1;
+                    return Step::Done;
+                }
+                let Some(mut p) = cache.alloc(snap) else {
+                    return Step::Stop;
+                };
+                let d = p.data_mut();
+                d.copy_from_slice(frame);
+                if vnet.flags & VNET_NEEDS_CSUM != 0 {
+                    let (s, o) = (vnet.csum_start as usize, vnet.csum_offset as usize);
+                    if s + o + 2 > snap {
+                        cache.free(p);
+                        self.drops += 1;
+                        return Step::Done;
+                    }
+                    d[s + o..s + o + 2].fill(0);
+                    // The field held the pseudo-header sum; it is now part of d[s..].
+                    let seed = u16::from_ne_bytes([frame[s + o], frame[s + o + 1]]);
+                    let c = !fold(sum(seed as u64, &d[s..]));
+                    d[s + o..s + o + 2].copy_from_slice(&nonzero(c).to_ne_bytes());
+                }
+                if let Some(t) = vlan {
+                    insert_vlan(&mut p, t);
+                }
+                // SAFETY: the caller guarantees room.
+                unsafe { batch.push_unchecked(p) };
+                Step::Done
+            }
+            GSO_TCPV4 | GSO_TCPV6 | GSO_UDP_L4 => {
+                self.segment(cache, batch, max, frame, vnet, vlan)
+            }
+            _ => {
+                self.drops += 1;
+                Step::Done
+            }
+        }
+    }
+
+    /// Cuts a TCP or UDP super-frame into segments that each fit a buffer, resuming at
+    /// `cur.seg` payload bytes.
+    fn segment(
+        &mut self,
+        cache: &mut PoolCache,
+        batch: &mut PacketBatch,
+        max: usize,
+        f: &[u8],
+        vnet: Vnet,
+        vlan: Option<(u16, u16)>,
+    ) -> Step {
+        let Some(g) = Gso::parse(f, vnet) else {
+            self.drops += 1;
+            return Step::Done;
+        };
+        let total = f.len() - g.hlen;
+        while self.cur.seg < total {
+            if batch.len() >= max {
+                return Step::Stop;
+            }
+            let off = self.cur.seg;
+            let n = g.mss.min(total - off);
+            let Some(mut p) = cache.alloc(g.hlen + n) else {
+                return Step::Stop;
+            };
+            g.build(p.data_mut(), f, off, n);
+            if let Some(t) = vlan {
+                insert_vlan(&mut p, t);
+            }
+            // SAFETY: batch.len() < max <= MAX_BURST.
+            unsafe { batch.push_unchecked(p) };
+            self.cur.seg += n;
+        }
+        self.segmented += 1;
+        Step::Done
+    }
+}
+
+/// Offsets of the IP header after the Ethernet header and any VLAN tags, and the ethertype.
+fn l3_of(f: &[u8]) -> Option<(usize, u16)> {
+    let mut l3 = 14;
+    let mut et = u16::from_be_bytes([f[12], f[13]]);
+    while et == 0x8100 || et == 0x88a8 {
+        if f.len() < l3 + 4 {
+            return None;
+        }
+        et = u16::from_be_bytes([f[l3 + 2], f[l3 + 3]]);
+        l3 += 4;
+    }
+    Some((l3, et))
+}
+
+/// The offload description of a plain TCP frame too big for one buffer (a full-size
+/// segment on a jumbo-MTU link), so it can be cut into smaller segments.
+fn oversized_tcp(f: &[u8]) -> Option<Vnet> {
+    let (l3, et) = l3_of(f)?;
+    let (l4, gso_type) = match et {
+        0x0800 if f.len() >= l3 + 20 => {
+            let frag = u16::from_be_bytes([f[l3 + 6], f[l3 + 7]]) & 0x3fff;
+            if f[l3 + 9] != 6 || frag != 0 {
+                return None;
+            }
+            (l3 + ((f[l3] & 0xf) as usize) * 4, GSO_TCPV4)
+        }
+        0x86dd if f.len() >= l3 + 40 && f[l3 + 6] == 6 => (l3 + 40, GSO_TCPV6),
+        _ => return None,
+    };
+    Some(Vnet {
+        flags: 0,
+        gso_type,
+        gso_size: u16::MAX,
+        csum_start: l4 as u16,
+        csum_offset: 16,
+    })
+}
+
+/// A parsed super-frame: where its headers are and how to cut it.
+struct Gso {
+    l3: usize,
+    l4: usize,
+    hlen: usize,
+    mss: usize,
+    v4: bool,
+    tcp: bool,
+}
+
+impl Gso {
+    fn parse(f: &[u8], v: Vnet) -> Option<Gso> {
+        let (l3, et) = l3_of(f)?;
+        let v4 = match et {
+            0x0800 => true,
+            0x86dd => false,
+            _ => return None,
+        };
+        let tcp = v.gso_type & !GSO_ECN != GSO_UDP_L4;
+        let l4 = v.csum_start as usize;
+        if l4 < l3 + if v4 { 20 } else { 40 } || l4 + 20 > f.len() {
+            return None;
+        }
+        let hlen = if tcp {
+            l4 + ((f[l4 + 12] >> 4) as usize) * 4
+        } else {
+            l4 + 8
+        };
+        if hlen > f.len() || (tcp && hlen < l4 + 20) || hlen + 64 > DATA_CAPACITY {
+            return None;
+        }
+        let room = DATA_CAPACITY - hlen;
+        // TCP may be cut finer than the sender did; UDP datagram boundaries must stay.
+        if v.gso_size == 0 || (!tcp && v.gso_size as usize > room) {
+            return None;
+        }
+        let mss = (v.gso_size as usize).min(room);
+        Some(Gso {
+            l3,
+            l4,
+            hlen,
+            mss,
+            v4,
+            tcp,
+        })
+    }
+
+    /// Writes segment `off..off+n` of the payload with fixed-up headers into `d`.
+    fn build(&self, d: &mut [u8], f: &[u8], off: usize, n: usize) {
+        let (l3, l4, h) = (self.l3, self.l4, self.hlen);
+        d[..h].copy_from_slice(&f[..h]);
+        d[h..h + n].copy_from_slice(&f[h + off..h + off + n]);
+        let first = off == 0;
+        let last = h + off + n == f.len();
+        let idx = (off / self.mss) as u16;
+        let l4len = h - l4 + n;
+        if self.v4 {
+            let ihl = ((d[l3] & 0xf) as usize) * 4;
+            put16(d, l3 + 2, (h - l3 + n) as u16);
+            let id = u16::from_be_bytes([d[l3 + 4], d[l3 + 5]]).wrapping_add(idx);
+            put16(d, l3 + 4, id);
+            put16(d, l3 + 10, 0);
+            let c = !fold(sum(0, &d[l3..l3 + ihl]));
+            d[l3 + 10..l3 + 12].copy_from_slice(&c.to_ne_bytes());
+        } else {
+            put16(d, l3 + 4, (h - l3 - 40 + n) as u16);
+        }
+        let proto: u8 = if self.tcp { 6 } else { 17 };
+        let mut ps = [0u8; 40];
+        let pseudo: &[u8] = if self.v4 {
+            ps[..8].copy_from_slice(&d[l3 + 12..l3 + 20]);
+            ps[9] = proto;
+            ps[10..12].copy_from_slice(&(l4len as u16).to_be_bytes());
+            &ps[..12]
+        } else {
+            ps[..32].copy_from_slice(&d[l3 + 8..l3 + 40]);
+            ps[34..36].copy_from_slice(&(l4len as u16).to_be_bytes());
+            ps[39] = proto;
+            &ps[..40]
+        };
+        let csum_at = if self.tcp {
+            let seq = u32::from_be_bytes([d[l4 + 4], d[l4 + 5], d[l4 + 6], d[l4 + 7]])
+                .wrapping_add(off as u32);
+            d[l4 + 4..l4 + 8].copy_from_slice(&seq.to_be_bytes());
+            if !last {
+                d[l4 + 13] &= !0x09; // FIN, PSH only on the last segment
+            }
+            if !first {
+                d[l4 + 13] &= !0x80; // CWR only on the first
+            }
+            l4 + 16
+        } else {
+            put16(d, l4 + 4, l4len as u16);
+            l4 + 6
+        };
+        put16(d, csum_at, 0);
+        let c = !fold(sum(sum(0, pseudo), &d[l4..h + n]));
+        d[csum_at..csum_at + 2].copy_from_slice(&nonzero(c).to_ne_bytes());
+    }
+}
+
+#[inline]
+fn put16(d: &mut [u8], at: usize, v: u16) {
+    d[at..at + 2].copy_from_slice(&v.to_be_bytes());
+}
+
+/// Adds `b` to a ones'-complement sum of native-order 16-bit words (odd tail zero-padded).
+fn sum(mut acc: u64, b: &[u8]) -> u64 {
+    let mut chunks = b.chunks_exact(8);
+    for c in &mut chunks {
+        let w = u64::from_ne_bytes(c.try_into().unwrap());
+        let (s, carry) = acc.overflowing_add(w);
+        acc = s + carry as u64;
+    }
+    let mut rest = chunks.remainder();
+    while rest.len() >= 2 {
+        acc = add_carry(acc, u16::from_ne_bytes([rest[0], rest[1]]) as u64);
+        rest = &rest[2..];
+    }
+    if let [x] = rest {
+        acc = add_carry(acc, u16::from_ne_bytes([*x, 0]) as u64);
+    }
+    acc
+}
+
+#[inline]
+fn add_carry(a: u64, b: u64) -> u64 {
+    let (s, c) = a.overflowing_add(b);
+    s + c as u64
+}
+
+/// Folds a sum to 16 bits (native order).
+fn fold(mut s: u64) -> u16 {
+    s = (s & 0xffff_ffff) + (s >> 32);
+    s = (s & 0xffff_ffff) + (s >> 32);
+    s = (s & 0xffff) + (s >> 16);
+    s = (s & 0xffff) + (s >> 16);
+    s as u16
+}
+
+/// 0 means "no checksum" to UDP; its ones'-complement twin 0xffff verifies the same.
+#[inline]
+fn nonzero(c: u16) -> u16 {
+    if c == 0 {
+        0xffff
+    } else {
+        c
+    }
+}
+
+/// Puts back the VLAN tag the kernel moved into the frame header.
+fn insert_vlan(p: &mut bessemer_core::Packet, (tpid, tci): (u16, u16)) {
+    if p.prepend(4).is_some() {
+        let d = p.data_mut();
+        d.copy_within(4..16, 0);
+        d[12..14].copy_from_slice(&tpid.to_be_bytes());
+        d[14..16].copy_from_slice(&tci.to_be_bytes());
+    }
+}
+
+impl RxQueue for RxQ {
+    fn recv(&mut self, cache: &mut PoolCache, batch: &mut PacketBatch, max: usize) -> usize {
+        let start = batch.len();
+        let max = (start + max).min(MAX_BURST);
+        while batch.len() < max {
+            if self.cur.left == 0 && !self.open_block() {
+                break;
+            }
+            match self.take_frame(cache, batch, max) {
+                Step::Stop => break,
+                Step::Done => {
+                    // SAFETY: the frame header is inside the open block.
+                    let next = unsafe {
+                        (*(self.block(self.cur.block).add(self.cur.off)
+                            as *const libc::tpacket3_hdr))
+                            .tp_next_offset
+                    };
+                    self.cur.left -= 1;
+                    self.cur.seg = 0;
+                    if self.cur.left == 0 {
+                        self.release_block();
+                    } else {
+                        self.cur.off += next as usize;
+                    }
+                }
+            }
+        }
+        if self.drops | self.segmented > 0 {
+            self.flush_drops();
+        }
+        batch.len() - start
+    }
+}
+
+// ---- TX ----
+
+struct TxShared {
+    fd: OwnedFd,
+    /// Packets the kernel refused individually (too big for the MTU, malformed).
+    own_drops: AtomicU64,
+}
+
+struct TxQ {
+    sh: Arc<TxShared>,
+}
+
+impl TxQueue for TxQ {
+    /// Why sendmmsg and not a TX ring: the kernel copies each packet into an skb either way
+    /// (with a ring we would first copy into the ring), one call per batch is the same number
+    /// of syscalls as kicking a ring, and sendmmsg reports per-packet errors at once, with no
+    /// ring slots to track for completion. The buffers are free as soon as it returns.
+    fn send(&mut self, cache: &mut PoolCache, batch: &mut PacketBatch) -> usize {
+        let n = batch.len();
+        if n == 0 {
+            return 0;
+        }
+        // SAFETY: plain data, zero is valid.
+        let mut iov: [libc::iovec; MAX_BURST] = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let mut msgs: [libc::mmsghdr; MAX_BURST] = unsafe { std::mem::zeroed() };
+        for (i, p) in batch.pkts().iter().enumerate() {
+            let d = p.data();
+            iov[i] = libc::iovec {
+                iov_base: d.as_ptr() as *mut libc::c_void,
+                iov_len: d.len(),
+            };
+            msgs[i].msg_hdr.msg_iov = &mut iov[i];
+            msgs[i].msg_hdr.msg_iovlen = 1;
+        }
+        // Per message: 0 sent, 1 refused by the kernel (dropped here and counted).
+        let mut fate = [0u8; MAX_BURST];
+        let mut i = 0;
+        let mut done = 0; // messages settled (sent or refused), a prefix
+        while i < n {
+            // SAFETY: msgs[i..n] point at live packet data that outlives the call.
+            let r = unsafe {
+                libc::sendmmsg(
+                    self.sh.fd.as_raw_fd(),
+                    msgs.as_mut_ptr().add(i),
+                    (n - i) as u32,
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if r > 0 {
+                i += r as usize;
+                done = i;
+                continue;
+            }
+            let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+            if e == libc::EMSGSIZE || e == libc::EINVAL {
+                fate[i] = 1;
+                i += 1;
+                done = i;
+                continue;
+            }
+            // Full, link down or interface gone: the rest stays in the batch.
+            break;
+        }
+        if done == 0 {
+            return 0;
+        }
+        let mut rest = PacketBatch::new();
+        let mut gone = PacketBatch::new();
+        let mut sent = 0;
+        let mut refused = 0;
+        for (k, p) in batch.drain().enumerate() {
+            if k < done {
+                if fate[k] == 0 {
+                    sent += 1;
+                } else {
+                    refused += 1;
+                }
+                // SAFETY: at most n <= MAX_BURST packets.
+                unsafe { gone.push_unchecked(p) };
+            } else {
+                // SAFETY: as above.
+                unsafe { rest.push_unchecked(p) };
+            }
+        }
+        cache.free_bulk(&mut gone);
+        batch.append(&mut rest);
+        if refused > 0 {
+            self.sh.own_drops.fetch_add(refused, Ordering::Relaxed);
+        }
+        sent
+    }
+}
+
+// ---- the port ----
+
+struct AfPacketPort {
+    ifname: String,
+    ctl: OwnedFd,
+    rx: Vec<Arc<RxShared>>,
+    tx: Vec<Arc<TxShared>>,
+    /// ethtool (set command, old value) to put back on drop.
+    restore: Vec<(u32, u32)>,
+    desc: String,
+    _claim: IfClaim,
+}
+
+impl Drop for AfPacketPort {
+    fn drop(&mut self) {
+        for &(cmd, old) in &self.restore {
+            ethtool_set(&self.ctl, &self.ifname, cmd, old);
+        }
+    }
+}
+
+impl AfPacketPort {
+    fn flags(&self) -> Option<i32> {
+        let mut r = ifreq(&self.ifname);
+        ioctl(&self.ctl, libc::SIOCGIFFLAGS, &mut r).ok()?;
+        // SAFETY: SIOCGIFFLAGS filled ifru_flags.
+        Some(unsafe { r.ifr_ifru.ifru_flags } as u16 as i32)
+    }
+
+    fn fail(&self, what: &str) -> Error {
+        netns::os_error(&format!("{} {}", self.ifname, what))
+    }
+}
+
+impl Port for AfPacketPort {
+    fn rx_queue(&self, qid: usize) -> Result<Box<dyn RxQueue>> {
+        let sh = self
+            .rx
+            .get(qid)
+            .ok_or_else(|| Error::invalid(format!("no incoming queue {qid}")))?;
+        let cur = sh
+            .cursor
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .ok_or_else(|| Error::busy(format!("incoming queue {qid} is already open")))?;
+        Ok(Box::new(RxQ {
+            sh: sh.clone(),
+            base: sh.ring.ptr,
+            cur,
+            drops: 0,
+            segmented: 0,
+        }))
+    }
+
+    fn tx_queue(&self, qid: usize) -> Result<Box<dyn TxQueue>> {
+        let sh = self
+            .tx
+            .get(qid)
+            .ok_or_else(|| Error::invalid(format!("no outgoing queue {qid}")))?;
+        Ok(Box::new(TxQ { sh: sh.clone() }))
+    }
+
+    fn link_status(&self) -> LinkStatus {
+        let Some(fl) = self.flags() else {
+            return LinkStatus::default();
+        };
+        let up = fl & libc::IFF_UP != 0 && fl & libc::IFF_RUNNING != 0;
+        let mut st = LinkStatus {
+            link_up: up,
+            ..LinkStatus::default()
+        };
+        let mut c = EthtoolCmd {
+            cmd: ETHTOOL_GSET,
+            ..EthtoolCmd::default()
+        };
+        if up && ethtool(&self.ctl, &self.ifname, &mut c).is_ok() {
+            let speed = (c.speed as u32) | ((c.speed_hi as u32) << 16);
+            if speed != u32::MAX && speed != 0xffff {
+                st.speed_mbps = speed;
+            }
+            st.full_duplex = c.duplex == 1;
+            st.autoneg = c.autoneg == 1;
+        }
+        st
+    }
+
+    fn conf(&self) -> PortConf {
+        let mut c = PortConf::default();
+        let mut r = ifreq(&self.ifname);
+        if ioctl(&self.ctl, libc::SIOCGIFHWADDR, &mut r).is_ok() {
+            // SAFETY: SIOCGIFHWADDR filled ifru_hwaddr.
+            let sa = unsafe { r.ifr_ifru.ifru_hwaddr };
+            for (d, s) in c.mac_addr.iter_mut().zip(sa.sa_data.iter()) {
+                *d = *s as u8;
+            }
+        }
+        let mut r = ifreq(&self.ifname);
+        if ioctl(&self.ctl, libc::SIOCGIFMTU, &mut r).is_ok() {
+            // SAFETY: SIOCGIFMTU filled ifru_mtu.
+            c.mtu = unsafe { r.ifr_ifru.ifru_mtu } as u32;
+        }
+        c.admin_up = self.flags().is_some_and(|f| f & libc::IFF_UP != 0);
+        c
+    }
+
+    fn set_conf(&self, conf: &PortConf) -> Result<()> {
+        let old = self.conf();
+        if conf.mtu != 0 && conf.mtu != old.mtu {
+            let mut r = ifreq(&self.ifname);
+            r.ifr_ifru.ifru_mtu = conf.mtu as i32;
+            ioctl(&self.ctl, libc::SIOCSIFMTU, &mut r)
+                .map_err(|_| self.fail(&format!("mtu {}", conf.mtu)))?;
+        }
+        if conf.mac_addr != [0; 6] && conf.mac_addr != old.mac_addr {
+            let mut r = ifreq(&self.ifname);
+            // SAFETY: writing the hwaddr member of the union.
+            unsafe {
+                r.ifr_ifru.ifru_hwaddr.sa_family = libc::ARPHRD_ETHER;
+                for (d, s) in r.ifr_ifru.ifru_hwaddr.sa_data.iter_mut().zip(conf.mac_addr) {
+                    *d = s as libc::c_char;
+                }
+            }
+            ioctl(&self.ctl, libc::SIOCSIFHWADDR, &mut r).map_err(|_| self.fail("mac_addr"))?;
+        }
+        if conf.admin_up != old.admin_up {
+            let fl = self
+                .flags()
+                .ok_or_else(|| Error::not_found(format!("interface {} is gone", self.ifname)))?;
+            let fl = if conf.admin_up {
+                fl | libc::IFF_UP
+            } else {
+                fl & !libc::IFF_UP
+            };
+            let mut r = ifreq(&self.ifname);
+            r.ifr_ifru.ifru_flags = fl as i16;
+            ioctl(&self.ctl, libc::SIOCSIFFLAGS, &mut r).map_err(|_| self.fail("admin_up"))?;
+        }
+        Ok(())
+    }
+
+    fn driver_drops(&self) -> (u64, u64) {
+        let inc = self.rx.iter().map(|r| r.drops()).sum();
+        let out = self
+            .tx
+            .iter()
+            .map(|t| t.own_drops.load(Ordering::Relaxed))
+            .sum();
+        (inc, out)
+    }
+
+    fn desc(&self) -> String {
+        let seg: u64 = self
+            .rx
+            .iter()
+            .map(|r| r.segmented.load(Ordering::Relaxed))
+            .sum();
+        format!("{}; {seg} super-frame(s) segmented", self.desc)
+    }
+}
+
+/// Opens an AF_PACKET port on `cfg.ifname` (the shared constructor of AFPacketPort and
+/// PCAPPort).
+pub fn open(params: &PortParams, cfg: &Config) -> Result<NewPort> {
+    let nq_in = if params.num_inc_q == 0 {
+        1
+    } else {
+        params.num_inc_q
+    };
+    let nq_out = if params.num_out_q == 0 {
+        1
+    } else {
+        params.num_out_q
+    };
+    let where_ = if cfg.netns.is_empty() {
+        String::new()
+    } else {
+        format!(" in network namespace '{}'", cfg.netns)
+    };
+    let cfg2 = cfg.clone();
+    let where2 = where_.clone();
+    let port = netns::run_in(&cfg.netns, move || open_here(&cfg2, nq_in, nq_out, &where2))
+        .map_err(|e| Error::new(e.code, format!("{}: {}", cfg.driver, e.msg)))?;
+    Ok(NewPort {
+        port: Box::new(port),
+        num_inc_q: nq_in,
+        num_out_q: nq_out,
+    })
+}
+
+/// Opens every socket inside the interface's namespace.
+fn open_here(cfg: &Config, nq_in: usize, nq_out: usize, where_: &str) -> Result<AfPacketPort> {
+    let ifindex = netns::ifindex(&cfg.ifname).map_err(|e| Error::new(e.code, e.msg + where_))?;
+    let (nsdev, nsino) = current_netns_id();
+    let claim = IfClaim::take(
+        (nsdev, nsino, ifindex),
+        &format!("interface '{}'{where_}", cfg.ifname),
+    )?;
+    let ctl = netns::socket(libc::AF_INET, libc::SOCK_DGRAM, 0, "control socket")?;
+    let proto = (libc::ETH_P_ALL as u16).to_be();
+    // SAFETY: sockaddr_ll is plain data.
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_protocol = proto;
+    sll.sll_ifindex = ifindex as i32;
+    let bind = |fd: &OwnedFd, sll: &libc::sockaddr_ll| -> Result<()> {
+        // SAFETY: sll is a valid sockaddr_ll.
+        let r = unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                sll as *const libc::sockaddr_ll as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_ll>() as u32,
+            )
+        };
+        if r != 0 {
+            return Err(netns::os_error(&format!("binding to {}", cfg.ifname)));
+        }
+        Ok(())
+    };
+
+    let mut rx = Vec::with_capacity(nq_in);
+    let mut fanout_id: Option<u32> = None;
+    for q in 0..nq_in {
+        // Protocol 0 until bound: nothing is queued before the ring exists.
+        let fd = netns::socket(libc::AF_PACKET, libc::SOCK_RAW, 0, "AF_PACKET socket")?;
+        setsockopt(
+            &fd,
+            libc::SOL_PACKET,
+            libc::PACKET_VERSION,
+            &(libc::tpacket_versions::TPACKET_V3 as i32),
+            "PACKET_VERSION TPACKET_V3",
+        )?;
+        setsockopt(
+            &fd,
+            libc::SOL_PACKET,
+            libc::PACKET_VNET_HDR,
+            &1i32,
+            "PACKET_VNET_HDR",
+        )?;
+        // Older kernels lack it; the ring walk also skips PACKET_OUTGOING frames.
+        let _ = setsockopt(
+            &fd,
+            libc::SOL_PACKET,
+            libc::PACKET_IGNORE_OUTGOING,
+            &1i32,
+            "PACKET_IGNORE_OUTGOING",
+        );
+        let req = libc::tpacket_req3 {
+            tp_block_size: cfg.block_size,
+            tp_block_nr: cfg.num_blocks,
+            tp_frame_size: 2048,
+            tp_frame_nr: (cfg.block_size / 2048) * cfg.num_blocks,
+            tp_retire_blk_tov: BLOCK_TIMEOUT_MS,
+            tp_sizeof_priv: 0,
+            tp_feature_req_word: 0,
+        };
+        setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_RX_RING, &req, "RX ring")?;
+        let len = cfg.block_size as usize * cfg.num_blocks as usize;
+        // SAFETY: mapping the ring the kernel just allocated for this socket.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(netns::os_error("mapping the RX ring"));
+        }
+        let ring = Mapping {
+            ptr: ptr as *mut u8,
+            len,
+        };
+        bind(&fd, &sll)?;
+        if q == 0 && cfg.promiscuous {
+            let mr = libc::packet_mreq {
+                mr_ifindex: ifindex as i32,
+                mr_type: libc::PACKET_MR_PROMISC as u16,
+                mr_alen: 0,
+                mr_address: [0; 8],
+            };
+            setsockopt(
+                &fd,
+                libc::SOL_PACKET,
+                libc::PACKET_ADD_MEMBERSHIP,
+                &mr,
+                "promiscuous mode",
+            )?;
+        }
+        if nq_in > 1 {
+            let kind = libc::PACKET_FANOUT_HASH | libc::PACKET_FANOUT_FLAG_IGNORE_OUTGOING;
+            match fanout_id {
+                None => {
+                    // The kernel picks a group id no one else uses.
+                    let v = (kind | libc::PACKET_FANOUT_FLAG_UNIQUEID) << 16;
+                    setsockopt(
+                        &fd,
+                        libc::SOL_PACKET,
+                        libc::PACKET_FANOUT,
+                        &v,
+                        "PACKET_FANOUT",
+                    )?;
+                    let got: u32 =
+                        getsockopt(fd.as_raw_fd(), libc::SOL_PACKET, libc::PACKET_FANOUT)
+                            .ok_or_else(|| netns::os_error("reading the fanout group"))?;
+                    fanout_id = Some(got & 0xffff);
+                }
+                Some(id) => {
+                    let v = id | (kind << 16);
+                    setsockopt(
+                        &fd,
+                        libc::SOL_PACKET,
+                        libc::PACKET_FANOUT,
+                        &v,
+                        "PACKET_FANOUT",
+                    )?;
+                }
+            }
+        }
+        rx.push(Arc::new(RxShared {
+            fd,
+            ring,
+            block_size: cfg.block_size as usize,
+            num_blocks: cfg.num_blocks as usize,
+            cursor: Mutex::new(Some(Cursor::default())),
+            kernel_drops: AtomicU64::new(0),
+            own_drops: AtomicU64::new(0),
+            segmented: AtomicU64::new(0),
+        }));
+    }
+
+    let mut tx = Vec::with_capacity(nq_out);
+    for _ in 0..nq_out {
+        // Protocol 0: a send-only socket, it never queues received packets.
+        let fd = netns::socket(libc::AF_PACKET, libc::SOCK_RAW, 0, "AF_PACKET socket")?;
+        let mut s = sll;
+        s.sll_protocol = 0;
+        bind(&fd, &s)?;
+        tx.push(Arc::new(TxShared {
+            fd,
+            own_drops: AtomicU64::new(0),
+        }));
+    }
+
+    let mut restore = Vec::new();
+    let mut off = Vec::new();
+    if !cfg.keep_offloads {
+        if ethtool_get(&ctl, &cfg.ifname, ETHTOOL_GGRO) == Some(1)
+            && ethtool_set(&ctl, &cfg.ifname, ETHTOOL_SGRO, 0)
+        {
+            restore.push((ETHTOOL_SGRO, 1));
+            off.push("gro");
+        }
+        if let Some(fl) = ethtool_get(&ctl, &cfg.ifname, ETHTOOL_GFLAGS) {
+            if fl & ETH_FLAG_LRO != 0
+                && ethtool_set(&ctl, &cfg.ifname, ETHTOOL_SFLAGS, fl & !ETH_FLAG_LRO)
+            {
+                restore.push((ETHTOOL_SFLAGS, fl));
+                off.push("lro");
+            }
+        }
+    }
+    let offloads = if cfg.keep_offloads {
+        "offloads kept".to_string()
+    } else if off.is_empty() {
+        "gro/lro already off".to_string()
+    } else {
+        format!("offloads off: {}", off.join(" "))
+    };
+    let desc = format!(
+        "{}{where_}: {nq_in} rx queue(s) (TPACKET_V3 ring {} x {} KiB{}), {nq_out} tx queue(s) (sendmmsg), software GSO/checksum; {offloads}",
+        cfg.ifname,
+        cfg.num_blocks,
+        cfg.block_size / 1024,
+        if cfg.promiscuous { ", promiscuous" } else { "" },
+    );
+    Ok(AfPacketPort {
+        ifname: cfg.ifname.clone(),
+        ctl,
+        rx,
+        tx,
+        restore,
+        desc,
+        _claim: claim,
+    })
+}
+
+fn create(params: &PortParams, arg: &Value) -> Result<NewPort> {
+    open(params, &Config::from_arg(arg)?)
+}
+
+/// The AFPacketPort driver.
+pub static DRIVER: PortDriver = PortDriver {
+    name: "AFPacketPort",
+    name_template: "af_packet_port",
+    help: "a Linux interface through AF_PACKET sockets (TPACKET_V3 RX ring, sendmmsg TX, PACKET_FANOUT across queues)",
+    arg_type: "bessemer.pb.AFPacketPortArg",
+    arg_doc: &[
+        "ifname: string — the interface (required)",
+        "netns: string — its network namespace (name under /var/run/netns, or a path); empty: the daemon's",
+        "promiscuous: bool — put the interface in promiscuous mode",
+        "block_size: uint32 — RX ring block size in bytes (power of two, at least a page; default 1 MiB)",
+        "num_blocks: uint32 — RX ring blocks per queue (default 8)",
+        "keep_offloads: bool — leave GRO/LRO on (by default they are switched off while the port exists); GSO super-frames and partial checksums are always handled in software",
+    ],
+    create,
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reference(b: &[u8]) -> u16 {
+        let mut s: u32 = 0;
+        for c in b.chunks(2) {
+            let w = if c.len() == 2 {
+                u16::from_be_bytes([c[0], c[1]])
+            } else {
+                u16::from_be_bytes([c[0], 0])
+            };
+            s += w as u32;
+        }
+        while s > 0xffff {
+            s = (s & 0xffff) + (s >> 16);
+        }
+        s as u16
+    }
+
+    #[test]
+    fn checksum_matches_bytewise_reference() {
+        let mut x = 0x12345678u32;
+        for len in 0..300 {
+            let b: Vec<u8> = (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 17;
+                    x ^= x << 5;
+                    x as u8
+                })
+                .collect();
+            let ours = u16::from_be_bytes(fold(sum(0, &b)).to_ne_bytes());
+            let r = reference(&b);
+            // 0 and 0xffff are the same number in ones' complement.
+            assert!(
+                ours == r || (ours, r) == (0xffff, 0) || (ours, r) == (0, 0xffff),
+                "len {len}"
+            );
+        }
+    }
+
+    #[test]
+    fn config_names_bad_fields() {
+        let e = Config::from_arg(&Value::map()).unwrap_err();
+        assert!(e.msg.contains("ifname"), "{}", e.msg);
+        let e = Config::from_arg(&Value::map().with("ifname", "x").with("block_size", 5000u32))
+            .unwrap_err();
+        assert!(e.msg.contains("block_size"), "{}", e.msg);
+        let e = Config::from_arg(
+            &Value::map()
+                .with("ifname", "x")
+                .with("block_size", 1u32 << 20)
+                .with("num_blocks", 4096u32),
+        )
+        .unwrap_err();
+        assert!(e.msg.contains("num_blocks"), "{}", e.msg);
+        let e = Config::from_arg(&Value::map().with("ifname", "x").with("bogus", 1)).unwrap_err();
+        assert!(e.msg.contains("bogus"), "{}", e.msg);
+        let c = Config::from_arg(&Value::map().with("ifname", "x")).unwrap();
+        assert_eq!(
+            (c.block_size, c.num_blocks),
+            (DEFAULT_BLOCK_SIZE, DEFAULT_NUM_BLOCKS)
+        );
+    }
+
+    /// A TCP/IPv4 super-frame of `payload` bytes as the kernel hands it over.
+    fn superframe(payload: usize) -> Vec<u8> {
+        let mut f = vec![0u8; 14 + 20 + 20 + payload];
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f[14] = 0x45;
+        put16(&mut f, 16, (20 + 20 + payload) as u16);
+        put16(&mut f, 18, 100);
+        f[23] = 6;
+        f[26..30].copy_from_slice(&[10, 0, 0, 1]);
+        f[30..34].copy_from_slice(&[10, 0, 0, 2]);
+        f[38..42].copy_from_slice(&1000u32.to_be_bytes());
+        f[46] = 0x50;
+        f[47] = 0x19; // FIN PSH ACK
+        for (i, b) in f[54..].iter_mut().enumerate() {
+            *b = i as u8;
+        }
+        f
+    }
+
+    #[test]
+    fn tcp_superframe_is_cut_into_valid_segments() {
+        let f = superframe(5000);
+        let v = Vnet {
+            flags: VNET_NEEDS_CSUM,
+            gso_type: GSO_TCPV4,
+            gso_size: 1448,
+            csum_start: 34,
+            csum_offset: 16,
+        };
+        let g = Gso::parse(&f, v).unwrap();
+        assert_eq!((g.hlen, g.mss), (54, 1448));
+        let mut off = 0;
+        let mut payload = Vec::new();
+        let mut i = 0u16;
+        while off < 5000 {
+            let n = g.mss.min(5000 - off);
+            let mut d = vec![0u8; 54 + n];
+            g.build(&mut d, &f, off, n);
+            // IP header and TCP checksums verify (sum over them folds to 0xffff).
+            assert_eq!(fold(sum(0, &d[14..34])), 0xffff);
+            let mut ps = d[26..34].to_vec();
+            ps.extend_from_slice(&[0, 6]);
+            ps.extend_from_slice(&((20 + n) as u16).to_be_bytes());
+            assert_eq!(fold(sum(sum(0, &ps), &d[34..])), 0xffff);
+            assert_eq!(u16::from_be_bytes([d[16], d[17]]) as usize, 40 + n);
+            assert_eq!(u16::from_be_bytes([d[18], d[19]]), 100 + i);
+            let seq = u32::from_be_bytes([d[38], d[39], d[40], d[41]]);
+            assert_eq!(seq as usize, 1000 + off);
+            let last = off + n == 5000;
+            assert_eq!(d[47], if last { 0x19 } else { 0x10 });
+            payload.extend_from_slice(&d[54..]);
+            off += n;
+            i += 1;
+        }
+        assert_eq!(payload, f[54..]);
+        assert_eq!(i, 4);
+    }
+
+    #[test]
+    fn jumbo_tcp_is_cut_and_oversized_udp_gso_refused() {
+        let f = superframe(8000);
+        let v = oversized_tcp(&f).expect("a plain TCP/IPv4 frame");
+        let g = Gso::parse(&f, v).unwrap();
+        assert_eq!((g.hlen, g.mss), (54, DATA_CAPACITY - 54));
+        // An IPv4 fragment is not cut.
+        let mut frag = f.clone();
+        frag[20] = 0x20; // MF
+        assert!(oversized_tcp(&frag).is_none());
+        // UDP datagram boundaries may not move: a segment size beyond a buffer is refused.
+        let mut u = f.clone();
+        u[23] = 17;
+        let big = Vnet {
+            flags: VNET_NEEDS_CSUM,
+            gso_type: GSO_UDP_L4,
+            gso_size: 4000,
+            csum_start: 34,
+            csum_offset: 6,
+        };
+        assert!(Gso::parse(&u, big).is_none());
+        let ok = Vnet {
+            gso_size: 1000,
+            ..big
+        };
+        assert_eq!(Gso::parse(&u, ok).unwrap().mss, 1000);
+    }
+}
