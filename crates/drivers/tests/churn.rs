@@ -52,7 +52,7 @@ fn blast(h: &TwoHosts, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
             if sock.send(&[0x5a; 100]).is_ok() {
                 sent += 1;
             }
-            if sent % 64 == 0 {
+            if sent.is_multiple_of(64) {
                 std::thread::sleep(Duration::from_micros(200));
             }
         }
