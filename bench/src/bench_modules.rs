@@ -28,8 +28,13 @@ struct Opts {
     secs: f64,
     core: usize,
     quick: bool,
+    full: bool,
+    list: bool,
     filter: Option<String>,
 }
+
+/// Share of `--secs` a light case (no table) runs for, unless `--full`.
+const LIGHT_SHARE: f64 = 0.6;
 
 fn parse_opts() -> Opts {
     let mut o = Opts {
@@ -39,6 +44,8 @@ fn parse_opts() -> Opts {
             .map(|n| n.get() - 1)
             .unwrap_or(0),
         quick: false,
+        full: false,
+        list: false,
         filter: None,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -67,6 +74,8 @@ fn parse_opts() -> Opts {
                 o.filter = Some(val(i));
                 i += 1
             }
+            "--full" => o.full = true,
+            "--list" => o.list = true,
             "--quick" => {
                 o.quick = true;
                 o.runs = 3;
@@ -74,7 +83,16 @@ fn parse_opts() -> Opts {
             }
             "-h" | "--help" => {
                 println!(
-                    "usage: bench-modules [--runs N] [--secs S] [--core C] [--only SUBSTRING] [--quick]"
+                    "usage: bench-modules [--runs N] [--secs S] [--core C] [--only SUBSTRING] [--quick] [--full] [--list]\n\
+                     \n\
+                     --runs N      alternating runs per case (default 5; the median is reported)\n\
+                     --secs S      seconds per run of a table case (default 0.25); cases without a\n\
+                     \x20             table run {LIGHT_SHARE} x S unless --full\n\
+                     --core C      core to pin to (default: the last one)\n\
+                     --only SUB    only the cases whose name contains SUB (e.g. --only ACL)\n\
+                     --quick       3 runs x 0.1 s\n\
+                     --full        every case runs for the full --secs\n\
+                     --list        print the case names and exit"
                 );
                 std::process::exit(0)
             }
@@ -165,6 +183,10 @@ static FEED: ModuleClass = ModuleClass {
 /// Adds a case's table entries to its module (named by the last argument).
 type Setup = Box<dyn Fn(&mut Pipeline, &mut Context, &str)>;
 
+/// A module put before or after the class in both pipelines (so the baseline has it too):
+/// metadata writers a class reads, readers that make a class's metadata writes real.
+type Stage = (&'static str, Value);
+
 /// One measured configuration of a class.
 struct Case {
     /// Row name, e.g. "ExactMatch 1000000 entries".
@@ -175,10 +197,94 @@ struct Case {
     arg: Value,
     /// Adds the table's entries (module name given).
     setup: Setup,
-    /// Keys written into packets.
-    stream: Stream,
+    /// Keys written into packets (none: no Feed module in either pipeline).
+    stream: Option<Stream>,
     /// Mpps the class must reach on its own (the brief's targets), if any.
     target: Option<f64>,
+    /// The frame Rewrite writes into every packet (its length is the packet size).
+    template: Vec<u8>,
+    /// Modules between Feed and the class, and between the class and Sink.
+    pre: Vec<Stage>,
+    post: Vec<Stage>,
+    /// Whether the class may drop packets (no case does: each picks traffic it passes).
+    drops_allowed: bool,
+    /// Shorter runs unless `--full` (classes whose cost does not depend on a table).
+    light: bool,
+    /// Footnote printed under the table.
+    note: Option<String>,
+}
+
+impl Case {
+    /// A light case: the default template, no stream, no table.
+    fn new(
+        name: impl Into<String>,
+        key: impl Into<String>,
+        class: &'static str,
+        arg: Value,
+    ) -> Case {
+        Case {
+            name: name.into(),
+            key: key.into(),
+            class,
+            arg,
+            setup: Box::new(|_, _, _| {}),
+            stream: None,
+            target: None,
+            template: template(),
+            pre: Vec::new(),
+            post: Vec::new(),
+            drops_allowed: false,
+            light: true,
+            note: None,
+        }
+    }
+
+    /// The same, for a table case (full-length runs).
+    fn table(name: String, key: String, class: &'static str, arg: Value) -> Case {
+        Case {
+            light: false,
+            ..Case::new(name, key, class, arg)
+        }
+    }
+
+    fn template(mut self, t: Vec<u8>) -> Case {
+        self.template = t;
+        self
+    }
+
+    fn stream(mut self, offset: usize, width: usize, data: Vec<u8>) -> Case {
+        self.stream = Some(Stream {
+            offset,
+            width,
+            data,
+        });
+        self
+    }
+
+    fn setup(mut self, f: impl Fn(&mut Pipeline, &mut Context, &str) + 'static) -> Case {
+        self.setup = Box::new(f);
+        self
+    }
+
+    fn target(mut self, t: Option<f64>) -> Case {
+        self.target = t;
+        self
+    }
+
+    fn pre(mut self, class: &'static str, arg: Value) -> Case {
+        self.pre.push((class, arg));
+        self
+    }
+
+    fn post(mut self, class: &'static str, arg: Value) -> Case {
+        self.post.push((class, arg));
+        self
+    }
+
+    fn note(mut self, n: &str) -> Case {
+        self.note = Some(n.to_string());
+        self
+    }
 }
 
 /// An Ethernet/IPv4/UDP frame of PKT_SIZE bytes (valid lengths, so parsers accept it).
@@ -191,7 +297,60 @@ fn template() -> Vec<u8> {
     f[16..18].copy_from_slice(&((PKT_SIZE - 14) as u16).to_be_bytes());
     f[22] = 64;
     f[23] = 17;
+    f[26..30].copy_from_slice(&[10, 0, 0, 1]);
+    f[30..34].copy_from_slice(&[10, 0, 0, 2]);
+    f[34..36].copy_from_slice(&1234u16.to_be_bytes());
+    f[36..38].copy_from_slice(&53u16.to_be_bytes());
     f[38..40].copy_from_slice(&((PKT_SIZE - 34) as u16).to_be_bytes());
+    f
+}
+
+/// The same frame as TCP (an ACK, no SYN, to port 443): 20-byte TCP header, 6 payload bytes.
+fn tcp_template() -> Vec<u8> {
+    let mut f = template();
+    f[23] = 6;
+    f[36..38].copy_from_slice(&443u16.to_be_bytes());
+    f[38..42].copy_from_slice(&1000u32.to_be_bytes()); // seq
+    f[42..46].copy_from_slice(&2000u32.to_be_bytes()); // ack
+    f[46] = 0x50; // data offset 5
+    f[47] = 0x10; // ACK
+    f[48..50].copy_from_slice(&0xffffu16.to_be_bytes());
+    f
+}
+
+/// The UDP frame with an 802.1Q tag (VID 100) after the MAC addresses: 64 bytes.
+fn vlan_template() -> Vec<u8> {
+    let t = template();
+    let mut f = t[..12].to_vec();
+    f.extend_from_slice(&[0x81, 0x00, 0x00, 100]);
+    f.extend_from_slice(&t[12..]);
+    f
+}
+
+/// The UDP frame's IPv4 packet under one MPLS label (bottom of stack): 64 bytes.
+fn mpls_template() -> Vec<u8> {
+    let t = template();
+    let mut f = t[..12].to_vec();
+    f.extend_from_slice(&[0x88, 0x47]);
+    f.extend_from_slice(&((100u32 << 12) | 0x100 | 64).to_be_bytes());
+    f.extend_from_slice(&t[14..]);
+    f
+}
+
+/// The UDP frame inside outer Ethernet/IPv4/UDP(4789)/VXLAN (VNI 100) headers: 110 bytes.
+fn vxlan_template() -> Vec<u8> {
+    let inner = template();
+    let mut f = vec![2, 0, 0, 0, 0, 3, 2, 0, 0, 0, 0, 4, 0x08, 0x00];
+    let ip_len = (20 + 8 + 8 + inner.len()) as u16;
+    f.extend_from_slice(&[0x45, 0]);
+    f.extend_from_slice(&ip_len.to_be_bytes());
+    f.extend_from_slice(&[0, 0, 0, 0, 64, 17, 0, 0, 192, 168, 0, 1, 192, 168, 0, 2]);
+    f.extend_from_slice(&0xc000u16.to_be_bytes());
+    f.extend_from_slice(&4789u16.to_be_bytes());
+    f.extend_from_slice(&(ip_len - 20).to_be_bytes());
+    f.extend_from_slice(&[0, 0]);
+    f.extend_from_slice(&[0x08, 0, 0, 0, 0, 0, 100, 0]);
+    f.extend_from_slice(&inner);
     f
 }
 
@@ -219,30 +378,25 @@ fn exact_match_cases(sizes: &[usize]) -> Vec<Case> {
                 data.extend_from_slice(&keys[rng.below(n as u64) as usize]);
             }
             let field = |o: i64| Value::map().with("offset", o).with("num_bytes", 4);
-            Case {
-                name: format!("ExactMatch {n} entries"),
-                key: format!("exact_match_{n}"),
-                class: "ExactMatch",
-                arg: Value::map()
-                    .with("fields", Value::List(vec![field(26), field(30), field(34)])),
-                setup: Box::new(move |g, ctx, m| {
-                    let mut rng = FastRng::new(7);
-                    for k in &keys {
-                        let f = |b: &[u8]| Value::map().with("value_bin", b.to_vec());
-                        let arg = Value::map().with("gate", rng.below(GATES)).with(
-                            "fields",
-                            Value::List(vec![f(&k[..4]), f(&k[4..8]), f(&k[8..])]),
-                        );
-                        g.command(m, "add", &arg, ctx).unwrap();
-                    }
-                }),
-                stream: Stream {
-                    offset: 26,
-                    width: 12,
-                    data,
-                },
-                target: (n >= 1_000_000).then_some(25.0),
-            }
+            Case::table(
+                format!("ExactMatch {n} entries"),
+                format!("exact_match_{n}"),
+                "ExactMatch",
+                Value::map().with("fields", Value::List(vec![field(26), field(30), field(34)])),
+            )
+            .setup(move |g, ctx, m| {
+                let mut rng = FastRng::new(7);
+                for k in &keys {
+                    let f = |b: &[u8]| Value::map().with("value_bin", b.to_vec());
+                    let arg = Value::map().with("gate", rng.below(GATES)).with(
+                        "fields",
+                        Value::List(vec![f(&k[..4]), f(&k[4..8]), f(&k[8..])]),
+                    );
+                    g.command(m, "add", &arg, ctx).unwrap();
+                }
+            })
+            .stream(26, 12, data)
+            .target((n >= 1_000_000).then_some(25.0))
         })
         .collect()
 }
@@ -267,34 +421,29 @@ fn l2_forward_cases(sizes: &[usize]) -> Vec<Case> {
             }
             // About half the slots used, as a sized table would be.
             let size = (n / 2).next_power_of_two().max(1);
-            Case {
-                name: format!("L2Forward {n} entries"),
-                key: format!("l2_forward_{n}"),
-                class: "L2Forward",
-                arg: Value::map().with("size", size).with("bucket", 4),
-                setup: Box::new(move |g, ctx, name| {
-                    let mut rng = FastRng::new(9);
-                    for chunk in macs.chunks(1024) {
-                        let entries = chunk
-                            .iter()
-                            .map(|a| {
-                                let s: Vec<String> = a.iter().map(|b| format!("{b:02x}")).collect();
-                                Value::map()
-                                    .with("addr", s.join(":"))
-                                    .with("gate", rng.below(GATES))
-                            })
-                            .collect();
-                        let arg = Value::map().with("entries", Value::List(entries));
-                        g.command(name, "add", &arg, ctx).unwrap();
-                    }
-                }),
-                stream: Stream {
-                    offset: 0,
-                    width: 6,
-                    data,
-                },
-                target: None,
-            }
+            Case::table(
+                format!("L2Forward {n} entries"),
+                format!("l2_forward_{n}"),
+                "L2Forward",
+                Value::map().with("size", size).with("bucket", 4),
+            )
+            .setup(move |g, ctx, name| {
+                let mut rng = FastRng::new(9);
+                for chunk in macs.chunks(1024) {
+                    let entries = chunk
+                        .iter()
+                        .map(|a| {
+                            let s: Vec<String> = a.iter().map(|b| format!("{b:02x}")).collect();
+                            Value::map()
+                                .with("addr", s.join(":"))
+                                .with("gate", rng.below(GATES))
+                        })
+                        .collect();
+                    let arg = Value::map().with("entries", Value::List(entries));
+                    g.command(name, "add", &arg, ctx).unwrap();
+                }
+            })
+            .stream(0, 6, data)
         })
         .collect()
 }
@@ -333,30 +482,26 @@ fn ip_lookup_cases(sizes: &[usize]) -> Vec<Case> {
                 let host = (rng.next_u64() as u32) & !(u32::MAX << (32 - len as u32));
                 data.extend_from_slice(&(p | host).to_be_bytes());
             }
-            Case {
-                name: format!("IPLookup {n} prefixes"),
-                key: format!("ip_lookup_{n}"),
-                class: "IPLookup",
-                arg: Value::map()
+            Case::table(
+                format!("IPLookup {n} prefixes"),
+                format!("ip_lookup_{n}"),
+                "IPLookup",
+                Value::map()
                     .with("max_rules", (n as u64).max(1024))
                     .with("max_tbl8s", ((n / 8) as u64).max(128)),
-                setup: Box::new(move |g, ctx, name| {
-                    let mut rng = FastRng::new(11);
-                    for &(p, len) in &prefixes {
-                        let arg = Value::map()
-                            .with("prefix", std::net::Ipv4Addr::from(p).to_string())
-                            .with("prefix_len", len as u64)
-                            .with("gate", rng.below(GATES));
-                        g.command(name, "add", &arg, ctx).unwrap();
-                    }
-                }),
-                stream: Stream {
-                    offset: 30,
-                    width: 4,
-                    data,
-                },
-                target: (n >= 1_000_000).then_some(30.0),
-            }
+            )
+            .setup(move |g, ctx, name| {
+                let mut rng = FastRng::new(11);
+                for &(p, len) in &prefixes {
+                    let arg = Value::map()
+                        .with("prefix", std::net::Ipv4Addr::from(p).to_string())
+                        .with("prefix_len", len as u64)
+                        .with("gate", rng.below(GATES));
+                    g.command(name, "add", &arg, ctx).unwrap();
+                }
+            })
+            .stream(30, 4, data)
+            .target((n >= 1_000_000).then_some(30.0))
         })
         .collect()
 }
@@ -408,11 +553,11 @@ fn wildcard_match_cases(rules: &[usize]) -> Vec<Case> {
             }
             let field = |o: i64, s: usize| Value::map().with("offset", o).with("num_bytes", s);
             let fd = |x: u64| Value::map().with("value_int", Value::Int(x as i64));
-            Case {
-                name: format!("WildcardMatch {n} rules / 10 masks"),
-                key: format!("wildcard_match_{n}"),
-                class: "WildcardMatch",
-                arg: Value::map().with(
+            Case::table(
+                format!("WildcardMatch {n} rules / 10 masks"),
+                format!("wildcard_match_{n}"),
+                "WildcardMatch",
+                Value::map().with(
                     "fields",
                     Value::List(vec![
                         field(23, 1),
@@ -422,26 +567,22 @@ fn wildcard_match_cases(rules: &[usize]) -> Vec<Case> {
                         field(36, 2),
                     ]),
                 ),
-                setup: Box::new(move |g, ctx, name| {
-                    for (mi, v, prio, gate) in &rule_vals {
-                        let arg = Value::map()
-                            .with("gate", *gate)
-                            .with("priority", *prio)
-                            .with("values", Value::List(v.iter().map(|&x| fd(x)).collect()))
-                            .with(
-                                "masks",
-                                Value::List(masks[*mi].iter().map(|&x| fd(x)).collect()),
-                            );
-                        g.command(name, "add", &arg, ctx).unwrap();
-                    }
-                }),
-                stream: Stream {
-                    offset: 23,
-                    width: 15,
-                    data,
-                },
-                target: (n == 100).then_some(10.0),
-            }
+            )
+            .setup(move |g, ctx, name| {
+                for (mi, v, prio, gate) in &rule_vals {
+                    let arg = Value::map()
+                        .with("gate", *gate)
+                        .with("priority", *prio)
+                        .with("values", Value::List(v.iter().map(|&x| fd(x)).collect()))
+                        .with(
+                            "masks",
+                            Value::List(masks[*mi].iter().map(|&x| fd(x)).collect()),
+                        );
+                    g.command(name, "add", &arg, ctx).unwrap();
+                }
+            })
+            .stream(23, 15, data)
+            .target((n == 100).then_some(10.0))
         })
         .collect()
 }
@@ -464,8 +605,15 @@ struct Bench {
     tree: ClassTree,
 }
 
-/// Source -> Rewrite -> Feed -> [class] -> Sink.
-fn build(pool: &PacketPool, case: &Case, with_class: bool, stream: Stream) -> Bench {
+/// Output gates of a class connected to the sink: as many as it has, at most GATES.
+fn gates_of(class: &ModuleClass) -> u16 {
+    class.ogates.min(GATES as u16)
+}
+
+/// Source -> Rewrite -> [Feed] -> pre... -> [class] -> post... -> Sink. The class gets its
+/// packets on input gate 0 and sends them out of its first `gates_of` output gates, all to
+/// the next module's input gate 0.
+fn build(pool: &PacketPool, case: &Case, with_class: bool, stream: Option<Stream>) -> Bench {
     let class = |n: &str| bessemer_modules::find(n).unwrap_or_else(|| panic!("class {n} missing"));
     let mut g = Pipeline::new();
     let mut ctx = Context::new(0, pool);
@@ -476,24 +624,51 @@ fn build(pool: &PacketPool, case: &Case, with_class: bool, stream: Stream) -> Be
             &Value::map().with("pkt_size", PKT_SIZE),
         )
         .unwrap();
-    let rw = Value::map().with("templates", Value::List(vec![Value::Bytes(template())]));
+    let rw = Value::map().with(
+        "templates",
+        Value::List(vec![Value::Bytes(case.template.clone())]),
+    );
     g.add_module(class("Rewrite"), Some("rw"), &rw).unwrap();
-    NEXT_STREAM.with(|c| *c.borrow_mut() = Some(stream));
-    g.add_module(&FEED, Some("feed"), &Value::Null).unwrap();
+    g.connect("src", 0, "rw", 0).unwrap();
+    let mut tail = "rw".to_string();
+    if let Some(stream) = stream {
+        NEXT_STREAM.with(|c| *c.borrow_mut() = Some(stream));
+        g.add_module(&FEED, Some("feed"), &Value::Null).unwrap();
+        g.connect(&tail, 0, "feed", 0).unwrap();
+        tail = "feed".into();
+    }
+    for (i, (c, arg)) in case.pre.iter().enumerate() {
+        let name = format!("pre{i}");
+        g.add_module(class(c), Some(&name), arg)
+            .unwrap_or_else(|e| panic!("{}: {c}: {e:?}", case.name));
+        g.connect(&tail, 0, &name, 0).unwrap();
+        tail = name;
+    }
+    let post: Vec<String> = (0..case.post.len()).map(|i| format!("post{i}")).collect();
+    for (name, (c, arg)) in post.iter().zip(&case.post) {
+        g.add_module(class(c), Some(name), arg)
+            .unwrap_or_else(|e| panic!("{}: {c}: {e:?}", case.name));
+    }
     g.add_module(class("Sink"), Some("sink"), &Value::Null)
         .unwrap();
-    g.connect("src", 0, "rw", 0).unwrap();
-    g.connect("rw", 0, "feed", 0).unwrap();
+    let after = post.first().cloned().unwrap_or_else(|| "sink".into());
     if with_class {
-        g.add_module(class(case.class), Some("cls"), &case.arg)
-            .unwrap();
-        g.connect("feed", 0, "cls", 0).unwrap();
-        for gate in 0..GATES as u16 {
-            g.connect("cls", gate, "sink", 0).unwrap();
+        let cls = class(case.class);
+        g.add_module(cls, Some("cls"), &case.arg)
+            .unwrap_or_else(|e| panic!("{}: {e:?}", case.name));
+        g.connect(&tail, 0, "cls", 0).unwrap();
+        for gate in 0..gates_of(cls) {
+            g.connect("cls", gate, &after, 0).unwrap();
         }
         (case.setup)(&mut g, &mut ctx, "cls");
     } else {
-        g.connect("feed", 0, "sink", 0).unwrap();
+        g.connect(&tail, 0, &after, 0).unwrap();
+    }
+    for w in post.windows(2) {
+        g.connect(&w[0], 0, &w[1], 0).unwrap();
+    }
+    if let Some(last) = post.last() {
+        g.connect(last, 0, "sink", 0).unwrap();
     }
     let mut tree = ClassTree::new(0);
     tree.add_class("leaf", Policy::Leaf, None, 0, 1).unwrap();
@@ -540,37 +715,44 @@ struct Row {
     class_ns: f64,
     spread: (f64, f64),
     target: Option<f64>,
+    note: Option<String>,
 }
 
 fn run_case(pool: &PacketPool, mut case: Case, o: &Opts) -> Row {
     let t0 = Instant::now();
-    let (offset, width) = (case.stream.offset, case.stream.width);
-    let copy = Stream {
-        offset,
-        width,
-        data: case.stream.data.clone(),
-    };
+    let copy = case.stream.as_ref().map(|st| Stream {
+        offset: st.offset,
+        width: st.width,
+        data: st.data.clone(),
+    });
     let mut base = build(pool, &case, false, copy);
-    let stream = Stream {
-        offset,
-        width,
-        data: std::mem::take(&mut case.stream.data),
-    };
+    let stream = case.stream.take();
     let mut full = build(pool, &case, true, stream);
     let setup = t0.elapsed().as_secs_f64();
+    let secs = if case.light && !o.full {
+        o.secs * LIGHT_SHARE
+    } else {
+        o.secs
+    };
     // Alternating runs, so drift and neighbours' noise hit both pipelines alike.
     let (mut bs, mut fs, mut ds) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..o.runs {
-        let b = measure(&mut base, o.secs);
-        let f = measure(&mut full, o.secs);
+        let b = measure(&mut base, secs);
+        let f = measure(&mut full, secs);
         bs.push(b);
         fs.push(f);
         ds.push(f - b);
     }
-    let drops: u64 = full.g.drops_of("cls").unwrap().iter().map(|(_, n)| n).sum();
-    assert_eq!(
-        drops, 0,
-        "{}: the class dropped packets (keys missed?)",
+    let drops: Vec<(String, u64)> = full
+        .g
+        .drops_of("cls")
+        .unwrap()
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    assert!(
+        case.drops_allowed || drops.is_empty(),
+        "{}: the class dropped packets: {drops:?}",
         case.name
     );
     let sink = full.g.igate_counts("sink", 0).unwrap().packets;
@@ -588,25 +770,44 @@ fn run_case(pool: &PacketPool, mut case: Case, o: &Opts) -> Row {
         class_ns: median(ds),
         spread: (lo, hi),
         target: case.target,
+        note: case.note,
     }
 }
 
+/// Classes with no case, and why (printed under the table).
+const SKIPPED: &str =
+    "not measured: Source, FlowGen, PortInc, QueueInc (packet sources: they are the \
+     task), Sink, PortOut, QueueOut (packet sinks / port I/O), Queue, DRR (task-driven: packets \
+     wait for another task), Dump (a side effect: prints packets), NoOP (no gates: a task that \
+     processes no packets), ArpResponder (drops every non-ARP frame as not_arp, so its non-ARP \
+     path is a drop, not a pass)";
+
 fn main() {
     let o = parse_opts();
+    if o.list {
+        for make in cases() {
+            for case in make() {
+                println!("{}", case.name);
+            }
+        }
+        return;
+    }
     pin(o.core);
     let ghz = tsc::hz() as f64 / 1e9;
     let pool = PacketPool::new("bench", 16384, PagePolicy::Auto).expect("packet pool");
+    let light = if o.full { 1.0 } else { LIGHT_SHARE };
     println!(
-        "# bench-modules: {PKT_SIZE}-byte packets, TSC {ghz:.2} GHz, pinned to core {}, {} alternating runs x {:.2} s, pages: {}",
+        "# bench-modules: {PKT_SIZE}-byte packets unless named, TSC {ghz:.2} GHz, pinned to core {}, {} alternating runs x {:.2} s (cases without a table: x {:.2} s), pages: {}",
         o.core,
         o.runs,
         o.secs,
+        o.secs * light,
         pool.page_kind()
     );
-    println!("# class cost = ns/pkt of (Source->Rewrite->Feed->CLASS->Sink) - (Source->Rewrite->Feed->Sink); Mpps = 1000 / cost");
+    println!("# class cost = ns/pkt of (Source->Rewrite->[Feed]->[pre]->CLASS->[post]->Sink) - (the same without CLASS); Mpps = 1000 / cost");
     println!("# the machine's 2 cores are shared with other jobs: expect noise (spread = min..max of the per-run differences)");
     println!(
-        "{:<40} {:>9} {:>9} {:>9} {:>17} {:>9} {:>8} {:>6}",
+        "{:<44} {:>9} {:>9} {:>9} {:>17} {:>9} {:>8} {:>6}",
         "case", "base ns", "total ns", "class ns", "spread ns", "Mpps", "target", "met"
     );
     let mut json: Vec<(String, String)> = vec![
@@ -615,6 +816,7 @@ fn main() {
         ("tsc_ghz".into(), format!("{ghz:.3}")),
     ];
     let mut all_met = true;
+    let mut notes: Vec<String> = Vec::new();
     for make in cases() {
         for case in make() {
             if let Some(f) = &o.filter {
@@ -628,9 +830,14 @@ fn main() {
             if met == Some(false) {
                 all_met = false;
             }
+            let mut name = r.name.clone();
+            if let Some(n) = &r.note {
+                notes.push(n.clone());
+                name = format!("{name} [{}]", notes.len());
+            }
             println!(
-                "{:<40} {:>9.2} {:>9.2} {:>9.2} {:>8.2}..{:<8.2} {:>9.1} {:>8} {:>6}",
-                r.name,
+                "{:<44} {:>9.2} {:>9.2} {:>9.2} {:>8.2}..{:<8.2} {:>9.1} {:>8} {:>6}",
+                name,
                 r.base_ns,
                 r.total_ns,
                 r.class_ns,
@@ -653,6 +860,10 @@ fn main() {
             }
         }
     }
+    for (i, n) in notes.iter().enumerate() {
+        println!("# [{}] {n}", i + 1);
+    }
+    println!("# {SKIPPED}");
     json.push(("all_targets_met".into(), all_met.to_string()));
     let body: Vec<String> = json.iter().map(|(k, v)| format!("\"{k}\": {v}")).collect();
     println!("{{{}}}", body.join(", "));
