@@ -587,6 +587,121 @@ fn wildcard_match_cases(rules: &[usize]) -> Vec<Case> {
         .collect()
 }
 
+/// `a.b.c.d` of a host-order address.
+fn ip4(a: u32) -> String {
+    std::net::Ipv4Addr::from(a).to_string()
+}
+
+/// A 12-byte record for offset 26: IPv4 source, destination, UDP source and destination port.
+fn flow_rec(src: u32, dst: u32, sport: u16, dport: u16) -> [u8; 12] {
+    let mut r = [0u8; 12];
+    r[..4].copy_from_slice(&src.to_be_bytes());
+    r[4..8].copy_from_slice(&dst.to_be_bytes());
+    r[8..10].copy_from_slice(&sport.to_be_bytes());
+    r[10..].copy_from_slice(&dport.to_be_bytes());
+    r
+}
+
+fn acl_cases(rules: &[usize]) -> Vec<Case> {
+    // Rule i: source 10.(i / 256).(i % 256).0/24, destination a random /16, destination port
+    // 1024 + i, any source port; every fourth rule denies, the others allow. Each packet is
+    // made for one allowing rule chosen uniformly at random (source inside its /24, destination
+    // inside its /16, its port) and matches that rule only: the first-match scan reads on
+    // average half the list before deciding, and no packet is dropped.
+    rules
+        .iter()
+        .map(|&n| {
+            let mut rng = FastRng::new(0xAC + n as u64);
+            let rs: Vec<(u32, u32, u16, bool)> = (0..n)
+                .map(|i| {
+                    let src = 0x0a00_0000 | ((i as u32) << 8);
+                    let dst = (rng.next_u64() as u32) & 0xffff_0000;
+                    (src, dst, 1024 + i as u16, i % 4 == 3)
+                })
+                .collect();
+            let allow: Vec<usize> = (0..n).filter(|&i| !rs[i].3).collect();
+            let mut data = Vec::with_capacity(stream_len(n) * 12);
+            for _ in 0..stream_len(n) {
+                let (src, dst, dport, _) = rs[allow[rng.below(allow.len() as u64) as usize]];
+                let h = rng.next_u64();
+                data.extend_from_slice(&flow_rec(
+                    src | (h as u32 & 0xff),
+                    dst | ((h >> 8) as u32 & 0xffff),
+                    1024 + (h >> 32) as u16 % 60000,
+                    dport,
+                ));
+            }
+            let list = rs
+                .iter()
+                .map(|&(src, dst, dport, drop)| {
+                    Value::map()
+                        .with("src_ip", format!("{}/24", ip4(src)))
+                        .with("dst_ip", format!("{}/16", ip4(dst)))
+                        .with("src_port", 0u64)
+                        .with("dst_port", dport as u64)
+                        .with("drop", drop)
+                })
+                .collect::<Vec<Value>>();
+            Case::table(
+                format!("ACL {n} rules"),
+                format!("acl_{n}"),
+                "ACL",
+                Value::map().with("rules", list),
+            )
+            .stream(26, 12, data)
+        })
+        .collect()
+}
+
+fn bpf_cases(filters: &[usize]) -> Vec<Case> {
+    // Filter i (priority n - i, so evaluated in index order; gate random): `udp dst port
+    // 1024+i` for even i, `src net 10.(i / 256).(i % 256).0/24 and udp` for odd i. Each packet
+    // is made for one filter chosen uniformly at random and matches only it (port filters'
+    // packets come from 172.16/12, net filters' packets go to ports 40000 and up): a packet
+    // runs on average half the programs before its match. Compiling is set-up.
+    filters
+        .iter()
+        .map(|&n| {
+            let mut rng = FastRng::new(0xBF + n as u64);
+            let list = (0..n)
+                .map(|i| {
+                    let f = if i % 2 == 0 {
+                        format!("udp dst port {}", 1024 + i)
+                    } else {
+                        format!("src net 10.{}.{}.0/24 and udp", i / 256, i % 256)
+                    };
+                    Value::map()
+                        .with("priority", (n - i) as i64)
+                        .with("filter", f)
+                        .with("gate", rng.below(GATES))
+                })
+                .collect::<Vec<Value>>();
+            let mut data = Vec::with_capacity(stream_len(n) * 12);
+            for _ in 0..stream_len(n) {
+                let i = rng.below(n as u64) as u32;
+                let h = rng.next_u64();
+                let dst = 0xc0a8_0000 | (h as u32 & 0xffff);
+                let sport = 1024 + (h >> 16) as u16 % 60000;
+                let rec = if i % 2 == 0 {
+                    let src = 0xac10_0000 | ((h >> 32) as u32 & 0x000f_ffff);
+                    flow_rec(src, dst, sport, 1024 + i as u16)
+                } else {
+                    let src = 0x0a00_0000 | (i << 8) | ((h >> 32) as u32 & 0xff);
+                    flow_rec(src, dst, sport, 40000 + (h >> 40) as u16 % 20000)
+                };
+                data.extend_from_slice(&rec);
+            }
+            Case::table(
+                format!("BPF {n} filters"),
+                format!("bpf_{n}"),
+                "BPF",
+                Value::map().with("filters", list),
+            )
+            .stream(26, 12, data)
+        })
+        .collect()
+}
+
 /// Every case, in the order printed. Other classes add their functions here.
 fn cases() -> Vec<Box<dyn FnOnce() -> Vec<Case>>> {
     vec![
@@ -594,6 +709,8 @@ fn cases() -> Vec<Box<dyn FnOnce() -> Vec<Case>>> {
         Box::new(|| l2_forward_cases(&[1, 1000, 1_000_000])),
         Box::new(|| ip_lookup_cases(&[1, 1000, 1_000_000])),
         Box::new(|| wildcard_match_cases(&[10, 100, 1000])),
+        Box::new(|| acl_cases(&[10, 100, 1000])),
+        Box::new(|| bpf_cases(&[10, 100, 1000])),
     ]
 }
 
