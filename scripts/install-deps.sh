@@ -12,6 +12,8 @@ have python3 || need_apt+=(python3)
 have pkg-config || need_apt+=(pkg-config)
 # tcpdump reads what `bessemer tcpdump` captures (and its tests check that).
 have tcpdump || [ -x /usr/bin/tcpdump ] || need_apt+=(tcpdump)
+# The AFXDPPort tests ping across the switch.
+have ping || need_apt+=(iputils-ping)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
 # The BPF module compiles tcpdump expressions with libpcap (headers + libpcap.so to link).
 [ -f /usr/include/pcap/pcap.h ] || need_apt+=(libpcap-dev)

@@ -1,0 +1,240 @@
+//! AFXDPPort against real interfaces: two hosts in their own namespaces joined by two AF_XDP
+//! ports that forward both ways on a running engine; bad arguments. Needs root (skips without).
+
+mod common;
+
+use std::net::UdpSocket;
+use std::os::fd::AsRawFd;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bessemer_core::engine::{Engine, EngineConfig};
+use bessemer_core::mem::PagePolicy;
+use bessemer_core::port::{PortHandle, PortParams};
+use bessemer_core::{Error, Value};
+use bessemer_drivers::af_xdp_port::DRIVER;
+use bessemer_drivers::netns;
+use common::{have_root, Link, Netns, TwoHosts};
+
+fn engine() -> Engine {
+    Engine::new(EngineConfig {
+        buffers: 4096,
+        pages: PagePolicy::Plain,
+        pin: false,
+    })
+    .unwrap()
+}
+
+fn params(e: &Engine, name: &str) -> PortParams {
+    PortParams {
+        name: name.into(),
+        num_inc_q: 0,
+        num_out_q: 0,
+        size_inc_q: 0,
+        size_out_q: 0,
+        pool: e.pool().clone(),
+    }
+}
+
+fn port(e: &Engine, name: &str, arg: Value) -> Result<Arc<PortHandle>, Error> {
+    e.ports().create(&DRIVER, params(e, name), &arg)
+}
+
+fn fail(e: &Engine, name: &str, arg: Value) -> Error {
+    match port(e, name, arg) {
+        Ok(h) => panic!("port accepted: {}", h.port().desc()),
+        Err(err) => err,
+    }
+}
+
+fn arg(ifname: &str) -> Value {
+    Value::map()
+        .with("ifname", ifname)
+        .with("ring_size", 256u64)
+}
+
+fn class(n: &str) -> &'static bessemer_core::ModuleClass {
+    bessemer_modules::find(n).unwrap()
+}
+
+/// Turns TX checksum offload off on `ifname` in `ns`: XDP sees frames as they are on the
+/// wire, so a sender's partial checksum (veth offloads it) would reach the other host unfixed.
+fn tx_csum_off(ns: &str, ifname: &str) {
+    let name = ifname.to_string();
+    netns::run_in(ns, move || {
+        let s = netns::socket(libc::AF_INET, libc::SOCK_DGRAM, 0, "socket")?;
+        let mut v = [0x17u32, 0]; // ETHTOOL_STXCSUM, off
+                                  // SAFETY: zeroed plain data.
+        let mut r: libc::ifreq = unsafe { std::mem::zeroed() };
+        for (d, c) in r.ifr_name.iter_mut().zip(name.bytes()) {
+            *d = c as libc::c_char;
+        }
+        r.ifr_ifru.ifru_data = v.as_mut_ptr() as *mut libc::c_char;
+        // SAFETY: SIOCETHTOOL with a valid ethtool_value.
+        if unsafe { libc::ioctl(s.as_raw_fd(), libc::SIOCETHTOOL as _, &mut r) } != 0 {
+            return Err(netns::os_error("ETHTOOL_STXCSUM"));
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
+/// A switch of two AF_XDP ports on the hosts' outer veth ends, forwarding both ways.
+fn switch(e: &mut Engine, h: &TwoHosts) {
+    tx_csum_off(&h.a.name, &h.la.inner);
+    tx_csum_off(&h.b.name, &h.lb.inner);
+    port(e, "pa", arg(&h.la.outer)).unwrap();
+    port(e, "pb", arg(&h.lb.outer)).unwrap();
+    e.add_worker(0, 0).unwrap();
+    for (from, to) in [("pa", "pb"), ("pb", "pa")] {
+        let inc = format!("in_{from}");
+        let out = format!("out_{to}");
+        e.create_module(
+            class("PortInc"),
+            Some(&inc),
+            &Value::map().with("port", from),
+        )
+        .unwrap();
+        e.create_module(class("PortOut"), Some(&out), &Value::map().with("port", to))
+            .unwrap();
+        e.connect(&inc, 0, &out, 0).unwrap();
+    }
+}
+
+/// Destroys the switch; afterwards every buffer is back in the pool.
+fn teardown(e: &mut Engine) {
+    for m in ["in_pa", "out_pb", "in_pb", "out_pa"] {
+        e.destroy_module(m).unwrap();
+    }
+    e.ports().destroy("pa").unwrap();
+    e.ports().destroy("pb").unwrap();
+    assert_eq!(
+        e.pool().free_count(),
+        e.pool().capacity(),
+        "buffers leaked by the AF_XDP ports"
+    );
+}
+
+fn udp_in(ns: &str, addr: String) -> UdpSocket {
+    netns::run_in(ns, move || {
+        let s = UdpSocket::bind(&addr).map_err(|e| Error::invalid(format!("{addr}: {e}")))?;
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        Ok(s)
+    })
+    .unwrap()
+}
+
+#[test]
+fn udp_crosses_the_switch_byte_for_byte_and_nothing_leaks() {
+    if !have_root() {
+        return;
+    }
+    let h = TwoHosts::new(81);
+    let mut e = engine();
+    switch(&mut e, &h);
+    let desc = e.ports().get("pa").unwrap().port().desc();
+    assert!(desc.contains("copy"), "{desc}");
+    let a = udp_in(&h.a.name, format!("{}:5001", h.a_ip));
+    let b = udp_in(&h.b.name, format!("{}:5002", h.b_ip));
+    let payload: Vec<u8> = (0..1000u32).map(|i| (i * 7 + 3) as u8).collect();
+    let mut buf = [0u8; 2048];
+    // The first datagrams may wait for ARP (which itself crosses the switch both ways).
+    let t = Instant::now();
+    let got = loop {
+        if t.elapsed() > Duration::from_secs(5) {
+            let c = |n: &str| e.ports().get(n).unwrap().counts();
+            panic!("no datagram arrived: pa {:?} pb {:?}", c("pa"), c("pb"));
+        }
+        a.send_to(&payload, format!("{}:5002", h.b_ip)).unwrap();
+        if let Ok((n, from)) = b.recv_from(&mut buf) {
+            assert_eq!(from.to_string(), format!("{}:5001", h.a_ip));
+            break buf[..n].to_vec();
+        }
+    };
+    assert_eq!(got, payload);
+    // And back.
+    b.send_to(b"pong", format!("{}:5001", h.a_ip)).unwrap();
+    let (n, _) = a.recv_from(&mut buf).expect("reply from B");
+    assert_eq!(&buf[..n], b"pong");
+    let (inc, out) = e.ports().get("pb").unwrap().counts();
+    assert!(inc.packets >= 2 && out.packets >= 2, "{inc:?} {out:?}");
+    assert!(e.ports().get("pa").unwrap().port().link_status().link_up);
+    teardown(&mut e);
+}
+
+#[test]
+fn ping_both_ways() {
+    if !have_root() {
+        return;
+    }
+    if Command::new("ping").arg("-V").output().is_err() {
+        eprintln!("skipped: ping is not installed (scripts/install-deps.sh installs it)");
+        return;
+    }
+    let h = TwoHosts::new(82);
+    let mut e = engine();
+    switch(&mut e, &h);
+    for (ns, to) in [(&h.a.name, &h.b_ip), (&h.b.name, &h.a_ip)] {
+        let out = Command::new("ip")
+            .args([
+                "netns", "exec", ns, "ping", "-c", "3", "-i", "0.2", "-W", "2", to,
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "ping {to} from {ns}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    teardown(&mut e);
+}
+
+#[test]
+fn bad_input_is_refused_with_a_clear_error() {
+    if !have_root() {
+        return;
+    }
+    let host = Netns::new("bhx");
+    let l = Link::new(&host, "10.83.0.1/24");
+    let e = engine();
+    let err = fail(&e, "p", arg("bessemer_nope"));
+    assert_eq!(err.code, libc::ENOENT);
+    assert!(err.msg.contains("bessemer_nope"), "{}", err.msg);
+    let err = fail(&e, "p", arg(&l.outer).with("netns", "bessemer_no_ns"));
+    assert_eq!(err.code, libc::ENOENT);
+    assert!(err.msg.contains("bessemer_no_ns"), "{}", err.msg);
+    let err = fail(&e, "p", arg(&l.outer).with("qid", 5u64));
+    assert_eq!(err.code, libc::EINVAL);
+    assert!(err.msg.contains("out of range"), "{}", err.msg);
+    // The inner end, inside its namespace, is a valid target too.
+    let inner = port(&e, "pi", arg(&l.inner).with("netns", host.name.as_str())).unwrap();
+    assert!(inner.port().desc().starts_with(&host.name));
+    // One interface queue serves one port.
+    let p1 = port(&e, "p1", arg(&l.outer)).unwrap();
+    let err = fail(&e, "p2", arg(&l.outer));
+    assert_eq!(err.code, libc::EBUSY);
+    assert!(
+        err.msg.contains(&l.outer) && err.msg.contains("queue 0"),
+        "{}",
+        err.msg
+    );
+    let err = fail(&e, "p3", arg(&l.outer).with("zero_copy", true));
+    assert_eq!(err.code, libc::EBUSY, "{}", err.msg);
+    drop((p1, inner));
+    e.ports().destroy("p1").unwrap();
+    e.ports().destroy("pi").unwrap();
+    // Freed queue and detached program: a new port may take it (and veth has no zero-copy).
+    let err = port(&e, "p4", arg(&l.outer).with("zero_copy", true));
+    match err {
+        Ok(p) => assert!(p.port().desc().contains("zero-copy")),
+        Err(err) => assert!(err.msg.contains("zero-copy"), "{}", err.msg),
+    }
+    let _ = e.ports().destroy("p4");
+    let p5 = port(&e, "p5", arg(&l.outer)).unwrap();
+    drop(p5);
+    e.ports().destroy("p5").unwrap();
+    assert_eq!(e.pool().free_count(), e.pool().capacity());
+}
