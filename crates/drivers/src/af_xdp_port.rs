@@ -1037,6 +1037,28 @@ fn ring_size(field: &str, v: u64) -> Result<u32> {
     Ok(v as u32)
 }
 
+/// [`Xsk::open`], retried for a while when the queue is busy: the kernel lets go of a
+/// closed socket's queue in deferred work, so a port made right after another one on the
+/// same queue was destroyed may find it still taken for a moment.
+fn open_retrying(
+    pool: &PacketPool,
+    attach: &Arc<Attach>,
+    ifindex: u32,
+    queue: u32,
+    rings: Rings,
+    mode: Mode,
+) -> Result<Xsk> {
+    let t = std::time::Instant::now();
+    loop {
+        match Xsk::open(pool, attach, ifindex, queue, rings, mode) {
+            Err(e) if e.code == libc::EBUSY && t.elapsed().as_millis() < 1000 => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
+}
+
 fn create(params: &PortParams, arg: &Value) -> Result<NewPort> {
     let mut a = Args::new(arg, MSG)?;
     let ifname = a.str("ifname")?.unwrap_or("").to_string();
@@ -1110,10 +1132,10 @@ fn create(params: &PortParams, arg: &Value) -> Result<NewPort> {
         for i in 0..nsock as u32 {
             let q = qid + i;
             attach.claim(q)?;
-            let x = match Xsk::open(&pool, &attach, ifindex, q, rings, mode) {
+            let x = match open_retrying(&pool, &attach, ifindex, q, rings, mode) {
                 Err(e) if mode == Mode::ZeroCopy && !zero_copy && e.code != libc::EBUSY => {
                     mode = Mode::Copy;
-                    Xsk::open(&pool, &attach, ifindex, q, rings, mode)
+                    open_retrying(&pool, &attach, ifindex, q, rings, mode)
                 }
                 Err(mut e) if e.code == libc::EINVAL && have.is_none() => {
                     e.msg += &format!(" (is queue {q} out of range?)");

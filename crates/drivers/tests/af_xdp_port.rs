@@ -238,3 +238,113 @@ fn bad_input_is_refused_with_a_clear_error() {
     e.ports().destroy("p5").unwrap();
     assert_eq!(e.pool().free_count(), e.pool().capacity());
 }
+
+/// Waits (bounded) until `f` holds.
+fn eventually(mut f: impl FnMut() -> bool) -> bool {
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(10) {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    false
+}
+
+#[test]
+fn vanishing_interface_fails_sends_and_leaks_nothing() {
+    if !have_root() {
+        return;
+    }
+    let host = Netns::new("bhv");
+    let l = Link::new(&host, "10.84.0.1/24");
+    let mut e = engine();
+    let p = port(&e, "p", arg(&l.outer)).unwrap();
+    assert!(eventually(|| p.port().link_status().link_up));
+    e.add_worker(0, 0).unwrap();
+    e.create_module(class("Source"), Some("src"), &Value::map())
+        .unwrap();
+    e.create_module(
+        class("PortOut"),
+        Some("out"),
+        &Value::map().with("port", "p"),
+    )
+    .unwrap();
+    e.connect("src", 0, "out", 0).unwrap();
+    assert!(eventually(|| p.counts().1.packets > 1000), "nothing sent");
+    common::sh(&["ip", "link", "del", &l.outer]);
+    assert!(eventually(|| !p.port().link_status().link_up));
+    // The TX ring fills up and stays full: from then on every packet is refused.
+    let dropped = p.counts().1.dropped;
+    assert!(eventually(|| p.counts().1.dropped > dropped + 1000));
+    let sent = p.counts().1.packets;
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        p.counts().1.packets,
+        sent,
+        "packets sent to a deleted interface"
+    );
+    e.destroy_module("src").unwrap();
+    e.destroy_module("out").unwrap();
+    drop(p);
+    e.ports().destroy("p").unwrap();
+    assert_eq!(e.pool().free_count(), e.pool().capacity());
+}
+
+#[test]
+fn ports_share_an_interface_by_queue() {
+    if !have_root() {
+        return;
+    }
+    let outer = common::unique("bo");
+    let inner = common::unique("bi");
+    common::sh(&[
+        "ip",
+        "link",
+        "add",
+        &outer,
+        "numtxqueues",
+        "2",
+        "numrxqueues",
+        "2",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        &inner,
+        "numtxqueues",
+        "2",
+        "numrxqueues",
+        "2",
+    ]);
+    let l = Link { outer, inner };
+    common::sh(&["ip", "link", "set", &l.outer, "up"]);
+    common::sh(&["ip", "link", "set", &l.inner, "up"]);
+    let e = engine();
+    let q1 = port(&e, "q1", arg(&l.outer).with("qid", 1u64)).unwrap();
+    assert!(
+        q1.port().desc().contains("queue(s) 1..1"),
+        "{}",
+        q1.port().desc()
+    );
+    let q0 = port(&e, "q0", arg(&l.outer)).unwrap();
+    let err = fail(&e, "x", arg(&l.outer).with("qid", 1u64));
+    assert_eq!(err.code, libc::EBUSY);
+    assert!(err.msg.contains("queue 1"), "{}", err.msg);
+    let err = fail(&e, "x", arg(&l.outer).with("qid", 2u64));
+    assert_eq!(err.code, libc::EINVAL);
+    assert!(err.msg.contains("out of range"), "{}", err.msg);
+    drop((q0, q1));
+    e.ports().destroy("q0").unwrap();
+    e.ports().destroy("q1").unwrap();
+    // Both queues in one port.
+    let mut p = params(&e, "both");
+    p.num_inc_q = 2;
+    p.num_out_q = 2;
+    let both = e.ports().create(&DRIVER, p, &arg(&l.outer)).unwrap();
+    assert_eq!((both.num_inc_q(), both.num_out_q()), (2, 2));
+    assert!(both.claim_rx(1).is_ok());
+    drop(both);
+    e.ports().destroy("both").unwrap();
+    assert_eq!(e.pool().free_count(), e.pool().capacity());
+}
