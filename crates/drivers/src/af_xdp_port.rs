@@ -1024,7 +1024,13 @@ fn queue_count(ctl: RawFd, ifname: &str) -> Option<u32> {
     r.ifr_ifru.ifru_data = &mut ch as *mut Channels as *mut libc::c_char;
     // SAFETY: SIOCETHTOOL with a valid ethtool_channels buffer.
     let ok = unsafe { libc::ioctl(ctl, libc::SIOCETHTOOL as _, &mut r as *mut libc::ifreq) } == 0;
-    let n = ch.rx_count.max(ch.combined_count);
+    // Drivers report RX-only and combined queues; when both are non-zero, some count one
+    // queue in both, so the sum is an upper bound (the kernel's bind has the last word).
+    let n = if ch.rx_count == 0 || ch.combined_count == 0 {
+        ch.rx_count.max(ch.combined_count)
+    } else {
+        ch.rx_count + ch.combined_count
+    };
     (ok && n > 0).then_some(n)
 }
 
@@ -1137,7 +1143,7 @@ fn create(params: &PortParams, arg: &Value) -> Result<NewPort> {
                     mode = Mode::Copy;
                     open_retrying(&pool, &attach, ifindex, q, rings, mode)
                 }
-                Err(mut e) if e.code == libc::EINVAL && have.is_none() => {
+                Err(mut e) if e.code == libc::EINVAL => {
                     e.msg += &format!(" (is queue {q} out of range?)");
                     Err(e)
                 }
