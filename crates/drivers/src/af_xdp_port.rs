@@ -960,10 +960,66 @@ impl Port for AfXdpPort {
 
     fn link_status(&self) -> LinkStatus {
         let f = self.flags().unwrap_or(0);
-        LinkStatus {
+        let mut st = LinkStatus {
             link_up: f & libc::IFF_UP != 0 && f & libc::IFF_RUNNING != 0,
             ..LinkStatus::default()
+        };
+        let mut cmd = EthtoolCmd {
+            cmd: 0x1, // ETHTOOL_GSET
+            ..EthtoolCmd::default()
+        };
+        let mut r = ifreq(&self.ifname);
+        r.ifr_ifru.ifru_data = &mut cmd as *mut EthtoolCmd as *mut libc::c_char;
+        if self.ioctl(libc::SIOCETHTOOL, &mut r) {
+            let speed = cmd.speed as u32 | (cmd.speed_hi as u32) << 16;
+            st.speed_mbps = if speed == u32::MAX { 0 } else { speed };
+            st.full_duplex = cmd.duplex == 1;
+            st.autoneg = cmd.autoneg == 1;
         }
+        st
+    }
+
+    fn set_conf(&self, conf: &PortConf) -> Result<()> {
+        let cur = self.conf();
+        let set = |req: libc::c_ulong, r: &mut libc::ifreq, what: &str| {
+            if self.ioctl(req, r) {
+                Ok(())
+            } else {
+                Err(netns::os_error(&format!(
+                    "cannot set the {what} of '{}'",
+                    self.ifname
+                )))
+            }
+        };
+        // Zero MTU and an all-zero MAC mean "leave as is".
+        if conf.mtu != 0 && conf.mtu != cur.mtu {
+            let mut r = ifreq(&self.ifname);
+            r.ifr_ifru.ifru_mtu = conf.mtu as i32;
+            set(libc::SIOCSIFMTU, &mut r, "MTU")?;
+        }
+        if conf.mac_addr != [0; 6] && conf.mac_addr != cur.mac_addr {
+            let mut r = ifreq(&self.ifname);
+            // SAFETY: writing plain data into the union member SIOCSIFHWADDR reads.
+            unsafe {
+                r.ifr_ifru.ifru_hwaddr.sa_family = libc::ARPHRD_ETHER;
+                for (d, s) in r.ifr_ifru.ifru_hwaddr.sa_data.iter_mut().zip(conf.mac_addr) {
+                    *d = s as libc::c_char;
+                }
+            }
+            set(libc::SIOCSIFHWADDR, &mut r, "MAC address")?;
+        }
+        if conf.admin_up != cur.admin_up {
+            let f = self.flags().unwrap_or(0);
+            let f = if conf.admin_up {
+                f | libc::IFF_UP
+            } else {
+                f & !libc::IFF_UP
+            };
+            let mut r = ifreq(&self.ifname);
+            r.ifr_ifru.ifru_flags = f as libc::c_short;
+            set(libc::SIOCSIFFLAGS, &mut r, "state (up/down)")?;
+        }
+        Ok(())
     }
 
     fn conf(&self) -> PortConf {
@@ -997,6 +1053,29 @@ impl Port for AfXdpPort {
     fn desc(&self) -> String {
         self.desc.clone()
     }
+}
+
+/// `ETHTOOL_GSET`'s answer (the legacy `struct ethtool_cmd`, which every driver still serves).
+#[repr(C)]
+#[derive(Default)]
+struct EthtoolCmd {
+    cmd: u32,
+    supported: u32,
+    advertising: u32,
+    speed: u16,
+    duplex: u8,
+    port: u8,
+    phy_address: u8,
+    transceiver: u8,
+    autoneg: u8,
+    mdio_support: u8,
+    maxtxpkt: u32,
+    maxrxpkt: u32,
+    speed_hi: u16,
+    eth_tp_mdix: u8,
+    eth_tp_mdix_ctrl: u8,
+    lp_advertising: u32,
+    reserved: [u32; 2],
 }
 
 /// `ETHTOOL_GCHANNELS`' answer.

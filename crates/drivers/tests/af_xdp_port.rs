@@ -348,3 +348,112 @@ fn ports_share_an_interface_by_queue() {
     e.ports().destroy("both").unwrap();
     assert_eq!(e.pool().free_count(), e.pool().capacity());
 }
+
+fn rx_packets(ns: &str, ifname: &str) -> u64 {
+    common::sh_in(
+        ns,
+        &[
+            "cat",
+            &format!("/sys/class/net/{ifname}/statistics/rx_packets"),
+        ],
+    )
+    .trim()
+    .parse()
+    .unwrap()
+}
+
+#[test]
+fn conf_and_link_status_follow_the_interface() {
+    if !have_root() {
+        return;
+    }
+    let host = Netns::new("bhc");
+    let l = Link::new(&host, "10.85.0.1/24");
+    let e = engine();
+    let p = port(&e, "p", arg(&l.outer)).unwrap();
+    let st = p.port().link_status();
+    assert!(st.link_up && st.full_duplex, "{st:?}");
+    assert_eq!(st.speed_mbps, 10_000, "veth reports 10G");
+    let c = p.port().conf();
+    let mac = std::fs::read_to_string(format!("/sys/class/net/{}/address", l.outer)).unwrap();
+    let want: Vec<String> = c.mac_addr.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(mac.trim(), want.join(":"));
+    assert_eq!((c.mtu, c.admin_up), (1500, true));
+    let mut n = c.clone();
+    n.mtu = 1400;
+    n.mac_addr = [0x02, 0x11, 0x22, 0x33, 0x44, 0x55];
+    n.admin_up = false;
+    p.port().set_conf(&n).unwrap();
+    assert_eq!(p.port().conf(), n);
+    assert!(!p.port().link_status().link_up);
+    n.admin_up = true;
+    p.port().set_conf(&n).unwrap();
+    assert!(eventually(|| p.port().link_status().link_up));
+    n.mtu = 70_000; // beyond what any interface takes
+    let err = p.port().set_conf(&n).unwrap_err();
+    assert!(err.msg.contains("MTU"), "{}", err.msg);
+}
+
+#[test]
+fn shared_and_foreign_packets_go_out_as_copies() {
+    if !have_root() {
+        return;
+    }
+    let host = Netns::new("bhs");
+    let l = Link::new(&host, "10.86.0.1/24");
+    let e = engine();
+    let h = port(&e, "p", arg(&l.outer)).unwrap();
+    let other = bessemer_core::PacketPool::new("other", 64, PagePolicy::Plain).unwrap();
+    let mut cache = e.pool().cache();
+    let mut ocache = other.cache();
+    let frame: Vec<u8> = [
+        [0xff; 6].as_slice(),
+        &[2, 0, 0, 0, 0, 1, 0x88, 0xb5],
+        &[7; 46],
+    ]
+    .concat();
+    let before = rx_packets(&host.name, &l.inner);
+    {
+        let (_claim, mut q) = h.claim_tx(0).unwrap();
+        // Shared with another reference: sent as a copy, our reference is released.
+        let mut b = bessemer_core::PacketBatch::new();
+        let mut keep = Vec::new();
+        for _ in 0..8 {
+            let mut p = cache.alloc(0).unwrap();
+            assert!(p.set_data(&frame));
+            keep.push(cache.clone_packet(&p));
+            b.push(p).unwrap();
+        }
+        assert_eq!(q.send(&mut cache, &mut b), 8);
+        assert!(b.is_empty());
+        for p in keep {
+            assert_eq!(p.refcnt(), 1);
+            cache.free(p);
+        }
+        // From another pool: copied when the worker's cache can allocate from ours...
+        for _ in 0..8 {
+            let mut p = ocache.alloc(0).unwrap();
+            assert!(p.set_data(&frame));
+            b.push(p).unwrap();
+        }
+        assert_eq!(q.send(&mut cache, &mut b), 8);
+        // ...and refused (left in the batch) when it cannot.
+        for _ in 0..8 {
+            let mut p = ocache.alloc(0).unwrap();
+            assert!(p.set_data(&frame));
+            b.push(p).unwrap();
+        }
+        assert_eq!(q.send(&mut ocache, &mut b), 0);
+        assert_eq!(b.len(), 8);
+        ocache.free_bulk(&mut b);
+        // Completions come back on later sends.
+        assert!(eventually(|| {
+            q.send(&mut cache, &mut b);
+            rx_packets(&host.name, &l.inner) >= before + 16
+        }));
+    }
+    drop((cache, ocache, h));
+    e.ports().destroy("p").unwrap();
+    assert_eq!(other.free_count(), other.capacity());
+    assert_eq!(e.pool().free_count(), e.pool().capacity());
+}
