@@ -80,14 +80,18 @@ fn tx_csum_off(ns: &str, ifname: &str) {
     .unwrap();
 }
 
-/// A switch of two AF_XDP ports on the hosts' outer veth ends, forwarding both ways.
-fn switch(e: &mut Engine, h: &TwoHosts) {
+/// A switch of two AF_XDP ports on the hosts' outer veth ends, forwarding both ways; with
+/// two workers, each direction runs on its own (so each port's RX and TX run on different
+/// threads).
+fn switch(e: &mut Engine, h: &TwoHosts, workers: usize) {
     tx_csum_off(&h.a.name, &h.la.inner);
     tx_csum_off(&h.b.name, &h.lb.inner);
     port(e, "pa", arg(&h.la.outer)).unwrap();
     port(e, "pb", arg(&h.lb.outer)).unwrap();
-    e.add_worker(0, 0).unwrap();
-    for (from, to) in [("pa", "pb"), ("pb", "pa")] {
+    for w in 0..workers {
+        e.add_worker(w, w).unwrap();
+    }
+    for (i, (from, to)) in [("pa", "pb"), ("pb", "pa")].into_iter().enumerate() {
         let inc = format!("in_{from}");
         let out = format!("out_{to}");
         e.create_module(
@@ -99,6 +103,7 @@ fn switch(e: &mut Engine, h: &TwoHosts) {
         e.create_module(class("PortOut"), Some(&out), &Value::map().with("port", to))
             .unwrap();
         e.connect(&inc, 0, &out, 0).unwrap();
+        e.attach_task(&inc, 0, None, Some(i % workers)).unwrap();
     }
 }
 
@@ -133,7 +138,7 @@ fn udp_crosses_the_switch_byte_for_byte_and_nothing_leaks() {
     }
     let h = TwoHosts::new(81);
     let mut e = engine();
-    switch(&mut e, &h);
+    switch(&mut e, &h, 1);
     let desc = e.ports().get("pa").unwrap().port().desc();
     assert!(desc.contains("copy"), "{desc}");
     let a = udp_in(&h.a.name, format!("{}:5001", h.a_ip));
@@ -175,7 +180,7 @@ fn ping_both_ways() {
     }
     let h = TwoHosts::new(82);
     let mut e = engine();
-    switch(&mut e, &h);
+    switch(&mut e, &h, 2);
     for (ns, to) in [(&h.a.name, &h.b_ip), (&h.b.name, &h.a_ip)] {
         let out = Command::new("ip")
             .args([
@@ -189,6 +194,20 @@ fn ping_both_ways() {
             String::from_utf8_lossy(&out.stdout)
         );
     }
+    // A flood wraps every ring several times (rings of 256, 2000 frames each way).
+    let out = Command::new("ip")
+        .args([
+            "netns", "exec", &h.a.name, "ping", "-f", "-c", "2000", "-w", "20",
+        ])
+        .arg(&h.b_ip)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let received: u64 = text
+        .split(", ")
+        .find_map(|f| f.strip_suffix(" received")?.parse().ok())
+        .unwrap_or_else(|| panic!("ping -f: {text}"));
+    assert!(received >= 1990, "{text}");
     teardown(&mut e);
 }
 
