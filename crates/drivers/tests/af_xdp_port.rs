@@ -64,8 +64,9 @@ fn tx_csum_off(ns: &str, ifname: &str) {
     let name = ifname.to_string();
     netns::run_in(ns, move || {
         let s = netns::socket(libc::AF_INET, libc::SOCK_DGRAM, 0, "socket")?;
-        let mut v = [0x17u32, 0]; // ETHTOOL_STXCSUM, off
-                                  // SAFETY: zeroed plain data.
+        // ETHTOOL_STXCSUM, off.
+        let mut v = [0x17u32, 0];
+        // SAFETY: zeroed plain data.
         let mut r: libc::ifreq = unsafe { std::mem::zeroed() };
         for (d, c) in r.ifr_name.iter_mut().zip(name.bytes()) {
             *d = c as libc::c_char;
@@ -83,11 +84,11 @@ fn tx_csum_off(ns: &str, ifname: &str) {
 /// A switch of two AF_XDP ports on the hosts' outer veth ends, forwarding both ways; with
 /// two workers, each direction runs on its own (so each port's RX and TX run on different
 /// threads).
-fn switch(e: &mut Engine, h: &TwoHosts, workers: usize) {
+fn switch(e: &mut Engine, h: &TwoHosts, workers: usize, skb_mode: bool) {
     tx_csum_off(&h.a.name, &h.la.inner);
     tx_csum_off(&h.b.name, &h.lb.inner);
-    port(e, "pa", arg(&h.la.outer)).unwrap();
-    port(e, "pb", arg(&h.lb.outer)).unwrap();
+    port(e, "pa", arg(&h.la.outer).with("skb_mode", skb_mode)).unwrap();
+    port(e, "pb", arg(&h.lb.outer).with("skb_mode", skb_mode)).unwrap();
     for w in 0..workers {
         e.add_worker(w, w).unwrap();
     }
@@ -136,11 +137,22 @@ fn udp_crosses_the_switch_byte_for_byte_and_nothing_leaks() {
     if !have_root() {
         return;
     }
-    let h = TwoHosts::new(81);
+    udp_roundtrip(81, false);
+    udp_roundtrip(87, true);
+}
+
+fn udp_roundtrip(subnet: u8, skb_mode: bool) {
+    let h = TwoHosts::new(subnet);
     let mut e = engine();
-    switch(&mut e, &h, 1);
+    switch(&mut e, &h, 1, skb_mode);
     let desc = e.ports().get("pa").unwrap().port().desc();
     assert!(desc.contains("copy"), "{desc}");
+    let mode = if skb_mode {
+        "XDP generic"
+    } else {
+        "XDP native"
+    };
+    assert!(desc.contains(mode), "{desc}");
     let a = udp_in(&h.a.name, format!("{}:5001", h.a_ip));
     let b = udp_in(&h.b.name, format!("{}:5002", h.b_ip));
     let payload: Vec<u8> = (0..1000u32).map(|i| (i * 7 + 3) as u8).collect();
@@ -180,7 +192,7 @@ fn ping_both_ways() {
     }
     let h = TwoHosts::new(82);
     let mut e = engine();
-    switch(&mut e, &h, 2);
+    switch(&mut e, &h, 2, false);
     for (ns, to) in [(&h.a.name, &h.b_ip), (&h.b.name, &h.a_ip)] {
         let out = Command::new("ip")
             .args([
