@@ -90,7 +90,9 @@ impl Link {
     pub fn new(host: &Netns, addr: &str) -> Link {
         let outer = unique("bo");
         let inner = unique("bi");
-        sh(&["ip", "link", "add", &outer, "type", "veth", "peer", "name", &inner]);
+        sh(&[
+            "ip", "link", "add", &outer, "type", "veth", "peer", "name", &inner,
+        ]);
         let l = Link {
             outer: outer.clone(),
             inner: inner.clone(),
