@@ -178,7 +178,32 @@ fn udp_roundtrip(subnet: u8, skb_mode: bool) {
     let (inc, out) = e.ports().get("pb").unwrap().counts();
     assert!(inc.packets >= 2 && out.packets >= 2, "{inc:?} {out:?}");
     assert!(e.ports().get("pa").unwrap().port().link_status().link_up);
+    // Destroying the ports under a stream of datagrams returns what sits in every ring.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let blaster = {
+        let stop = stop.clone();
+        let to = format!("{}:5002", h.b_ip);
+        std::thread::spawn(move || {
+            let t = Instant::now();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed)
+                && t.elapsed() < Duration::from_secs(5)
+            {
+                let _ = a.send_to(&payload, &to);
+            }
+        })
+    };
+    let before = e.ports().get("pb").unwrap().counts().1.packets;
+    assert!(eventually(|| e
+        .ports()
+        .get("pb")
+        .unwrap()
+        .counts()
+        .1
+        .packets
+        > before + 1000));
     teardown(&mut e);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    blaster.join().unwrap();
 }
 
 #[test]
@@ -220,7 +245,17 @@ fn ping_both_ways() {
         .find_map(|f| f.strip_suffix(" received")?.parse().ok())
         .unwrap_or_else(|| panic!("ping -f: {text}"));
     assert!(received >= 1990, "{text}");
+    // Destroying the ports mid-flood returns what sits in every ring to the pool.
+    let mut flood = Command::new("ip")
+        .args(["netns", "exec", &h.a.name, "ping", "-f", "-w", "5"])
+        .arg(&h.b_ip)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
     teardown(&mut e);
+    let _ = flood.kill();
+    let _ = flood.wait();
 }
 
 #[test]
