@@ -1222,16 +1222,15 @@ fn create(params: &PortParams, arg: &Value) -> Result<NewPort> {
                     mode = Mode::Copy;
                     open_retrying(&pool, &attach, ifindex, q, rings, mode)
                 }
-                Err(mut e) if e.code == libc::EINVAL => {
-                    e.msg += &format!(" (is queue {q} out of range?)");
-                    Err(e)
-                }
                 other => other,
             };
             let x = match x {
                 Ok(x) => x,
-                Err(e) => {
+                Err(mut e) => {
                     attach.release(q);
+                    if e.code == libc::EINVAL {
+                        e.msg += &format!(" (is queue {q} out of range?)");
+                    }
                     return Err(e);
                 }
             };
