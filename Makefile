@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: deps build demo demo-inprocess test test-rust test-python lint lint-python fmt bench-core bench-modules clean
+.PHONY: deps build demo demo-inprocess test test-rust test-python lint lint-python fmt bench-core bench-modules bench-ports clean
 
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -57,6 +57,11 @@ bench-core: deps
 # Per-class cost of the module classes (ns/packet, Mpps) on one core; ends with one JSON line.
 bench-modules: deps
 	bench/modules.sh
+
+# Switch throughput between veth pairs: Bessemer over AF_XDP vs the Linux bridge (root);
+# a table and one JSON line.
+bench-ports: deps
+	bench/ports.sh
 
 clean:
 	$(CARGO) clean

@@ -202,6 +202,20 @@ impl Packet {
         true
     }
 
+    /// Sets where the data starts in the frame and how long it is, for a frame whose bytes
+    /// something outside the pool filled (an AF_XDP RX descriptor gives both); fails,
+    /// changing nothing, if the range does not fit in the frame.
+    #[inline(always)]
+    pub fn set_data_bounds(&mut self, off: usize, len: usize) -> bool {
+        if off + len > FRAME_SIZE {
+            return false;
+        }
+        let d = self.desc_mut();
+        d.data_off = off as u16;
+        d.data_len = len as u32;
+        true
+    }
+
     /// Grows the data at the front by `n` bytes (into headroom); returns the new front.
     #[inline]
     pub fn prepend(&mut self, n: usize) -> Option<&mut [u8]> {

@@ -543,6 +543,19 @@ mod tests {
     }
 
     #[test]
+    fn data_bounds_set_by_a_driver() {
+        let p = pool(4);
+        let mut c = p.cache();
+        let mut a = c.alloc(10).unwrap();
+        assert!(a.set_data_bounds(256, 60));
+        assert_eq!((a.data_offset(), a.len()), (256, 60));
+        assert!(!a.set_data_bounds(4000, 100));
+        assert_eq!((a.data_offset(), a.len()), (256, 60));
+        assert!(a.set_data_bounds(0, FRAME_SIZE));
+        c.free(a);
+    }
+
+    #[test]
     fn cross_pool_free_goes_home() {
         let p1 = pool(8);
         let p2 = pool(8);

@@ -3,6 +3,7 @@
 //! whose queues the I/O modules (PortInc, PortOut, QueueInc, QueueOut) own.
 
 pub mod af_packet_port;
+pub mod af_xdp_port;
 pub mod netns;
 pub mod pcap_file_port;
 pub mod pcap_port;
@@ -15,6 +16,7 @@ use bessemer_core::port::PortDriver;
 pub fn drivers() -> &'static [&'static PortDriver] {
     static DRIVERS: &[&PortDriver] = &[
         &af_packet_port::DRIVER,
+        &af_xdp_port::DRIVER,
         &pcap_port::DRIVER,
         &pcap_file_port::DRIVER,
         &unix_socket_port::DRIVER,

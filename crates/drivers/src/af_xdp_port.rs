@@ -1,0 +1,1335 @@
+//! AFXDPPort: one AF_XDP socket per queue pair on a Linux interface, with Bessemer's packet
+//! memory as the UMEM, so neither direction copies a byte in user space.
+//!
+//! * The pool's frame region (4096-byte frames) is registered as the UMEM of every socket
+//!   (chunk 4096, headroom 0). Each socket registers it separately rather than sharing one
+//!   UMEM with `XDP_SHARED_UMEM`: a shared UMEM forces every socket to the first one's mode
+//!   (copy or zero-copy) and needs a bound socket alive to share from, whereas separate
+//!   registrations let every port choose its mode and live independently. The kernel allows
+//!   the same memory in several UMEMs; a frame is only ever on one socket's rings at a time,
+//!   because it is owned by exactly one place (the graph, or one socket's kernel side).
+//! * RX: the fill ring holds frames allocated from the pool; an RX descriptor's address is
+//!   the frame plus the data offset, so the frame becomes the packet (offset and length set
+//!   from the descriptor) with no copy. TX puts a packet's frame address on the TX ring; the
+//!   completion ring gives the frame back and it is freed to the pool.
+//! * A hand-assembled six-instruction XDP program redirects each packet to the XSKMAP entry
+//!   of its RX queue (or passes it to the stack when no socket listens there); it is attached
+//!   with a BPF link, so closing the link detaches it. Ports on one interface share it.
+//! * Each socket remembers which frames the kernel holds (fill ring, TX in flight) in a
+//!   bitmap, so closing the port returns every one of them to the pool.
+
+use std::cell::UnsafeCell;
+use std::collections::HashSet;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::MetadataExt;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use bessemer_core::packet::{DATA_CAPACITY, FRAME_SHIFT, FRAME_SIZE};
+use bessemer_core::port::{
+    LinkStatus, NewPort, Port, PortConf, PortDriver, PortParams, RxQueue, TxQueue,
+};
+use bessemer_core::{Args, Error, PacketBatch, PacketPool, PoolCache, Result, Value, MAX_BURST};
+
+use crate::netns;
+
+const MSG: &str = "bessemer.pb.AFXDPPortArg";
+const DEFAULT_RING: u64 = 2048;
+const MIN_RING: u64 = 64;
+const MAX_RING: u64 = 1 << 16;
+
+/// The AFXDPPort driver.
+pub static DRIVER: PortDriver = PortDriver {
+    name: "AFXDPPort",
+    name_template: "afxdp_port",
+    help: "AF_XDP sockets on a Linux interface; the packet pool is the UMEM (no copies in user space)",
+    arg_type: MSG,
+    arg_doc: &[
+        "ifname: string — the interface (required)",
+        "netns: string — its network namespace (name under /var/run/netns, or a path); empty: the daemon's",
+        "qid: uint64 — first interface queue; port queue i uses interface queue qid + i",
+        "zero_copy: bool — require zero-copy mode (fail if the interface's driver cannot)",
+        "copy: bool — force copy mode",
+        "skb_mode: bool — attach the XDP program in generic (SKB) mode",
+        "ring_size: uint32 — descriptors per ring, a power of two in 64..65536 (default 2048; size_inc_q/size_out_q take precedence)",
+    ],
+    create,
+};
+
+// ---------------------------------------------------------------------------------------
+// eBPF: the program, the XSKMAP and the link, made with the bpf(2) syscall directly.
+
+const BPF_MAP_CREATE: i32 = 0;
+const BPF_MAP_UPDATE_ELEM: i32 = 2;
+const BPF_PROG_LOAD: i32 = 5;
+const BPF_LINK_CREATE: i32 = 28;
+const BPF_LINK_DETACH: i32 = 34;
+const BPF_MAP_TYPE_XSKMAP: u32 = 17;
+const BPF_PROG_TYPE_XDP: u32 = 6;
+const BPF_XDP: u32 = 37;
+const BPF_PSEUDO_MAP_FD: u8 = 1;
+const BPF_FUNC_REDIRECT_MAP: i32 = 51;
+const XDP_PASS: i32 = 2;
+const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
+const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
+/// Offset of `rx_queue_index` in `struct xdp_md`.
+const XDP_MD_RX_QUEUE_INDEX: i16 = 16;
+
+/// `union bpf_attr`, as bytes: each command fills the few fields it needs, the rest is zero.
+#[repr(C, align(8))]
+struct Attr([u8; 128]);
+
+impl Attr {
+    fn new() -> Attr {
+        Attr([0; 128])
+    }
+    fn u32(&mut self, off: usize, v: u32) -> &mut Attr {
+        self.0[off..off + 4].copy_from_slice(&v.to_ne_bytes());
+        self
+    }
+    fn u64(&mut self, off: usize, v: u64) -> &mut Attr {
+        self.0[off..off + 8].copy_from_slice(&v.to_ne_bytes());
+        self
+    }
+    fn call(&mut self, cmd: i32) -> i64 {
+        // SAFETY: the attribute buffer is valid for its full size; pointers in it are live.
+        unsafe { libc::syscall(libc::SYS_bpf, cmd, self.0.as_mut_ptr(), self.0.len() as u32) }
+    }
+    fn fd(&mut self, cmd: i32, what: &str) -> Result<OwnedFd> {
+        let fd = self.call(cmd);
+        if fd < 0 {
+            return Err(netns::os_error(what));
+        }
+        // SAFETY: a fresh fd returned by the kernel.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    }
+}
+
+/// `struct bpf_insn`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Insn {
+    code: u8,
+    regs: u8,
+    off: i16,
+    imm: i32,
+}
+
+const fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
+    // The register nibbles are a C bitfield: dst first, so its position follows endianness.
+    let regs = if cfg!(target_endian = "little") {
+        dst | (src << 4)
+    } else {
+        (dst << 4) | src
+    };
+    Insn {
+        code,
+        regs,
+        off,
+        imm,
+    }
+}
+
+/// `return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);`
+fn program(map_fd: RawFd) -> [Insn; 6] {
+    [
+        insn(0x61, 2, 1, XDP_MD_RX_QUEUE_INDEX, 0), // r2 = *(u32 *)(r1 + 16)
+        insn(0x18, 1, BPF_PSEUDO_MAP_FD, 0, map_fd), // r1 = &xsks (64-bit immediate...)
+        insn(0, 0, 0, 0, 0),                        // (...its upper half)
+        insn(0xb7, 3, 0, 0, XDP_PASS),              // r3 = XDP_PASS (result when no entry)
+        insn(0x85, 0, 0, 0, BPF_FUNC_REDIRECT_MAP), // call bpf_redirect_map
+        insn(0x95, 0, 0, 0, 0),                     // exit
+    ]
+}
+
+/// The XDP program attached to one interface, shared by every port on it.
+struct Attach {
+    key: (u64, u64, u32),
+    ifname: String,
+    map: OwnedFd,
+    entries: u32,
+    generic: bool,
+    taken: Mutex<HashSet<u32>>,
+    // Closing the link detaches the program; the program fd only keeps it loaded.
+    _link: OwnedFd,
+    _prog: OwnedFd,
+}
+
+static ATTACHED: Mutex<Vec<Weak<Attach>>> = Mutex::new(Vec::new());
+
+impl Drop for Attach {
+    fn drop(&mut self) {
+        // Closing the link detaches the program too, but not always before close returns;
+        // an explicit detach is synchronous, so the interface is free for the next port.
+        Attr::new()
+            .u32(0, self._link.as_raw_fd() as u32)
+            .call(BPF_LINK_DETACH);
+    }
+}
+
+impl Attach {
+    /// The program on `ifindex` of the current namespace, attaching it if needed.
+    fn get(ifname: &str, ifindex: u32, entries: u32, skb_mode: bool) -> Result<Arc<Attach>> {
+        let ns = std::fs::metadata("/proc/thread-self/ns/net").map_err(|e| {
+            Error::new(libc::EIO, format!("cannot identify network namespace: {e}"))
+        })?;
+        let key = (ns.dev(), ns.ino(), ifindex);
+        let mut reg = ATTACHED.lock().unwrap_or_else(|p| p.into_inner());
+        reg.retain(|w| w.strong_count() > 0);
+        if let Some(a) = reg.iter().filter_map(Weak::upgrade).find(|a| a.key == key) {
+            if a.entries < entries {
+                return Err(Error::invalid(format!(
+                    "interface '{ifname}': queue {} is beyond the {} the attached XDP program serves",
+                    entries - 1,
+                    a.entries
+                )));
+            }
+            return Ok(a);
+        }
+        let map = Attr::new()
+            .u32(0, BPF_MAP_TYPE_XSKMAP)
+            .u32(4, 4)
+            .u32(8, 4)
+            .u32(12, entries)
+            .fd(BPF_MAP_CREATE, "cannot create the XSKMAP (bpf)")?;
+        let prog = load_program(map.as_raw_fd())?;
+        let attach = |flags: u32| {
+            Attr::new()
+                .u32(0, prog.as_raw_fd() as u32)
+                .u32(4, ifindex)
+                .u32(8, BPF_XDP)
+                .u32(12, flags)
+                .fd(
+                    BPF_LINK_CREATE,
+                    &format!("cannot attach the XDP program to '{ifname}'"),
+                )
+        };
+        let (link, generic) = if skb_mode {
+            (attach(XDP_FLAGS_SKB_MODE), true)
+        } else {
+            match attach(XDP_FLAGS_DRV_MODE) {
+                Err(e) if e.code == libc::EOPNOTSUPP || e.code == libc::EINVAL => {
+                    (attach(XDP_FLAGS_SKB_MODE), true)
+                }
+                other => (other, false),
+            }
+        };
+        let link = link.map_err(|mut e| {
+            if e.code == libc::EBUSY || e.code == libc::EEXIST {
+                e.msg += " (the interface already has an XDP program of another user)";
+            }
+            e
+        })?;
+        let a = Arc::new(Attach {
+            key,
+            ifname: ifname.to_string(),
+            map,
+            entries,
+            generic,
+            taken: Mutex::new(HashSet::new()),
+            _link: link,
+            _prog: prog,
+        });
+        reg.push(Arc::downgrade(&a));
+        Ok(a)
+    }
+
+    /// Reserves interface queue `q` for one socket.
+    fn claim(&self, q: u32) -> Result<()> {
+        if !self
+            .taken
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(q)
+        {
+            return Err(Error::busy(format!(
+                "queue {q} of interface '{}' is already used by another AF_XDP port",
+                self.ifname
+            )));
+        }
+        Ok(())
+    }
+
+    fn release(&self, q: u32) {
+        self.taken
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&q);
+    }
+
+    /// Points the program's entry for queue `q` at socket `fd`.
+    fn insert(&self, q: u32, fd: RawFd) -> Result<()> {
+        let key = q;
+        let val = fd as u32;
+        let r = Attr::new()
+            .u32(0, self.map.as_raw_fd() as u32)
+            .u64(8, &key as *const u32 as u64)
+            .u64(16, &val as *const u32 as u64)
+            .call(BPF_MAP_UPDATE_ELEM);
+        if r < 0 {
+            return Err(netns::os_error(&format!(
+                "cannot insert the socket of queue {q} into the XSKMAP"
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn load_program(map_fd: RawFd) -> Result<OwnedFd> {
+    let prog = program(map_fd);
+    let license = b"GPL\0";
+    let name = b"bessemer_xsk\0";
+    let mut attr = Attr::new();
+    attr.u32(0, BPF_PROG_TYPE_XDP)
+        .u32(4, prog.len() as u32)
+        .u64(8, prog.as_ptr() as u64)
+        .u64(16, license.as_ptr() as u64)
+        .u32(68, BPF_XDP);
+    attr.0[48..48 + name.len()].copy_from_slice(name);
+    match attr.fd(BPF_PROG_LOAD, "cannot load the XDP program (bpf)") {
+        Ok(fd) => Ok(fd),
+        Err(mut e) => {
+            // Load again with the verifier log, to say why.
+            let mut log = vec![0u8; 4096];
+            attr.u32(24, 1)
+                .u32(28, log.len() as u32)
+                .u64(32, log.as_mut_ptr() as u64);
+            if attr.call(BPF_PROG_LOAD) < 0 {
+                let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+                let text = String::from_utf8_lossy(&log[..end]);
+                if !text.trim().is_empty() {
+                    e.msg += &format!("; verifier: {}", text.trim());
+                }
+            }
+            Err(e)
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// AF_XDP sockets and their rings.
+
+const XDP_MMAP_OFFSETS: i32 = 1;
+const XDP_RX_RING: i32 = 2;
+const XDP_TX_RING: i32 = 3;
+const XDP_UMEM_REG: i32 = 4;
+const XDP_UMEM_FILL_RING: i32 = 5;
+const XDP_UMEM_COMPLETION_RING: i32 = 6;
+const XDP_STATISTICS: i32 = 7;
+const XDP_COPY: u16 = 1 << 1;
+const XDP_ZEROCOPY: u16 = 1 << 2;
+const XDP_USE_NEED_WAKEUP: u16 = 1 << 3;
+const XDP_RING_NEED_WAKEUP: u32 = 1;
+const PGOFF_RX: i64 = 0;
+const PGOFF_TX: i64 = 0x8000_0000;
+const PGOFF_FILL: i64 = 0x1_0000_0000;
+const PGOFF_COMP: i64 = 0x1_8000_0000;
+
+/// One mapped ring: producer, consumer and flags words and `size` entries.
+struct Ring {
+    map: *mut libc::c_void,
+    map_len: usize,
+    prod: *const AtomicU32,
+    cons: *const AtomicU32,
+    flags: *const AtomicU32,
+    desc: *mut u8,
+    mask: u32,
+    size: u32,
+}
+
+impl Ring {
+    fn map(
+        fd: RawFd,
+        off: &libc::xdp_ring_offset,
+        pgoff: i64,
+        size: u32,
+        elem: usize,
+    ) -> Result<Ring> {
+        let map_len = off.desc as usize + size as usize * elem;
+        // SAFETY: mapping a ring of our own socket; the kernel checks the length.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                fd,
+                pgoff,
+            )
+        };
+        if map == libc::MAP_FAILED {
+            return Err(netns::os_error("cannot map an AF_XDP ring"));
+        }
+        let at = |o: u64| (map as *mut u8).wrapping_add(o as usize);
+        Ok(Ring {
+            map,
+            map_len,
+            prod: at(off.producer) as *const AtomicU32,
+            cons: at(off.consumer) as *const AtomicU32,
+            flags: at(off.flags) as *const AtomicU32,
+            desc: at(off.desc),
+            mask: size - 1,
+            size,
+        })
+    }
+
+    #[inline(always)]
+    fn prod(&self) -> &AtomicU32 {
+        // SAFETY: inside the mapping, which lives as long as the ring.
+        unsafe { &*self.prod }
+    }
+
+    #[inline(always)]
+    fn cons(&self) -> &AtomicU32 {
+        // SAFETY: as above.
+        unsafe { &*self.cons }
+    }
+
+    #[inline(always)]
+    fn needs_wakeup(&self) -> bool {
+        // SAFETY: as above.
+        unsafe { &*self.flags }.load(Ordering::Relaxed) & XDP_RING_NEED_WAKEUP != 0
+    }
+
+    /// Entry `i` of a fill or completion ring (frame addresses).
+    #[inline(always)]
+    fn addr(&self, i: u32) -> *mut u64 {
+        (self.desc as *mut u64).wrapping_add((i & self.mask) as usize)
+    }
+
+    /// Entry `i` of an RX or TX ring.
+    #[inline(always)]
+    fn xdesc(&self, i: u32) -> *mut libc::xdp_desc {
+        (self.desc as *mut libc::xdp_desc).wrapping_add((i & self.mask) as usize)
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping, unused from here on.
+        unsafe { libc::munmap(self.map, self.map_len) };
+    }
+}
+
+/// Frames the kernel holds (one bit per pool frame).
+struct Held(Box<[u64]>);
+
+impl Held {
+    fn new(frames: usize) -> Held {
+        Held(vec![0; frames.div_ceil(64)].into_boxed_slice())
+    }
+    #[inline(always)]
+    fn set(&mut self, idx: u32) {
+        if let Some(w) = self.0.get_mut(idx as usize / 64) {
+            *w |= 1 << (idx % 64);
+        }
+    }
+    #[inline(always)]
+    fn clear(&mut self, idx: u32) {
+        if let Some(w) = self.0.get_mut(idx as usize / 64) {
+            *w &= !(1 << (idx % 64));
+        }
+    }
+    fn frames(&self) -> impl Iterator<Item = u32> + '_ {
+        self.0.iter().enumerate().flat_map(|(i, &w)| {
+            (0..64)
+                .filter(move |b| w & (1 << b) != 0)
+                .map(move |b| (i * 64 + b) as u32)
+        })
+    }
+}
+
+/// State of the receive side (fill and RX rings), touched only by the RX queue's owner.
+struct RxSide {
+    fill_prod: u32,
+    fill_cons: u32,
+    rx_cons: u32,
+    held: Held,
+}
+
+/// State of the transmit side (TX and completion rings), touched only by the TX queue's owner.
+struct TxSide {
+    tx_prod: u32,
+    tx_cons: u32,
+    comp_cons: u32,
+    held: Held,
+}
+
+/// Which AF_XDP mode a socket runs in.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Mode {
+    ZeroCopy,
+    Copy,
+}
+
+/// One AF_XDP socket bound to one interface queue.
+struct Xsk {
+    fd: RawFd,
+    pool: PacketPool,
+    queue: u32,
+    attach: Arc<Attach>,
+    fill: Ring,
+    comp: Ring,
+    rx: Ring,
+    tx: Ring,
+    mode: Mode,
+    rx_open: AtomicBool,
+    tx_open: AtomicBool,
+    rxs: UnsafeCell<RxSide>,
+    txs: UnsafeCell<TxSide>,
+}
+
+// SAFETY: the rings are shared memory with the kernel; `rxs` is touched only by the holder of
+// the RX queue and `txs` only by the holder of the TX queue (each exclusive via `*_open`),
+// and by `Drop`, which runs when no queue object is left.
+unsafe impl Send for Xsk {}
+unsafe impl Sync for Xsk {}
+
+fn setsockopt<T>(fd: RawFd, opt: i32, v: &T, what: &str) -> Result<()> {
+    // SAFETY: v is a valid T for the duration of the call.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_XDP,
+            opt,
+            v as *const T as *const libc::c_void,
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(netns::os_error(what));
+    }
+    Ok(())
+}
+
+/// Ring sizes of one socket.
+#[derive(Clone, Copy)]
+struct Rings {
+    rx: u32,
+    tx: u32,
+}
+
+impl Xsk {
+    /// Opens a socket on `ifindex` queue `queue` of the current namespace, registers the pool
+    /// as its UMEM and binds it in `mode`.
+    fn open(
+        pool: &PacketPool,
+        attach: &Arc<Attach>,
+        ifindex: u32,
+        queue: u32,
+        rings: Rings,
+        mode: Mode,
+    ) -> Result<Xsk> {
+        let sock = netns::socket(
+            libc::AF_XDP,
+            libc::SOCK_RAW,
+            0,
+            "cannot open an AF_XDP socket",
+        )?;
+        let fd = sock.as_raw_fd();
+        let reg = libc::xdp_umem_reg {
+            addr: pool.region_base() as u64,
+            len: pool.region_len() as u64,
+            chunk_size: FRAME_SIZE as u32,
+            headroom: 0,
+            flags: 0,
+            tx_metadata_len: 0,
+        };
+        setsockopt(
+            fd,
+            XDP_UMEM_REG,
+            &reg,
+            "cannot register the packet pool as AF_XDP UMEM",
+        )?;
+        for (opt, n) in [
+            (XDP_UMEM_FILL_RING, rings.rx),
+            (XDP_UMEM_COMPLETION_RING, rings.tx),
+            (XDP_RX_RING, rings.rx),
+            (XDP_TX_RING, rings.tx),
+        ] {
+            setsockopt(fd, opt, &n, "cannot size an AF_XDP ring")?;
+        }
+        // SAFETY: zeroed plain-data struct, filled by the kernel.
+        let mut off: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::xdp_mmap_offsets>() as libc::socklen_t;
+        // SAFETY: off is writable for len bytes.
+        if unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_XDP,
+                XDP_MMAP_OFFSETS,
+                &mut off as *mut _ as *mut libc::c_void,
+                &mut len,
+            )
+        } != 0
+        {
+            return Err(netns::os_error("cannot read AF_XDP ring offsets"));
+        }
+        let desc = std::mem::size_of::<libc::xdp_desc>();
+        let fill = Ring::map(fd, &off.fr, PGOFF_FILL, rings.rx, 8)?;
+        let comp = Ring::map(fd, &off.cr, PGOFF_COMP, rings.tx, 8)?;
+        let rx = Ring::map(fd, &off.rx, PGOFF_RX, rings.rx, desc)?;
+        let tx = Ring::map(fd, &off.tx, PGOFF_TX, rings.tx, desc)?;
+        let flags = XDP_USE_NEED_WAKEUP
+            | match mode {
+                Mode::ZeroCopy => XDP_ZEROCOPY,
+                Mode::Copy => XDP_COPY,
+            };
+        let sa = libc::sockaddr_xdp {
+            sxdp_family: libc::AF_XDP as u16,
+            sxdp_flags: flags,
+            sxdp_ifindex: ifindex,
+            sxdp_queue_id: queue,
+            sxdp_shared_umem_fd: 0,
+        };
+        // SAFETY: a valid sockaddr_xdp.
+        if unsafe {
+            libc::bind(
+                fd,
+                &sa as *const _ as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
+            )
+        } != 0
+        {
+            let mut e = netns::os_error(&format!(
+                "cannot bind an AF_XDP socket to queue {queue} of '{}' in {} mode",
+                attach.ifname,
+                if mode == Mode::ZeroCopy {
+                    "zero-copy"
+                } else {
+                    "copy"
+                }
+            ));
+            if e.code == libc::EBUSY {
+                e.msg += " (another AF_XDP socket uses that queue)";
+            }
+            return Err(e);
+        }
+        let frames = pool.capacity();
+        Ok(Xsk {
+            fd: std::os::fd::IntoRawFd::into_raw_fd(sock),
+            pool: pool.clone(),
+            queue,
+            attach: attach.clone(),
+            fill,
+            comp,
+            rx,
+            tx,
+            mode,
+            rx_open: AtomicBool::new(false),
+            tx_open: AtomicBool::new(false),
+            rxs: UnsafeCell::new(RxSide {
+                fill_prod: 0,
+                fill_cons: 0,
+                rx_cons: 0,
+                held: Held::new(frames),
+            }),
+            txs: UnsafeCell::new(TxSide {
+                tx_prod: 0,
+                tx_cons: 0,
+                comp_cons: 0,
+                held: Held::new(frames),
+            }),
+        })
+    }
+
+    fn stats(&self) -> libc::xdp_statistics {
+        // SAFETY: zeroed plain data, filled by the kernel.
+        let mut st: libc::xdp_statistics = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::xdp_statistics>() as libc::socklen_t;
+        // SAFETY: st is writable for len bytes.
+        unsafe {
+            libc::getsockopt(
+                self.fd,
+                libc::SOL_XDP,
+                XDP_STATISTICS,
+                &mut st as *mut _ as *mut libc::c_void,
+                &mut len,
+            )
+        };
+        st
+    }
+}
+
+impl Drop for Xsk {
+    fn drop(&mut self) {
+        // Closing unbinds the socket (and removes it from the XSKMAP): from then on the
+        // kernel writes no frame, so the frames it held go back to the pool.
+        // SAFETY: our own fd, closed once.
+        unsafe { libc::close(self.fd) };
+        if self.mode == Mode::ZeroCopy {
+            // A zero-copy driver gives the UMEM up in deferred work after the close.
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let mut cache = self.pool.cache();
+        let sides = [&self.rxs.get_mut().held, &self.txs.get_mut().held];
+        for held in sides {
+            for idx in held.frames() {
+                // SAFETY: the frame was ours, lent to the kernel, which has let it go.
+                if let Some(p) = unsafe { self.pool.packet_at((idx as u64) << FRAME_SHIFT) } {
+                    cache.free(p);
+                }
+            }
+        }
+        drop(cache);
+        self.attach.release(self.queue);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Queues.
+
+struct XskRx {
+    x: Arc<Xsk>,
+}
+
+impl Drop for XskRx {
+    fn drop(&mut self) {
+        self.x.rx_open.store(false, Ordering::Release);
+    }
+}
+
+impl XskRx {
+    /// Tops the fill ring up with fresh frames, a burst at a time.
+    #[inline]
+    fn refill(&mut self, cache: &mut PoolCache) {
+        let x = &*self.x;
+        // SAFETY: this queue object is the only user of the RX side.
+        let s = unsafe { &mut *x.rxs.get() };
+        let mut room = x.fill.size - s.fill_prod.wrapping_sub(s.fill_cons);
+        if room < MAX_BURST as u32 {
+            s.fill_cons = x.fill.cons().load(Ordering::Acquire);
+            room = x.fill.size - s.fill_prod.wrapping_sub(s.fill_cons);
+            if room < MAX_BURST as u32 {
+                return;
+            }
+        }
+        if cache.pool().id() != x.pool.id() {
+            return;
+        }
+        let mut tmp = PacketBatch::new();
+        let start = s.fill_prod;
+        while room >= MAX_BURST as u32 && cache.alloc_bulk(&mut tmp, MAX_BURST, 0) != 0 {
+            for p in tmp.drain() {
+                let idx = p.frame_index();
+                // SAFETY: the slot is free (room counted it); the frame goes to the kernel.
+                unsafe { *x.fill.addr(s.fill_prod) = (idx as u64) << FRAME_SHIFT };
+                s.held.set(idx);
+                s.fill_prod = s.fill_prod.wrapping_add(1);
+                let _ = p.into_raw();
+            }
+            room -= MAX_BURST as u32;
+        }
+        if s.fill_prod != start {
+            x.fill.prod().store(s.fill_prod, Ordering::Release);
+            if x.fill.needs_wakeup() {
+                // SAFETY: a wake-up call with no buffer.
+                unsafe {
+                    libc::recvfrom(
+                        x.fd,
+                        std::ptr::null_mut(),
+                        0,
+                        libc::MSG_DONTWAIT,
+                        std::ptr::null_mut(),
+                        std::ptr::null_mut(),
+                    )
+                };
+            }
+        }
+    }
+}
+
+impl RxQueue for XskRx {
+    fn recv(&mut self, cache: &mut PoolCache, batch: &mut PacketBatch, max: usize) -> usize {
+        let x = &*self.x;
+        // SAFETY: this queue object is the only user of the RX side.
+        let s = unsafe { &mut *x.rxs.get() };
+        let avail = x.rx.prod().load(Ordering::Acquire).wrapping_sub(s.rx_cons) as usize;
+        let n = avail.min(max).min(batch.room());
+        let mut got = 0;
+        for i in 0..n {
+            // SAFETY: entries up to the producer index are filled (acquire above).
+            let d = unsafe { std::ptr::read(x.rx.xdesc(s.rx_cons.wrapping_add(i as u32))) };
+            // SAFETY: the kernel returns frames we put on the fill ring; they are ours again.
+            let Some(mut p) = (unsafe { x.pool.packet_at(d.addr) }) else {
+                continue;
+            };
+            s.held.clear(p.frame_index());
+            p.set_data_bounds(d.addr as usize & (FRAME_SIZE - 1), d.len as usize);
+            // SAFETY: at most batch.room() packets are pushed.
+            unsafe { batch.push_unchecked(p) };
+            got += 1;
+        }
+        if n > 0 {
+            s.rx_cons = s.rx_cons.wrapping_add(n as u32);
+            x.rx.cons().store(s.rx_cons, Ordering::Release);
+        }
+        self.refill(cache);
+        got
+    }
+}
+
+struct XskTx {
+    x: Arc<Xsk>,
+}
+
+impl Drop for XskTx {
+    fn drop(&mut self) {
+        self.x.tx_open.store(false, Ordering::Release);
+    }
+}
+
+impl XskTx {
+    /// Frees the frames the kernel has finished sending.
+    #[inline]
+    fn reap(&mut self, cache: &mut PoolCache) {
+        let x = &*self.x;
+        // SAFETY: this queue object is the only user of the TX side.
+        let s = unsafe { &mut *x.txs.get() };
+        let prod = x.comp.prod().load(Ordering::Acquire);
+        if prod == s.comp_cons {
+            return;
+        }
+        let mut tmp = PacketBatch::new();
+        while s.comp_cons != prod {
+            // SAFETY: entries up to the producer index are filled.
+            let addr = unsafe { *x.comp.addr(s.comp_cons) };
+            s.comp_cons = s.comp_cons.wrapping_add(1);
+            // SAFETY: a completed frame we put on the TX ring: ours again.
+            if let Some(p) = unsafe { x.pool.packet_at(addr) } {
+                s.held.clear(p.frame_index());
+                // SAFETY: the batch is flushed whenever it is full.
+                unsafe { tmp.push_unchecked(p) };
+                if tmp.is_full() {
+                    cache.free_bulk(&mut tmp);
+                }
+            }
+        }
+        x.comp.cons().store(prod, Ordering::Release);
+        cache.free_bulk(&mut tmp);
+    }
+}
+
+impl TxQueue for XskTx {
+    fn send(&mut self, cache: &mut PoolCache, batch: &mut PacketBatch) -> usize {
+        self.reap(cache);
+        let x = &*self.x;
+        // SAFETY: this queue object is the only user of the TX side.
+        let s = unsafe { &mut *x.txs.get() };
+        let mut room = x.tx.size - s.tx_prod.wrapping_sub(s.tx_cons);
+        if (room as usize) < batch.len() {
+            s.tx_cons = x.tx.cons().load(Ordering::Acquire);
+            room = x.tx.size - s.tx_prod.wrapping_sub(s.tx_cons);
+        }
+        let ours = x.pool.id();
+        let can_copy = cache.pool().id() == ours;
+        let mut rest = PacketBatch::new();
+        let mut sent = 0;
+        for p in batch.drain() {
+            let len = p.len();
+            if room == 0 || !rest.is_empty() || len == 0 {
+                // SAFETY: rest holds at most the batch's own packets.
+                unsafe { rest.push_unchecked(p) };
+                continue;
+            }
+            // A frame of another pool is not in the UMEM, and a shared frame might be on
+            // another ring too: both go out as a copy in a fresh frame.
+            let p = if p.pool_id() == ours && !p.is_shared() {
+                p
+            } else if can_copy && len <= DATA_CAPACITY {
+                match cache.alloc(len) {
+                    Some(mut q) => {
+                        q.data_mut().copy_from_slice(p.data());
+                        cache.free(p);
+                        q
+                    }
+                    None => {
+                        // SAFETY: as above.
+                        unsafe { rest.push_unchecked(p) };
+                        continue;
+                    }
+                }
+            } else {
+                // SAFETY: as above.
+                unsafe { rest.push_unchecked(p) };
+                continue;
+            };
+            let idx = p.frame_index();
+            // SAFETY: the slot is free (room counted it).
+            unsafe {
+                x.tx.xdesc(s.tx_prod).write(libc::xdp_desc {
+                    addr: ((idx as u64) << FRAME_SHIFT) + p.data_offset() as u64,
+                    len: len as u32,
+                    options: 0,
+                })
+            };
+            s.held.set(idx);
+            let _ = p.into_raw();
+            s.tx_prod = s.tx_prod.wrapping_add(1);
+            room -= 1;
+            sent += 1;
+        }
+        batch.append(&mut rest);
+        if sent > 0 {
+            x.tx.prod().store(s.tx_prod, Ordering::Release);
+        }
+        if x.tx.needs_wakeup() && s.tx_prod != x.tx.cons().load(Ordering::Relaxed) {
+            // Copy mode transmits in this call; zero-copy just kicks the driver. A link that
+            // is down fails here, the ring fills and later packets stay in the batch.
+            // SAFETY: a wake-up call with no buffer.
+            unsafe {
+                libc::sendto(
+                    x.fd,
+                    std::ptr::null(),
+                    0,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null(),
+                    0,
+                )
+            };
+        }
+        sent
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The port.
+
+struct AfXdpPort {
+    xsks: Vec<Arc<Xsk>>,
+    nin: usize,
+    nout: usize,
+    ctl: OwnedFd,
+    ifname: String,
+    desc: String,
+}
+
+fn ifreq(name: &str) -> libc::ifreq {
+    // SAFETY: zeroed plain data.
+    let mut r: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in r
+        .ifr_name
+        .iter_mut()
+        .zip(name.bytes().take(libc::IFNAMSIZ - 1))
+    {
+        *d = s as libc::c_char;
+    }
+    r
+}
+
+impl AfXdpPort {
+    fn ioctl(&self, req: libc::c_ulong, r: &mut libc::ifreq) -> bool {
+        // SAFETY: r is a valid ifreq for these requests.
+        unsafe { libc::ioctl(self.ctl.as_raw_fd(), req as _, r as *mut libc::ifreq) == 0 }
+    }
+
+    fn flags(&self) -> Option<i32> {
+        let mut r = ifreq(&self.ifname);
+        if !self.ioctl(libc::SIOCGIFFLAGS, &mut r) {
+            return None;
+        }
+        // SAFETY: the union member SIOCGIFFLAGS sets.
+        Some(unsafe { r.ifr_ifru.ifru_flags } as i32)
+    }
+}
+
+impl Port for AfXdpPort {
+    fn rx_queue(&self, qid: usize) -> Result<Box<dyn RxQueue>> {
+        let x = self
+            .xsks
+            .get(qid)
+            .filter(|_| qid < self.nin)
+            .ok_or_else(|| Error::invalid(format!("no incoming queue {qid}")))?;
+        if x.rx_open.swap(true, Ordering::AcqRel) {
+            return Err(Error::busy(format!("incoming queue {qid} is already open")));
+        }
+        Ok(Box::new(XskRx { x: x.clone() }))
+    }
+
+    fn tx_queue(&self, qid: usize) -> Result<Box<dyn TxQueue>> {
+        let x = self
+            .xsks
+            .get(qid)
+            .filter(|_| qid < self.nout)
+            .ok_or_else(|| Error::invalid(format!("no outgoing queue {qid}")))?;
+        if x.tx_open.swap(true, Ordering::AcqRel) {
+            return Err(Error::busy(format!("outgoing queue {qid} is already open")));
+        }
+        Ok(Box::new(XskTx { x: x.clone() }))
+    }
+
+    fn link_status(&self) -> LinkStatus {
+        let f = self.flags().unwrap_or(0);
+        let mut st = LinkStatus {
+            link_up: f & libc::IFF_UP != 0 && f & libc::IFF_RUNNING != 0,
+            ..LinkStatus::default()
+        };
+        let mut cmd = EthtoolCmd {
+            cmd: 0x1, // ETHTOOL_GSET
+            ..EthtoolCmd::default()
+        };
+        let mut r = ifreq(&self.ifname);
+        r.ifr_ifru.ifru_data = &mut cmd as *mut EthtoolCmd as *mut libc::c_char;
+        if self.ioctl(libc::SIOCETHTOOL, &mut r) {
+            let speed = cmd.speed as u32 | (cmd.speed_hi as u32) << 16;
+            st.speed_mbps = if speed == u32::MAX { 0 } else { speed };
+            st.full_duplex = cmd.duplex == 1;
+            st.autoneg = cmd.autoneg == 1;
+        }
+        st
+    }
+
+    fn set_conf(&self, conf: &PortConf) -> Result<()> {
+        let cur = self.conf();
+        let set = |req: libc::c_ulong, r: &mut libc::ifreq, what: &str| {
+            if self.ioctl(req, r) {
+                Ok(())
+            } else {
+                Err(netns::os_error(&format!(
+                    "cannot set the {what} of '{}'",
+                    self.ifname
+                )))
+            }
+        };
+        // Zero MTU and an all-zero MAC mean "leave as is".
+        if conf.mtu != 0 && conf.mtu != cur.mtu {
+            let mut r = ifreq(&self.ifname);
+            r.ifr_ifru.ifru_mtu = conf.mtu as i32;
+            set(libc::SIOCSIFMTU, &mut r, "MTU")?;
+        }
+        if conf.mac_addr != [0; 6] && conf.mac_addr != cur.mac_addr {
+            let mut r = ifreq(&self.ifname);
+            // SAFETY: writing plain data into the union member SIOCSIFHWADDR reads.
+            unsafe {
+                r.ifr_ifru.ifru_hwaddr.sa_family = libc::ARPHRD_ETHER;
+                for (d, s) in r.ifr_ifru.ifru_hwaddr.sa_data.iter_mut().zip(conf.mac_addr) {
+                    *d = s as libc::c_char;
+                }
+            }
+            set(libc::SIOCSIFHWADDR, &mut r, "MAC address")?;
+        }
+        if conf.admin_up != cur.admin_up {
+            let f = self.flags().unwrap_or(0);
+            let f = if conf.admin_up {
+                f | libc::IFF_UP
+            } else {
+                f & !libc::IFF_UP
+            };
+            let mut r = ifreq(&self.ifname);
+            r.ifr_ifru.ifru_flags = f as libc::c_short;
+            set(libc::SIOCSIFFLAGS, &mut r, "state (up/down)")?;
+        }
+        Ok(())
+    }
+
+    fn conf(&self) -> PortConf {
+        let mut c = PortConf {
+            admin_up: self.flags().unwrap_or(0) & libc::IFF_UP != 0,
+            ..PortConf::default()
+        };
+        let mut r = ifreq(&self.ifname);
+        if self.ioctl(libc::SIOCGIFHWADDR, &mut r) {
+            // SAFETY: the member SIOCGIFHWADDR sets.
+            let sa = unsafe { r.ifr_ifru.ifru_hwaddr };
+            for (d, s) in c.mac_addr.iter_mut().zip(sa.sa_data.iter()) {
+                *d = *s as u8;
+            }
+        }
+        let mut r = ifreq(&self.ifname);
+        if self.ioctl(libc::SIOCGIFMTU, &mut r) {
+            // SAFETY: the member SIOCGIFMTU sets.
+            c.mtu = unsafe { r.ifr_ifru.ifru_mtu } as u32;
+        }
+        c
+    }
+
+    fn driver_drops(&self) -> (u64, u64) {
+        self.xsks.iter().fold((0, 0), |(i, o), x| {
+            let s = x.stats();
+            (i + s.rx_dropped + s.rx_ring_full, o + s.tx_invalid_descs)
+        })
+    }
+
+    fn desc(&self) -> String {
+        self.desc.clone()
+    }
+}
+
+/// `ETHTOOL_GSET`'s answer (the legacy `struct ethtool_cmd`, which every driver still serves).
+#[repr(C)]
+#[derive(Default)]
+struct EthtoolCmd {
+    cmd: u32,
+    supported: u32,
+    advertising: u32,
+    speed: u16,
+    duplex: u8,
+    port: u8,
+    phy_address: u8,
+    transceiver: u8,
+    autoneg: u8,
+    mdio_support: u8,
+    maxtxpkt: u32,
+    maxrxpkt: u32,
+    speed_hi: u16,
+    eth_tp_mdix: u8,
+    eth_tp_mdix_ctrl: u8,
+    lp_advertising: u32,
+    reserved: [u32; 2],
+}
+
+/// `ETHTOOL_GCHANNELS`' answer.
+#[repr(C)]
+#[derive(Default)]
+struct Channels {
+    cmd: u32,
+    max_rx: u32,
+    max_tx: u32,
+    max_other: u32,
+    max_combined: u32,
+    rx_count: u32,
+    tx_count: u32,
+    other_count: u32,
+    combined_count: u32,
+}
+
+/// The interface's RX queue count, if its driver reports it.
+fn queue_count(ctl: RawFd, ifname: &str) -> Option<u32> {
+    let mut ch = Channels {
+        cmd: 0x3c, // ETHTOOL_GCHANNELS
+        ..Channels::default()
+    };
+    let mut r = ifreq(ifname);
+    r.ifr_ifru.ifru_data = &mut ch as *mut Channels as *mut libc::c_char;
+    // SAFETY: SIOCETHTOOL with a valid ethtool_channels buffer.
+    let ok = unsafe { libc::ioctl(ctl, libc::SIOCETHTOOL as _, &mut r as *mut libc::ifreq) } == 0;
+    // Drivers report RX-only and combined queues; when both are non-zero, some count one
+    // queue in both, so the sum is an upper bound (the kernel's bind has the last word).
+    let n = if ch.rx_count == 0 || ch.combined_count == 0 {
+        ch.rx_count.max(ch.combined_count)
+    } else {
+        ch.rx_count + ch.combined_count
+    };
+    (ok && n > 0).then_some(n)
+}
+
+fn ring_size(field: &str, v: u64) -> Result<u32> {
+    if !v.is_power_of_two() || !(MIN_RING..=MAX_RING).contains(&v) {
+        return Err(Error::invalid(format!(
+            "{MSG}.{field}: {v} is not a power of two in {MIN_RING}..{MAX_RING}"
+        )));
+    }
+    Ok(v as u32)
+}
+
+/// [`Xsk::open`], retried for a while when the queue is busy: the kernel lets go of a
+/// closed socket's queue in deferred work, so a port made right after another one on the
+/// same queue was destroyed may find it still taken for a moment.
+fn open_retrying(
+    pool: &PacketPool,
+    attach: &Arc<Attach>,
+    ifindex: u32,
+    queue: u32,
+    rings: Rings,
+    mode: Mode,
+) -> Result<Xsk> {
+    let t = std::time::Instant::now();
+    loop {
+        match Xsk::open(pool, attach, ifindex, queue, rings, mode) {
+            Err(e) if e.code == libc::EBUSY && t.elapsed().as_millis() < 1000 => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
+}
+
+fn create(params: &PortParams, arg: &Value) -> Result<NewPort> {
+    let mut a = Args::new(arg, MSG)?;
+    let ifname = a.str("ifname")?.unwrap_or("").to_string();
+    let ns = a.str("netns")?.unwrap_or("").to_string();
+    let qid = a.uint("qid", u32::MAX as u64)?.unwrap_or(0) as u32;
+    let zero_copy = a.bool("zero_copy")?.unwrap_or(false);
+    let copy = a.bool("copy")?.unwrap_or(false);
+    let skb_mode = a.bool("skb_mode")?.unwrap_or(false);
+    let ring = a.uint("ring_size", u32::MAX as u64)?.unwrap_or(0);
+    a.finish()?;
+    if ifname.is_empty() {
+        return Err(Error::invalid(format!("{MSG}.ifname: required")));
+    }
+    if zero_copy && copy {
+        return Err(Error::invalid(format!(
+            "{MSG}: zero_copy and copy exclude each other"
+        )));
+    }
+    let ring = if ring == 0 { DEFAULT_RING } else { ring };
+    let rings = Rings {
+        rx: if params.size_inc_q > 0 {
+            ring_size("size_inc_q", params.size_inc_q as u64)?
+        } else {
+            ring_size("ring_size", ring)?
+        },
+        tx: if params.size_out_q > 0 {
+            ring_size("size_out_q", params.size_out_q as u64)?
+        } else {
+            ring_size("ring_size", ring)?
+        },
+    };
+    let nin = params.num_inc_q.max(1);
+    let nout = params.num_out_q.max(1);
+    let nsock = nin.max(nout);
+    // Fill rings hold pool frames while idle: they must leave the graph most of the pool.
+    let lent = nin * rings.rx as usize;
+    if lent > params.pool.capacity() / 2 {
+        return Err(Error::invalid(format!(
+            "{MSG}.ring_size: {nin} queue(s) × {} fill descriptors would hold {lent} of the pool's {} buffers (at most half)",
+            rings.rx,
+            params.pool.capacity()
+        )));
+    }
+    if qid as u64 + nsock as u64 > u32::MAX as u64 {
+        return Err(Error::invalid(format!("{MSG}.qid: {qid} is out of range")));
+    }
+    let pool = params.pool.clone();
+    let name = ifname.clone();
+    let (xsks, ctl, generic) = netns::run_in(&ns, move || {
+        let ifindex = netns::ifindex(&name)?;
+        let ctl = netns::socket(
+            libc::AF_INET,
+            libc::SOCK_DGRAM,
+            0,
+            "cannot open a control socket",
+        )?;
+        let last = qid + nsock as u32 - 1;
+        let have = queue_count(ctl.as_raw_fd(), &name);
+        if let Some(have) = have {
+            if last >= have {
+                return Err(Error::invalid(format!(
+                    "{MSG}.qid: interface '{name}' has {have} queue(s) (0..{}); queues {qid}..{last} are out of range",
+                    have - 1
+                )));
+            }
+        }
+        let entries = (last + 1).max(have.unwrap_or(0));
+        let attach = Attach::get(&name, ifindex, entries, skb_mode)?;
+        let mut mode = if copy { Mode::Copy } else { Mode::ZeroCopy };
+        let mut xsks = Vec::with_capacity(nsock);
+        for i in 0..nsock as u32 {
+            let q = qid + i;
+            attach.claim(q)?;
+            let x = match open_retrying(&pool, &attach, ifindex, q, rings, mode) {
+                Err(e) if mode == Mode::ZeroCopy && !zero_copy && e.code != libc::EBUSY => {
+                    mode = Mode::Copy;
+                    open_retrying(&pool, &attach, ifindex, q, rings, mode)
+                }
+                other => other,
+            };
+            let x = match x {
+                Ok(x) => x,
+                Err(mut e) => {
+                    attach.release(q);
+                    if e.code == libc::EINVAL {
+                        e.msg += &format!(" (is queue {q} out of range?)");
+                    }
+                    return Err(e);
+                }
+            };
+            let x = Arc::new(x);
+            xsks.push(x.clone());
+            if (i as usize) < nin {
+                attach.insert(q, x.fd)?;
+            }
+        }
+        let generic = attach.generic;
+        Ok((xsks, ctl, generic))
+    })?;
+    let mode = match xsks[0].mode {
+        Mode::ZeroCopy => "zero-copy",
+        Mode::Copy => "copy",
+    };
+    let last = qid as usize + nsock - 1;
+    let desc = format!(
+        "{}{ifname} queue(s) {qid}..{last}, {mode}, XDP {} mode",
+        if ns.is_empty() {
+            String::new()
+        } else {
+            format!("{ns}/")
+        },
+        if generic { "generic (skb)" } else { "native" }
+    );
+    Ok(NewPort {
+        port: Box::new(AfXdpPort {
+            xsks,
+            nin,
+            nout,
+            ctl,
+            ifname,
+            desc,
+        }),
+        num_inc_q: nin,
+        num_out_q: nout,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bessemer_core::mem::PagePolicy;
+
+    fn params(pool: &PacketPool) -> PortParams {
+        PortParams {
+            name: "x".into(),
+            num_inc_q: 0,
+            num_out_q: 0,
+            size_inc_q: 0,
+            size_out_q: 0,
+            pool: pool.clone(),
+        }
+    }
+
+    fn err(arg: Value) -> Error {
+        let pool = PacketPool::new("t", 1024, PagePolicy::Plain).unwrap();
+        match create(&params(&pool), &arg) {
+            Err(e) => e,
+            Ok(_) => panic!("accepted {arg:?}"),
+        }
+    }
+
+    #[test]
+    fn program_encodes_as_the_kernel_expects() {
+        let p = program(7);
+        // SAFETY: Insn is 8 plain bytes.
+        let bytes: [u8; 48] = unsafe { std::mem::transmute(p) };
+        assert_eq!(&bytes[0..8], &[0x61, 0x12, 16, 0, 0, 0, 0, 0]);
+        assert_eq!(&bytes[8..16], &[0x18, 0x11, 0, 0, 7, 0, 0, 0]);
+        assert_eq!(&bytes[24..32], &[0xb7, 0x03, 0, 0, 2, 0, 0, 0]);
+        assert_eq!(&bytes[32..40], &[0x85, 0, 0, 0, 51, 0, 0, 0]);
+        assert_eq!(&bytes[40..48], &[0x95, 0, 0, 0, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn arguments_are_checked() {
+        assert!(err(Value::map()).msg.contains("ifname: required"));
+        let e = err(Value::map()
+            .with("ifname", "lo")
+            .with("copy", true)
+            .with("zero_copy", true));
+        assert!(e.msg.contains("exclude"), "{}", e.msg);
+        let e = err(Value::map().with("ifname", "lo").with("ring_size", 100u64));
+        assert!(e.msg.contains("ring_size: 100"), "{}", e.msg);
+        let e = err(Value::map().with("ifname", "lo").with("ring_size", 1024u64));
+        assert!(e.msg.contains("at most half"), "{}", e.msg);
+        let e = err(Value::map().with("ifname", "lo").with("bogus", 1u64));
+        assert!(e.msg.contains("bogus"), "{}", e.msg);
+    }
+
+    #[test]
+    fn held_frames_are_listed() {
+        let mut h = Held::new(130);
+        h.set(0);
+        h.set(65);
+        h.set(129);
+        h.clear(65);
+        assert_eq!(h.frames().collect::<Vec<_>>(), vec![0, 129]);
+    }
+}
