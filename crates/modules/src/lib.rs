@@ -5,6 +5,7 @@ pub mod basic;
 pub mod checksum;
 pub mod classify;
 pub mod encap;
+pub mod hash;
 pub mod io;
 pub mod measure;
 pub mod queue;

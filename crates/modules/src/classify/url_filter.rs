@@ -7,6 +7,7 @@
 //! while an HTTP 403 and a RST go back to the client (gate 1).
 use std::collections::HashMap;
 
+use crate::checksum;
 use bessemer_core::{
     Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
 };
@@ -350,25 +351,6 @@ impl UrlFilter {
     }
 }
 
-/// Ones' complement sum of big-endian 16-bit words.
-fn csum_add(mut sum: u32, data: &[u8]) -> u32 {
-    let mut chunks = data.chunks_exact(2);
-    for c in &mut chunks {
-        sum += u16::from_be_bytes([c[0], c[1]]) as u32;
-    }
-    if let [last] = chunks.remainder() {
-        sum += (*last as u32) << 8;
-    }
-    sum
-}
-
-fn csum_fold(mut sum: u32) -> u16 {
-    while sum >> 16 != 0 {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
-
 /// Header fields of a generated TCP packet.
 struct Reply {
     eth_dst: [u8; 6],
@@ -396,7 +378,7 @@ fn build_reply(r: &Reply, body: &[u8], out: &mut [u8]) {
     ip[2..4].copy_from_slice(&total.to_be_bytes());
     ip[12..16].copy_from_slice(&r.src.to_be_bytes());
     ip[16..20].copy_from_slice(&r.dst.to_be_bytes());
-    let c = csum_fold(csum_add(0, ip));
+    let c = checksum::ipv4_header(ip);
     ip[10..12].copy_from_slice(&c.to_be_bytes());
     let tcp = &mut out[34..54];
     tcp.fill(0);
@@ -408,11 +390,13 @@ fn build_reply(r: &Reply, body: &[u8], out: &mut [u8]) {
     tcp[13] = r.flags;
     out[54..54 + body.len()].copy_from_slice(body);
     let tcp_len = 20 + body.len();
-    let mut sum = csum_add(0, &r.src.to_be_bytes());
-    sum = csum_add(sum, &r.dst.to_be_bytes());
-    sum += 6 + tcp_len as u32;
-    sum = csum_add(sum, &out[34..34 + tcp_len]);
-    let c = csum_fold(sum);
+    let pseudo = checksum::pseudo_v4(
+        r.src.to_be_bytes(),
+        r.dst.to_be_bytes(),
+        checksum::PROTO_TCP,
+        tcp_len as u32,
+    );
+    let c = checksum::l4(pseudo, &out[34..34 + tcp_len], checksum::TCP_CSUM_OFFSET);
     out[50..52].copy_from_slice(&c.to_be_bytes());
 }
 

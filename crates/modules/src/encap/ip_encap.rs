@@ -4,6 +4,7 @@ use bessemer_core::{
 };
 
 use super::{retain_or_drop, ETHERTYPE_IPV4};
+use crate::checksum;
 
 const ATTR_SRC: usize = 0;
 const ATTR_DST: usize = 1;
@@ -20,18 +21,6 @@ const IPV4_HDR_LEN: usize = 20;
 /// Flags/fragment word with only Don't Fragment set (as BESS sends).
 const IPV4_DF: u16 = 0x4000;
 const DEFAULT_TTL: u8 = 64;
-
-/// The Internet checksum of a header whose checksum field is zero (RFC 1071).
-fn ipv4_header_checksum(h: &[u8]) -> u16 {
-    let mut sum: u32 = h
-        .chunks(2)
-        .map(|c| u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]) as u32)
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
 
 /// Prepends a 20-byte IPv4 header (TTL 64, DF, no options, id 0) with source `ip_src`,
 /// destination `ip_dst` and protocol `ip_proto` from metadata; then sets `ip_nexthop` to
@@ -61,8 +50,8 @@ impl Module for IpEncap {
             h[10..12].fill(0);
             h[12..16].copy_from_slice(&s);
             h[16..20].copy_from_slice(&d);
-            let c = ipv4_header_checksum(h);
-            h[10..12].copy_from_slice(&c.to_be_bytes());
+            let c = checksum::ipv4_header(h);
+            h[checksum::IPV4_CSUM_OFFSET..][..2].copy_from_slice(&c.to_be_bytes());
             p.set_attr(nexthop, &d);
             p.set_attr(ether_type, &ETHERTYPE_IPV4.to_be_bytes());
             None
@@ -132,7 +121,7 @@ mod tests {
     fn checksum_matches_a_known_header() {
         // The classic example header from RFC 1071 discussions: checksum 0xb861.
         let h = hex("4500 0073 0000 4000 4011 0000 c0a8 0001 c0a8 00c7");
-        assert_eq!(ipv4_header_checksum(&h), 0xb861);
+        assert_eq!(checksum::ipv4_header(&h), 0xb861);
     }
 
     #[test]
