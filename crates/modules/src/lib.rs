@@ -6,6 +6,7 @@ pub mod checksum;
 pub mod classify;
 pub mod encap;
 pub mod hash;
+pub mod headers;
 pub mod io;
 pub mod measure;
 pub mod queue;

@@ -6,6 +6,7 @@ use bessemer_core::{
 };
 
 use super::table::{check_gate, hash_words, prefetch, DROP_GATE};
+use crate::headers::ETH_LEN;
 
 const DROP_NO_MATCH: usize = 0;
 const DROP_TOO_SHORT: usize = 1;
@@ -20,8 +21,6 @@ pub const MAX_TABLE_SIZE: i64 = 1 << 26;
 pub const MAX_BUCKET_SIZE: i64 = 4;
 /// Most buckets a displacement search visits before an insert gives up.
 const MAX_SEARCH: usize = 512;
-/// Shortest frame looked up (an Ethernet header).
-const ETH_HDR: usize = 14;
 
 /// The MAC table: `size` buckets of `bucket` slots, each slot one word (occupied bit,
 /// 15-bit gate, 48-bit address), so a bucket of 4 is half a cache line.
@@ -186,7 +185,7 @@ impl Module for L2Forward {
         let mut short = 0u64;
         for (i, p) in batch.pkts().iter().enumerate() {
             // Checked once here: the destination MAC is the first 6 bytes of the header.
-            match p.data().get(..ETH_HDR) {
+            match p.data().get(..ETH_LEN) {
                 Some(h) => {
                     let w = u64::from_le_bytes(h[..8].try_into().unwrap()) & ADDR;
                     addrs[i] = w;

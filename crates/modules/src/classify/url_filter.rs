@@ -11,7 +11,10 @@ use crate::checksum;
 use bessemer_core::{
     Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
 };
-use smoltcp::wire::{EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Packet, TcpPacket};
+use smoltcp::wire::TcpPacket;
+
+use crate::checksum::PROTO_TCP;
+use crate::headers::{be32, eth_ipv4, ip, Ipv4Error};
 
 const DROP_BLOCKED: usize = 0;
 const DROP_TOO_SHORT: usize = 1;
@@ -173,27 +176,19 @@ enum Verdict {
 }
 
 fn parse_seg(d: &[u8]) -> std::result::Result<Option<Seg<'_>>, usize> {
-    let eth = EthernetFrame::new_checked(d).map_err(|_| DROP_TOO_SHORT)?;
-    if eth.ethertype() != EthernetProtocol::Ipv4 {
+    let ip = match eth_ipv4(d) {
+        Ok(ip) => ip,
+        Err(Ipv4Error::NotIpv4) => return Ok(None),
+        Err(Ipv4Error::TooShort) => return Err(DROP_TOO_SHORT),
+        Err(Ipv4Error::BadHeader) => return Err(DROP_BAD_IP_HEADER),
+    };
+    if ip.proto != PROTO_TCP {
         return Ok(None);
     }
-    let ipb = eth.payload();
-    if ipb.len() < 20 {
-        return Err(DROP_TOO_SHORT);
-    }
-    let ihl = (ipb[0] & 0x0f) as usize * 4;
-    let total = u16::from_be_bytes([ipb[2], ipb[3]]) as usize;
-    if ipb[0] >> 4 != 4 || ihl < 20 || total < ihl {
-        return Err(DROP_BAD_IP_HEADER);
-    }
-    let ip = Ipv4Packet::new_checked(ipb).map_err(|_| DROP_TOO_SHORT)?;
-    if ip.next_header() != IpProtocol::Tcp {
-        return Ok(None);
-    }
-    if ip.more_frags() || ip.frag_offset() != 0 {
+    if ip.is_fragment() {
         return Err(DROP_FRAGMENT);
     }
-    let tb = ip.payload();
+    let tb = &d[ip.l4()..ip.off + ip.total];
     if tb.len() >= 20 && tb[12] >> 4 < 5 {
         return Err(DROP_BAD_TCP_HEADER);
     }
@@ -206,8 +201,8 @@ fn parse_seg(d: &[u8]) -> std::result::Result<Option<Seg<'_>>, usize> {
     let hl = tcp.header_len() as usize;
     Ok(Some(Seg {
         key: FlowKey {
-            src: u32::from(ip.src_addr()),
-            dst: u32::from(ip.dst_addr()),
+            src: be32(d, ip.off + ip::SRC),
+            dst: be32(d, ip.off + ip::DST),
             sport: tcp.src_port(),
             dport: tcp.dst_port(),
         },

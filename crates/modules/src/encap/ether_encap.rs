@@ -3,7 +3,8 @@ use bessemer_core::{
     AccessMode, Args, AttrSpec, Context, Instance, Module, ModuleClass, PacketBatch, Value,
 };
 
-use super::{retain_or_drop, ETH_LEN};
+use super::retain_or_drop;
+use crate::headers::ETH_LEN;
 
 const ATTR_SRC: usize = 0;
 const ATTR_DST: usize = 1;

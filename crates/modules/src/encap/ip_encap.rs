@@ -3,8 +3,9 @@ use bessemer_core::{
     AccessMode, Args, AttrSpec, Context, Instance, Module, ModuleClass, PacketBatch, Value,
 };
 
-use super::{retain_or_drop, ETHERTYPE_IPV4};
+use super::retain_or_drop;
 use crate::checksum;
+use crate::headers::ETHERTYPE_IPV4;
 
 const ATTR_SRC: usize = 0;
 const ATTR_DST: usize = 1;

@@ -24,13 +24,6 @@ pub static CLASSES: &[&ModuleClass] = &[
     &vxlan_encap::CLASS,
 ];
 
-/// Ethernet header length (no VLAN tag).
-pub(crate) const ETH_LEN: usize = 14;
-/// Offset of the EtherType (or the TPID of an outer VLAN tag) in an Ethernet frame.
-pub(crate) const ETH_TYPE_OFF: usize = 12;
-/// EtherType of IPv4.
-pub(crate) const ETHERTYPE_IPV4: u16 = 0x0800;
-
 /// Applies `f` to every packet of `batch` in order: `None` keeps the packet (possibly
 /// modified), `Some(reason)` drops it under that reason. Kept packets stay in `batch`, so
 /// forwarding it afterwards still hands the input batch on without a copy.
@@ -49,12 +42,6 @@ pub(crate) fn retain_or_drop(
         }
     }
     batch.append(&mut kept);
-}
-
-/// Reads a big-endian u16 at `off` (the caller checked the length).
-#[inline(always)]
-pub(crate) fn be16(d: &[u8], off: usize) -> u16 {
-    u16::from_be_bytes([d[off], d[off + 1]])
 }
 
 #[cfg(test)]

@@ -4,8 +4,9 @@ use bessemer_core::{
     AccessMode, Args, AttrSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Value,
 };
 
-use super::{retain_or_drop, ETH_LEN};
+use super::retain_or_drop;
 use crate::hash::crc32c;
+use crate::headers::ETH_LEN;
 
 const ATTR_TUN_SRC: usize = 0;
 const ATTR_TUN_DST: usize = 1;

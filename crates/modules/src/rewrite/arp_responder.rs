@@ -1,10 +1,8 @@
 //! ArpResponder: answers ARP requests for configured IPv4 → MAC entries.
 use std::collections::HashMap;
 
-use super::headers::{
-    be32, dispatch, ethertype, ipv4_string, parse_ipv4, parse_mac, Verdict, ALL_GATE0,
-    ETHERTYPE_ARP, ETH_LEN,
-};
+use super::headers::{dispatch, ipv4_string, parse_ipv4, parse_mac, Verdict, ALL_GATE0};
+use crate::headers::{be32, ethertype, ETHERTYPE_ARP, ETH_LEN};
 use bessemer_core::{
     Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
 };

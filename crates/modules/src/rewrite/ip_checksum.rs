@@ -1,6 +1,7 @@
 //! IPChecksum: computes (or verifies) the IPv4 header checksum.
-use super::headers::{dispatch, l3_after_tags, put16, Verdict, ALL_GATE0, ETHERTYPE_IPV4, L3};
+use super::headers::{dispatch, Verdict, ALL_GATE0};
 use crate::checksum;
+use crate::headers::{l3_after_tags, put16, ETHERTYPE_IPV4, L3};
 use bessemer_core::{Args, Context, Instance, Module, ModuleClass, PacketBatch};
 
 const DROP_TOO_SHORT: usize = 0;

@@ -1,6 +1,7 @@
 //! IPSwap: swaps the IPv4 source and destination addresses, and the TCP/UDP ports.
-use super::headers::{dispatch, eth_ipv4, ip, Ipv4Error, Verdict, ALL_GATE0};
+use super::headers::{dispatch, Verdict, ALL_GATE0};
 use crate::checksum::{PROTO_TCP, PROTO_UDP};
+use crate::headers::{eth_ipv4, ip, Ipv4Error};
 use bessemer_core::{Args, Context, Instance, Module, ModuleClass, PacketBatch};
 
 const DROP_TOO_SHORT: usize = 0;

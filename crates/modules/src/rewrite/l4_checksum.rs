@@ -1,9 +1,9 @@
 //! L4Checksum: computes (or verifies) TCP and UDP checksums over IPv4 and IPv6.
-use super::headers::{
-    be16, dispatch, ipv4_at, l3_after_tags, put16, Ipv4Error, Verdict, ALL_GATE0, ETHERTYPE_IPV4,
-    ETHERTYPE_IPV6, L3,
-};
+use super::headers::{dispatch, Verdict, ALL_GATE0};
 use crate::checksum::{self, PROTO_TCP, PROTO_UDP, TCP_CSUM_OFFSET, UDP_CSUM_OFFSET};
+use crate::headers::{
+    be16, ipv4_at, l3_after_tags, put16, Ipv4Error, ETHERTYPE_IPV4, ETHERTYPE_IPV6, L3,
+};
 use bessemer_core::{Args, Context, Instance, Module, ModuleClass, PacketBatch};
 use smoltcp::wire::Ipv6Packet;
 

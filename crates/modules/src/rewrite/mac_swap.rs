@@ -1,5 +1,6 @@
 //! MACSwap: swaps the Ethernet source and destination addresses.
-use super::headers::{dispatch, Verdict, ALL_GATE0, ETH_LEN};
+use super::headers::{dispatch, Verdict, ALL_GATE0};
+use crate::headers::ETH_LEN;
 use bessemer_core::{Args, Context, Instance, Module, ModuleClass, PacketBatch};
 
 const DROP_TOO_SHORT: usize = 0;

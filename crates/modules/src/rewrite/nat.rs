@@ -14,12 +14,10 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use super::headers::{
-    be16, be32, dispatch, eth_ipv4, ip, ipv4_string, parse_ipv4, put16, put32, Verdict, ALL_GATE0,
-    PROTO_ICMP,
-};
+use super::headers::{dispatch, ipv4_string, parse_ipv4, Verdict, ALL_GATE0};
 use super::ip_swap::ipv4_drop;
 use crate::checksum::{self, PROTO_TCP, PROTO_UDP, TCP_CSUM_OFFSET, UDP_CSUM_OFFSET};
+use crate::headers::{be16, be32, eth_ipv4, ip, put16, put32, PROTO_ICMP};
 use crate::util::FastRng;
 use bessemer_core::{
     Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,

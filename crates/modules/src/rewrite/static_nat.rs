@@ -4,11 +4,10 @@
 //! leaves on output gate 1; input gate 1 carries external → internal traffic (destination
 //! addresses rewritten), which leaves on output gate 0, as BESS. Packets whose address is in
 //! no range pass untranslated on the same gates.
-use super::headers::{
-    be16, be32, dispatch, eth_ipv4, ip, ipv4_string, parse_ipv4, put16, put32, Verdict, ALL_GATE0,
-};
+use super::headers::{dispatch, ipv4_string, parse_ipv4, Verdict, ALL_GATE0};
 use super::ip_swap::ipv4_drop;
 use crate::checksum::{self, PROTO_TCP, PROTO_UDP, TCP_CSUM_OFFSET, UDP_CSUM_OFFSET};
+use crate::headers::{be16, be32, eth_ipv4, ip, put16, put32};
 use bessemer_core::{
     Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
 };

@@ -1,7 +1,8 @@
 //! UpdateTTL: decrements the IPv4 TTL, updating the header checksum incrementally.
-use super::headers::{be16, dispatch, eth_ipv4, ip, put16, Verdict, ALL_GATE0};
+use super::headers::{dispatch, Verdict, ALL_GATE0};
 use super::ip_swap::ipv4_drop;
 use crate::checksum;
+use crate::headers::{be16, eth_ipv4, ip, put16};
 use bessemer_core::{Args, Context, Instance, Module, ModuleClass, PacketBatch};
 
 const DROP_TTL_EXPIRED: usize = 3;
