@@ -6,8 +6,9 @@ use bessemer_core::{
 };
 
 use super::table::{
-    check_gate, field_data, field_value, hash_words, key_words, parse_field, split, FlatTable,
-    KeyBuilder, MatchField, DROP_GATE, MAX_FIELDS,
+    check_field_count, check_gate, field_data, fields_value, hash_words, key_len_words, key_words,
+    parse_fields, process_batch, shared_command, split, FlatTable, KeyBuilder, MatchField,
+    RuleClassifier, DROP_GATE,
 };
 
 const DROP_NO_MATCH: usize = 0;
@@ -155,30 +156,47 @@ fn run<const W: usize>(
     split(ctx, batch, &gates, &status, any_drop);
 }
 
+impl RuleClassifier for ExactMatch {
+    const CLASS: &'static str = "ExactMatch";
+    type Rules = FlatTable;
+
+    fn fields(&self) -> &[MatchField] {
+        &self.fields
+    }
+    fn words(&self) -> usize {
+        self.words
+    }
+    fn default_gate_mut(&mut self) -> &mut u16 {
+        &mut self.default_gate
+    }
+    fn add_rule(&mut self, arg: &Value, what: &str) -> Result<()> {
+        self.add_rule(arg, what)
+    }
+    fn rules_value(&self) -> Vec<Value> {
+        self.rules_value()
+    }
+    fn take_rules(&mut self) -> FlatTable {
+        std::mem::replace(&mut self.table, FlatTable::new(self.words))
+    }
+    fn put_rules(&mut self, rules: FlatTable) {
+        self.table = rules;
+    }
+    #[inline(always)]
+    fn run<const W: usize>(&self, ctx: &mut Context, batch: &mut PacketBatch, offs: &[AttrOffset]) {
+        run::<W>(self, ctx, batch, offs)
+    }
+}
+
 impl Module for ExactMatch {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        let mut offs = [AttrOffset::NoRead; MAX_FIELDS];
-        for (i, f) in self.fields.iter().enumerate() {
-            if f.offset.is_none() {
-                offs[i] = ctx.attr(f.attr_id);
-            }
-        }
-        let run = |w| match w {
-            1 => run::<1>,
-            2 => run::<2>,
-            3 => run::<3>,
-            4 => run::<4>,
-            5 => run::<5>,
-            6 => run::<6>,
-            7 => run::<7>,
-            _ => run::<8>,
-        };
-        run(self.words)(self, ctx, batch, &offs[..self.fields.len()]);
+        process_batch(self, ctx, batch)
     }
 
     fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
+        if let Some(r) = shared_command(self, cmd, arg) {
+            return r;
+        }
         match cmd {
-            "add" => self.add_rule(arg, "ExactMatchCommandAddArg")?,
             "delete" => {
                 let what = "ExactMatchCommandDeleteArg";
                 let mut a = Args::new(arg, what)?;
@@ -198,19 +216,9 @@ impl Module for ExactMatch {
                 Args::new(arg, "EmptyArg")?.finish()?;
                 self.table.clear();
             }
-            "set_default_gate" => {
-                let what = "ExactMatchCommandSetDefaultGateArg";
-                let mut a = Args::new(arg, what)?;
-                let g = check_gate(a.uint("gate", u64::MAX)?, &format!("{what}.gate"))?;
-                a.finish()?;
-                self.default_gate = g;
-            }
             "get_initial_arg" => {
                 Args::new(arg, "EmptyArg")?.finish()?;
-                let mut v = Value::map().with(
-                    "fields",
-                    Value::List(self.fields.iter().map(field_value).collect()),
-                );
+                let mut v = Value::map().with("fields", fields_value(&self.fields));
                 if self.masks_given {
                     let masks = self
                         .fields
@@ -223,32 +231,6 @@ impl Module for ExactMatch {
                     v = v.with("masks", Value::List(masks));
                 }
                 return Ok(v);
-            }
-            "get_runtime_config" => {
-                Args::new(arg, "EmptyArg")?.finish()?;
-                return Ok(Value::map()
-                    .with("default_gate", self.default_gate as u64)
-                    .with("rules", Value::List(self.rules_value())));
-            }
-            "set_runtime_config" => {
-                let what = "ExactMatchConfig";
-                let mut a = Args::new(arg, what)?;
-                let def = check_gate(
-                    a.uint("default_gate", u64::MAX)?,
-                    &format!("{what}.default_gate"),
-                )?;
-                let rules = a.list("rules")?;
-                a.finish()?;
-                // Checked on a copy first, so a bad rule leaves the module as it was.
-                let mut next = FlatTable::new(self.words);
-                std::mem::swap(&mut next, &mut self.table);
-                for (i, r) in rules.iter().enumerate() {
-                    if let Err(e) = self.add_rule(r, &format!("{what}.rules[{i}]")) {
-                        std::mem::swap(&mut next, &mut self.table);
-                        return Err(e);
-                    }
-                }
-                self.default_gate = def;
             }
             _ => return Err(Error::invalid(format!("unknown command '{cmd}'"))),
         }
@@ -266,40 +248,27 @@ fn create(init: &mut bessemer_core::InitContext, arg: &Value) -> Result<Instance
     let fields = a.list("fields")?;
     let masks = a.list("masks")?;
     a.finish()?;
-    if fields.is_empty() {
-        return Err(Error::invalid(format!(
-            "{what}.fields: at least one field is required"
-        )));
-    }
-    if fields.len() > MAX_FIELDS {
-        return Err(Error::invalid(format!(
-            "{what}.fields: at most {MAX_FIELDS} fields, got {}",
-            fields.len()
-        )));
-    }
+    check_field_count(fields, what)?;
     if !masks.is_empty() && masks.len() != fields.len() {
         return Err(Error::invalid(format!(
             "{what}.masks: must provide masks for all fields (or no masks for default match on all bits on all fields)"
         )));
     }
-    let mut parsed = Vec::new();
-    let mut pos = 0;
     let mut mask = [0u8; 64];
-    for (i, f) in fields.iter().enumerate() {
-        let mf = parse_field(f, &format!("{what}.fields[{i}]"), pos, init)?;
+    let parsed = parse_fields(fields, what, init, |i, mf| {
         let m = match masks.get(i) {
             Some(mv) => field_data(mv, mf.size, &format!("{what}.masks[{i}]"))?,
             None => None,
         };
         // An absent or all-zero mask means all bits, as in BESS.
+        let field_mask = &mut mask[mf.pos..mf.pos + mf.size];
         match m {
-            Some(m) if m.iter().any(|&b| b != 0) => mask[pos..pos + mf.size].copy_from_slice(&m),
-            _ => mask[pos..pos + mf.size].fill(0xff),
+            Some(m) if m.iter().any(|&b| b != 0) => field_mask.copy_from_slice(&m),
+            _ => field_mask.fill(0xff),
         }
-        pos += mf.size;
-        parsed.push(mf);
-    }
-    let words = pos.div_ceil(8);
+        Ok(())
+    })?;
+    let words = key_len_words(&parsed);
     let field_masks: Vec<Option<Vec<u8>>> = parsed
         .iter()
         .map(|f| Some(mask[f.pos..f.pos + f.size].to_vec()))

@@ -523,6 +523,167 @@ impl KeyBuilder {
     }
 }
 
+/// Checks the number of `fields` of a classifier argument `what` (1..=MAX_FIELDS).
+pub fn check_field_count(fields: &[Value], what: &str) -> Result<()> {
+    if fields.is_empty() {
+        return Err(Error::invalid(format!(
+            "{what}.fields: at least one field is required"
+        )));
+    }
+    if fields.len() > MAX_FIELDS {
+        return Err(Error::invalid(format!(
+            "{what}.fields: at most {MAX_FIELDS} fields, got {}",
+            fields.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Parses the `fields` of classifier argument `what`, laid out one after another in the key;
+/// `each` sees every field as soon as it is parsed (so its errors come in field order).
+pub fn parse_fields(
+    fields: &[Value],
+    what: &str,
+    init: &mut bessemer_core::InitContext,
+    mut each: impl FnMut(usize, &MatchField) -> Result<()>,
+) -> Result<Vec<MatchField>> {
+    let mut parsed = Vec::with_capacity(fields.len());
+    let mut pos = 0;
+    for (i, f) in fields.iter().enumerate() {
+        let mf = parse_field(f, &format!("{what}.fields[{i}]"), pos, init)?;
+        each(i, &mf)?;
+        pos += mf.size;
+        parsed.push(mf);
+    }
+    Ok(parsed)
+}
+
+/// The key length in 64-bit words of `fields` laid out by [`parse_fields`].
+pub fn key_len_words(fields: &[MatchField]) -> usize {
+    fields.last().map_or(0, |f| f.pos + f.size).div_ceil(8)
+}
+
+/// The `fields` list of a classifier's get_initial_arg.
+pub fn fields_value(fields: &[MatchField]) -> Value {
+    Value::List(fields.iter().map(field_value).collect())
+}
+
+/// What ExactMatch and WildcardMatch share around their tables: match fields read into keys
+/// of `words()` words, a default gate, and rules added one at a time.
+pub(crate) trait RuleClassifier {
+    /// The class name, prefix of its argument types (`ExactMatch` -> `ExactMatchConfig`).
+    const CLASS: &'static str;
+    /// The rule set, taken out while `set_runtime_config` tries a new one.
+    type Rules;
+
+    /// The match fields.
+    fn fields(&self) -> &[MatchField];
+    /// The key length in 64-bit words (1..=8).
+    fn words(&self) -> usize;
+    /// The gate of packets that match no rule (DROP_GATE drops them).
+    fn default_gate_mut(&mut self) -> &mut u16;
+    /// Adds (or replaces) the rule `arg`, a message of type `what`.
+    fn add_rule(&mut self, arg: &Value, what: &str) -> Result<()>;
+    /// All rules, as `get_runtime_config` lists them.
+    fn rules_value(&self) -> Vec<Value>;
+    /// Takes the rule set out, leaving none.
+    fn take_rules(&mut self) -> Self::Rules;
+    /// Puts a rule set taken out back.
+    fn put_rules(&mut self, rules: Self::Rules);
+    /// The batch path for keys of `W` words, attribute offsets `offs` (one per field).
+    fn run<const W: usize>(
+        &self,
+        ctx: &mut bessemer_core::Context,
+        batch: &mut bessemer_core::PacketBatch,
+        offs: &[bessemer_core::AttrOffset],
+    );
+}
+
+/// A classifier's `process_batch`: resolves the attribute fields' offsets once per batch and
+/// runs the batch path compiled for the key length.
+#[inline(always)]
+pub(crate) fn process_batch<C: RuleClassifier>(
+    c: &C,
+    ctx: &mut bessemer_core::Context,
+    batch: &mut bessemer_core::PacketBatch,
+) {
+    let fields = c.fields();
+    let mut offs = [bessemer_core::AttrOffset::NoRead; MAX_FIELDS];
+    for (i, f) in fields.iter().enumerate() {
+        if f.offset.is_none() {
+            offs[i] = ctx.attr(f.attr_id);
+        }
+    }
+    let offs = &offs[..fields.len()];
+    match c.words() {
+        1 => c.run::<1>(ctx, batch, offs),
+        2 => c.run::<2>(ctx, batch, offs),
+        3 => c.run::<3>(ctx, batch, offs),
+        4 => c.run::<4>(ctx, batch, offs),
+        5 => c.run::<5>(ctx, batch, offs),
+        6 => c.run::<6>(ctx, batch, offs),
+        7 => c.run::<7>(ctx, batch, offs),
+        _ => c.run::<8>(ctx, batch, offs),
+    }
+}
+
+/// The commands the classifiers share (`add`, `set_default_gate`, `get_runtime_config`,
+/// `set_runtime_config`); `None` for any other command.
+pub(crate) fn shared_command<C: RuleClassifier>(
+    c: &mut C,
+    cmd: &str,
+    arg: &Value,
+) -> Option<Result<Value>> {
+    let class = C::CLASS;
+    Some(match cmd {
+        "add" => c
+            .add_rule(arg, &format!("{class}CommandAddArg"))
+            .map(|()| Value::Null),
+        "set_default_gate" => set_default_gate(c, arg).map(|()| Value::Null),
+        "get_runtime_config" => get_runtime_config(c, arg),
+        "set_runtime_config" => set_runtime_config(c, arg).map(|()| Value::Null),
+        _ => return None,
+    })
+}
+
+fn set_default_gate<C: RuleClassifier>(c: &mut C, arg: &Value) -> Result<()> {
+    let what = format!("{}CommandSetDefaultGateArg", C::CLASS);
+    let mut a = bessemer_core::Args::new(arg, &what)?;
+    let g = check_gate(a.uint("gate", u64::MAX)?, &format!("{what}.gate"))?;
+    a.finish()?;
+    *c.default_gate_mut() = g;
+    Ok(())
+}
+
+fn get_runtime_config<C: RuleClassifier>(c: &mut C, arg: &Value) -> Result<Value> {
+    bessemer_core::Args::new(arg, "EmptyArg")?.finish()?;
+    let def = *c.default_gate_mut();
+    Ok(Value::map()
+        .with("default_gate", def as u64)
+        .with("rules", Value::List(c.rules_value())))
+}
+
+fn set_runtime_config<C: RuleClassifier>(c: &mut C, arg: &Value) -> Result<()> {
+    let what = format!("{}Config", C::CLASS);
+    let mut a = bessemer_core::Args::new(arg, &what)?;
+    let def = check_gate(
+        a.uint("default_gate", u64::MAX)?,
+        &format!("{what}.default_gate"),
+    )?;
+    let rules = a.list("rules")?;
+    a.finish()?;
+    // Tried on an empty rule set: a bad rule leaves the module as it was.
+    let old = c.take_rules();
+    for (i, r) in rules.iter().enumerate() {
+        if let Err(e) = c.add_rule(r, &format!("{what}.rules[{i}]")) {
+            c.put_rules(old);
+            return Err(e);
+        }
+    }
+    *c.default_gate_mut() = def;
+    Ok(())
+}
+
 /// Sends packet i out of `gates[i]`, or drops it under reason `status[i] - 1` when
 /// `status[i]` is not 0; a batch bound for one gate is forwarded whole.
 #[inline(always)]

@@ -6,8 +6,9 @@ use bessemer_core::{
 };
 
 use super::table::{
-    check_gate, field_data, field_value, hash_words, key_words, parse_field, split, FlatTable,
-    KeyBuilder, MatchField, DROP_GATE, MAX_FIELDS,
+    check_field_count, check_gate, field_data, fields_value, hash_words, key_len_words, key_words,
+    parse_fields, process_batch, shared_command, split, FlatTable, KeyBuilder, MatchField,
+    RuleClassifier, DROP_GATE,
 };
 
 const DROP_NO_MATCH: usize = 0;
@@ -23,7 +24,7 @@ struct RuleData {
     gate: u16,
 }
 
-struct Tuple {
+pub(crate) struct Tuple {
     mask: [u64; 8],
     /// Masked key -> index into `data`.
     table: FlatTable,
@@ -260,30 +261,47 @@ fn run<const W: usize>(
     split(ctx, batch, &gates, &status, any_drop);
 }
 
+impl RuleClassifier for WildcardMatch {
+    const CLASS: &'static str = "WildcardMatch";
+    type Rules = Vec<Tuple>;
+
+    fn fields(&self) -> &[MatchField] {
+        &self.fields
+    }
+    fn words(&self) -> usize {
+        self.words
+    }
+    fn default_gate_mut(&mut self) -> &mut u16 {
+        &mut self.default_gate
+    }
+    fn add_rule(&mut self, arg: &Value, what: &str) -> Result<()> {
+        self.add_rule(arg, what)
+    }
+    fn rules_value(&self) -> Vec<Value> {
+        self.rules_value()
+    }
+    fn take_rules(&mut self) -> Vec<Tuple> {
+        std::mem::take(&mut self.tuples)
+    }
+    fn put_rules(&mut self, rules: Vec<Tuple>) {
+        self.tuples = rules;
+    }
+    #[inline(always)]
+    fn run<const W: usize>(&self, ctx: &mut Context, batch: &mut PacketBatch, offs: &[AttrOffset]) {
+        run::<W>(self, ctx, batch, offs)
+    }
+}
+
 impl Module for WildcardMatch {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        let mut offs = [AttrOffset::NoRead; MAX_FIELDS];
-        for (i, f) in self.fields.iter().enumerate() {
-            if f.offset.is_none() {
-                offs[i] = ctx.attr(f.attr_id);
-            }
-        }
-        let run = |w| match w {
-            1 => run::<1>,
-            2 => run::<2>,
-            3 => run::<3>,
-            4 => run::<4>,
-            5 => run::<5>,
-            6 => run::<6>,
-            7 => run::<7>,
-            _ => run::<8>,
-        };
-        run(self.words)(self, ctx, batch, &offs[..self.fields.len()]);
+        process_batch(self, ctx, batch)
     }
 
     fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
+        if let Some(r) = shared_command(self, cmd, arg) {
+            return r;
+        }
         match cmd {
-            "add" => self.add_rule(arg, "WildcardMatchCommandAddArg")?,
             "delete" => {
                 let what = "WildcardMatchCommandDeleteArg";
                 let mut a = Args::new(arg, what)?;
@@ -313,44 +331,9 @@ impl Module for WildcardMatch {
                 Args::new(arg, "EmptyArg")?.finish()?;
                 self.tuples.clear();
             }
-            "set_default_gate" => {
-                let what = "WildcardMatchCommandSetDefaultGateArg";
-                let mut a = Args::new(arg, what)?;
-                let g = check_gate(a.uint("gate", u64::MAX)?, &format!("{what}.gate"))?;
-                a.finish()?;
-                self.default_gate = g;
-            }
             "get_initial_arg" => {
                 Args::new(arg, "EmptyArg")?.finish()?;
-                return Ok(Value::map().with(
-                    "fields",
-                    Value::List(self.fields.iter().map(field_value).collect()),
-                ));
-            }
-            "get_runtime_config" => {
-                Args::new(arg, "EmptyArg")?.finish()?;
-                return Ok(Value::map()
-                    .with("default_gate", self.default_gate as u64)
-                    .with("rules", Value::List(self.rules_value())));
-            }
-            "set_runtime_config" => {
-                let what = "WildcardMatchConfig";
-                let mut a = Args::new(arg, what)?;
-                let def = check_gate(
-                    a.uint("default_gate", u64::MAX)?,
-                    &format!("{what}.default_gate"),
-                )?;
-                let rules = a.list("rules")?;
-                a.finish()?;
-                // A bad rule leaves the module as it was.
-                let old = std::mem::take(&mut self.tuples);
-                for (i, r) in rules.iter().enumerate() {
-                    if let Err(e) = self.add_rule(r, &format!("{what}.rules[{i}]")) {
-                        self.tuples = old;
-                        return Err(e);
-                    }
-                }
-                self.default_gate = def;
+                return Ok(Value::map().with("fields", fields_value(&self.fields)));
             }
             _ => return Err(Error::invalid(format!("unknown command '{cmd}'"))),
         }
@@ -368,29 +351,13 @@ fn create(init: &mut bessemer_core::InitContext, arg: &Value) -> Result<Instance
     let mut a = Args::new(arg, what)?;
     let fields = a.list("fields")?;
     a.finish()?;
-    if fields.is_empty() {
-        return Err(Error::invalid(format!(
-            "{what}.fields: at least one field is required"
-        )));
-    }
-    if fields.len() > MAX_FIELDS {
-        return Err(Error::invalid(format!(
-            "{what}.fields: at most {MAX_FIELDS} fields, got {}",
-            fields.len()
-        )));
-    }
-    let mut parsed = Vec::new();
-    let mut pos = 0;
-    for (i, f) in fields.iter().enumerate() {
-        let mf = parse_field(f, &format!("{what}.fields[{i}]"), pos, init)?;
-        pos += mf.size;
-        parsed.push(mf);
-    }
+    check_field_count(fields, what)?;
+    let parsed = parse_fields(fields, what, init, |_, _| Ok(()))?;
     let keys = KeyBuilder::new(&parsed, &[]);
     Ok(Instance::Exclusive(Box::new(WildcardMatch {
         keys,
+        words: key_len_words(&parsed),
         fields: parsed,
-        words: pos.div_ceil(8),
         tuples: Vec::new(),
         next_seq: 0,
         default_gate: DROP_GATE,
