@@ -55,55 +55,6 @@ impl ExactMatch {
         key_words(&key, &mut w);
         Ok(w[..self.words].to_vec())
     }
-
-    fn add_rule(&mut self, arg: &Value, what: &str) -> Result<()> {
-        let mut a = Args::new(arg, what)?;
-        let gate = check_gate(a.uint("gate", u64::MAX)?, &format!("{what}.gate"))?;
-        let fields = a.list("fields")?;
-        a.finish()?;
-        if fields.is_empty() {
-            return Err(Error::invalid(format!(
-                "{what}.fields: 'fields' must be a list"
-            )));
-        }
-        let key = self.rule_key(fields, what)?;
-        self.table.insert(&key, gate as u32);
-        Ok(())
-    }
-
-    fn rules_value(&self) -> Vec<Value> {
-        let mut rules: Vec<(u16, Vec<Vec<u8>>)> = self
-            .table
-            .iter()
-            .map(|(k, g)| {
-                let mut bytes = [0u8; 64];
-                for (c, w) in bytes.chunks_exact_mut(8).zip(k) {
-                    c.copy_from_slice(&w.to_le_bytes());
-                }
-                let vals = self
-                    .fields
-                    .iter()
-                    .map(|f| bytes[f.pos..f.pos + f.size].to_vec())
-                    .collect();
-                (g as u16, vals)
-            })
-            .collect();
-        // Sorted by gate, then values, as BESS returns them.
-        rules.sort();
-        rules
-            .into_iter()
-            .map(|(g, vals)| {
-                Value::map().with("gate", g as u64).with(
-                    "fields",
-                    Value::List(
-                        vals.into_iter()
-                            .map(|b| Value::map().with("value_bin", b))
-                            .collect(),
-                    ),
-                )
-            })
-            .collect()
-    }
 }
 
 /// The batch path for keys of `W` words: build keys, hash and prefetch every packet's
@@ -170,10 +121,52 @@ impl RuleClassifier for ExactMatch {
         &mut self.default_gate
     }
     fn add_rule(&mut self, arg: &Value, what: &str) -> Result<()> {
-        self.add_rule(arg, what)
+        let mut a = Args::new(arg, what)?;
+        let gate = check_gate(a.uint("gate", u64::MAX)?, &format!("{what}.gate"))?;
+        let fields = a.list("fields")?;
+        a.finish()?;
+        if fields.is_empty() {
+            return Err(Error::invalid(format!(
+                "{what}.fields: 'fields' must be a list"
+            )));
+        }
+        let key = self.rule_key(fields, what)?;
+        self.table.insert(&key, gate as u32);
+        Ok(())
     }
+
     fn rules_value(&self) -> Vec<Value> {
-        self.rules_value()
+        let mut rules: Vec<(u16, Vec<Vec<u8>>)> = self
+            .table
+            .iter()
+            .map(|(k, g)| {
+                let mut bytes = [0u8; 64];
+                for (c, w) in bytes.chunks_exact_mut(8).zip(k) {
+                    c.copy_from_slice(&w.to_le_bytes());
+                }
+                let vals = self
+                    .fields
+                    .iter()
+                    .map(|f| bytes[f.pos..f.pos + f.size].to_vec())
+                    .collect();
+                (g as u16, vals)
+            })
+            .collect();
+        // Sorted by gate, then values, as BESS returns them.
+        rules.sort();
+        rules
+            .into_iter()
+            .map(|(g, vals)| {
+                Value::map().with("gate", g as u64).with(
+                    "fields",
+                    Value::List(
+                        vals.into_iter()
+                            .map(|b| Value::map().with("value_bin", b))
+                            .collect(),
+                    ),
+                )
+            })
+            .collect()
     }
     fn take_rules(&mut self) -> FlatTable {
         std::mem::replace(&mut self.table, FlatTable::new(self.words))
@@ -343,19 +336,11 @@ pub static CLASS: ModuleClass = ModuleClass {
 
 #[cfg(test)]
 mod tests {
+    use super::super::table::test_util::{bin, int, off};
     use super::*;
     use bessemer_core::testing::Harness;
     use proptest::prelude::*;
 
-    fn off(o: i64, n: i64) -> Value {
-        Value::map().with("offset", o).with("num_bytes", n)
-    }
-    fn bin(b: &[u8]) -> Value {
-        Value::map().with("value_bin", b.to_vec())
-    }
-    fn int(i: u64) -> Value {
-        Value::map().with("value_int", Value::Int(i as i64))
-    }
     fn add(fields: Vec<Value>, gate: u64) -> Value {
         Value::map()
             .with("gate", gate)

@@ -715,6 +715,25 @@ pub fn key_words(key: &[u8; 64], out: &mut [u64; 8]) {
     }
 }
 
+/// Test helpers building the classifiers' argument messages.
+#[cfg(test)]
+pub mod test_util {
+    use bessemer_core::Value;
+
+    /// A `Field` at packet offset `o` of `n` bytes.
+    pub fn off(o: i64, n: i64) -> Value {
+        Value::map().with("offset", o).with("num_bytes", n)
+    }
+    /// A FieldData of bytes.
+    pub fn bin(b: &[u8]) -> Value {
+        Value::map().with("value_bin", b.to_vec())
+    }
+    /// A FieldData of a big-endian number.
+    pub fn int(i: u64) -> Value {
+        Value::map().with("value_int", Value::Int(i as i64))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

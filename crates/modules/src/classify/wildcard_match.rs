@@ -98,7 +98,84 @@ impl WildcardMatch {
         self.tuples
             .sort_by(|a, b| b.max_priority.cmp(&a.max_priority).then(b.seq.cmp(&a.seq)));
     }
+}
 
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The batch path for keys of `W` words: tuple by tuple over the whole batch, skipping
+/// packets whose best match so far already beats every rule of the tuple.
+#[inline(always)]
+fn run<const W: usize>(
+    wm: &WildcardMatch,
+    ctx: &mut Context,
+    batch: &mut PacketBatch,
+    offs: &[AttrOffset],
+) {
+    let n = batch.len();
+    let mut keys = [[0u64; W]; MAX_BURST];
+    let mut status = [0u8; MAX_BURST];
+    for (i, p) in batch.pkts().iter().enumerate() {
+        match wm.keys.build::<W>(offs, p) {
+            Some(k) => keys[i] = k,
+            None => status[i] = (DROP_TOO_SHORT + 1) as u8,
+        }
+    }
+    // Best (priority, tuple seq, gate) per packet; seq 0 = no match yet.
+    let mut best = [(i32::MIN, 0u64, 0u16); MAX_BURST];
+    for t in &wm.tuples {
+        let mask: &[u64; W] = t.mask[..W].try_into().unwrap();
+        for i in 0..n {
+            let b = best[i];
+            if status[i] != 0 || t.max_priority < b.0 {
+                continue;
+            }
+            let mut mk = [0u64; W];
+            for j in 0..W {
+                mk[j] = keys[i][j] & mask[j];
+            }
+            if let Some(x) = t.table.get_near(&mk, hash_words(&mk)) {
+                let d = t.data[x as usize];
+                if b.1 == 0 || d.priority > b.0 || (d.priority == b.0 && t.seq > b.1) {
+                    best[i] = (d.priority, t.seq, d.gate);
+                }
+            }
+        }
+    }
+    let def = wm.default_gate;
+    let mut gates = [0u16; MAX_BURST];
+    let mut any_drop = false;
+    for i in 0..n {
+        let g = if best[i].1 == 0 { def } else { best[i].2 };
+        if g != DROP_GATE {
+            status[i] = 0;
+            gates[i] = g;
+        } else if status[i] == 0 {
+            status[i] = if best[i].1 != 0 {
+                DROP_RULE + 1
+            } else {
+                DROP_NO_MATCH + 1
+            } as u8;
+        }
+        any_drop |= status[i] != 0;
+    }
+    split(ctx, batch, &gates, &status, any_drop);
+}
+
+impl RuleClassifier for WildcardMatch {
+    const CLASS: &'static str = "WildcardMatch";
+    type Rules = Vec<Tuple>;
+
+    fn fields(&self) -> &[MatchField] {
+        &self.fields
+    }
+    fn words(&self) -> usize {
+        self.words
+    }
+    fn default_gate_mut(&mut self) -> &mut u16 {
+        &mut self.default_gate
+    }
     fn add_rule(&mut self, arg: &Value, what: &str) -> Result<()> {
         let mut a = Args::new(arg, what)?;
         let gate = check_gate(a.uint("gate", u64::MAX)?, &format!("{what}.gate"))?;
@@ -195,90 +272,6 @@ impl WildcardMatch {
                     .with("masks", list(m))
             })
             .collect()
-    }
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-/// The batch path for keys of `W` words: tuple by tuple over the whole batch, skipping
-/// packets whose best match so far already beats every rule of the tuple.
-#[inline(always)]
-fn run<const W: usize>(
-    wm: &WildcardMatch,
-    ctx: &mut Context,
-    batch: &mut PacketBatch,
-    offs: &[AttrOffset],
-) {
-    let n = batch.len();
-    let mut keys = [[0u64; W]; MAX_BURST];
-    let mut status = [0u8; MAX_BURST];
-    for (i, p) in batch.pkts().iter().enumerate() {
-        match wm.keys.build::<W>(offs, p) {
-            Some(k) => keys[i] = k,
-            None => status[i] = (DROP_TOO_SHORT + 1) as u8,
-        }
-    }
-    // Best (priority, tuple seq, gate) per packet; seq 0 = no match yet.
-    let mut best = [(i32::MIN, 0u64, 0u16); MAX_BURST];
-    for t in &wm.tuples {
-        let mask: &[u64; W] = t.mask[..W].try_into().unwrap();
-        for i in 0..n {
-            let b = best[i];
-            if status[i] != 0 || t.max_priority < b.0 {
-                continue;
-            }
-            let mut mk = [0u64; W];
-            for j in 0..W {
-                mk[j] = keys[i][j] & mask[j];
-            }
-            if let Some(x) = t.table.get_near(&mk, hash_words(&mk)) {
-                let d = t.data[x as usize];
-                if b.1 == 0 || d.priority > b.0 || (d.priority == b.0 && t.seq > b.1) {
-                    best[i] = (d.priority, t.seq, d.gate);
-                }
-            }
-        }
-    }
-    let def = wm.default_gate;
-    let mut gates = [0u16; MAX_BURST];
-    let mut any_drop = false;
-    for i in 0..n {
-        let g = if best[i].1 == 0 { def } else { best[i].2 };
-        if g != DROP_GATE {
-            status[i] = 0;
-            gates[i] = g;
-        } else if status[i] == 0 {
-            status[i] = if best[i].1 != 0 {
-                DROP_RULE + 1
-            } else {
-                DROP_NO_MATCH + 1
-            } as u8;
-        }
-        any_drop |= status[i] != 0;
-    }
-    split(ctx, batch, &gates, &status, any_drop);
-}
-
-impl RuleClassifier for WildcardMatch {
-    const CLASS: &'static str = "WildcardMatch";
-    type Rules = Vec<Tuple>;
-
-    fn fields(&self) -> &[MatchField] {
-        &self.fields
-    }
-    fn words(&self) -> usize {
-        self.words
-    }
-    fn default_gate_mut(&mut self) -> &mut u16 {
-        &mut self.default_gate
-    }
-    fn add_rule(&mut self, arg: &Value, what: &str) -> Result<()> {
-        self.add_rule(arg, what)
-    }
-    fn rules_value(&self) -> Vec<Value> {
-        self.rules_value()
     }
     fn take_rules(&mut self) -> Vec<Tuple> {
         std::mem::take(&mut self.tuples)
@@ -422,19 +415,11 @@ pub static CLASS: ModuleClass = ModuleClass {
 
 #[cfg(test)]
 mod tests {
+    use super::super::table::test_util::{bin, int, off};
     use super::*;
     use bessemer_core::testing::Harness;
     use proptest::prelude::*;
 
-    fn off(o: i64, n: i64) -> Value {
-        Value::map().with("offset", o).with("num_bytes", n)
-    }
-    fn bin(b: &[u8]) -> Value {
-        Value::map().with("value_bin", b.to_vec())
-    }
-    fn int(i: u64) -> Value {
-        Value::map().with("value_int", Value::Int(i as i64))
-    }
     fn rule(values: Vec<Value>, masks: Vec<Value>, priority: i64, gate: u64) -> Value {
         Value::map()
             .with("gate", gate)
