@@ -57,56 +57,6 @@ impl ExactMatch {
     }
 }
 
-/// The batch path for keys of `W` words: build keys, hash and prefetch every packet's
-/// slot, then look up (the loads overlap), then split.
-#[inline(always)]
-fn run<const W: usize>(
-    em: &ExactMatch,
-    ctx: &mut Context,
-    batch: &mut PacketBatch,
-    offs: &[AttrOffset],
-) {
-    let n = batch.len();
-    let mut keys = [[0u64; W]; MAX_BURST];
-    let mut hashes = [0u64; MAX_BURST];
-    let mut status = [0u8; MAX_BURST];
-    let mut gates = [0u16; MAX_BURST];
-    for (i, p) in batch.pkts().iter().enumerate() {
-        match em.keys.build::<W>(offs, p) {
-            Some(k) => {
-                keys[i] = k;
-                hashes[i] = hash_words(&k);
-                em.table.prefetch(hashes[i]);
-            }
-            None => status[i] = (DROP_TOO_SHORT + 1) as u8,
-        }
-    }
-    let def = em.default_gate;
-    let mut any_drop = false;
-    for i in 0..n {
-        let found = if status[i] == 0 {
-            em.table.get_n(&keys[i], hashes[i])
-        } else {
-            None
-        };
-        match found {
-            Some(g) if g as u16 == DROP_GATE => status[i] = (DROP_RULE + 1) as u8,
-            Some(g) => gates[i] = g as u16,
-            None if def == DROP_GATE => {
-                if status[i] == 0 {
-                    status[i] = (DROP_NO_MATCH + 1) as u8;
-                }
-            }
-            None => {
-                status[i] = 0;
-                gates[i] = def;
-            }
-        }
-        any_drop |= status[i] != 0;
-    }
-    split(ctx, batch, &gates, &status, any_drop);
-}
-
 impl RuleClassifier for ExactMatch {
     const CLASS: &'static str = "ExactMatch";
     type Rules = FlatTable;
@@ -174,9 +124,49 @@ impl RuleClassifier for ExactMatch {
     fn put_rules(&mut self, rules: FlatTable) {
         self.table = rules;
     }
+    /// The batch path for keys of `W` words: build keys, hash and prefetch every packet's
+    /// slot, then look up (the loads overlap), then split.
     #[inline(always)]
     fn run<const W: usize>(&self, ctx: &mut Context, batch: &mut PacketBatch, offs: &[AttrOffset]) {
-        run::<W>(self, ctx, batch, offs)
+        let n = batch.len();
+        let mut keys = [[0u64; W]; MAX_BURST];
+        let mut hashes = [0u64; MAX_BURST];
+        let mut status = [0u8; MAX_BURST];
+        let mut gates = [0u16; MAX_BURST];
+        for (i, p) in batch.pkts().iter().enumerate() {
+            match self.keys.build::<W>(offs, p) {
+                Some(k) => {
+                    keys[i] = k;
+                    hashes[i] = hash_words(&k);
+                    self.table.prefetch(hashes[i]);
+                }
+                None => status[i] = (DROP_TOO_SHORT + 1) as u8,
+            }
+        }
+        let def = self.default_gate;
+        let mut any_drop = false;
+        for i in 0..n {
+            let found = if status[i] == 0 {
+                self.table.get_n(&keys[i], hashes[i])
+            } else {
+                None
+            };
+            match found {
+                Some(g) if g as u16 == DROP_GATE => status[i] = (DROP_RULE + 1) as u8,
+                Some(g) => gates[i] = g as u16,
+                None if def == DROP_GATE => {
+                    if status[i] == 0 {
+                        status[i] = (DROP_NO_MATCH + 1) as u8;
+                    }
+                }
+                None => {
+                    status[i] = 0;
+                    gates[i] = def;
+                }
+            }
+            any_drop |= status[i] != 0;
+        }
+        split(ctx, batch, &gates, &status, any_drop);
     }
 }
 

@@ -104,65 +104,6 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// The batch path for keys of `W` words: tuple by tuple over the whole batch, skipping
-/// packets whose best match so far already beats every rule of the tuple.
-#[inline(always)]
-fn run<const W: usize>(
-    wm: &WildcardMatch,
-    ctx: &mut Context,
-    batch: &mut PacketBatch,
-    offs: &[AttrOffset],
-) {
-    let n = batch.len();
-    let mut keys = [[0u64; W]; MAX_BURST];
-    let mut status = [0u8; MAX_BURST];
-    for (i, p) in batch.pkts().iter().enumerate() {
-        match wm.keys.build::<W>(offs, p) {
-            Some(k) => keys[i] = k,
-            None => status[i] = (DROP_TOO_SHORT + 1) as u8,
-        }
-    }
-    // Best (priority, tuple seq, gate) per packet; seq 0 = no match yet.
-    let mut best = [(i32::MIN, 0u64, 0u16); MAX_BURST];
-    for t in &wm.tuples {
-        let mask: &[u64; W] = t.mask[..W].try_into().unwrap();
-        for i in 0..n {
-            let b = best[i];
-            if status[i] != 0 || t.max_priority < b.0 {
-                continue;
-            }
-            let mut mk = [0u64; W];
-            for j in 0..W {
-                mk[j] = keys[i][j] & mask[j];
-            }
-            if let Some(x) = t.table.get_near(&mk, hash_words(&mk)) {
-                let d = t.data[x as usize];
-                if b.1 == 0 || d.priority > b.0 || (d.priority == b.0 && t.seq > b.1) {
-                    best[i] = (d.priority, t.seq, d.gate);
-                }
-            }
-        }
-    }
-    let def = wm.default_gate;
-    let mut gates = [0u16; MAX_BURST];
-    let mut any_drop = false;
-    for i in 0..n {
-        let g = if best[i].1 == 0 { def } else { best[i].2 };
-        if g != DROP_GATE {
-            status[i] = 0;
-            gates[i] = g;
-        } else if status[i] == 0 {
-            status[i] = if best[i].1 != 0 {
-                DROP_RULE + 1
-            } else {
-                DROP_NO_MATCH + 1
-            } as u8;
-        }
-        any_drop |= status[i] != 0;
-    }
-    split(ctx, batch, &gates, &status, any_drop);
-}
-
 impl RuleClassifier for WildcardMatch {
     const CLASS: &'static str = "WildcardMatch";
     type Rules = Vec<Tuple>;
@@ -279,9 +220,58 @@ impl RuleClassifier for WildcardMatch {
     fn put_rules(&mut self, rules: Vec<Tuple>) {
         self.tuples = rules;
     }
+    /// The batch path for keys of `W` words: tuple by tuple over the whole batch, skipping
+    /// packets whose best match so far already beats every rule of the tuple.
     #[inline(always)]
     fn run<const W: usize>(&self, ctx: &mut Context, batch: &mut PacketBatch, offs: &[AttrOffset]) {
-        run::<W>(self, ctx, batch, offs)
+        let n = batch.len();
+        let mut keys = [[0u64; W]; MAX_BURST];
+        let mut status = [0u8; MAX_BURST];
+        for (i, p) in batch.pkts().iter().enumerate() {
+            match self.keys.build::<W>(offs, p) {
+                Some(k) => keys[i] = k,
+                None => status[i] = (DROP_TOO_SHORT + 1) as u8,
+            }
+        }
+        // Best (priority, tuple seq, gate) per packet; seq 0 = no match yet.
+        let mut best = [(i32::MIN, 0u64, 0u16); MAX_BURST];
+        for t in &self.tuples {
+            let mask: &[u64; W] = t.mask[..W].try_into().unwrap();
+            for i in 0..n {
+                let b = best[i];
+                if status[i] != 0 || t.max_priority < b.0 {
+                    continue;
+                }
+                let mut mk = [0u64; W];
+                for j in 0..W {
+                    mk[j] = keys[i][j] & mask[j];
+                }
+                if let Some(x) = t.table.get_near(&mk, hash_words(&mk)) {
+                    let d = t.data[x as usize];
+                    if b.1 == 0 || d.priority > b.0 || (d.priority == b.0 && t.seq > b.1) {
+                        best[i] = (d.priority, t.seq, d.gate);
+                    }
+                }
+            }
+        }
+        let def = self.default_gate;
+        let mut gates = [0u16; MAX_BURST];
+        let mut any_drop = false;
+        for i in 0..n {
+            let g = if best[i].1 == 0 { def } else { best[i].2 };
+            if g != DROP_GATE {
+                status[i] = 0;
+                gates[i] = g;
+            } else if status[i] == 0 {
+                status[i] = if best[i].1 != 0 {
+                    DROP_RULE + 1
+                } else {
+                    DROP_NO_MATCH + 1
+                } as u8;
+            }
+            any_drop |= status[i] != 0;
+        }
+        split(ctx, batch, &gates, &status, any_drop);
     }
 }
 
