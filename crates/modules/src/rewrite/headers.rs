@@ -70,6 +70,24 @@ pub fn parse_mac(s: &str, field: &str) -> bessemer_core::Result<[u8; 6]> {
     Ok(out)
 }
 
+/// The commands of a class with no runtime configuration (the NAT classes, as in BESS):
+/// `get_initial_arg` answers `initial_arg()`; `get_runtime_config` answers an empty message
+/// and `set_runtime_config` accepts one.
+pub fn no_runtime_config_command(
+    cmd: &str,
+    arg: &bessemer_core::Value,
+    initial_arg: impl FnOnce() -> bessemer_core::Value,
+) -> bessemer_core::Result<bessemer_core::Value> {
+    bessemer_core::Args::new(arg, "EmptyArg")?.finish()?;
+    match cmd {
+        "get_initial_arg" => Ok(initial_arg()),
+        "get_runtime_config" | "set_runtime_config" => Ok(bessemer_core::Value::map()),
+        _ => Err(bessemer_core::Error::invalid(format!(
+            "unknown command '{cmd}'"
+        ))),
+    }
+}
+
 /// Test helpers: hex literals and an independent checksum reference.
 #[cfg(test)]
 pub mod test_util {

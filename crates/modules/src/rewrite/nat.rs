@@ -14,7 +14,9 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use super::headers::{dispatch, ipv4_string, parse_ipv4, Verdict, ALL_GATE0};
+use super::headers::{
+    dispatch, ipv4_string, no_runtime_config_command, parse_ipv4, Verdict, ALL_GATE0,
+};
 use super::ip_swap::ipv4_drop;
 use crate::checksum::{self, PROTO_TCP, PROTO_UDP, TCP_CSUM_OFFSET, UDP_CSUM_OFFSET};
 use crate::headers::{be16, be32, eth_ipv4, ip, put16, put32, PROTO_ICMP};
@@ -256,22 +258,11 @@ impl Nat {
         put32(d, addr_off, new_addr);
         put16(d, flow.port_off, new_port);
         let l3_inc = checksum::increment32(old_addr, new_addr);
-        let csum = ip_off + ip::CSUM;
-        put16(d, csum, checksum::apply(be16(d, csum), l3_inc));
+        checksum::apply_at(d, ip_off + ip::CSUM, l3_inc);
         let l4_inc = l3_inc + checksum::increment16(old_port, new_port);
         match flow.proto {
-            PROTO_TCP => {
-                let c = l4 + TCP_CSUM_OFFSET;
-                put16(d, c, checksum::apply(be16(d, c), l4_inc));
-            }
-            PROTO_UDP => {
-                let c = l4 + UDP_CSUM_OFFSET;
-                // Zero means the sender computed no checksum: leave it so.
-                let old = be16(d, c);
-                if old != 0 {
-                    put16(d, c, checksum::udp_wire(checksum::apply(old, l4_inc)));
-                }
-            }
+            PROTO_TCP => checksum::apply_l4_at(d, l4 + TCP_CSUM_OFFSET, PROTO_TCP, l4_inc),
+            PROTO_UDP => checksum::apply_l4_at(d, l4 + UDP_CSUM_OFFSET, PROTO_UDP, l4_inc),
             _ => {
                 // ICMP has no pseudo-header: only the identifier changed.
                 let c = l4 + ICMP_CSUM;
@@ -426,13 +417,7 @@ impl Module for Nat {
     }
 
     fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
-        Args::new(arg, "EmptyArg")?.finish()?;
-        match cmd {
-            "get_initial_arg" => Ok(self.initial_arg()),
-            // BESS has no runtime configuration for NAT either.
-            "get_runtime_config" | "set_runtime_config" => Ok(Value::map()),
-            _ => Err(Error::invalid(format!("unknown command '{cmd}'"))),
-        }
+        no_runtime_config_command(cmd, arg, || self.initial_arg())
     }
 
     fn desc(&self) -> String {

@@ -4,10 +4,12 @@
 //! leaves on output gate 1; input gate 1 carries external → internal traffic (destination
 //! addresses rewritten), which leaves on output gate 0, as BESS. Packets whose address is in
 //! no range pass untranslated on the same gates.
-use super::headers::{dispatch, ipv4_string, parse_ipv4, Verdict, ALL_GATE0};
+use super::headers::{
+    dispatch, ipv4_string, no_runtime_config_command, parse_ipv4, Verdict, ALL_GATE0,
+};
 use super::ip_swap::ipv4_drop;
 use crate::checksum::{self, PROTO_TCP, PROTO_UDP, TCP_CSUM_OFFSET, UDP_CSUM_OFFSET};
-use crate::headers::{be16, be32, eth_ipv4, ip, put16, put32};
+use crate::headers::{be32, eth_ipv4, ip, put32};
 use bessemer_core::{
     Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
 };
@@ -58,16 +60,9 @@ impl StaticNat {
         }
         let inc = checksum::increment32(old, new);
         put32(d, addr_off, new);
-        let c = info.off + ip::CSUM;
-        put16(d, c, checksum::apply(be16(d, c), inc));
+        checksum::apply_at(d, info.off + ip::CSUM, inc);
         if let Some(c) = l4_csum {
-            let hc = be16(d, c);
-            if info.proto == PROTO_TCP {
-                put16(d, c, checksum::apply(hc, inc));
-            } else if hc != 0 {
-                // A zero UDP checksum means "none" and stays so.
-                put16(d, c, checksum::udp_wire(checksum::apply(hc, inc)));
-            }
+            checksum::apply_l4_at(d, c, info.proto, inc);
         }
         Verdict::Gate(gate)
     }
@@ -152,12 +147,7 @@ impl Module for StaticNat {
     }
 
     fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
-        Args::new(arg, "EmptyArg")?.finish()?;
-        match cmd {
-            "get_initial_arg" => Ok(self.initial_arg()),
-            "get_runtime_config" | "set_runtime_config" => Ok(Value::map()),
-            _ => Err(Error::invalid(format!("unknown command '{cmd}'"))),
-        }
+        no_runtime_config_command(cmd, arg, || self.initial_arg())
     }
 
     fn desc(&self) -> String {
