@@ -1,7 +1,7 @@
 //! ArpResponder: answers ARP requests for configured IPv4 → MAC entries.
 use std::collections::HashMap;
 
-use super::headers::{dispatch, ipv4_string, parse_ipv4, parse_mac, Verdict, ALL_GATE0};
+use super::headers::{ipv4_string, parse_ipv4, parse_mac, process_each, Verdict};
 use crate::headers::{be32, ethertype, ETHERTYPE_ARP, ETH_LEN};
 use bessemer_core::{
     Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
@@ -85,11 +85,7 @@ impl ArpResponder {
 
 impl Module for ArpResponder {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        let mut v = ALL_GATE0;
-        for (i, p) in batch.pkts_mut().iter_mut().enumerate() {
-            v[i] = self.one(p.data_mut());
-        }
-        dispatch(ctx, batch, &v);
+        process_each(ctx, batch, |d| self.one(d));
     }
 
     fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {

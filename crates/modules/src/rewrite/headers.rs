@@ -40,6 +40,21 @@ pub fn dispatch(ctx: &mut Context, batch: &mut PacketBatch, v: &Verdicts) {
     }
 }
 
+/// Runs `f` on the bytes of every packet of `batch`, then sends each packet as the verdict `f`
+/// returned for it says (see [`dispatch`]).
+#[inline(always)]
+pub fn process_each(
+    ctx: &mut Context,
+    batch: &mut PacketBatch,
+    mut f: impl FnMut(&mut [u8]) -> Verdict,
+) {
+    let mut v = ALL_GATE0;
+    for (i, p) in batch.pkts_mut().iter_mut().enumerate() {
+        v[i] = f(p.data_mut());
+    }
+    dispatch(ctx, batch, &v);
+}
+
 /// Parses a dotted-quad IPv4 address for argument `field` of message `msg`.
 pub fn parse_ipv4(s: &str, field: &str) -> bessemer_core::Result<u32> {
     s.parse::<std::net::Ipv4Addr>()

@@ -1,5 +1,5 @@
 //! IPChecksum: computes (or verifies) the IPv4 header checksum.
-use super::headers::{dispatch, Verdict, ALL_GATE0};
+use super::headers::{process_each, Verdict};
 use crate::checksum;
 use crate::headers::{l3_after_tags, put16, ETHERTYPE_IPV4, L3};
 use bessemer_core::{Args, Context, Instance, Module, ModuleClass, PacketBatch};
@@ -51,11 +51,7 @@ impl IpChecksum {
 
 impl Module for IpChecksum {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        let mut v = ALL_GATE0;
-        for (i, p) in batch.pkts_mut().iter_mut().enumerate() {
-            v[i] = self.one(p.data_mut());
-        }
-        dispatch(ctx, batch, &v);
+        process_each(ctx, batch, |d| self.one(d));
     }
 
     fn desc(&self) -> String {

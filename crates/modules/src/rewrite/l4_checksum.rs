@@ -1,5 +1,5 @@
 //! L4Checksum: computes (or verifies) TCP and UDP checksums over IPv4 and IPv6.
-use super::headers::{dispatch, Verdict, ALL_GATE0};
+use super::headers::{process_each, Verdict};
 use crate::checksum::{self, PROTO_TCP, PROTO_UDP, TCP_CSUM_OFFSET, UDP_CSUM_OFFSET};
 use crate::headers::{
     be16, ipv4_at, l3_after_tags, put16, Ipv4Error, ETHERTYPE_IPV4, ETHERTYPE_IPV6, L3,
@@ -121,11 +121,7 @@ impl L4Checksum {
 
 impl Module for L4Checksum {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        let mut v = ALL_GATE0;
-        for (i, p) in batch.pkts_mut().iter_mut().enumerate() {
-            v[i] = self.one(p.data_mut());
-        }
-        dispatch(ctx, batch, &v);
+        process_each(ctx, batch, |d| self.one(d));
     }
 
     fn desc(&self) -> String {

@@ -14,9 +14,7 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use super::headers::{
-    dispatch, ipv4_string, no_runtime_config_command, parse_ipv4, Verdict, ALL_GATE0,
-};
+use super::headers::{ipv4_string, no_runtime_config_command, parse_ipv4, process_each, Verdict};
 use super::ip_swap::ipv4_drop;
 use crate::checksum::{self, PROTO_TCP, PROTO_UDP, TCP_CSUM_OFFSET, UDP_CSUM_OFFSET};
 use crate::headers::{be16, be32, eth_ipv4, ip, put16, put32, PROTO_ICMP};
@@ -405,15 +403,13 @@ fn parse(arg: &Value) -> Result<Vec<ExtAddr>> {
 impl Module for Nat {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, igate: u16) {
         let now = now(ctx);
-        let mut v = ALL_GATE0;
-        for (i, p) in batch.pkts_mut().iter_mut().enumerate() {
-            v[i] = if igate == 0 {
-                self.outbound(p.data_mut(), now)
+        process_each(ctx, batch, |d| {
+            if igate == 0 {
+                self.outbound(d, now)
             } else {
-                self.inbound(p.data_mut(), now)
-            };
-        }
-        dispatch(ctx, batch, &v);
+                self.inbound(d, now)
+            }
+        });
     }
 
     fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {

@@ -4,9 +4,7 @@
 //! leaves on output gate 1; input gate 1 carries external → internal traffic (destination
 //! addresses rewritten), which leaves on output gate 0, as BESS. Packets whose address is in
 //! no range pass untranslated on the same gates.
-use super::headers::{
-    dispatch, ipv4_string, no_runtime_config_command, parse_ipv4, Verdict, ALL_GATE0,
-};
+use super::headers::{ipv4_string, no_runtime_config_command, parse_ipv4, process_each, Verdict};
 use super::ip_swap::ipv4_drop;
 use crate::checksum::{self, PROTO_TCP, PROTO_UDP, TCP_CSUM_OFFSET, UDP_CSUM_OFFSET};
 use crate::headers::{be32, eth_ipv4, ip, put32};
@@ -139,11 +137,7 @@ fn parse(arg: &Value) -> Result<Vec<Pair>> {
 
 impl Module for StaticNat {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, igate: u16) {
-        let mut v = ALL_GATE0;
-        for (i, p) in batch.pkts_mut().iter_mut().enumerate() {
-            v[i] = self.one(p.data_mut(), igate == 0);
-        }
-        dispatch(ctx, batch, &v);
+        process_each(ctx, batch, |d| self.one(d, igate == 0));
     }
 
     fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
