@@ -38,7 +38,15 @@ impl FastRng {
 }
 
 use bessemer_core::module::MAX_GATES;
+use bessemer_core::sched::TaskResult;
 use bessemer_core::{Error, Result, Value};
+
+/// What a task run that found nothing to do returns (its leaf may back off).
+pub const IDLE: TaskResult = TaskResult {
+    block: true,
+    packets: 0,
+    bits: 0,
+};
 
 /// Parses a repeated `gates` field: each an output gate id below MAX_GATES.
 pub fn parse_gates(list: &[Value], msg: &str, allow_empty: bool) -> Result<Vec<u16>> {

@@ -4,6 +4,7 @@
 //! Expressions are compiled by libpcap (for Ethernet, snaplen 65535) into classic BPF, which
 //! a small interpreter here runs with every packet load checked against the packet length;
 //! a load past the end ends the program with "no match", as the kernel's filter does.
+use crate::util::IDLE;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 use std::sync::{Mutex, RwLock};
 
@@ -412,11 +413,7 @@ impl SharedModule for Bpf {
     }
 
     fn run_task(&self, _ctx: &mut Context, _arg: u64) -> TaskResult {
-        TaskResult {
-            block: true,
-            packets: 0,
-            bits: 0,
-        }
+        IDLE
     }
 
     fn command(&self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {

@@ -10,7 +10,7 @@ use bessemer_core::{
 };
 
 use crate::hash::crc32c;
-use crate::util::gates_value;
+use crate::util::{gates_value, IDLE};
 
 /// Most gates one HashLB spreads over (BESS's MAX_HLB_GATES).
 pub const MAX_HLB_GATES: usize = 16384;
@@ -145,11 +145,7 @@ impl SharedModule for HashLB {
     }
 
     fn run_task(&self, _ctx: &mut Context, _arg: u64) -> TaskResult {
-        TaskResult {
-            block: true,
-            packets: 0,
-            bits: 0,
-        }
+        IDLE
     }
 
     fn command(&self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {

@@ -6,6 +6,7 @@ pub mod port_out;
 pub mod queue_inc;
 pub mod queue_out;
 
+use crate::util::IDLE;
 use bessemer_core::port::{QueueClaim, RxQueue, TxQueue};
 use bessemer_core::sched::TaskResult;
 use bessemer_core::{Args, Context, Error, ModuleClass, PacketBatch, Result, Value, MAX_BURST};
@@ -34,11 +35,7 @@ impl Rx {
         let mut batch = PacketBatch::new();
         let n = self.queue.recv(ctx.cache(), &mut batch, burst);
         if n == 0 {
-            return TaskResult {
-                block: true,
-                packets: 0,
-                bits: 0,
-            };
+            return IDLE;
         }
         let bytes: usize = batch.pkts().iter().map(|p| p.len()).sum();
         let st = self.claim.stats();
