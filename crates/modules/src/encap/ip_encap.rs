@@ -1,11 +1,10 @@
 //! IPEncap: prepends an IPv4 header built from metadata attributes.
-use bessemer_core::{
-    AccessMode, Args, AttrSpec, Context, Instance, Module, ModuleClass, PacketBatch, Value,
-};
+use bessemer_core::{AccessMode, Args, Context, Instance, Module, ModuleClass, PacketBatch, Value};
 
 use super::retain_or_drop;
 use crate::checksum;
 use crate::headers::ETHERTYPE_IPV4;
+use crate::util::add_attrs;
 
 const ATTR_SRC: usize = 0;
 const ATTR_DST: usize = 1;
@@ -77,19 +76,16 @@ pub static CLASS: ModuleClass = ModuleClass {
     mt_safe: false,
     create: |init, arg: &Value| {
         Args::new(arg, "IPEncapArg")?.finish()?;
-        for (name, size, mode) in [
-            ("ip_src", 4, AccessMode::Read),
-            ("ip_dst", 4, AccessMode::Read),
-            ("ip_proto", 1, AccessMode::Read),
-            ("ip_nexthop", 4, AccessMode::Write),
-            ("ether_type", 2, AccessMode::Write),
-        ] {
-            init.add_attr(AttrSpec {
-                name: name.to_string(),
-                size,
-                mode,
-            })?;
-        }
+        add_attrs(
+            init,
+            &[
+                ("ip_src", 4, AccessMode::Read),
+                ("ip_dst", 4, AccessMode::Read),
+                ("ip_proto", 1, AccessMode::Read),
+                ("ip_nexthop", 4, AccessMode::Write),
+                ("ether_type", 2, AccessMode::Write),
+            ],
+        )?;
         Ok(Instance::Exclusive(Box::new(IpEncap)))
     },
 };

@@ -1,13 +1,14 @@
 //! VXLANDecap: strips the outer Ethernet/IPv4/UDP/VXLAN headers, keeping the tunnel
 //! endpoints and VNI in metadata.
 use bessemer_core::{
-    AccessMode, Args, AttrSpec, Context, Instance, Module, ModuleClass, Packet, PacketBatch, Value,
+    AccessMode, Args, Context, Instance, Module, ModuleClass, Packet, PacketBatch, Value,
 };
 use smoltcp::wire::UdpPacket;
 
 use super::retain_or_drop;
 use crate::checksum::PROTO_UDP;
 use crate::headers::{be32, eth_ipv4, ip, Ipv4Error, ETH_LEN};
+use crate::util::add_attrs;
 
 const ATTR_TUN_SRC: usize = 0;
 const ATTR_TUN_DST: usize = 1;
@@ -112,13 +113,14 @@ pub static CLASS: ModuleClass = ModuleClass {
     mt_safe: false,
     create: |init, arg: &Value| {
         Args::new(arg, "VXLANDecapArg")?.finish()?;
-        for name in ["tun_ip_src", "tun_ip_dst", "tun_id"] {
-            init.add_attr(AttrSpec {
-                name: name.to_string(),
-                size: 4,
-                mode: AccessMode::Write,
-            })?;
-        }
+        add_attrs(
+            init,
+            &[
+                ("tun_ip_src", 4, AccessMode::Write),
+                ("tun_ip_dst", 4, AccessMode::Write),
+                ("tun_id", 4, AccessMode::Write),
+            ],
+        )?;
         Ok(Instance::Exclusive(Box::new(VxlanDecap)))
     },
 };

@@ -1,12 +1,13 @@
 //! VXLANEncap: prepends UDP and VXLAN headers; the outer IP and Ethernet headers come from
 //! IPEncap and EtherEncap downstream, fed by the metadata this module writes.
 use bessemer_core::{
-    AccessMode, Args, AttrSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Value,
+    AccessMode, Args, Context, Error, Instance, Module, ModuleClass, PacketBatch, Value,
 };
 
 use super::retain_or_drop;
 use crate::hash::crc32c;
 use crate::headers::ETH_LEN;
+use crate::util::add_attrs;
 
 const ATTR_TUN_SRC: usize = 0;
 const ATTR_TUN_DST: usize = 1;
@@ -114,20 +115,17 @@ pub static CLASS: ModuleClass = ModuleClass {
                 )))
             }
         };
-        for (name, size, mode) in [
-            ("tun_ip_src", 4, AccessMode::Read),
-            ("tun_ip_dst", 4, AccessMode::Read),
-            ("tun_id", 4, AccessMode::Read),
-            ("ip_src", 4, AccessMode::Write),
-            ("ip_dst", 4, AccessMode::Write),
-            ("ip_proto", 1, AccessMode::Write),
-        ] {
-            init.add_attr(AttrSpec {
-                name: name.to_string(),
-                size,
-                mode,
-            })?;
-        }
+        add_attrs(
+            init,
+            &[
+                ("tun_ip_src", 4, AccessMode::Read),
+                ("tun_ip_dst", 4, AccessMode::Read),
+                ("tun_id", 4, AccessMode::Read),
+                ("ip_src", 4, AccessMode::Write),
+                ("ip_dst", 4, AccessMode::Write),
+                ("ip_proto", 1, AccessMode::Write),
+            ],
+        )?;
         Ok(Instance::Exclusive(Box::new(VxlanEncap {
             dstport: port.to_be_bytes(),
         })))
