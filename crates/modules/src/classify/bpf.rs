@@ -537,14 +537,8 @@ mod tests {
         t
     }
 
-    fn matches(expr: &str, pkt: &[u8]) -> bool {
-        let prog = compile(expr).unwrap();
-        validate(&prog).unwrap();
-        run(&prog, pkt) != 0
-    }
-
-    #[test]
-    fn real_tcpdump_expressions() {
+    /// A DNS query and web requests from inside and outside 10.0.0.0/8.
+    fn sample_flows() -> (Vec<u8>, Vec<u8>, Vec<u8>) {
         let dns = eth(
             0x0800,
             &ip([10, 1, 1, 1], [8, 8, 8, 8], 17, 0, &udp(5000, 53)),
@@ -557,6 +551,18 @@ mod tests {
             0x0800,
             &ip([11, 1, 1, 1], [1, 2, 3, 4], 6, 0, &tcp(4000, 80)),
         );
+        (dns, web, web_ext)
+    }
+
+    fn matches(expr: &str, pkt: &[u8]) -> bool {
+        let prog = compile(expr).unwrap();
+        validate(&prog).unwrap();
+        run(&prog, pkt) != 0
+    }
+
+    #[test]
+    fn real_tcpdump_expressions() {
+        let (dns, web, web_ext) = sample_flows();
         let arp = eth(0x0806, &[0u8; 28]);
         let v6 = eth(0x86dd, &[0x60; 40]);
         let mut tagged = DST.to_vec();
@@ -588,10 +594,7 @@ mod tests {
 
     #[test]
     fn loads_past_the_end_do_not_match() {
-        let dns = eth(
-            0x0800,
-            &ip([10, 1, 1, 1], [8, 8, 8, 8], 17, 0, &udp(5000, 53)),
-        );
+        let (dns, _, _) = sample_flows();
         // Cut inside the UDP ports: the port load fails, so no match, and no panic.
         assert!(!matches("udp dst port 53", &dns[..36]));
         assert!(matches("udp dst port 53", &dns[..38]));
@@ -728,18 +731,7 @@ mod tests {
         )
         .unwrap();
         let caps: Vec<_> = (0..5).map(|g| h.capture("bpf", g)).collect();
-        let dns = eth(
-            0x0800,
-            &ip([10, 1, 1, 1], [8, 8, 8, 8], 17, 0, &udp(5000, 53)),
-        );
-        let web = eth(
-            0x0800,
-            &ip([10, 1, 1, 1], [1, 2, 3, 4], 6, 0, &tcp(4000, 80)),
-        );
-        let web_ext = eth(
-            0x0800,
-            &ip([11, 1, 1, 1], [1, 2, 3, 4], 6, 0, &tcp(4000, 80)),
-        );
+        let (dns, web, web_ext) = sample_flows();
         let icmp = eth(
             0x0800,
             &ip([11, 1, 1, 1], [1, 2, 3, 4], 1, 0, &[8, 0, 0, 0]),
