@@ -55,6 +55,23 @@ pub fn process_each(
     dispatch(ctx, batch, &v);
 }
 
+/// Splits off the packets of `batch` shorter than `min_len`, runs `f` on the rest, then drops
+/// the short ones under `reason` and forwards the rest out of gate 0.
+#[inline(always)]
+pub fn on_long_enough(
+    ctx: &mut Context,
+    batch: &mut PacketBatch,
+    min_len: usize,
+    reason: usize,
+    f: impl FnOnce(&mut Context, &mut PacketBatch),
+) {
+    let mut short = PacketBatch::new();
+    batch.split_off_if(&mut short, |p| p.len() >= min_len);
+    f(ctx, batch);
+    ctx.drop_batch(&mut short, reason);
+    ctx.forward(0, batch);
+}
+
 /// Parses a dotted-quad IPv4 address for argument `field` of message `msg`.
 pub fn parse_ipv4(s: &str, field: &str) -> bessemer_core::Result<u32> {
     s.parse::<std::net::Ipv4Addr>()
