@@ -232,3 +232,42 @@ pub fn strip_outer_tag(p: &mut Packet) {
     let ok = p.adj(VLAN_LEN);
     debug_assert!(ok, "outer_tag checked the length");
 }
+
+/// Test helpers: hex literals and an independent checksum reference.
+#[cfg(test)]
+pub mod test_util {
+    /// Bytes from a hex string (whitespace ignored).
+    pub fn hex(s: &str) -> Vec<u8> {
+        let s: String = s.split_whitespace().collect();
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    /// True if the IPv4 header at `off` and its TCP/UDP/ICMP checksum verify, using smoltcp's
+    /// implementation (independent of `crate::checksum`).
+    pub fn checksums_ok(frame: &[u8], off: usize) -> bool {
+        use smoltcp::wire::{
+            Icmpv4Packet, IpAddress, IpProtocol, Ipv4Packet, TcpPacket, UdpPacket,
+        };
+        let ip = Ipv4Packet::new_checked(&frame[off..]).unwrap();
+        if !ip.verify_checksum() {
+            return false;
+        }
+        if ip.frag_offset() != 0 || ip.more_frags() {
+            return true;
+        }
+        let (s, d) = (
+            IpAddress::Ipv4(ip.src_addr()),
+            IpAddress::Ipv4(ip.dst_addr()),
+        );
+        let pl = &ip.payload()[..ip.total_len() as usize - ip.header_len() as usize];
+        match ip.next_header() {
+            IpProtocol::Udp => UdpPacket::new_checked(pl).unwrap().verify_checksum(&s, &d),
+            IpProtocol::Tcp => TcpPacket::new_checked(pl).unwrap().verify_checksum(&s, &d),
+            IpProtocol::Icmp => Icmpv4Packet::new_checked(pl).unwrap().verify_checksum(),
+            _ => true,
+        }
+    }
+}

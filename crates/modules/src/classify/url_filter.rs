@@ -536,6 +536,7 @@ pub static CLASS: ModuleClass = ModuleClass {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::headers::test_util::hex;
     use bessemer_core::testing::{CaptureHandle, Harness};
 
     const CLIENT_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0x0a];
@@ -560,13 +561,6 @@ mod tests {
 
     fn seg(seq: u32, flags: u8, payload: &[u8]) -> Vec<u8> {
         seg_from(40000, seq, 5000, flags, payload)
-    }
-
-    fn hex(s: &str) -> Vec<u8> {
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
     }
 
     fn blacklist(entries: &[(&str, &str)]) -> Value {

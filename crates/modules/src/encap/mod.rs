@@ -49,6 +49,8 @@ pub(crate) mod testutil {
     //! Test helpers shared by the encapsulation tests.
     use bessemer_core::{Context, Instance, Module, ModuleClass, PacketBatch, Value};
 
+    pub use crate::headers::test_util::hex;
+
     struct EatHeadroom;
 
     impl Module for EatHeadroom {
@@ -117,14 +119,5 @@ pub(crate) mod testutil {
         let mut it = inp.iter();
         out.iter()
             .all(|o| it.by_ref().any(|i| i.len() >= o.len() && i.ends_with(o)))
-    }
-
-    /// Parses a hex string with optional spaces into bytes.
-    pub fn hex(s: &str) -> Vec<u8> {
-        let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
     }
 }

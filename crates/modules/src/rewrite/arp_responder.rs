@@ -150,8 +150,8 @@ pub static CLASS: ModuleClass = ModuleClass {
 
 #[cfg(test)]
 mod tests {
-    use super::super::headers::test_util::hex;
     use super::*;
+    use crate::headers::test_util::hex;
     use bessemer_core::testing::Harness;
 
     const REQ: &str = "ffffffff ffff0200 000000aa 08060001 08000604 00010200 000000aa 0a000002 00000000 00000a00 00010000 00000000 00000000 00000000 00000000";

@@ -68,8 +68,8 @@ pub static CLASS: ModuleClass = ModuleClass {
 
 #[cfg(test)]
 mod tests {
-    use super::super::headers::test_util::{checksums_ok, hex};
     use super::*;
+    use crate::headers::test_util::{checksums_ok, hex};
     use bessemer_core::testing::Harness;
     use bessemer_core::Value;
 

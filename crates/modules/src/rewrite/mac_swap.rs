@@ -42,8 +42,8 @@ pub static CLASS: ModuleClass = ModuleClass {
 
 #[cfg(test)]
 mod tests {
-    use super::super::headers::test_util::hex;
     use super::*;
+    use crate::headers::test_util::hex;
     use bessemer_core::testing::Harness;
     use bessemer_core::Value;
 

@@ -479,8 +479,8 @@ pub static CLASS: ModuleClass = ModuleClass {
 
 #[cfg(test)]
 mod tests {
-    use super::super::headers::test_util::{checksums_ok, hex};
     use super::*;
+    use crate::headers::test_util::{checksums_ok, hex};
     use bessemer_core::testing::Harness;
 
     const UDP_OUT: &str = "02000000 00020200 00000001 08004500 001d0001 40004011 20bf0a00 00010808 080804d2 00350009 6fc471";
@@ -795,8 +795,8 @@ mod tests {
 
 #[cfg(test)]
 mod proptests {
-    use super::super::headers::test_util::checksums_ok;
     use super::*;
+    use crate::headers::test_util::checksums_ok;
     use bessemer_core::testing::Harness;
     use proptest::prelude::*;
     use smoltcp::wire::{Icmpv4Packet, IpAddress, Ipv4Packet, TcpPacket, UdpPacket};

@@ -188,8 +188,8 @@ pub static CLASS: ModuleClass = ModuleClass {
 
 #[cfg(test)]
 mod tests {
-    use super::super::headers::test_util::{checksums_ok, hex};
     use super::*;
+    use crate::headers::test_util::{checksums_ok, hex};
     use bessemer_core::testing::Harness;
 
     const UDP_F: &str = "02000000 00020200 00000001 08004500 001d0001 40004011 20bb0a00 00050808 080804d2 00350009 6fc071";
