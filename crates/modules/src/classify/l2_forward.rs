@@ -6,7 +6,7 @@ use bessemer_core::{
 };
 
 use super::table::{check_gate, hash_words, prefetch, DROP_GATE};
-use crate::headers::ETH_LEN;
+use crate::headers::{mac_from_str, ETH_LEN};
 
 const DROP_NO_MATCH: usize = 0;
 const DROP_TOO_SHORT: usize = 1;
@@ -142,17 +142,9 @@ impl MacTable {
 
 /// Parses "aa:bb:cc:dd:ee:ff" (1-2 hex digits per byte) into the table's address word.
 fn parse_mac(s: &str) -> Option<u64> {
-    let parts: Vec<&str> = s.split(':').collect();
-    if parts.len() != 6 {
-        return None;
-    }
+    let mac = mac_from_str(s)?;
     let mut b = [0u8; 8];
-    for (i, p) in parts.iter().enumerate() {
-        if p.is_empty() || p.len() > 2 {
-            return None;
-        }
-        b[i] = u8::from_str_radix(p, 16).ok()?;
-    }
+    b[..6].copy_from_slice(&mac);
     Some(u64::from_le_bytes(b))
 }
 

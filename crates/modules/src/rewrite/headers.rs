@@ -86,20 +86,8 @@ pub fn ipv4_string(a: u32) -> String {
 
 /// Parses a MAC address "aa:bb:cc:dd:ee:ff" for argument `field`.
 pub fn parse_mac(s: &str, field: &str) -> bessemer_core::Result<[u8; 6]> {
-    let bad = || bessemer_core::Error::invalid(format!("{field}: invalid MAC address '{s}'"));
-    let mut out = [0u8; 6];
-    let mut parts = s.split(':');
-    for b in out.iter_mut() {
-        let p = parts.next().ok_or_else(bad)?;
-        if p.is_empty() || p.len() > 2 {
-            return Err(bad());
-        }
-        *b = u8::from_str_radix(p, 16).map_err(|_| bad())?;
-    }
-    if parts.next().is_some() {
-        return Err(bad());
-    }
-    Ok(out)
+    crate::headers::mac_from_str(s)
+        .ok_or_else(|| bessemer_core::Error::invalid(format!("{field}: invalid MAC address '{s}'")))
 }
 
 /// The commands of a class with no runtime configuration (the NAT classes, as in BESS):
