@@ -233,6 +233,37 @@ pub fn strip_outer_tag(p: &mut Packet) {
     debug_assert!(ok, "outer_tag checked the length");
 }
 
+/// Length of an IPv4 header without options.
+pub const IPV4_MIN_LEN: usize = 20;
+
+/// Writes an IPv4 header without options into `h[..20]` (TOS 0, identification 0) with total
+/// length `total`, the flags/fragment-offset word `flags_frag`, `ttl`, `proto`, `src` and
+/// `dst`, and its checksum.
+#[inline]
+pub fn put_ipv4_header(
+    h: &mut [u8],
+    total: u16,
+    flags_frag: u16,
+    ttl: u8,
+    proto: u8,
+    src: [u8; 4],
+    dst: [u8; 4],
+) {
+    let h = &mut h[..IPV4_MIN_LEN];
+    h[0] = 0x45;
+    h[1] = 0;
+    put16(h, 2, total);
+    put16(h, 4, 0);
+    put16(h, 6, flags_frag);
+    h[ip::TTL] = ttl;
+    h[9] = proto;
+    put16(h, ip::CSUM, 0);
+    h[ip::SRC..ip::SRC + 4].copy_from_slice(&src);
+    h[ip::DST..ip::DST + 4].copy_from_slice(&dst);
+    let c = crate::checksum::ipv4_header(h);
+    put16(h, ip::CSUM, c);
+}
+
 /// Parses a MAC address "aa:bb:cc:dd:ee:ff" (six parts of 1 or 2 hex digits).
 pub fn mac_from_str(s: &str) -> Option<[u8; 6]> {
     let mut out = [0u8; 6];

@@ -14,7 +14,7 @@ use bessemer_core::{
 use smoltcp::wire::TcpPacket;
 
 use crate::checksum::PROTO_TCP;
-use crate::headers::{be32, eth_ipv4, ip, Ipv4Error};
+use crate::headers::{be32, eth_ipv4, ip, put_ipv4_header, Ipv4Error};
 
 const DROP_BLOCKED: usize = 0;
 const DROP_TOO_SHORT: usize = 1;
@@ -366,15 +366,15 @@ fn build_reply(r: &Reply, body: &[u8], out: &mut [u8]) {
     out[0..6].copy_from_slice(&r.eth_dst);
     out[6..12].copy_from_slice(&r.eth_src);
     out[12..14].copy_from_slice(&[0x08, 0x00]);
-    let ip = &mut out[14..34];
-    ip.copy_from_slice(&[
-        0x45, 0, 0, 0, 0, 0, 0, 0, 64, 6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    ]);
-    ip[2..4].copy_from_slice(&total.to_be_bytes());
-    ip[12..16].copy_from_slice(&r.src.to_be_bytes());
-    ip[16..20].copy_from_slice(&r.dst.to_be_bytes());
-    let c = checksum::ipv4_header(ip);
-    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    put_ipv4_header(
+        &mut out[14..34],
+        total,
+        0,
+        64,
+        PROTO_TCP,
+        r.src.to_be_bytes(),
+        r.dst.to_be_bytes(),
+    );
     let tcp = &mut out[34..54];
     tcp.fill(0);
     tcp[0..2].copy_from_slice(&r.sport.to_be_bytes());

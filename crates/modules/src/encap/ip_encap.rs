@@ -2,8 +2,7 @@
 use bessemer_core::{AccessMode, Args, Context, Instance, Module, ModuleClass, PacketBatch, Value};
 
 use super::retain_or_drop;
-use crate::checksum;
-use crate::headers::ETHERTYPE_IPV4;
+use crate::headers::{put_ipv4_header, ETHERTYPE_IPV4, IPV4_MIN_LEN};
 use crate::util::add_attrs;
 
 const ATTR_SRC: usize = 0;
@@ -15,9 +14,8 @@ const ATTR_ETHER_TYPE: usize = 4;
 const DROP_NO_HEADROOM: usize = 0;
 
 // A packet never exceeds its frame, so the IPv4 total length always fits in 16 bits.
-const _: () = assert!(bessemer_core::packet::FRAME_SIZE + IPV4_HDR_LEN <= u16::MAX as usize);
+const _: () = assert!(bessemer_core::packet::FRAME_SIZE + IPV4_MIN_LEN <= u16::MAX as usize);
 
-const IPV4_HDR_LEN: usize = 20;
 /// Flags/fragment word with only Don't Fragment set (as BESS sends).
 const IPV4_DF: u16 = 0x4000;
 const DEFAULT_TTL: u8 = 64;
@@ -35,23 +33,12 @@ impl Module for IpEncap {
             let s: [u8; 4] = p.get_attr(src);
             let d: [u8; 4] = p.get_attr(dst);
             let [pr]: [u8; 1] = p.get_attr(proto);
-            let total = (p.len() + IPV4_HDR_LEN) as u16;
+            let total = (p.len() + IPV4_MIN_LEN) as u16;
             // BESS leaves a packet without headroom unchanged; we drop and count it instead.
-            let Some(h) = p.prepend(IPV4_HDR_LEN) else {
+            let Some(h) = p.prepend(IPV4_MIN_LEN) else {
                 return Some(DROP_NO_HEADROOM);
             };
-            h[0] = 0x45;
-            h[1] = 0;
-            h[2..4].copy_from_slice(&total.to_be_bytes());
-            h[4..6].fill(0);
-            h[6..8].copy_from_slice(&IPV4_DF.to_be_bytes());
-            h[8] = DEFAULT_TTL;
-            h[9] = pr;
-            h[10..12].fill(0);
-            h[12..16].copy_from_slice(&s);
-            h[16..20].copy_from_slice(&d);
-            let c = checksum::ipv4_header(h);
-            h[checksum::IPV4_CSUM_OFFSET..][..2].copy_from_slice(&c.to_be_bytes());
+            put_ipv4_header(h, total, IPV4_DF, DEFAULT_TTL, pr, s, d);
             p.set_attr(nexthop, &d);
             p.set_attr(ether_type, &ETHERTYPE_IPV4.to_be_bytes());
             None
@@ -117,8 +104,18 @@ mod tests {
     #[test]
     fn checksum_matches_a_known_header() {
         // The classic example header from RFC 1071 discussions: checksum 0xb861.
-        let h = hex("4500 0073 0000 4000 4011 0000 c0a8 0001 c0a8 00c7");
-        assert_eq!(checksum::ipv4_header(&h), 0xb861);
+        let want = hex("4500 0073 0000 4000 4011 b861 c0a8 0001 c0a8 00c7");
+        let mut h = [0xffu8; 20];
+        put_ipv4_header(
+            &mut h,
+            0x73,
+            IPV4_DF,
+            DEFAULT_TTL,
+            0x11,
+            [192, 168, 0, 1],
+            [192, 168, 0, 199],
+        );
+        assert_eq!(h[..], want[..]);
     }
 
     #[test]
