@@ -6,9 +6,8 @@ use bessemer_core::{
 };
 
 use super::table::{
-    check_field_count, check_gate, field_data, fields_value, hash_words, key_len_words, key_words,
-    parse_fields, process_batch, shared_command, split, FlatTable, KeyBuilder, MatchField,
-    RuleClassifier, DROP_GATE,
+    check_field_count, check_gate, field_data, fields_value, hash_words, key_words, parse_fields,
+    process_batch, shared_command, split, FlatTable, Matcher, RuleClassifier, DROP_GATE,
 };
 
 const DROP_NO_MATCH: usize = 0;
@@ -17,29 +16,26 @@ const DROP_RULE: usize = 2;
 
 /// Multi-field exact-match classifier.
 pub struct ExactMatch {
-    fields: Vec<MatchField>,
+    matcher: Matcher,
     /// Configured masks (empty when none was given, as BESS reports them back).
     masks_given: bool,
     /// Per-byte mask over the whole key (zero outside fields).
     mask: [u8; 64],
-    keys: KeyBuilder,
-    words: usize,
     table: FlatTable,
-    default_gate: u16,
 }
 
 impl ExactMatch {
     /// Builds the table key of a rule from its FieldData values.
     fn rule_key(&self, list: &[Value], what: &str) -> Result<Vec<u64>> {
-        if list.len() != self.fields.len() {
+        if list.len() != self.matcher.fields.len() {
             return Err(Error::invalid(format!(
                 "{what}.fields: rule should have {} fields (has {})",
-                self.fields.len(),
+                self.matcher.fields.len(),
                 list.len()
             )));
         }
         let mut key = [0u8; 64];
-        for (i, (v, f)) in list.iter().zip(&self.fields).enumerate() {
+        for (i, (v, f)) in list.iter().zip(&self.matcher.fields).enumerate() {
             let b = field_data(v, f.size, &format!("{what}.fields[{i}]"))?.ok_or_else(|| {
                 Error::invalid(format!(
                     "{what}.fields[{i}]: value_bin or value_int required"
@@ -53,7 +49,7 @@ impl ExactMatch {
         }
         let mut w = [0u64; 8];
         key_words(&key, &mut w);
-        Ok(w[..self.words].to_vec())
+        Ok(w[..self.matcher.words].to_vec())
     }
 }
 
@@ -61,14 +57,11 @@ impl RuleClassifier for ExactMatch {
     const CLASS: &'static str = "ExactMatch";
     type Rules = FlatTable;
 
-    fn fields(&self) -> &[MatchField] {
-        &self.fields
+    fn matcher(&self) -> &Matcher {
+        &self.matcher
     }
-    fn words(&self) -> usize {
-        self.words
-    }
-    fn default_gate_mut(&mut self) -> &mut u16 {
-        &mut self.default_gate
+    fn matcher_mut(&mut self) -> &mut Matcher {
+        &mut self.matcher
     }
     fn add_rule(&mut self, arg: &Value, what: &str) -> Result<()> {
         let mut a = Args::new(arg, what)?;
@@ -95,6 +88,7 @@ impl RuleClassifier for ExactMatch {
                     c.copy_from_slice(&w.to_le_bytes());
                 }
                 let vals = self
+                    .matcher
                     .fields
                     .iter()
                     .map(|f| bytes[f.pos..f.pos + f.size].to_vec())
@@ -119,7 +113,7 @@ impl RuleClassifier for ExactMatch {
             .collect()
     }
     fn take_rules(&mut self) -> FlatTable {
-        std::mem::replace(&mut self.table, FlatTable::new(self.words))
+        std::mem::replace(&mut self.table, FlatTable::new(self.matcher.words))
     }
     fn put_rules(&mut self, rules: FlatTable) {
         self.table = rules;
@@ -134,7 +128,7 @@ impl RuleClassifier for ExactMatch {
         let mut status = [0u8; MAX_BURST];
         let mut gates = [0u16; MAX_BURST];
         for (i, p) in batch.pkts().iter().enumerate() {
-            match self.keys.build::<W>(offs, p) {
+            match self.matcher.keys.build::<W>(offs, p) {
                 Some(k) => {
                     keys[i] = k;
                     hashes[i] = hash_words(&k);
@@ -143,7 +137,7 @@ impl RuleClassifier for ExactMatch {
                 None => status[i] = (DROP_TOO_SHORT + 1) as u8,
             }
         }
-        let def = self.default_gate;
+        let def = self.matcher.default_gate;
         let mut any_drop = false;
         for i in 0..n {
             let found = if status[i] == 0 {
@@ -201,9 +195,10 @@ impl Module for ExactMatch {
             }
             "get_initial_arg" => {
                 Args::new(arg, "EmptyArg")?.finish()?;
-                let mut v = Value::map().with("fields", fields_value(&self.fields));
+                let mut v = Value::map().with("fields", fields_value(&self.matcher.fields));
                 if self.masks_given {
                     let masks = self
+                        .matcher
                         .fields
                         .iter()
                         .map(|f| {
@@ -221,7 +216,11 @@ impl Module for ExactMatch {
     }
 
     fn desc(&self) -> String {
-        format!("{} fields, {} rules", self.fields.len(), self.table.len())
+        format!(
+            "{} fields, {} rules",
+            self.matcher.fields.len(),
+            self.table.len()
+        )
     }
 }
 
@@ -251,20 +250,16 @@ fn create(init: &mut bessemer_core::InitContext, arg: &Value) -> Result<Instance
         }
         Ok(())
     })?;
-    let words = key_len_words(&parsed);
     let field_masks: Vec<Option<Vec<u8>>> = parsed
         .iter()
         .map(|f| Some(mask[f.pos..f.pos + f.size].to_vec()))
         .collect();
-    let keys = KeyBuilder::new(&parsed, &field_masks);
+    let matcher = Matcher::new(parsed, &field_masks);
     Ok(Instance::Exclusive(Box::new(ExactMatch {
-        fields: parsed,
+        table: FlatTable::new(matcher.words),
+        matcher,
         masks_given: !masks.is_empty(),
         mask,
-        keys,
-        words,
-        table: FlatTable::new(words),
-        default_gate: DROP_GATE,
     })))
 }
 

@@ -568,20 +568,44 @@ pub fn fields_value(fields: &[MatchField]) -> Value {
     Value::List(fields.iter().map(field_value).collect())
 }
 
-/// What ExactMatch and WildcardMatch share around their tables: match fields read into keys
-/// of `words()` words, a default gate, and rules added one at a time.
+/// What a field classifier keeps besides its rules: the match fields, the key builder, the key
+/// length in 64-bit words (1..=8) and the gate of packets that match no rule.
+pub struct Matcher {
+    /// The match fields, laid out one after another in the key.
+    pub fields: Vec<MatchField>,
+    /// Builds packets' keys.
+    pub keys: KeyBuilder,
+    /// The key length in 64-bit words.
+    pub words: usize,
+    /// The gate of packets that match no rule (initially DROP_GATE: dropped).
+    pub default_gate: u16,
+}
+
+impl Matcher {
+    /// A matcher for `fields` (from [`parse_fields`]); `masks[i]` are field i's mask bytes
+    /// (all ones if None or absent).
+    pub fn new(fields: Vec<MatchField>, masks: &[Option<Vec<u8>>]) -> Matcher {
+        Matcher {
+            keys: KeyBuilder::new(&fields, masks),
+            words: key_len_words(&fields),
+            fields,
+            default_gate: DROP_GATE,
+        }
+    }
+}
+
+/// What ExactMatch and WildcardMatch share around their tables: a [`Matcher`] and rules added
+/// one at a time.
 pub(crate) trait RuleClassifier {
     /// The class name, prefix of its argument types (`ExactMatch` -> `ExactMatchConfig`).
     const CLASS: &'static str;
     /// The rule set, taken out while `set_runtime_config` tries a new one.
     type Rules;
 
-    /// The match fields.
-    fn fields(&self) -> &[MatchField];
-    /// The key length in 64-bit words (1..=8).
-    fn words(&self) -> usize;
-    /// The gate of packets that match no rule (DROP_GATE drops them).
-    fn default_gate_mut(&mut self) -> &mut u16;
+    /// The fields, key builder and default gate.
+    fn matcher(&self) -> &Matcher;
+    /// The same, to change the default gate.
+    fn matcher_mut(&mut self) -> &mut Matcher;
     /// Adds (or replaces) the rule `arg`, a message of type `what`.
     fn add_rule(&mut self, arg: &Value, what: &str) -> Result<()>;
     /// All rules, as `get_runtime_config` lists them.
@@ -607,7 +631,7 @@ pub(crate) fn process_batch<C: RuleClassifier>(
     ctx: &mut bessemer_core::Context,
     batch: &mut bessemer_core::PacketBatch,
 ) {
-    let fields = c.fields();
+    let Matcher { fields, words, .. } = c.matcher();
     let mut offs = [bessemer_core::AttrOffset::NoRead; MAX_FIELDS];
     for (i, f) in fields.iter().enumerate() {
         if f.offset.is_none() {
@@ -615,7 +639,7 @@ pub(crate) fn process_batch<C: RuleClassifier>(
         }
     }
     let offs = &offs[..fields.len()];
-    match c.words() {
+    match words {
         1 => c.run::<1>(ctx, batch, offs),
         2 => c.run::<2>(ctx, batch, offs),
         3 => c.run::<3>(ctx, batch, offs),
@@ -651,13 +675,13 @@ fn set_default_gate<C: RuleClassifier>(c: &mut C, arg: &Value) -> Result<()> {
     let mut a = bessemer_core::Args::new(arg, &what)?;
     let g = check_gate(a.uint("gate", u64::MAX)?, &format!("{what}.gate"))?;
     a.finish()?;
-    *c.default_gate_mut() = g;
+    c.matcher_mut().default_gate = g;
     Ok(())
 }
 
-fn get_runtime_config<C: RuleClassifier>(c: &mut C, arg: &Value) -> Result<Value> {
+fn get_runtime_config<C: RuleClassifier>(c: &C, arg: &Value) -> Result<Value> {
     bessemer_core::Args::new(arg, "EmptyArg")?.finish()?;
-    let def = *c.default_gate_mut();
+    let def = c.matcher().default_gate;
     Ok(Value::map()
         .with("default_gate", def as u64)
         .with("rules", Value::List(c.rules_value())))
@@ -680,7 +704,7 @@ fn set_runtime_config<C: RuleClassifier>(c: &mut C, arg: &Value) -> Result<()> {
             return Err(e);
         }
     }
-    *c.default_gate_mut() = def;
+    c.matcher_mut().default_gate = def;
     Ok(())
 }
 

@@ -6,9 +6,8 @@ use bessemer_core::{
 };
 
 use super::table::{
-    check_field_count, check_gate, field_data, fields_value, hash_words, key_len_words, key_words,
-    parse_fields, process_batch, shared_command, split, FlatTable, KeyBuilder, MatchField,
-    RuleClassifier, DROP_GATE,
+    check_field_count, check_gate, field_data, fields_value, hash_words, key_words, parse_fields,
+    process_batch, shared_command, split, FlatTable, Matcher, RuleClassifier, DROP_GATE,
 };
 
 const DROP_NO_MATCH: usize = 0;
@@ -48,20 +47,17 @@ impl Tuple {
 
 /// Wildcard (value/mask) classifier with priorities.
 pub struct WildcardMatch {
-    fields: Vec<MatchField>,
-    keys: KeyBuilder,
-    words: usize,
+    matcher: Matcher,
     /// Tuples in lookup order: highest max priority first, later-created first on ties.
     tuples: Vec<Tuple>,
     next_seq: u64,
-    default_gate: u16,
 }
 
 type KeyMask = ([u64; 8], [u64; 8]);
 
 impl WildcardMatch {
     fn key_mask(&self, values: &[Value], masks: &[Value], what: &str) -> Result<KeyMask> {
-        let n = self.fields.len();
+        let n = self.matcher.fields.len();
         if values.len() != n {
             return Err(Error::invalid(format!(
                 "{what}.values: must specify {n} values"
@@ -73,7 +69,7 @@ impl WildcardMatch {
             )));
         }
         let (mut kb, mut mb) = ([0u8; 64], [0u8; 64]);
-        for (i, f) in self.fields.iter().enumerate() {
+        for (i, f) in self.matcher.fields.iter().enumerate() {
             let v = field_data(&values[i], f.size, &format!("{what}.values[{i}]"))?
                 .unwrap_or_else(|| vec![0; f.size]);
             let m = field_data(&masks[i], f.size, &format!("{what}.masks[{i}]"))?
@@ -108,14 +104,11 @@ impl RuleClassifier for WildcardMatch {
     const CLASS: &'static str = "WildcardMatch";
     type Rules = Vec<Tuple>;
 
-    fn fields(&self) -> &[MatchField] {
-        &self.fields
+    fn matcher(&self) -> &Matcher {
+        &self.matcher
     }
-    fn words(&self) -> usize {
-        self.words
-    }
-    fn default_gate_mut(&mut self) -> &mut u16 {
-        &mut self.default_gate
+    fn matcher_mut(&mut self) -> &mut Matcher {
+        &mut self.matcher
     }
     fn add_rule(&mut self, arg: &Value, what: &str) -> Result<()> {
         let mut a = Args::new(arg, what)?;
@@ -127,7 +120,7 @@ impl RuleClassifier for WildcardMatch {
         let masks = a.list("masks")?;
         a.finish()?;
         let (key, mask) = self.key_mask(values, masks, what)?;
-        let w = self.words;
+        let w = self.matcher.words;
         let idx = match self.tuples.iter().position(|t| t.mask[..w] == mask[..w]) {
             Some(i) => i,
             None => {
@@ -182,7 +175,8 @@ impl RuleClassifier for WildcardMatch {
             b
         };
         let split = |b: &[u8; 64]| -> Vec<Vec<u8>> {
-            self.fields
+            self.matcher
+                .fields
                 .iter()
                 .map(|f| b[f.pos..f.pos + f.size].to_vec())
                 .collect()
@@ -228,7 +222,7 @@ impl RuleClassifier for WildcardMatch {
         let mut keys = [[0u64; W]; MAX_BURST];
         let mut status = [0u8; MAX_BURST];
         for (i, p) in batch.pkts().iter().enumerate() {
-            match self.keys.build::<W>(offs, p) {
+            match self.matcher.keys.build::<W>(offs, p) {
                 Some(k) => keys[i] = k,
                 None => status[i] = (DROP_TOO_SHORT + 1) as u8,
             }
@@ -254,7 +248,7 @@ impl RuleClassifier for WildcardMatch {
                 }
             }
         }
-        let def = self.default_gate;
+        let def = self.matcher.default_gate;
         let mut gates = [0u16; MAX_BURST];
         let mut any_drop = false;
         for i in 0..n {
@@ -292,7 +286,7 @@ impl Module for WildcardMatch {
                 let masks = a.list("masks")?;
                 a.finish()?;
                 let (key, mask) = self.key_mask(values, masks, what)?;
-                let w = self.words;
+                let w = self.matcher.words;
                 let Some(ti) = self.tuples.iter().position(|t| t.mask[..w] == mask[..w]) else {
                     return Err(Error::not_found(format!("{what}: no rule with this mask")));
                 };
@@ -316,7 +310,7 @@ impl Module for WildcardMatch {
             }
             "get_initial_arg" => {
                 Args::new(arg, "EmptyArg")?.finish()?;
-                return Ok(Value::map().with("fields", fields_value(&self.fields)));
+                return Ok(Value::map().with("fields", fields_value(&self.matcher.fields)));
             }
             _ => return Err(Error::invalid(format!("unknown command '{cmd}'"))),
         }
@@ -325,7 +319,7 @@ impl Module for WildcardMatch {
 
     fn desc(&self) -> String {
         let rules: usize = self.tuples.iter().map(|t| t.table.len()).sum();
-        format!("{} fields, {rules} rules", self.fields.len())
+        format!("{} fields, {rules} rules", self.matcher.fields.len())
     }
 }
 
@@ -336,14 +330,10 @@ fn create(init: &mut bessemer_core::InitContext, arg: &Value) -> Result<Instance
     a.finish()?;
     check_field_count(fields, what)?;
     let parsed = parse_fields(fields, what, init, |_, _| Ok(()))?;
-    let keys = KeyBuilder::new(&parsed, &[]);
     Ok(Instance::Exclusive(Box::new(WildcardMatch {
-        keys,
-        words: key_len_words(&parsed),
-        fields: parsed,
+        matcher: Matcher::new(parsed, &[]),
         tuples: Vec::new(),
         next_seq: 0,
-        default_gate: DROP_GATE,
     })))
 }
 
