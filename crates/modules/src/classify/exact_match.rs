@@ -7,12 +7,9 @@ use bessemer_core::{
 
 use super::table::{
     check_field_count, check_gate, field_data, fields_value, hash_words, key_words, parse_fields,
-    process_batch, shared_command, split, FlatTable, Matcher, RuleClassifier, DROP_GATE,
+    process_batch, resolve_gate, shared_command, split, FlatTable, Matcher, RuleClassifier,
+    DROP_TOO_SHORT,
 };
-
-const DROP_NO_MATCH: usize = 0;
-const DROP_TOO_SHORT: usize = 1;
-const DROP_RULE: usize = 2;
 
 /// Multi-field exact-match classifier.
 pub struct ExactMatch {
@@ -145,20 +142,8 @@ impl RuleClassifier for ExactMatch {
             } else {
                 None
             };
-            match found {
-                Some(g) if g as u16 == DROP_GATE => status[i] = (DROP_RULE + 1) as u8,
-                Some(g) => gates[i] = g as u16,
-                None if def == DROP_GATE => {
-                    if status[i] == 0 {
-                        status[i] = (DROP_NO_MATCH + 1) as u8;
-                    }
-                }
-                None => {
-                    status[i] = 0;
-                    gates[i] = def;
-                }
-            }
-            any_drop |= status[i] != 0;
+            let found = found.map(|g| g as u16);
+            any_drop |= resolve_gate(found, def, &mut status[i], &mut gates[i]);
         }
         split(ctx, batch, &gates, &status, any_drop);
     }

@@ -708,6 +708,36 @@ fn set_runtime_config<C: RuleClassifier>(c: &mut C, arg: &Value) -> Result<()> {
     Ok(())
 }
 
+/// Drop reason of a field classifier (ExactMatch, WildcardMatch): no rule matched and there is
+/// no default gate.
+pub const DROP_NO_MATCH: usize = 0;
+/// Drop reason of a field classifier: the packet is too short for a field.
+pub const DROP_TOO_SHORT: usize = 1;
+/// Drop reason of a field classifier: the matching rule's gate is DROP_GATE.
+pub const DROP_RULE: usize = 2;
+
+/// Where a packet of a field classifier goes: to the gate of the rule it matched (`found`),
+/// else to the default gate `def`, which packets too short for a field (`status` already
+/// DROP_TOO_SHORT + 1) take too; DROP_GATE drops it (under DROP_RULE or DROP_NO_MATCH).
+/// Sets `status` (0 or drop reason + 1, as [`split`] takes it) and `gate`; true if dropped.
+#[inline(always)]
+pub fn resolve_gate(found: Option<u16>, def: u16, status: &mut u8, gate: &mut u16) -> bool {
+    match found {
+        Some(DROP_GATE) => *status = (DROP_RULE + 1) as u8,
+        Some(g) => *gate = g,
+        None if def == DROP_GATE => {
+            if *status == 0 {
+                *status = (DROP_NO_MATCH + 1) as u8;
+            }
+        }
+        None => {
+            *status = 0;
+            *gate = def;
+        }
+    }
+    *status != 0
+}
+
 /// Sends packet i out of `gates[i]`, or drops it under reason `status[i] - 1` when
 /// `status[i]` is not 0; a batch bound for one gate is forwarded whole.
 #[inline(always)]

@@ -7,12 +7,9 @@ use bessemer_core::{
 
 use super::table::{
     check_field_count, check_gate, field_data, fields_value, hash_words, key_words, parse_fields,
-    process_batch, shared_command, split, FlatTable, Matcher, RuleClassifier, DROP_GATE,
+    process_batch, resolve_gate, shared_command, split, FlatTable, Matcher, RuleClassifier,
+    DROP_TOO_SHORT,
 };
-
-const DROP_NO_MATCH: usize = 0;
-const DROP_TOO_SHORT: usize = 1;
-const DROP_RULE: usize = 2;
 
 /// Most distinct masks (tuples). BESS allows 8; Bessemer allows more.
 pub const MAX_TUPLES: usize = 32;
@@ -252,18 +249,8 @@ impl RuleClassifier for WildcardMatch {
         let mut gates = [0u16; MAX_BURST];
         let mut any_drop = false;
         for i in 0..n {
-            let g = if best[i].1 == 0 { def } else { best[i].2 };
-            if g != DROP_GATE {
-                status[i] = 0;
-                gates[i] = g;
-            } else if status[i] == 0 {
-                status[i] = if best[i].1 != 0 {
-                    DROP_RULE + 1
-                } else {
-                    DROP_NO_MATCH + 1
-                } as u8;
-            }
-            any_drop |= status[i] != 0;
+            let found = (best[i].1 != 0).then_some(best[i].2);
+            any_drop |= resolve_gate(found, def, &mut status[i], &mut gates[i]);
         }
         split(ctx, batch, &gates, &status, any_drop);
     }
