@@ -162,6 +162,29 @@ pub fn update32(hc: u16, old: u32, new: u32) -> u16 {
     apply(hc, increment32(old, new))
 }
 
+/// Applies `increment` to the checksum stored big-endian at `d[off..off + 2]`.
+#[inline]
+pub fn apply_at(d: &mut [u8], off: usize, increment: u64) {
+    let hc = u16::from_be_bytes([d[off], d[off + 1]]);
+    d[off..off + 2].copy_from_slice(&apply(hc, increment).to_be_bytes());
+}
+
+/// Applies `increment` to the TCP (`proto` [`PROTO_TCP`]) or UDP checksum stored at
+/// `d[off..off + 2]`. A zero UDP checksum means the sender computed none and stays zero; an
+/// updated UDP checksum is written as [`udp_wire`] says.
+#[inline]
+pub fn apply_l4_at(d: &mut [u8], off: usize, proto: u8, increment: u64) {
+    let hc = u16::from_be_bytes([d[off], d[off + 1]]);
+    let new = if proto == PROTO_TCP {
+        apply(hc, increment)
+    } else if hc != 0 {
+        udp_wire(apply(hc, increment))
+    } else {
+        return;
+    };
+    d[off..off + 2].copy_from_slice(&new.to_be_bytes());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -230,6 +253,28 @@ mod tests {
         let b = IpAddress::Ipv6(smoltcp::wire::Ipv6Address::from(d6));
         assert!(p.verify_checksum(&a, &b));
         assert!(verify_l4(pseudo_v6(&s6, &d6, PROTO_UDP, 13), &seg));
+    }
+
+    #[test]
+    fn in_place_updates_keep_a_zero_udp_checksum() {
+        // A header with a correct checksum at 0..2, a field at 2..4 changing 0x1234 -> 0xabcd.
+        let mut d = [0u8, 0, 0x12, 0x34, 0x56, 0x78];
+        let c = checksum(&d);
+        d[0..2].copy_from_slice(&c.to_be_bytes());
+        d[2..4].copy_from_slice(&[0xab, 0xcd]);
+        let inc = increment16(0x1234, 0xabcd);
+        let mut tcp = d;
+        apply_at(&mut d, 0, inc);
+        assert!(verify(&d));
+        apply_l4_at(&mut tcp, 0, PROTO_TCP, inc);
+        assert_eq!(tcp, d);
+        let mut udp = tcp;
+        udp[0..2].copy_from_slice(&c.to_be_bytes());
+        apply_l4_at(&mut udp, 0, PROTO_UDP, inc);
+        assert_eq!(udp, d);
+        udp[0..2].fill(0);
+        apply_l4_at(&mut udp, 0, PROTO_UDP, inc);
+        assert_eq!(udp[0..2], [0, 0]);
     }
 
     proptest! {

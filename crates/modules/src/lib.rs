@@ -5,6 +5,8 @@ pub mod basic;
 pub mod checksum;
 pub mod classify;
 pub mod encap;
+pub mod hash;
+pub mod headers;
 pub mod io;
 pub mod measure;
 pub mod queue;

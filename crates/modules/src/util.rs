@@ -38,7 +38,15 @@ impl FastRng {
 }
 
 use bessemer_core::module::MAX_GATES;
-use bessemer_core::{Error, Result, Value};
+use bessemer_core::sched::TaskResult;
+use bessemer_core::{AccessMode, AttrSpec, Error, InitContext, Result, Value};
+
+/// What a task run that found nothing to do returns (its leaf may back off).
+pub const IDLE: TaskResult = TaskResult {
+    block: true,
+    packets: 0,
+    bits: 0,
+};
 
 /// Parses a repeated `gates` field: each an output gate id below MAX_GATES.
 pub fn parse_gates(list: &[Value], msg: &str, allow_empty: bool) -> Result<Vec<u16>> {
@@ -60,4 +68,17 @@ pub fn parse_gates(list: &[Value], msg: &str, allow_empty: bool) -> Result<Vec<u
 /// A list value of gate ids (for info/desc output).
 pub fn gates_value(gates: &[u16]) -> Value {
     Value::List(gates.iter().map(|&g| Value::Int(g as i64)).collect())
+}
+
+/// Declares the metadata attributes a class reads or writes: (name, size in bytes, access), in
+/// the order of their attribute ids.
+pub fn add_attrs(init: &mut InitContext, attrs: &[(&str, usize, AccessMode)]) -> Result<()> {
+    for &(name, size, mode) in attrs {
+        init.add_attr(AttrSpec {
+            name: name.to_string(),
+            size,
+            mode,
+        })?;
+    }
+    Ok(())
 }

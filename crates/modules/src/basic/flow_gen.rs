@@ -641,10 +641,15 @@ mod tests {
         TEST_NOW.with(|t| t.set(Some(ns)));
     }
 
-    fn flowgen(h: &mut Harness, arg: Value) -> CaptureHandle {
+    /// A harness at time 0 with a FlowGen "fg" made from `arg` (plus the template), and the
+    /// capture of its output.
+    fn flowgen(arg: Value) -> (Harness, CaptureHandle) {
+        set_now(0);
+        let mut h = Harness::new();
         h.add(&CLASS, "fg", &arg.with("template", template()))
             .unwrap();
-        h.capture("fg", 0)
+        let c = h.capture("fg", 0);
+        (h, c)
     }
 
     /// Runs the task every `step` ns from `from` to `to`; returns the packets generated.
@@ -680,11 +685,8 @@ mod tests {
 
     #[test]
     fn one_flow_is_a_syn_data_packets_and_a_fin() {
-        set_now(0);
-        let mut h = Harness::new();
         // 1 flow per second lasting 0.5 s at 10 pps: 5 packets (+1 for the random fraction).
-        let c = flowgen(
-            &mut h,
+        let (mut h, c) = flowgen(
             Value::map()
                 .with("pps", 5.0)
                 .with("flow_rate", 1.0)
@@ -721,11 +723,8 @@ mod tests {
 
     #[test]
     fn uniform_flows_arrive_at_flow_rate_and_total_rate_is_pps() {
-        set_now(0);
-        let mut h = Harness::new();
         // 100 concurrent flows of 10 pps, a new one every 100 ms.
-        let c = flowgen(
-            &mut h,
+        let (mut h, c) = flowgen(
             Value::map()
                 .with("pps", 1000.0)
                 .with("flow_rate", 10.0)
@@ -770,10 +769,7 @@ mod tests {
 
     #[test]
     fn ports_and_addresses_stay_in_their_ranges() {
-        set_now(0);
-        let mut h = Harness::new();
-        let c = flowgen(
-            &mut h,
+        let (mut h, c) = flowgen(
             Value::map()
                 .with("pps", 1000.0)
                 .with("flow_rate", 100.0)
@@ -800,10 +796,7 @@ mod tests {
 
     #[test]
     fn exponential_arrivals_average_the_flow_rate() {
-        set_now(0);
-        let mut h = Harness::new();
-        let c = flowgen(
-            &mut h,
+        let (mut h, c) = flowgen(
             Value::map()
                 .with("pps", 200.0)
                 .with("flow_rate", 100.0)
@@ -829,10 +822,7 @@ mod tests {
         assert!((avg - 50.0).abs() < 0.5, "{avg}");
         assert!(scaled_pareto_variate(inv, mean, 50.0, 0.0) == 1.0);
         // End to end: flows vary in length.
-        set_now(0);
-        let mut h = Harness::new();
-        let c = flowgen(
-            &mut h,
+        let (mut h, c) = flowgen(
             Value::map()
                 .with("pps", 1000.0)
                 .with("flow_rate", 100.0)
@@ -857,13 +847,9 @@ mod tests {
                 .with("flow_rate", 10.0)
                 .with("flow_duration", 10.0)
         };
-        set_now(0);
-        let mut h = Harness::new();
-        let c = flowgen(&mut h, arg());
+        let (mut h, c) = flowgen(arg());
         let slow = drive(&mut h, &c, 0, S, MS).len();
-        set_now(0);
-        let mut h2 = Harness::new();
-        let c2 = flowgen(&mut h2, arg().with("quick_rampup", true));
+        let (mut h2, c2) = flowgen(arg().with("quick_rampup", true));
         let fast = drive(&mut h2, &c2, 0, S, MS);
         // Without ramp-up: flows 1..10 at 10 pps for part of the second (~55 packets).
         assert!(slow < 100, "{slow}");
@@ -877,12 +863,7 @@ mod tests {
 
     #[test]
     fn set_burst_update_and_argument_errors() {
-        set_now(0);
-        let mut h = Harness::new();
-        let c = flowgen(
-            &mut h,
-            Value::map().with("pps", 1000.0).with("flow_rate", 10.0),
-        );
+        let (mut h, c) = flowgen(Value::map().with("pps", 1000.0).with("flow_rate", 10.0));
         h.command("fg", "set_burst", &Value::map().with("burst", 2))
             .unwrap();
         // Let a second of packets become due at once: runs return at most 2.

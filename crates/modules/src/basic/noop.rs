@@ -1,4 +1,5 @@
 //! NoOP: a task that does nothing (for scheduler experiments).
+use crate::util::IDLE;
 use bessemer_core::sched::TaskResult;
 use bessemer_core::{Args, Context, Instance, Module, ModuleClass};
 
@@ -7,11 +8,7 @@ pub struct NoOP;
 
 impl Module for NoOP {
     fn run_task(&mut self, _ctx: &mut Context, _arg: u64) -> TaskResult {
-        TaskResult {
-            block: true,
-            packets: 0,
-            bits: 0,
-        }
+        IDLE
     }
 }
 

@@ -1,4 +1,5 @@
 //! Source: generates packets of a fixed size as fast as its task is scheduled.
+use crate::util::IDLE;
 use bessemer_core::packet::DATA_CAPACITY;
 use bessemer_core::sched::TaskResult;
 use bessemer_core::{
@@ -22,11 +23,7 @@ impl Module for Source {
         if n == 0 {
             // The pool is exhausted: the packets this run would have made are counted.
             ctx.count_drops(DROP_POOL_EXHAUSTED, self.burst as u64);
-            return TaskResult {
-                block: true,
-                packets: 0,
-                bits: 0,
-            };
+            return IDLE;
         }
         ctx.forward(0, &mut batch);
         TaskResult {

@@ -2,7 +2,9 @@
 use bessemer_core::{
     Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
 };
-use smoltcp::wire::{EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Packet};
+
+use crate::checksum::{PROTO_TCP, PROTO_UDP};
+use crate::headers::{be16, be32, eth_ipv4, ip, Ipv4Error, PROTO_SCTP};
 
 const DROP_DENIED: usize = 0;
 const DROP_NO_MATCH: usize = 1;
@@ -67,42 +69,26 @@ pub(crate) type ParseError = usize;
 
 /// Reads the IPv4 tuple of an untagged Ethernet frame through checked views.
 pub(crate) fn parse_tuple(d: &[u8]) -> std::result::Result<Tuple, ParseError> {
-    let eth = EthernetFrame::new_checked(d).map_err(|_| DROP_TOO_SHORT)?;
-    if eth.ethertype() != EthernetProtocol::Ipv4 {
-        return Err(DROP_NOT_IPV4);
-    }
-    let ip_bytes = eth.payload();
-    if ip_bytes.len() < 20 {
-        return Err(DROP_TOO_SHORT);
-    }
-    let ihl = (ip_bytes[0] & 0x0f) as usize * 4;
-    let total = u16::from_be_bytes([ip_bytes[2], ip_bytes[3]]) as usize;
-    if ip_bytes[0] >> 4 != 4 || ihl < 20 || total < ihl {
-        return Err(DROP_BAD_IP_HEADER);
-    }
-    // What is left is a truncated packet (header or payload cut off).
-    let ip = Ipv4Packet::new_checked(ip_bytes).map_err(|_| DROP_TOO_SHORT)?;
-    let proto = ip.next_header();
-    let has_ports = matches!(
-        proto,
-        IpProtocol::Tcp | IpProtocol::Udp | IpProtocol::Unknown(132)
-    ) && ip.frag_offset() == 0;
+    let ip = eth_ipv4(d).map_err(|e| match e {
+        Ipv4Error::TooShort => DROP_TOO_SHORT,
+        Ipv4Error::NotIpv4 => DROP_NOT_IPV4,
+        Ipv4Error::BadHeader => DROP_BAD_IP_HEADER,
+    })?;
+    let has_ports = matches!(ip.proto, PROTO_TCP | PROTO_UDP | PROTO_SCTP) && ip.has_l4_header();
     let ports = if has_ports {
-        let l4 = ip.payload();
+        // The L4 header as far as the IPv4 total length goes.
+        let l4 = &d[ip.l4()..ip.off + ip.total];
         if l4.len() < 4 {
             return Err(DROP_TOO_SHORT);
         }
-        Some((
-            u16::from_be_bytes([l4[0], l4[1]]),
-            u16::from_be_bytes([l4[2], l4[3]]),
-        ))
+        Some((be16(l4, 0), be16(l4, 2)))
     } else {
         None
     };
     Ok(Tuple {
-        src: u32::from(ip.src_addr()),
-        dst: u32::from(ip.dst_addr()),
-        proto: proto.into(),
+        src: be32(d, ip.off + ip::SRC),
+        dst: be32(d, ip.off + ip::DST),
+        proto: ip.proto,
         ports,
     })
 }

@@ -4,6 +4,7 @@
 //! Expressions are compiled by libpcap (for Ethernet, snaplen 65535) into classic BPF, which
 //! a small interpreter here runs with every packet load checked against the packet length;
 //! a load past the end ends the program with "no match", as the kernel's filter does.
+use crate::util::IDLE;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 use std::sync::{Mutex, RwLock};
 
@@ -412,11 +413,7 @@ impl SharedModule for Bpf {
     }
 
     fn run_task(&self, _ctx: &mut Context, _arg: u64) -> TaskResult {
-        TaskResult {
-            block: true,
-            packets: 0,
-            bits: 0,
-        }
+        IDLE
     }
 
     fn command(&self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
@@ -540,14 +537,8 @@ mod tests {
         t
     }
 
-    fn matches(expr: &str, pkt: &[u8]) -> bool {
-        let prog = compile(expr).unwrap();
-        validate(&prog).unwrap();
-        run(&prog, pkt) != 0
-    }
-
-    #[test]
-    fn real_tcpdump_expressions() {
+    /// A DNS query and web requests from inside and outside 10.0.0.0/8.
+    fn sample_flows() -> (Vec<u8>, Vec<u8>, Vec<u8>) {
         let dns = eth(
             0x0800,
             &ip([10, 1, 1, 1], [8, 8, 8, 8], 17, 0, &udp(5000, 53)),
@@ -560,6 +551,18 @@ mod tests {
             0x0800,
             &ip([11, 1, 1, 1], [1, 2, 3, 4], 6, 0, &tcp(4000, 80)),
         );
+        (dns, web, web_ext)
+    }
+
+    fn matches(expr: &str, pkt: &[u8]) -> bool {
+        let prog = compile(expr).unwrap();
+        validate(&prog).unwrap();
+        run(&prog, pkt) != 0
+    }
+
+    #[test]
+    fn real_tcpdump_expressions() {
+        let (dns, web, web_ext) = sample_flows();
         let arp = eth(0x0806, &[0u8; 28]);
         let v6 = eth(0x86dd, &[0x60; 40]);
         let mut tagged = DST.to_vec();
@@ -591,10 +594,7 @@ mod tests {
 
     #[test]
     fn loads_past_the_end_do_not_match() {
-        let dns = eth(
-            0x0800,
-            &ip([10, 1, 1, 1], [8, 8, 8, 8], 17, 0, &udp(5000, 53)),
-        );
+        let (dns, _, _) = sample_flows();
         // Cut inside the UDP ports: the port load fails, so no match, and no panic.
         assert!(!matches("udp dst port 53", &dns[..36]));
         assert!(matches("udp dst port 53", &dns[..38]));
@@ -731,18 +731,7 @@ mod tests {
         )
         .unwrap();
         let caps: Vec<_> = (0..5).map(|g| h.capture("bpf", g)).collect();
-        let dns = eth(
-            0x0800,
-            &ip([10, 1, 1, 1], [8, 8, 8, 8], 17, 0, &udp(5000, 53)),
-        );
-        let web = eth(
-            0x0800,
-            &ip([10, 1, 1, 1], [1, 2, 3, 4], 6, 0, &tcp(4000, 80)),
-        );
-        let web_ext = eth(
-            0x0800,
-            &ip([11, 1, 1, 1], [1, 2, 3, 4], 6, 0, &tcp(4000, 80)),
-        );
+        let (dns, web, web_ext) = sample_flows();
         let icmp = eth(
             0x0800,
             &ip([11, 1, 1, 1], [1, 2, 3, 4], 1, 0, &[8, 0, 0, 0]),

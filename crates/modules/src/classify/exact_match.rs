@@ -6,39 +6,33 @@ use bessemer_core::{
 };
 
 use super::table::{
-    check_gate, field_data, field_value, hash_words, key_words, parse_field, split, FlatTable,
-    KeyBuilder, MatchField, DROP_GATE, MAX_FIELDS,
+    check_field_count, check_gate, field_data, fields_value, hash_words, key_words, parse_fields,
+    process_batch, resolve_gate, shared_command, split, FlatTable, Matcher, RuleClassifier,
+    DROP_TOO_SHORT,
 };
-
-const DROP_NO_MATCH: usize = 0;
-const DROP_TOO_SHORT: usize = 1;
-const DROP_RULE: usize = 2;
 
 /// Multi-field exact-match classifier.
 pub struct ExactMatch {
-    fields: Vec<MatchField>,
+    matcher: Matcher,
     /// Configured masks (empty when none was given, as BESS reports them back).
     masks_given: bool,
     /// Per-byte mask over the whole key (zero outside fields).
     mask: [u8; 64],
-    keys: KeyBuilder,
-    words: usize,
     table: FlatTable,
-    default_gate: u16,
 }
 
 impl ExactMatch {
     /// Builds the table key of a rule from its FieldData values.
     fn rule_key(&self, list: &[Value], what: &str) -> Result<Vec<u64>> {
-        if list.len() != self.fields.len() {
+        if list.len() != self.matcher.fields.len() {
             return Err(Error::invalid(format!(
                 "{what}.fields: rule should have {} fields (has {})",
-                self.fields.len(),
+                self.matcher.fields.len(),
                 list.len()
             )));
         }
         let mut key = [0u8; 64];
-        for (i, (v, f)) in list.iter().zip(&self.fields).enumerate() {
+        for (i, (v, f)) in list.iter().zip(&self.matcher.fields).enumerate() {
             let b = field_data(v, f.size, &format!("{what}.fields[{i}]"))?.ok_or_else(|| {
                 Error::invalid(format!(
                     "{what}.fields[{i}]: value_bin or value_int required"
@@ -52,9 +46,20 @@ impl ExactMatch {
         }
         let mut w = [0u64; 8];
         key_words(&key, &mut w);
-        Ok(w[..self.words].to_vec())
+        Ok(w[..self.matcher.words].to_vec())
     }
+}
 
+impl RuleClassifier for ExactMatch {
+    const CLASS: &'static str = "ExactMatch";
+    type Rules = FlatTable;
+
+    fn matcher(&self) -> &Matcher {
+        &self.matcher
+    }
+    fn matcher_mut(&mut self) -> &mut Matcher {
+        &mut self.matcher
+    }
     fn add_rule(&mut self, arg: &Value, what: &str) -> Result<()> {
         let mut a = Args::new(arg, what)?;
         let gate = check_gate(a.uint("gate", u64::MAX)?, &format!("{what}.gate"))?;
@@ -80,6 +85,7 @@ impl ExactMatch {
                     c.copy_from_slice(&w.to_le_bytes());
                 }
                 let vals = self
+                    .matcher
                     .fields
                     .iter()
                     .map(|f| bytes[f.pos..f.pos + f.size].to_vec())
@@ -103,82 +109,56 @@ impl ExactMatch {
             })
             .collect()
     }
-}
-
-/// The batch path for keys of `W` words: build keys, hash and prefetch every packet's
-/// slot, then look up (the loads overlap), then split.
-#[inline(always)]
-fn run<const W: usize>(
-    em: &ExactMatch,
-    ctx: &mut Context,
-    batch: &mut PacketBatch,
-    offs: &[AttrOffset],
-) {
-    let n = batch.len();
-    let mut keys = [[0u64; W]; MAX_BURST];
-    let mut hashes = [0u64; MAX_BURST];
-    let mut status = [0u8; MAX_BURST];
-    let mut gates = [0u16; MAX_BURST];
-    for (i, p) in batch.pkts().iter().enumerate() {
-        match em.keys.build::<W>(offs, p) {
-            Some(k) => {
-                keys[i] = k;
-                hashes[i] = hash_words(&k);
-                em.table.prefetch(hashes[i]);
-            }
-            None => status[i] = (DROP_TOO_SHORT + 1) as u8,
-        }
+    fn take_rules(&mut self) -> FlatTable {
+        std::mem::replace(&mut self.table, FlatTable::new(self.matcher.words))
     }
-    let def = em.default_gate;
-    let mut any_drop = false;
-    for i in 0..n {
-        let found = if status[i] == 0 {
-            em.table.get_n(&keys[i], hashes[i])
-        } else {
-            None
-        };
-        match found {
-            Some(g) if g as u16 == DROP_GATE => status[i] = (DROP_RULE + 1) as u8,
-            Some(g) => gates[i] = g as u16,
-            None if def == DROP_GATE => {
-                if status[i] == 0 {
-                    status[i] = (DROP_NO_MATCH + 1) as u8;
+    fn put_rules(&mut self, rules: FlatTable) {
+        self.table = rules;
+    }
+    /// The batch path for keys of `W` words: build keys, hash and prefetch every packet's
+    /// slot, then look up (the loads overlap), then split.
+    #[inline(always)]
+    fn run<const W: usize>(&self, ctx: &mut Context, batch: &mut PacketBatch, offs: &[AttrOffset]) {
+        let n = batch.len();
+        let mut keys = [[0u64; W]; MAX_BURST];
+        let mut hashes = [0u64; MAX_BURST];
+        let mut status = [0u8; MAX_BURST];
+        let mut gates = [0u16; MAX_BURST];
+        for (i, p) in batch.pkts().iter().enumerate() {
+            match self.matcher.keys.build::<W>(offs, p) {
+                Some(k) => {
+                    keys[i] = k;
+                    hashes[i] = hash_words(&k);
+                    self.table.prefetch(hashes[i]);
                 }
-            }
-            None => {
-                status[i] = 0;
-                gates[i] = def;
+                None => status[i] = (DROP_TOO_SHORT + 1) as u8,
             }
         }
-        any_drop |= status[i] != 0;
+        let def = self.matcher.default_gate;
+        let mut any_drop = false;
+        for i in 0..n {
+            let found = if status[i] == 0 {
+                self.table.get_n(&keys[i], hashes[i])
+            } else {
+                None
+            };
+            let found = found.map(|g| g as u16);
+            any_drop |= resolve_gate(found, def, &mut status[i], &mut gates[i]);
+        }
+        split(ctx, batch, &gates, &status, any_drop);
     }
-    split(ctx, batch, &gates, &status, any_drop);
 }
 
 impl Module for ExactMatch {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        let mut offs = [AttrOffset::NoRead; MAX_FIELDS];
-        for (i, f) in self.fields.iter().enumerate() {
-            if f.offset.is_none() {
-                offs[i] = ctx.attr(f.attr_id);
-            }
-        }
-        let run = |w| match w {
-            1 => run::<1>,
-            2 => run::<2>,
-            3 => run::<3>,
-            4 => run::<4>,
-            5 => run::<5>,
-            6 => run::<6>,
-            7 => run::<7>,
-            _ => run::<8>,
-        };
-        run(self.words)(self, ctx, batch, &offs[..self.fields.len()]);
+        process_batch(self, ctx, batch)
     }
 
     fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
+        if let Some(r) = shared_command(self, cmd, arg) {
+            return r;
+        }
         match cmd {
-            "add" => self.add_rule(arg, "ExactMatchCommandAddArg")?,
             "delete" => {
                 let what = "ExactMatchCommandDeleteArg";
                 let mut a = Args::new(arg, what)?;
@@ -198,21 +178,12 @@ impl Module for ExactMatch {
                 Args::new(arg, "EmptyArg")?.finish()?;
                 self.table.clear();
             }
-            "set_default_gate" => {
-                let what = "ExactMatchCommandSetDefaultGateArg";
-                let mut a = Args::new(arg, what)?;
-                let g = check_gate(a.uint("gate", u64::MAX)?, &format!("{what}.gate"))?;
-                a.finish()?;
-                self.default_gate = g;
-            }
             "get_initial_arg" => {
                 Args::new(arg, "EmptyArg")?.finish()?;
-                let mut v = Value::map().with(
-                    "fields",
-                    Value::List(self.fields.iter().map(field_value).collect()),
-                );
+                let mut v = Value::map().with("fields", fields_value(&self.matcher.fields));
                 if self.masks_given {
                     let masks = self
+                        .matcher
                         .fields
                         .iter()
                         .map(|f| {
@@ -224,39 +195,17 @@ impl Module for ExactMatch {
                 }
                 return Ok(v);
             }
-            "get_runtime_config" => {
-                Args::new(arg, "EmptyArg")?.finish()?;
-                return Ok(Value::map()
-                    .with("default_gate", self.default_gate as u64)
-                    .with("rules", Value::List(self.rules_value())));
-            }
-            "set_runtime_config" => {
-                let what = "ExactMatchConfig";
-                let mut a = Args::new(arg, what)?;
-                let def = check_gate(
-                    a.uint("default_gate", u64::MAX)?,
-                    &format!("{what}.default_gate"),
-                )?;
-                let rules = a.list("rules")?;
-                a.finish()?;
-                // Checked on a copy first, so a bad rule leaves the module as it was.
-                let mut next = FlatTable::new(self.words);
-                std::mem::swap(&mut next, &mut self.table);
-                for (i, r) in rules.iter().enumerate() {
-                    if let Err(e) = self.add_rule(r, &format!("{what}.rules[{i}]")) {
-                        std::mem::swap(&mut next, &mut self.table);
-                        return Err(e);
-                    }
-                }
-                self.default_gate = def;
-            }
             _ => return Err(Error::invalid(format!("unknown command '{cmd}'"))),
         }
         Ok(Value::Null)
     }
 
     fn desc(&self) -> String {
-        format!("{} fields, {} rules", self.fields.len(), self.table.len())
+        format!(
+            "{} fields, {} rules",
+            self.matcher.fields.len(),
+            self.table.len()
+        )
     }
 }
 
@@ -266,53 +215,36 @@ fn create(init: &mut bessemer_core::InitContext, arg: &Value) -> Result<Instance
     let fields = a.list("fields")?;
     let masks = a.list("masks")?;
     a.finish()?;
-    if fields.is_empty() {
-        return Err(Error::invalid(format!(
-            "{what}.fields: at least one field is required"
-        )));
-    }
-    if fields.len() > MAX_FIELDS {
-        return Err(Error::invalid(format!(
-            "{what}.fields: at most {MAX_FIELDS} fields, got {}",
-            fields.len()
-        )));
-    }
+    check_field_count(fields, what)?;
     if !masks.is_empty() && masks.len() != fields.len() {
         return Err(Error::invalid(format!(
             "{what}.masks: must provide masks for all fields (or no masks for default match on all bits on all fields)"
         )));
     }
-    let mut parsed = Vec::new();
-    let mut pos = 0;
     let mut mask = [0u8; 64];
-    for (i, f) in fields.iter().enumerate() {
-        let mf = parse_field(f, &format!("{what}.fields[{i}]"), pos, init)?;
+    let parsed = parse_fields(fields, what, init, |i, mf| {
         let m = match masks.get(i) {
             Some(mv) => field_data(mv, mf.size, &format!("{what}.masks[{i}]"))?,
             None => None,
         };
         // An absent or all-zero mask means all bits, as in BESS.
+        let field_mask = &mut mask[mf.pos..mf.pos + mf.size];
         match m {
-            Some(m) if m.iter().any(|&b| b != 0) => mask[pos..pos + mf.size].copy_from_slice(&m),
-            _ => mask[pos..pos + mf.size].fill(0xff),
+            Some(m) if m.iter().any(|&b| b != 0) => field_mask.copy_from_slice(&m),
+            _ => field_mask.fill(0xff),
         }
-        pos += mf.size;
-        parsed.push(mf);
-    }
-    let words = pos.div_ceil(8);
+        Ok(())
+    })?;
     let field_masks: Vec<Option<Vec<u8>>> = parsed
         .iter()
         .map(|f| Some(mask[f.pos..f.pos + f.size].to_vec()))
         .collect();
-    let keys = KeyBuilder::new(&parsed, &field_masks);
+    let matcher = Matcher::new(parsed, &field_masks);
     Ok(Instance::Exclusive(Box::new(ExactMatch {
-        fields: parsed,
+        table: FlatTable::new(matcher.words),
+        matcher,
         masks_given: !masks.is_empty(),
         mask,
-        keys,
-        words,
-        table: FlatTable::new(words),
-        default_gate: DROP_GATE,
     })))
 }
 
@@ -374,19 +306,11 @@ pub static CLASS: ModuleClass = ModuleClass {
 
 #[cfg(test)]
 mod tests {
+    use super::super::table::test_util::{bin, int, off};
     use super::*;
     use bessemer_core::testing::Harness;
     use proptest::prelude::*;
 
-    fn off(o: i64, n: i64) -> Value {
-        Value::map().with("offset", o).with("num_bytes", n)
-    }
-    fn bin(b: &[u8]) -> Value {
-        Value::map().with("value_bin", b.to_vec())
-    }
-    fn int(i: u64) -> Value {
-        Value::map().with("value_int", Value::Int(i as i64))
-    }
     fn add(fields: Vec<Value>, gate: u64) -> Value {
         Value::map()
             .with("gate", gate)

@@ -99,29 +99,11 @@ impl Lpm {
             ));
         }
         let d = len as u32;
-        let new = entry(d, gate);
-        let replace = |e: u32| e & VALID == 0 || depth(e) <= d;
-        if len <= 24 {
-            let base = (prefix >> 8) as usize;
-            for i in base..base + (1usize << (24 - len)) {
-                let e = self.tbl24[i];
-                if e & EXT != 0 {
-                    let g = (e & PAYLOAD) as usize * 256;
-                    for x in &mut self.tbl8[g..g + 256] {
-                        if replace(*x) {
-                            *x = new;
-                        }
-                    }
-                } else if replace(e) {
-                    self.tbl24[i] = new;
-                }
-            }
-        } else {
+        if len > 24 {
+            // The prefix lives in a second-level group: its /24 entry must extend to one.
             let i = (prefix >> 8) as usize;
             let e = self.tbl24[i];
-            let g = if e & EXT != 0 {
-                e & PAYLOAD
-            } else {
+            if e & EXT == 0 {
                 let Some(g) = self.alloc_group(e) else {
                     return Err(Error::new(
                         libc::ENOSPC,
@@ -132,17 +114,42 @@ impl Lpm {
                     ));
                 };
                 self.tbl24[i] = VALID | EXT | g;
-                g
-            } as usize;
-            let lo = g * 256 + (prefix & 0xff) as usize;
-            for x in &mut self.tbl8[lo..lo + (1usize << (32 - len))] {
-                if replace(*x) {
-                    *x = new;
-                }
             }
         }
+        self.set_covered(prefix, len, entry(d, gate), |e| {
+            e & VALID == 0 || depth(e) <= d
+        });
         self.rules.insert((prefix, len), gate);
         Ok(())
+    }
+
+    /// Sets to `new` every entry `prefix/len` covers that `pick` selects: for len <= 24 its
+    /// tbl24 entries and, where one extends to a group, all of that group's entries; for a
+    /// longer prefix its range in the group its /24 entry extends to (which must exist).
+    fn set_covered(&mut self, prefix: u32, len: u8, new: u32, pick: impl Fn(u32) -> bool) {
+        let set = |x: &mut u32| {
+            if pick(*x) {
+                *x = new;
+            }
+        };
+        if len <= 24 {
+            let base = (prefix >> 8) as usize;
+            for i in base..base + (1usize << (24 - len)) {
+                let e = self.tbl24[i];
+                if e & EXT != 0 {
+                    let g = (e & PAYLOAD) as usize * 256;
+                    self.tbl8[g..g + 256].iter_mut().for_each(set);
+                } else {
+                    set(&mut self.tbl24[i]);
+                }
+            }
+        } else {
+            let g = (self.tbl24[(prefix >> 8) as usize] & PAYLOAD) as usize;
+            let lo = g * 256 + (prefix & 0xff) as usize;
+            self.tbl8[lo..lo + (1usize << (32 - len))]
+                .iter_mut()
+                .for_each(set);
+        }
     }
 
     /// Removes `prefix/len`; false if it was not there.
@@ -160,31 +167,10 @@ impl Lpm {
             })
             .unwrap_or(0);
         let d = len as u32;
-        let owned = |e: u32| e & VALID != 0 && depth(e) == d;
-        if len <= 24 {
-            let base = (prefix >> 8) as usize;
-            for i in base..base + (1usize << (24 - len)) {
-                let e = self.tbl24[i];
-                if e & EXT != 0 {
-                    let g = (e & PAYLOAD) as usize * 256;
-                    for x in &mut self.tbl8[g..g + 256] {
-                        if owned(*x) {
-                            *x = repl;
-                        }
-                    }
-                } else if owned(e) {
-                    self.tbl24[i] = repl;
-                }
-            }
-        } else {
+        self.set_covered(prefix, len, repl, |e| e & VALID != 0 && depth(e) == d);
+        if len > 24 {
             let i = (prefix >> 8) as usize;
             let g = (self.tbl24[i] & PAYLOAD) as usize;
-            let lo = g * 256 + (prefix & 0xff) as usize;
-            for x in &mut self.tbl8[lo..lo + (1usize << (32 - len))] {
-                if owned(*x) {
-                    *x = repl;
-                }
-            }
             // No prefix longer than /24 left in this group: fold it back into tbl24.
             let grp = &self.tbl8[g * 256..g * 256 + 256];
             if grp.iter().all(|&x| x & VALID == 0 || depth(x) <= 24) {

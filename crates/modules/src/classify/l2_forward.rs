@@ -6,6 +6,7 @@ use bessemer_core::{
 };
 
 use super::table::{check_gate, hash_words, prefetch, DROP_GATE};
+use crate::headers::{mac_from_str, ETH_LEN};
 
 const DROP_NO_MATCH: usize = 0;
 const DROP_TOO_SHORT: usize = 1;
@@ -20,8 +21,6 @@ pub const MAX_TABLE_SIZE: i64 = 1 << 26;
 pub const MAX_BUCKET_SIZE: i64 = 4;
 /// Most buckets a displacement search visits before an insert gives up.
 const MAX_SEARCH: usize = 512;
-/// Shortest frame looked up (an Ethernet header).
-const ETH_HDR: usize = 14;
 
 /// The MAC table: `size` buckets of `bucket` slots, each slot one word (occupied bit,
 /// 15-bit gate, 48-bit address), so a bucket of 4 is half a cache line.
@@ -143,17 +142,9 @@ impl MacTable {
 
 /// Parses "aa:bb:cc:dd:ee:ff" (1-2 hex digits per byte) into the table's address word.
 fn parse_mac(s: &str) -> Option<u64> {
-    let parts: Vec<&str> = s.split(':').collect();
-    if parts.len() != 6 {
-        return None;
-    }
+    let mac = mac_from_str(s)?;
     let mut b = [0u8; 8];
-    for (i, p) in parts.iter().enumerate() {
-        if p.is_empty() || p.len() > 2 {
-            return None;
-        }
-        b[i] = u8::from_str_radix(p, 16).ok()?;
-    }
+    b[..6].copy_from_slice(&mac);
     Some(u64::from_le_bytes(b))
 }
 
@@ -186,7 +177,7 @@ impl Module for L2Forward {
         let mut short = 0u64;
         for (i, p) in batch.pkts().iter().enumerate() {
             // Checked once here: the destination MAC is the first 6 bytes of the header.
-            match p.data().get(..ETH_HDR) {
+            match p.data().get(..ETH_LEN) {
                 Some(h) => {
                     let w = u64::from_le_bytes(h[..8].try_into().unwrap()) & ADDR;
                     addrs[i] = w;

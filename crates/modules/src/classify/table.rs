@@ -523,6 +523,221 @@ impl KeyBuilder {
     }
 }
 
+/// Checks the number of `fields` of a classifier argument `what` (1..=MAX_FIELDS).
+pub fn check_field_count(fields: &[Value], what: &str) -> Result<()> {
+    if fields.is_empty() {
+        return Err(Error::invalid(format!(
+            "{what}.fields: at least one field is required"
+        )));
+    }
+    if fields.len() > MAX_FIELDS {
+        return Err(Error::invalid(format!(
+            "{what}.fields: at most {MAX_FIELDS} fields, got {}",
+            fields.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Parses the `fields` of classifier argument `what`, laid out one after another in the key;
+/// `each` sees every field as soon as it is parsed (so its errors come in field order).
+pub fn parse_fields(
+    fields: &[Value],
+    what: &str,
+    init: &mut bessemer_core::InitContext,
+    mut each: impl FnMut(usize, &MatchField) -> Result<()>,
+) -> Result<Vec<MatchField>> {
+    let mut parsed = Vec::with_capacity(fields.len());
+    let mut pos = 0;
+    for (i, f) in fields.iter().enumerate() {
+        let mf = parse_field(f, &format!("{what}.fields[{i}]"), pos, init)?;
+        each(i, &mf)?;
+        pos += mf.size;
+        parsed.push(mf);
+    }
+    Ok(parsed)
+}
+
+/// The key length in 64-bit words of `fields` laid out by [`parse_fields`].
+pub fn key_len_words(fields: &[MatchField]) -> usize {
+    fields.last().map_or(0, |f| f.pos + f.size).div_ceil(8)
+}
+
+/// The `fields` list of a classifier's get_initial_arg.
+pub fn fields_value(fields: &[MatchField]) -> Value {
+    Value::List(fields.iter().map(field_value).collect())
+}
+
+/// What a field classifier keeps besides its rules: the match fields, the key builder, the key
+/// length in 64-bit words (1..=8) and the gate of packets that match no rule.
+pub struct Matcher {
+    /// The match fields, laid out one after another in the key.
+    pub fields: Vec<MatchField>,
+    /// Builds packets' keys.
+    pub keys: KeyBuilder,
+    /// The key length in 64-bit words.
+    pub words: usize,
+    /// The gate of packets that match no rule (initially DROP_GATE: dropped).
+    pub default_gate: u16,
+}
+
+impl Matcher {
+    /// A matcher for `fields` (from [`parse_fields`]); `masks[i]` are field i's mask bytes
+    /// (all ones if None or absent).
+    pub fn new(fields: Vec<MatchField>, masks: &[Option<Vec<u8>>]) -> Matcher {
+        Matcher {
+            keys: KeyBuilder::new(&fields, masks),
+            words: key_len_words(&fields),
+            fields,
+            default_gate: DROP_GATE,
+        }
+    }
+}
+
+/// What ExactMatch and WildcardMatch share around their tables: a [`Matcher`] and rules added
+/// one at a time.
+pub(crate) trait RuleClassifier {
+    /// The class name, prefix of its argument types (`ExactMatch` -> `ExactMatchConfig`).
+    const CLASS: &'static str;
+    /// The rule set, taken out while `set_runtime_config` tries a new one.
+    type Rules;
+
+    /// The fields, key builder and default gate.
+    fn matcher(&self) -> &Matcher;
+    /// The same, to change the default gate.
+    fn matcher_mut(&mut self) -> &mut Matcher;
+    /// Adds (or replaces) the rule `arg`, a message of type `what`.
+    fn add_rule(&mut self, arg: &Value, what: &str) -> Result<()>;
+    /// All rules, as `get_runtime_config` lists them.
+    fn rules_value(&self) -> Vec<Value>;
+    /// Takes the rule set out, leaving none.
+    fn take_rules(&mut self) -> Self::Rules;
+    /// Puts a rule set taken out back.
+    fn put_rules(&mut self, rules: Self::Rules);
+    /// The batch path for keys of `W` words, attribute offsets `offs` (one per field).
+    fn run<const W: usize>(
+        &self,
+        ctx: &mut bessemer_core::Context,
+        batch: &mut bessemer_core::PacketBatch,
+        offs: &[bessemer_core::AttrOffset],
+    );
+}
+
+/// A classifier's `process_batch`: resolves the attribute fields' offsets once per batch and
+/// runs the batch path compiled for the key length.
+#[inline(always)]
+pub(crate) fn process_batch<C: RuleClassifier>(
+    c: &C,
+    ctx: &mut bessemer_core::Context,
+    batch: &mut bessemer_core::PacketBatch,
+) {
+    let Matcher { fields, words, .. } = c.matcher();
+    let mut offs = [bessemer_core::AttrOffset::NoRead; MAX_FIELDS];
+    for (i, f) in fields.iter().enumerate() {
+        if f.offset.is_none() {
+            offs[i] = ctx.attr(f.attr_id);
+        }
+    }
+    let offs = &offs[..fields.len()];
+    match words {
+        1 => c.run::<1>(ctx, batch, offs),
+        2 => c.run::<2>(ctx, batch, offs),
+        3 => c.run::<3>(ctx, batch, offs),
+        4 => c.run::<4>(ctx, batch, offs),
+        5 => c.run::<5>(ctx, batch, offs),
+        6 => c.run::<6>(ctx, batch, offs),
+        7 => c.run::<7>(ctx, batch, offs),
+        _ => c.run::<8>(ctx, batch, offs),
+    }
+}
+
+/// The commands the classifiers share (`add`, `set_default_gate`, `get_runtime_config`,
+/// `set_runtime_config`); `None` for any other command.
+pub(crate) fn shared_command<C: RuleClassifier>(
+    c: &mut C,
+    cmd: &str,
+    arg: &Value,
+) -> Option<Result<Value>> {
+    let class = C::CLASS;
+    Some(match cmd {
+        "add" => c
+            .add_rule(arg, &format!("{class}CommandAddArg"))
+            .map(|()| Value::Null),
+        "set_default_gate" => set_default_gate(c, arg).map(|()| Value::Null),
+        "get_runtime_config" => get_runtime_config(c, arg),
+        "set_runtime_config" => set_runtime_config(c, arg).map(|()| Value::Null),
+        _ => return None,
+    })
+}
+
+fn set_default_gate<C: RuleClassifier>(c: &mut C, arg: &Value) -> Result<()> {
+    let what = format!("{}CommandSetDefaultGateArg", C::CLASS);
+    let mut a = bessemer_core::Args::new(arg, &what)?;
+    let g = check_gate(a.uint("gate", u64::MAX)?, &format!("{what}.gate"))?;
+    a.finish()?;
+    c.matcher_mut().default_gate = g;
+    Ok(())
+}
+
+fn get_runtime_config<C: RuleClassifier>(c: &C, arg: &Value) -> Result<Value> {
+    bessemer_core::Args::new(arg, "EmptyArg")?.finish()?;
+    let def = c.matcher().default_gate;
+    Ok(Value::map()
+        .with("default_gate", def as u64)
+        .with("rules", Value::List(c.rules_value())))
+}
+
+fn set_runtime_config<C: RuleClassifier>(c: &mut C, arg: &Value) -> Result<()> {
+    let what = format!("{}Config", C::CLASS);
+    let mut a = bessemer_core::Args::new(arg, &what)?;
+    let def = check_gate(
+        a.uint("default_gate", u64::MAX)?,
+        &format!("{what}.default_gate"),
+    )?;
+    let rules = a.list("rules")?;
+    a.finish()?;
+    // Tried on an empty rule set: a bad rule leaves the module as it was.
+    let old = c.take_rules();
+    for (i, r) in rules.iter().enumerate() {
+        if let Err(e) = c.add_rule(r, &format!("{what}.rules[{i}]")) {
+            c.put_rules(old);
+            return Err(e);
+        }
+    }
+    c.matcher_mut().default_gate = def;
+    Ok(())
+}
+
+/// Drop reason of a field classifier (ExactMatch, WildcardMatch): no rule matched and there is
+/// no default gate.
+pub const DROP_NO_MATCH: usize = 0;
+/// Drop reason of a field classifier: the packet is too short for a field.
+pub const DROP_TOO_SHORT: usize = 1;
+/// Drop reason of a field classifier: the matching rule's gate is DROP_GATE.
+pub const DROP_RULE: usize = 2;
+
+/// Where a packet of a field classifier goes: to the gate of the rule it matched (`found`),
+/// else to the default gate `def`, which packets too short for a field (`status` already
+/// DROP_TOO_SHORT + 1) take too; DROP_GATE drops it (under DROP_RULE or DROP_NO_MATCH).
+/// Sets `status` (0 or drop reason + 1, as [`split`] takes it) and `gate`; true if dropped.
+#[inline(always)]
+pub fn resolve_gate(found: Option<u16>, def: u16, status: &mut u8, gate: &mut u16) -> bool {
+    match found {
+        Some(DROP_GATE) => *status = (DROP_RULE + 1) as u8,
+        Some(g) => *gate = g,
+        None if def == DROP_GATE => {
+            if *status == 0 {
+                *status = (DROP_NO_MATCH + 1) as u8;
+            }
+        }
+        None => {
+            *status = 0;
+            *gate = def;
+        }
+    }
+    *status != 0
+}
+
 /// Sends packet i out of `gates[i]`, or drops it under reason `status[i] - 1` when
 /// `status[i]` is not 0; a batch bound for one gate is forwarded whole.
 #[inline(always)]
@@ -551,6 +766,25 @@ pub fn split(
 pub fn key_words(key: &[u8; 64], out: &mut [u64; 8]) {
     for (w, c) in out.iter_mut().zip(key.chunks_exact(8)) {
         *w = u64::from_le_bytes(c.try_into().unwrap());
+    }
+}
+
+/// Test helpers building the classifiers' argument messages.
+#[cfg(test)]
+pub mod test_util {
+    use bessemer_core::Value;
+
+    /// A `Field` at packet offset `o` of `n` bytes.
+    pub fn off(o: i64, n: i64) -> Value {
+        Value::map().with("offset", o).with("num_bytes", n)
+    }
+    /// A FieldData of bytes.
+    pub fn bin(b: &[u8]) -> Value {
+        Value::map().with("value_bin", b.to_vec())
+    }
+    /// A FieldData of a big-endian number.
+    pub fn int(i: u64) -> Value {
+        Value::map().with("value_int", Value::Int(i as i64))
     }
 }
 

@@ -7,10 +7,14 @@
 //! while an HTTP 403 and a RST go back to the client (gate 1).
 use std::collections::HashMap;
 
+use crate::checksum;
 use bessemer_core::{
     Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
 };
-use smoltcp::wire::{EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Packet, TcpPacket};
+use smoltcp::wire::TcpPacket;
+
+use crate::checksum::PROTO_TCP;
+use crate::headers::{be32, eth_ipv4, ip, put_ipv4_header, Ipv4Error};
 
 const DROP_BLOCKED: usize = 0;
 const DROP_TOO_SHORT: usize = 1;
@@ -172,27 +176,19 @@ enum Verdict {
 }
 
 fn parse_seg(d: &[u8]) -> std::result::Result<Option<Seg<'_>>, usize> {
-    let eth = EthernetFrame::new_checked(d).map_err(|_| DROP_TOO_SHORT)?;
-    if eth.ethertype() != EthernetProtocol::Ipv4 {
+    let ip = match eth_ipv4(d) {
+        Ok(ip) => ip,
+        Err(Ipv4Error::NotIpv4) => return Ok(None),
+        Err(Ipv4Error::TooShort) => return Err(DROP_TOO_SHORT),
+        Err(Ipv4Error::BadHeader) => return Err(DROP_BAD_IP_HEADER),
+    };
+    if ip.proto != PROTO_TCP {
         return Ok(None);
     }
-    let ipb = eth.payload();
-    if ipb.len() < 20 {
-        return Err(DROP_TOO_SHORT);
-    }
-    let ihl = (ipb[0] & 0x0f) as usize * 4;
-    let total = u16::from_be_bytes([ipb[2], ipb[3]]) as usize;
-    if ipb[0] >> 4 != 4 || ihl < 20 || total < ihl {
-        return Err(DROP_BAD_IP_HEADER);
-    }
-    let ip = Ipv4Packet::new_checked(ipb).map_err(|_| DROP_TOO_SHORT)?;
-    if ip.next_header() != IpProtocol::Tcp {
-        return Ok(None);
-    }
-    if ip.more_frags() || ip.frag_offset() != 0 {
+    if ip.is_fragment() {
         return Err(DROP_FRAGMENT);
     }
-    let tb = ip.payload();
+    let tb = &d[ip.l4()..ip.off + ip.total];
     if tb.len() >= 20 && tb[12] >> 4 < 5 {
         return Err(DROP_BAD_TCP_HEADER);
     }
@@ -205,8 +201,8 @@ fn parse_seg(d: &[u8]) -> std::result::Result<Option<Seg<'_>>, usize> {
     let hl = tcp.header_len() as usize;
     Ok(Some(Seg {
         key: FlowKey {
-            src: u32::from(ip.src_addr()),
-            dst: u32::from(ip.dst_addr()),
+            src: be32(d, ip.off + ip::SRC),
+            dst: be32(d, ip.off + ip::DST),
             sport: tcp.src_port(),
             dport: tcp.dst_port(),
         },
@@ -350,25 +346,6 @@ impl UrlFilter {
     }
 }
 
-/// Ones' complement sum of big-endian 16-bit words.
-fn csum_add(mut sum: u32, data: &[u8]) -> u32 {
-    let mut chunks = data.chunks_exact(2);
-    for c in &mut chunks {
-        sum += u16::from_be_bytes([c[0], c[1]]) as u32;
-    }
-    if let [last] = chunks.remainder() {
-        sum += (*last as u32) << 8;
-    }
-    sum
-}
-
-fn csum_fold(mut sum: u32) -> u16 {
-    while sum >> 16 != 0 {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
-
 /// Header fields of a generated TCP packet.
 struct Reply {
     eth_dst: [u8; 6],
@@ -389,15 +366,15 @@ fn build_reply(r: &Reply, body: &[u8], out: &mut [u8]) {
     out[0..6].copy_from_slice(&r.eth_dst);
     out[6..12].copy_from_slice(&r.eth_src);
     out[12..14].copy_from_slice(&[0x08, 0x00]);
-    let ip = &mut out[14..34];
-    ip.copy_from_slice(&[
-        0x45, 0, 0, 0, 0, 0, 0, 0, 64, 6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    ]);
-    ip[2..4].copy_from_slice(&total.to_be_bytes());
-    ip[12..16].copy_from_slice(&r.src.to_be_bytes());
-    ip[16..20].copy_from_slice(&r.dst.to_be_bytes());
-    let c = csum_fold(csum_add(0, ip));
-    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    put_ipv4_header(
+        &mut out[14..34],
+        total,
+        0,
+        64,
+        PROTO_TCP,
+        r.src.to_be_bytes(),
+        r.dst.to_be_bytes(),
+    );
     let tcp = &mut out[34..54];
     tcp.fill(0);
     tcp[0..2].copy_from_slice(&r.sport.to_be_bytes());
@@ -408,11 +385,13 @@ fn build_reply(r: &Reply, body: &[u8], out: &mut [u8]) {
     tcp[13] = r.flags;
     out[54..54 + body.len()].copy_from_slice(body);
     let tcp_len = 20 + body.len();
-    let mut sum = csum_add(0, &r.src.to_be_bytes());
-    sum = csum_add(sum, &r.dst.to_be_bytes());
-    sum += 6 + tcp_len as u32;
-    sum = csum_add(sum, &out[34..34 + tcp_len]);
-    let c = csum_fold(sum);
+    let pseudo = checksum::pseudo_v4(
+        r.src.to_be_bytes(),
+        r.dst.to_be_bytes(),
+        checksum::PROTO_TCP,
+        tcp_len as u32,
+    );
+    let c = checksum::l4(pseudo, &out[34..34 + tcp_len], checksum::TCP_CSUM_OFFSET);
     out[50..52].copy_from_slice(&c.to_be_bytes());
 }
 
@@ -557,6 +536,7 @@ pub static CLASS: ModuleClass = ModuleClass {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::headers::test_util::hex;
     use bessemer_core::testing::{CaptureHandle, Harness};
 
     const CLIENT_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0x0a];
@@ -581,13 +561,6 @@ mod tests {
 
     fn seg(seq: u32, flags: u8, payload: &[u8]) -> Vec<u8> {
         seg_from(40000, seq, 5000, flags, payload)
-    }
-
-    fn hex(s: &str) -> Vec<u8> {
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
     }
 
     fn blacklist(entries: &[(&str, &str)]) -> Value {

@@ -3,18 +3,7 @@
 use bessemer_core::module::MAX_GATES;
 use bessemer_core::{Args, Context, Instance, Module, ModuleClass, PacketBatch};
 
-/// Offset of the TPID (the Ethernet type field of an untagged frame).
-const TPID_OFFSET: usize = 12;
-/// Offset of the tag control information (PCP, DEI, VID) after a TPID.
-const TCI_OFFSET: usize = 14;
-/// Length of one VLAN tag (TPID + TCI).
-const TAG_LEN: usize = 4;
-/// Smallest frame with an Ethernet type field.
-const ETH_HLEN: usize = 14;
-/// 802.1Q customer tag.
-const TPID_8021Q: u16 = 0x8100;
-/// 802.1ad service tag (QinQ outer tag).
-const TPID_8021AD: u16 = 0x88a8;
+use crate::headers::{outer_tag, strip_outer_tag, OuterTag};
 
 const DROP_TOO_SHORT: usize = 0;
 
@@ -25,26 +14,14 @@ pub struct VlanSplit;
 impl Module for VlanSplit {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         for mut pkt in batch.drain() {
-            let d = pkt.data();
-            if d.len() < ETH_HLEN {
-                ctx.drop_packet(pkt, DROP_TOO_SHORT);
-                continue;
+            match outer_tag(pkt.data()) {
+                OuterTag::Untagged => ctx.emit(0, pkt),
+                OuterTag::TooShort => ctx.drop_packet(pkt, DROP_TOO_SHORT),
+                OuterTag::Tagged(tci) => {
+                    strip_outer_tag(&mut pkt);
+                    ctx.emit(tci & 0x0fff, pkt);
+                }
             }
-            let tpid = u16::from_be_bytes([d[TPID_OFFSET], d[TPID_OFFSET + 1]]);
-            if tpid != TPID_8021Q && tpid != TPID_8021AD {
-                ctx.emit(0, pkt);
-                continue;
-            }
-            // A tag needs its TCI and the inner Ethernet type after it.
-            if d.len() < ETH_HLEN + TAG_LEN {
-                ctx.drop_packet(pkt, DROP_TOO_SHORT);
-                continue;
-            }
-            let vid = u16::from_be_bytes([d[TCI_OFFSET], d[TCI_OFFSET + 1]]) & 0x0fff;
-            pkt.data_mut().copy_within(0..TPID_OFFSET, TAG_LEN);
-            let stripped = pkt.adj(TAG_LEN);
-            debug_assert!(stripped, "length checked above");
-            ctx.emit(vid, pkt);
         }
     }
 }

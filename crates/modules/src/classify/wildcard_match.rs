@@ -6,13 +6,10 @@ use bessemer_core::{
 };
 
 use super::table::{
-    check_gate, field_data, field_value, hash_words, key_words, parse_field, split, FlatTable,
-    KeyBuilder, MatchField, DROP_GATE, MAX_FIELDS,
+    check_field_count, check_gate, field_data, fields_value, hash_words, key_words, parse_fields,
+    process_batch, resolve_gate, shared_command, split, FlatTable, Matcher, RuleClassifier,
+    DROP_TOO_SHORT,
 };
-
-const DROP_NO_MATCH: usize = 0;
-const DROP_TOO_SHORT: usize = 1;
-const DROP_RULE: usize = 2;
 
 /// Most distinct masks (tuples). BESS allows 8; Bessemer allows more.
 pub const MAX_TUPLES: usize = 32;
@@ -23,7 +20,7 @@ struct RuleData {
     gate: u16,
 }
 
-struct Tuple {
+pub(crate) struct Tuple {
     mask: [u64; 8],
     /// Masked key -> index into `data`.
     table: FlatTable,
@@ -47,20 +44,17 @@ impl Tuple {
 
 /// Wildcard (value/mask) classifier with priorities.
 pub struct WildcardMatch {
-    fields: Vec<MatchField>,
-    keys: KeyBuilder,
-    words: usize,
+    matcher: Matcher,
     /// Tuples in lookup order: highest max priority first, later-created first on ties.
     tuples: Vec<Tuple>,
     next_seq: u64,
-    default_gate: u16,
 }
 
 type KeyMask = ([u64; 8], [u64; 8]);
 
 impl WildcardMatch {
     fn key_mask(&self, values: &[Value], masks: &[Value], what: &str) -> Result<KeyMask> {
-        let n = self.fields.len();
+        let n = self.matcher.fields.len();
         if values.len() != n {
             return Err(Error::invalid(format!(
                 "{what}.values: must specify {n} values"
@@ -72,7 +66,7 @@ impl WildcardMatch {
             )));
         }
         let (mut kb, mut mb) = ([0u8; 64], [0u8; 64]);
-        for (i, f) in self.fields.iter().enumerate() {
+        for (i, f) in self.matcher.fields.iter().enumerate() {
             let v = field_data(&values[i], f.size, &format!("{what}.values[{i}]"))?
                 .unwrap_or_else(|| vec![0; f.size]);
             let m = field_data(&masks[i], f.size, &format!("{what}.masks[{i}]"))?
@@ -97,7 +91,22 @@ impl WildcardMatch {
         self.tuples
             .sort_by(|a, b| b.max_priority.cmp(&a.max_priority).then(b.seq.cmp(&a.seq)));
     }
+}
 
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+impl RuleClassifier for WildcardMatch {
+    const CLASS: &'static str = "WildcardMatch";
+    type Rules = Vec<Tuple>;
+
+    fn matcher(&self) -> &Matcher {
+        &self.matcher
+    }
+    fn matcher_mut(&mut self) -> &mut Matcher {
+        &mut self.matcher
+    }
     fn add_rule(&mut self, arg: &Value, what: &str) -> Result<()> {
         let mut a = Args::new(arg, what)?;
         let gate = check_gate(a.uint("gate", u64::MAX)?, &format!("{what}.gate"))?;
@@ -108,7 +117,7 @@ impl WildcardMatch {
         let masks = a.list("masks")?;
         a.finish()?;
         let (key, mask) = self.key_mask(values, masks, what)?;
-        let w = self.words;
+        let w = self.matcher.words;
         let idx = match self.tuples.iter().position(|t| t.mask[..w] == mask[..w]) {
             Some(i) => i,
             None => {
@@ -163,7 +172,8 @@ impl WildcardMatch {
             b
         };
         let split = |b: &[u8; 64]| -> Vec<Vec<u8>> {
-            self.fields
+            self.matcher
+                .fields
                 .iter()
                 .map(|f| b[f.pos..f.pos + f.size].to_vec())
                 .collect()
@@ -195,95 +205,67 @@ impl WildcardMatch {
             })
             .collect()
     }
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-/// The batch path for keys of `W` words: tuple by tuple over the whole batch, skipping
-/// packets whose best match so far already beats every rule of the tuple.
-#[inline(always)]
-fn run<const W: usize>(
-    wm: &WildcardMatch,
-    ctx: &mut Context,
-    batch: &mut PacketBatch,
-    offs: &[AttrOffset],
-) {
-    let n = batch.len();
-    let mut keys = [[0u64; W]; MAX_BURST];
-    let mut status = [0u8; MAX_BURST];
-    for (i, p) in batch.pkts().iter().enumerate() {
-        match wm.keys.build::<W>(offs, p) {
-            Some(k) => keys[i] = k,
-            None => status[i] = (DROP_TOO_SHORT + 1) as u8,
-        }
+    fn take_rules(&mut self) -> Vec<Tuple> {
+        std::mem::take(&mut self.tuples)
     }
-    // Best (priority, tuple seq, gate) per packet; seq 0 = no match yet.
-    let mut best = [(i32::MIN, 0u64, 0u16); MAX_BURST];
-    for t in &wm.tuples {
-        let mask: &[u64; W] = t.mask[..W].try_into().unwrap();
-        for i in 0..n {
-            let b = best[i];
-            if status[i] != 0 || t.max_priority < b.0 {
-                continue;
+    fn put_rules(&mut self, rules: Vec<Tuple>) {
+        self.tuples = rules;
+    }
+    /// The batch path for keys of `W` words: tuple by tuple over the whole batch, skipping
+    /// packets whose best match so far already beats every rule of the tuple.
+    #[inline(always)]
+    fn run<const W: usize>(&self, ctx: &mut Context, batch: &mut PacketBatch, offs: &[AttrOffset]) {
+        let n = batch.len();
+        let mut keys = [[0u64; W]; MAX_BURST];
+        let mut status = [0u8; MAX_BURST];
+        for (i, p) in batch.pkts().iter().enumerate() {
+            match self.matcher.keys.build::<W>(offs, p) {
+                Some(k) => keys[i] = k,
+                None => status[i] = (DROP_TOO_SHORT + 1) as u8,
             }
-            let mut mk = [0u64; W];
-            for j in 0..W {
-                mk[j] = keys[i][j] & mask[j];
-            }
-            if let Some(x) = t.table.get_near(&mk, hash_words(&mk)) {
-                let d = t.data[x as usize];
-                if b.1 == 0 || d.priority > b.0 || (d.priority == b.0 && t.seq > b.1) {
-                    best[i] = (d.priority, t.seq, d.gate);
+        }
+        // Best (priority, tuple seq, gate) per packet; seq 0 = no match yet.
+        let mut best = [(i32::MIN, 0u64, 0u16); MAX_BURST];
+        for t in &self.tuples {
+            let mask: &[u64; W] = t.mask[..W].try_into().unwrap();
+            for i in 0..n {
+                let b = best[i];
+                if status[i] != 0 || t.max_priority < b.0 {
+                    continue;
+                }
+                let mut mk = [0u64; W];
+                for j in 0..W {
+                    mk[j] = keys[i][j] & mask[j];
+                }
+                if let Some(x) = t.table.get_near(&mk, hash_words(&mk)) {
+                    let d = t.data[x as usize];
+                    if b.1 == 0 || d.priority > b.0 || (d.priority == b.0 && t.seq > b.1) {
+                        best[i] = (d.priority, t.seq, d.gate);
+                    }
                 }
             }
         }
-    }
-    let def = wm.default_gate;
-    let mut gates = [0u16; MAX_BURST];
-    let mut any_drop = false;
-    for i in 0..n {
-        let g = if best[i].1 == 0 { def } else { best[i].2 };
-        if g != DROP_GATE {
-            status[i] = 0;
-            gates[i] = g;
-        } else if status[i] == 0 {
-            status[i] = if best[i].1 != 0 {
-                DROP_RULE + 1
-            } else {
-                DROP_NO_MATCH + 1
-            } as u8;
+        let def = self.matcher.default_gate;
+        let mut gates = [0u16; MAX_BURST];
+        let mut any_drop = false;
+        for i in 0..n {
+            let found = (best[i].1 != 0).then_some(best[i].2);
+            any_drop |= resolve_gate(found, def, &mut status[i], &mut gates[i]);
         }
-        any_drop |= status[i] != 0;
+        split(ctx, batch, &gates, &status, any_drop);
     }
-    split(ctx, batch, &gates, &status, any_drop);
 }
 
 impl Module for WildcardMatch {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        let mut offs = [AttrOffset::NoRead; MAX_FIELDS];
-        for (i, f) in self.fields.iter().enumerate() {
-            if f.offset.is_none() {
-                offs[i] = ctx.attr(f.attr_id);
-            }
-        }
-        let run = |w| match w {
-            1 => run::<1>,
-            2 => run::<2>,
-            3 => run::<3>,
-            4 => run::<4>,
-            5 => run::<5>,
-            6 => run::<6>,
-            7 => run::<7>,
-            _ => run::<8>,
-        };
-        run(self.words)(self, ctx, batch, &offs[..self.fields.len()]);
+        process_batch(self, ctx, batch)
     }
 
     fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
+        if let Some(r) = shared_command(self, cmd, arg) {
+            return r;
+        }
         match cmd {
-            "add" => self.add_rule(arg, "WildcardMatchCommandAddArg")?,
             "delete" => {
                 let what = "WildcardMatchCommandDeleteArg";
                 let mut a = Args::new(arg, what)?;
@@ -291,7 +273,7 @@ impl Module for WildcardMatch {
                 let masks = a.list("masks")?;
                 a.finish()?;
                 let (key, mask) = self.key_mask(values, masks, what)?;
-                let w = self.words;
+                let w = self.matcher.words;
                 let Some(ti) = self.tuples.iter().position(|t| t.mask[..w] == mask[..w]) else {
                     return Err(Error::not_found(format!("{what}: no rule with this mask")));
                 };
@@ -313,44 +295,9 @@ impl Module for WildcardMatch {
                 Args::new(arg, "EmptyArg")?.finish()?;
                 self.tuples.clear();
             }
-            "set_default_gate" => {
-                let what = "WildcardMatchCommandSetDefaultGateArg";
-                let mut a = Args::new(arg, what)?;
-                let g = check_gate(a.uint("gate", u64::MAX)?, &format!("{what}.gate"))?;
-                a.finish()?;
-                self.default_gate = g;
-            }
             "get_initial_arg" => {
                 Args::new(arg, "EmptyArg")?.finish()?;
-                return Ok(Value::map().with(
-                    "fields",
-                    Value::List(self.fields.iter().map(field_value).collect()),
-                ));
-            }
-            "get_runtime_config" => {
-                Args::new(arg, "EmptyArg")?.finish()?;
-                return Ok(Value::map()
-                    .with("default_gate", self.default_gate as u64)
-                    .with("rules", Value::List(self.rules_value())));
-            }
-            "set_runtime_config" => {
-                let what = "WildcardMatchConfig";
-                let mut a = Args::new(arg, what)?;
-                let def = check_gate(
-                    a.uint("default_gate", u64::MAX)?,
-                    &format!("{what}.default_gate"),
-                )?;
-                let rules = a.list("rules")?;
-                a.finish()?;
-                // A bad rule leaves the module as it was.
-                let old = std::mem::take(&mut self.tuples);
-                for (i, r) in rules.iter().enumerate() {
-                    if let Err(e) = self.add_rule(r, &format!("{what}.rules[{i}]")) {
-                        self.tuples = old;
-                        return Err(e);
-                    }
-                }
-                self.default_gate = def;
+                return Ok(Value::map().with("fields", fields_value(&self.matcher.fields)));
             }
             _ => return Err(Error::invalid(format!("unknown command '{cmd}'"))),
         }
@@ -359,7 +306,7 @@ impl Module for WildcardMatch {
 
     fn desc(&self) -> String {
         let rules: usize = self.tuples.iter().map(|t| t.table.len()).sum();
-        format!("{} fields, {rules} rules", self.fields.len())
+        format!("{} fields, {rules} rules", self.matcher.fields.len())
     }
 }
 
@@ -368,32 +315,12 @@ fn create(init: &mut bessemer_core::InitContext, arg: &Value) -> Result<Instance
     let mut a = Args::new(arg, what)?;
     let fields = a.list("fields")?;
     a.finish()?;
-    if fields.is_empty() {
-        return Err(Error::invalid(format!(
-            "{what}.fields: at least one field is required"
-        )));
-    }
-    if fields.len() > MAX_FIELDS {
-        return Err(Error::invalid(format!(
-            "{what}.fields: at most {MAX_FIELDS} fields, got {}",
-            fields.len()
-        )));
-    }
-    let mut parsed = Vec::new();
-    let mut pos = 0;
-    for (i, f) in fields.iter().enumerate() {
-        let mf = parse_field(f, &format!("{what}.fields[{i}]"), pos, init)?;
-        pos += mf.size;
-        parsed.push(mf);
-    }
-    let keys = KeyBuilder::new(&parsed, &[]);
+    check_field_count(fields, what)?;
+    let parsed = parse_fields(fields, what, init, |_, _| Ok(()))?;
     Ok(Instance::Exclusive(Box::new(WildcardMatch {
-        keys,
-        fields: parsed,
-        words: pos.div_ceil(8),
+        matcher: Matcher::new(parsed, &[]),
         tuples: Vec::new(),
         next_seq: 0,
-        default_gate: DROP_GATE,
     })))
 }
 
@@ -455,19 +382,11 @@ pub static CLASS: ModuleClass = ModuleClass {
 
 #[cfg(test)]
 mod tests {
+    use super::super::table::test_util::{bin, int, off};
     use super::*;
     use bessemer_core::testing::Harness;
     use proptest::prelude::*;
 
-    fn off(o: i64, n: i64) -> Value {
-        Value::map().with("offset", o).with("num_bytes", n)
-    }
-    fn bin(b: &[u8]) -> Value {
-        Value::map().with("value_bin", b.to_vec())
-    }
-    fn int(i: u64) -> Value {
-        Value::map().with("value_int", Value::Int(i as i64))
-    }
     fn rule(values: Vec<Value>, masks: Vec<Value>, priority: i64, gate: u64) -> Value {
         Value::map()
             .with("gate", gate)

@@ -1,4 +1,5 @@
 //! WorkerSplit: sends each batch out of the gate mapped to the worker running it.
+use crate::util::IDLE;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use bessemer_core::engine::MAX_WORKERS;
@@ -80,11 +81,7 @@ impl SharedModule for WorkerSplit {
     }
 
     fn run_task(&self, _ctx: &mut Context, _arg: u64) -> TaskResult {
-        TaskResult {
-            block: true,
-            packets: 0,
-            bits: 0,
-        }
+        IDLE
     }
 
     fn command(&self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {

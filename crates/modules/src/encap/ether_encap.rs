@@ -1,9 +1,9 @@
 //! EtherEncap: prepends an Ethernet header built from metadata attributes.
-use bessemer_core::{
-    AccessMode, Args, AttrSpec, Context, Instance, Module, ModuleClass, PacketBatch, Value,
-};
+use bessemer_core::{AccessMode, Args, Context, Instance, Module, ModuleClass, PacketBatch, Value};
 
-use super::{retain_or_drop, ETH_LEN};
+use super::retain_or_drop;
+use crate::headers::ETH_LEN;
+use crate::util::add_attrs;
 
 const ATTR_SRC: usize = 0;
 const ATTR_DST: usize = 1;
@@ -51,13 +51,14 @@ pub static CLASS: ModuleClass = ModuleClass {
     mt_safe: false,
     create: |init, arg: &Value| {
         Args::new(arg, "EtherEncapArg")?.finish()?;
-        for (name, size) in [("ether_src", 6), ("ether_dst", 6), ("ether_type", 2)] {
-            init.add_attr(AttrSpec {
-                name: name.to_string(),
-                size,
-                mode: AccessMode::Read,
-            })?;
-        }
+        add_attrs(
+            init,
+            &[
+                ("ether_src", 6, AccessMode::Read),
+                ("ether_dst", 6, AccessMode::Read),
+                ("ether_type", 2, AccessMode::Read),
+            ],
+        )?;
         Ok(Instance::Exclusive(Box::new(EtherEncap)))
     },
 };

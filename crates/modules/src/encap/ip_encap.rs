@@ -1,9 +1,9 @@
 //! IPEncap: prepends an IPv4 header built from metadata attributes.
-use bessemer_core::{
-    AccessMode, Args, AttrSpec, Context, Instance, Module, ModuleClass, PacketBatch, Value,
-};
+use bessemer_core::{AccessMode, Args, Context, Instance, Module, ModuleClass, PacketBatch, Value};
 
-use super::{retain_or_drop, ETHERTYPE_IPV4};
+use super::retain_or_drop;
+use crate::headers::{put_ipv4_header, ETHERTYPE_IPV4, IPV4_MIN_LEN};
+use crate::util::add_attrs;
 
 const ATTR_SRC: usize = 0;
 const ATTR_DST: usize = 1;
@@ -14,24 +14,11 @@ const ATTR_ETHER_TYPE: usize = 4;
 const DROP_NO_HEADROOM: usize = 0;
 
 // A packet never exceeds its frame, so the IPv4 total length always fits in 16 bits.
-const _: () = assert!(bessemer_core::packet::FRAME_SIZE + IPV4_HDR_LEN <= u16::MAX as usize);
+const _: () = assert!(bessemer_core::packet::FRAME_SIZE + IPV4_MIN_LEN <= u16::MAX as usize);
 
-const IPV4_HDR_LEN: usize = 20;
 /// Flags/fragment word with only Don't Fragment set (as BESS sends).
 const IPV4_DF: u16 = 0x4000;
 const DEFAULT_TTL: u8 = 64;
-
-/// The Internet checksum of a header whose checksum field is zero (RFC 1071).
-fn ipv4_header_checksum(h: &[u8]) -> u16 {
-    let mut sum: u32 = h
-        .chunks(2)
-        .map(|c| u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]) as u32)
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
 
 /// Prepends a 20-byte IPv4 header (TTL 64, DF, no options, id 0) with source `ip_src`,
 /// destination `ip_dst` and protocol `ip_proto` from metadata; then sets `ip_nexthop` to
@@ -46,23 +33,12 @@ impl Module for IpEncap {
             let s: [u8; 4] = p.get_attr(src);
             let d: [u8; 4] = p.get_attr(dst);
             let [pr]: [u8; 1] = p.get_attr(proto);
-            let total = (p.len() + IPV4_HDR_LEN) as u16;
+            let total = (p.len() + IPV4_MIN_LEN) as u16;
             // BESS leaves a packet without headroom unchanged; we drop and count it instead.
-            let Some(h) = p.prepend(IPV4_HDR_LEN) else {
+            let Some(h) = p.prepend(IPV4_MIN_LEN) else {
                 return Some(DROP_NO_HEADROOM);
             };
-            h[0] = 0x45;
-            h[1] = 0;
-            h[2..4].copy_from_slice(&total.to_be_bytes());
-            h[4..6].fill(0);
-            h[6..8].copy_from_slice(&IPV4_DF.to_be_bytes());
-            h[8] = DEFAULT_TTL;
-            h[9] = pr;
-            h[10..12].fill(0);
-            h[12..16].copy_from_slice(&s);
-            h[16..20].copy_from_slice(&d);
-            let c = ipv4_header_checksum(h);
-            h[10..12].copy_from_slice(&c.to_be_bytes());
+            put_ipv4_header(h, total, IPV4_DF, DEFAULT_TTL, pr, s, d);
             p.set_attr(nexthop, &d);
             p.set_attr(ether_type, &ETHERTYPE_IPV4.to_be_bytes());
             None
@@ -87,19 +63,16 @@ pub static CLASS: ModuleClass = ModuleClass {
     mt_safe: false,
     create: |init, arg: &Value| {
         Args::new(arg, "IPEncapArg")?.finish()?;
-        for (name, size, mode) in [
-            ("ip_src", 4, AccessMode::Read),
-            ("ip_dst", 4, AccessMode::Read),
-            ("ip_proto", 1, AccessMode::Read),
-            ("ip_nexthop", 4, AccessMode::Write),
-            ("ether_type", 2, AccessMode::Write),
-        ] {
-            init.add_attr(AttrSpec {
-                name: name.to_string(),
-                size,
-                mode,
-            })?;
-        }
+        add_attrs(
+            init,
+            &[
+                ("ip_src", 4, AccessMode::Read),
+                ("ip_dst", 4, AccessMode::Read),
+                ("ip_proto", 1, AccessMode::Read),
+                ("ip_nexthop", 4, AccessMode::Write),
+                ("ether_type", 2, AccessMode::Write),
+            ],
+        )?;
         Ok(Instance::Exclusive(Box::new(IpEncap)))
     },
 };
@@ -131,8 +104,18 @@ mod tests {
     #[test]
     fn checksum_matches_a_known_header() {
         // The classic example header from RFC 1071 discussions: checksum 0xb861.
-        let h = hex("4500 0073 0000 4000 4011 0000 c0a8 0001 c0a8 00c7");
-        assert_eq!(ipv4_header_checksum(&h), 0xb861);
+        let want = hex("4500 0073 0000 4000 4011 b861 c0a8 0001 c0a8 00c7");
+        let mut h = [0xffu8; 20];
+        put_ipv4_header(
+            &mut h,
+            0x73,
+            IPV4_DF,
+            DEFAULT_TTL,
+            0x11,
+            [192, 168, 0, 1],
+            [192, 168, 0, 199],
+        );
+        assert_eq!(h[..], want[..]);
     }
 
     #[test]

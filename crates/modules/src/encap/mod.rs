@@ -24,13 +24,6 @@ pub static CLASSES: &[&ModuleClass] = &[
     &vxlan_encap::CLASS,
 ];
 
-/// Ethernet header length (no VLAN tag).
-pub(crate) const ETH_LEN: usize = 14;
-/// Offset of the EtherType (or the TPID of an outer VLAN tag) in an Ethernet frame.
-pub(crate) const ETH_TYPE_OFF: usize = 12;
-/// EtherType of IPv4.
-pub(crate) const ETHERTYPE_IPV4: u16 = 0x0800;
-
 /// Applies `f` to every packet of `batch` in order: `None` keeps the packet (possibly
 /// modified), `Some(reason)` drops it under that reason. Kept packets stay in `batch`, so
 /// forwarding it afterwards still hands the input batch on without a copy.
@@ -51,16 +44,12 @@ pub(crate) fn retain_or_drop(
     batch.append(&mut kept);
 }
 
-/// Reads a big-endian u16 at `off` (the caller checked the length).
-#[inline(always)]
-pub(crate) fn be16(d: &[u8], off: usize) -> u16 {
-    u16::from_be_bytes([d[off], d[off + 1]])
-}
-
 #[cfg(test)]
 pub(crate) mod testutil {
     //! Test helpers shared by the encapsulation tests.
     use bessemer_core::{Context, Instance, Module, ModuleClass, PacketBatch, Value};
+
+    pub use crate::headers::test_util::hex;
 
     struct EatHeadroom;
 
@@ -130,14 +119,5 @@ pub(crate) mod testutil {
         let mut it = inp.iter();
         out.iter()
             .all(|o| it.by_ref().any(|i| i.len() >= o.len() && i.ends_with(o)))
-    }
-
-    /// Parses a hex string with optional spaces into bytes.
-    pub fn hex(s: &str) -> Vec<u8> {
-        let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
     }
 }

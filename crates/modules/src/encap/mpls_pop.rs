@@ -3,7 +3,8 @@ use bessemer_core::{
     Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
 };
 
-use super::{be16, retain_or_drop, ETHERTYPE_IPV4, ETH_LEN, ETH_TYPE_OFF};
+use super::retain_or_drop;
+use crate::headers::{be16, ETHERTYPE_IPV4, ETH_LEN, ETH_TYPE_OFF};
 
 /// EtherType of MPLS unicast.
 pub const ETHERTYPE_MPLS: u16 = 0x8847;

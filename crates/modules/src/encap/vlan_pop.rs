@@ -1,10 +1,8 @@
 //! VLANPop: removes the outer 802.1Q/802.1ad VLAN tag.
 use bessemer_core::{Args, Context, Instance, Module, ModuleClass, PacketBatch, Value};
 
-use super::vlan_push::{TPID_8021AD, TPID_8021Q};
-use super::{be16, retain_or_drop, ETH_LEN, ETH_TYPE_OFF};
-
-const TAG_LEN: usize = 4;
+use super::retain_or_drop;
+use crate::headers::{outer_tag, strip_outer_tag, OuterTag};
 
 const DROP_TOO_SHORT: usize = 0;
 
@@ -15,22 +13,13 @@ pub struct VlanPop;
 
 impl Module for VlanPop {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        retain_or_drop(ctx, batch, |p| {
-            if p.len() < ETH_LEN {
-                return Some(DROP_TOO_SHORT);
+        retain_or_drop(ctx, batch, |p| match outer_tag(p.data()) {
+            OuterTag::Untagged => None,
+            OuterTag::TooShort => Some(DROP_TOO_SHORT),
+            OuterTag::Tagged(_) => {
+                strip_outer_tag(p);
+                None
             }
-            let tpid = be16(p.data(), ETH_TYPE_OFF);
-            if tpid != TPID_8021Q && tpid != TPID_8021AD {
-                return None;
-            }
-            // The tag and the inner EtherType must both be there.
-            if p.len() < ETH_LEN + TAG_LEN {
-                return Some(DROP_TOO_SHORT);
-            }
-            p.data_mut().copy_within(0..12, TAG_LEN);
-            let ok = p.adj(TAG_LEN);
-            debug_assert!(ok);
-            None
         });
         ctx.forward(0, batch);
     }

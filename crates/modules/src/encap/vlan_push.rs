@@ -3,13 +3,8 @@ use bessemer_core::{
     Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
 };
 
-use super::{be16, retain_or_drop, ETH_LEN, ETH_TYPE_OFF};
-
-/// TPID of an 802.1Q customer tag.
-pub const TPID_8021Q: u16 = 0x8100;
-/// TPID of an 802.1ad service tag.
-pub const TPID_8021AD: u16 = 0x88a8;
-const TAG_LEN: usize = 4;
+use super::retain_or_drop;
+use crate::headers::{be16, ETHERTYPE_QINQ, ETHERTYPE_VLAN, ETH_LEN, ETH_TYPE_OFF, VLAN_LEN};
 
 const DROP_TOO_SHORT: usize = 0;
 const DROP_NO_HEADROOM: usize = 1;
@@ -35,17 +30,17 @@ impl Module for VlanPush {
             if p.len() < ETH_LEN {
                 return Some(DROP_TOO_SHORT);
             }
-            let tpid = if be16(p.data(), ETH_TYPE_OFF) == TPID_8021Q {
-                TPID_8021AD
+            let tpid = if be16(p.data(), ETH_TYPE_OFF) == ETHERTYPE_VLAN {
+                ETHERTYPE_QINQ
             } else {
-                TPID_8021Q
+                ETHERTYPE_VLAN
             };
             // BESS leaves a packet without headroom unchanged; we drop and count it instead.
-            let Some(_) = p.prepend(TAG_LEN) else {
+            let Some(_) = p.prepend(VLAN_LEN) else {
                 return Some(DROP_NO_HEADROOM);
             };
             let d = p.data_mut();
-            d.copy_within(TAG_LEN..TAG_LEN + 12, 0);
+            d.copy_within(VLAN_LEN..VLAN_LEN + 12, 0);
             d[12..14].copy_from_slice(&tpid.to_be_bytes());
             d[14..16].copy_from_slice(&tci);
             None

@@ -1,11 +1,14 @@
 //! VXLANDecap: strips the outer Ethernet/IPv4/UDP/VXLAN headers, keeping the tunnel
 //! endpoints and VNI in metadata.
 use bessemer_core::{
-    AccessMode, Args, AttrSpec, Context, Instance, Module, ModuleClass, Packet, PacketBatch, Value,
+    AccessMode, Args, Context, Instance, Module, ModuleClass, Packet, PacketBatch, Value,
 };
-use smoltcp::wire::{EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Packet, UdpPacket};
+use smoltcp::wire::UdpPacket;
 
-use super::{retain_or_drop, ETH_LEN};
+use super::retain_or_drop;
+use crate::checksum::PROTO_UDP;
+use crate::headers::{be32, eth_ipv4, ip, Ipv4Error, ETH_LEN};
+use crate::util::add_attrs;
 
 const ATTR_TUN_SRC: usize = 0;
 const ATTR_TUN_DST: usize = 1;
@@ -16,7 +19,6 @@ const DROP_NOT_VXLAN: usize = 1;
 const DROP_MALFORMED: usize = 2;
 const DROP_FRAGMENT: usize = 3;
 
-const IPV4_MIN: usize = 20;
 const UDP_LEN: usize = 8;
 const VXLAN_LEN: usize = 8;
 /// The VXLAN I flag: the VNI field is valid.
@@ -31,33 +33,21 @@ struct Outer {
 }
 
 fn parse(d: &[u8]) -> Result<Outer, usize> {
-    let eth = EthernetFrame::new_checked(d).map_err(|_| DROP_TOO_SHORT)?;
-    if eth.ethertype() != EthernetProtocol::Ipv4 {
+    let ip = match eth_ipv4(d) {
+        Ok(ip) => ip,
+        Err(Ipv4Error::TooShort) => return Err(DROP_TOO_SHORT),
+        Err(Ipv4Error::NotIpv4) => return Err(DROP_NOT_VXLAN),
+        // Not version 4: not a VXLAN packet; a bad IHL or total length: malformed.
+        Err(Ipv4Error::BadHeader) if d[ETH_LEN] >> 4 != 4 => return Err(DROP_NOT_VXLAN),
+        Err(Ipv4Error::BadHeader) => return Err(DROP_MALFORMED),
+    };
+    if ip.proto != PROTO_UDP {
         return Err(DROP_NOT_VXLAN);
     }
-    let l3 = &d[ETH_LEN..];
-    if l3.len() < IPV4_MIN {
-        return Err(DROP_TOO_SHORT);
-    }
-    if l3[0] >> 4 != 4 {
-        return Err(DROP_NOT_VXLAN);
-    }
-    let ihl = ((l3[0] & 0x0f) as usize) * 4;
-    let total = u16::from_be_bytes([l3[2], l3[3]]) as usize;
-    if ihl < IPV4_MIN || total < ihl {
-        return Err(DROP_MALFORMED);
-    }
-    if l3.len() < total || l3.len() < ihl {
-        return Err(DROP_TOO_SHORT);
-    }
-    let ip = Ipv4Packet::new_checked(l3).map_err(|_| DROP_MALFORMED)?;
-    if ip.next_header() != IpProtocol::Udp {
-        return Err(DROP_NOT_VXLAN);
-    }
-    if ip.more_frags() || ip.frag_offset() != 0 {
+    if ip.is_fragment() {
         return Err(DROP_FRAGMENT);
     }
-    let l4 = &l3[ihl..total];
+    let l4 = &d[ip.l4()..ip.off + ip.total];
     if l4.len() < UDP_LEN + VXLAN_LEN {
         return Err(DROP_TOO_SHORT);
     }
@@ -70,14 +60,10 @@ fn parse(d: &[u8]) -> Result<Outer, usize> {
     if vx[0] & VXLAN_FLAG_I == 0 {
         return Err(DROP_NOT_VXLAN);
     }
-    let mut src = [0u8; 4];
-    let mut dst = [0u8; 4];
-    src.copy_from_slice(&l3[12..16]);
-    dst.copy_from_slice(&l3[16..20]);
     Ok(Outer {
-        strip: ETH_LEN + ihl + UDP_LEN + VXLAN_LEN,
-        src,
-        dst,
+        strip: ip.l4() + UDP_LEN + VXLAN_LEN,
+        src: be32(d, ip.off + ip::SRC).to_be_bytes(),
+        dst: be32(d, ip.off + ip::DST).to_be_bytes(),
         vni: [0, vx[4], vx[5], vx[6]],
     })
 }
@@ -127,13 +113,14 @@ pub static CLASS: ModuleClass = ModuleClass {
     mt_safe: false,
     create: |init, arg: &Value| {
         Args::new(arg, "VXLANDecapArg")?.finish()?;
-        for name in ["tun_ip_src", "tun_ip_dst", "tun_id"] {
-            init.add_attr(AttrSpec {
-                name: name.to_string(),
-                size: 4,
-                mode: AccessMode::Write,
-            })?;
-        }
+        add_attrs(
+            init,
+            &[
+                ("tun_ip_src", 4, AccessMode::Write),
+                ("tun_ip_dst", 4, AccessMode::Write),
+                ("tun_id", 4, AccessMode::Write),
+            ],
+        )?;
         Ok(Instance::Exclusive(Box::new(VxlanDecap)))
     },
 };

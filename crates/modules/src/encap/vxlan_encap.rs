@@ -1,10 +1,13 @@
 //! VXLANEncap: prepends UDP and VXLAN headers; the outer IP and Ethernet headers come from
 //! IPEncap and EtherEncap downstream, fed by the metadata this module writes.
 use bessemer_core::{
-    AccessMode, Args, AttrSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Value,
+    AccessMode, Args, Context, Error, Instance, Module, ModuleClass, PacketBatch, Value,
 };
 
-use super::{retain_or_drop, ETH_LEN};
+use super::retain_or_drop;
+use crate::hash::crc32c;
+use crate::headers::ETH_LEN;
+use crate::util::add_attrs;
 
 const ATTR_TUN_SRC: usize = 0;
 const ATTR_TUN_DST: usize = 1;
@@ -26,36 +29,6 @@ const IPPROTO_UDP: u8 = 17;
 
 // A packet never exceeds its frame, so the UDP length always fits in 16 bits.
 const _: () = assert!(bessemer_core::packet::FRAME_SIZE + UDP_LEN + VXLAN_LEN <= u16::MAX as usize);
-
-const fn crc32c_table() -> [u32; 256] {
-    let mut t = [0u32; 256];
-    let mut i = 0;
-    while i < 256 {
-        let mut c = i as u32;
-        let mut k = 0;
-        while k < 8 {
-            c = if c & 1 != 0 {
-                (c >> 1) ^ 0x82F6_3B78
-            } else {
-                c >> 1
-            };
-            k += 1;
-        }
-        t[i] = c;
-        i += 1;
-    }
-    t
-}
-
-static CRC32C: [u32; 256] = crc32c_table();
-
-/// CRC-32C register update without the final inversion: what DPDK's `rte_hash_crc` returns,
-/// which BESS uses for the UDP source port, so flows hash to the same ports as under BESS.
-fn crc32c_raw(init: u32, data: &[u8]) -> u32 {
-    data.iter().fold(init, |c, &b| {
-        CRC32C[((c ^ b as u32) & 0xff) as usize] ^ (c >> 8)
-    })
-}
 
 /// Prepends UDP (source port from a hash of the inner MAC addresses, destination `dstport`,
 /// checksum 0) and VXLAN (I flag, VNI from `tun_id`) headers; copies `tun_ip_src` /
@@ -84,7 +57,7 @@ impl Module for VxlanEncap {
                 return Some(DROP_TOO_SHORT);
             }
             let udp_len = (p.len() + UDP_LEN + VXLAN_LEN) as u16;
-            let hash = crc32c_raw(u32::MAX, &p.data()[..12]) | 0x00f0;
+            let hash = crc32c(u32::MAX, &p.data()[..12]) | 0x00f0;
             let s: [u8; 4] = p.get_attr(tsrc);
             let d: [u8; 4] = p.get_attr(tdst);
             // tun_id is a 32-bit VNI in network order (as VXLANDecap writes it); the VXLAN
@@ -142,20 +115,17 @@ pub static CLASS: ModuleClass = ModuleClass {
                 )))
             }
         };
-        for (name, size, mode) in [
-            ("tun_ip_src", 4, AccessMode::Read),
-            ("tun_ip_dst", 4, AccessMode::Read),
-            ("tun_id", 4, AccessMode::Read),
-            ("ip_src", 4, AccessMode::Write),
-            ("ip_dst", 4, AccessMode::Write),
-            ("ip_proto", 1, AccessMode::Write),
-        ] {
-            init.add_attr(AttrSpec {
-                name: name.to_string(),
-                size,
-                mode,
-            })?;
-        }
+        add_attrs(
+            init,
+            &[
+                ("tun_ip_src", 4, AccessMode::Read),
+                ("tun_ip_dst", 4, AccessMode::Read),
+                ("tun_id", 4, AccessMode::Read),
+                ("ip_src", 4, AccessMode::Write),
+                ("ip_dst", 4, AccessMode::Write),
+                ("ip_proto", 1, AccessMode::Write),
+            ],
+        )?;
         Ok(Instance::Exclusive(Box::new(VxlanEncap {
             dstport: port.to_be_bytes(),
         })))
@@ -171,16 +141,10 @@ mod tests {
     use bessemer_core::testing::Harness;
     use smoltcp::wire::Ipv4Packet;
 
-    #[test]
-    fn crc32c_matches_the_standard_check_value() {
-        // CRC-32C("123456789") = 0xe3069283 after the final inversion.
-        assert_eq!(!crc32c_raw(u32::MAX, b"123456789"), 0xe306_9283);
-    }
-
     const INNER: &str = "0a0000000002 0a0000000001 0800 dead beef";
 
     fn inner_port() -> [u8; 2] {
-        let h = crc32c_raw(u32::MAX, &hex(INNER)[..12]) | 0xf0;
+        let h = crc32c(u32::MAX, &hex(INNER)[..12]) | 0xf0;
         (h as u16).to_le_bytes()
     }
 

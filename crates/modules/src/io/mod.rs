@@ -6,6 +6,7 @@ pub mod port_out;
 pub mod queue_inc;
 pub mod queue_out;
 
+use crate::util::IDLE;
 use bessemer_core::port::{QueueClaim, RxQueue, TxQueue};
 use bessemer_core::sched::TaskResult;
 use bessemer_core::{Args, Context, Error, ModuleClass, PacketBatch, Result, Value, MAX_BURST};
@@ -34,11 +35,7 @@ impl Rx {
         let mut batch = PacketBatch::new();
         let n = self.queue.recv(ctx.cache(), &mut batch, burst);
         if n == 0 {
-            return TaskResult {
-                block: true,
-                packets: 0,
-                bits: 0,
-            };
+            return IDLE;
         }
         let bytes: usize = batch.pkts().iter().map(|p| p.len()).sum();
         let st = self.claim.stats();
@@ -89,4 +86,26 @@ pub(crate) fn port_name<'a>(a: &mut Args<'a>, msg: &str) -> Result<&'a str> {
     a.str("port")?
         .filter(|p| !p.is_empty())
         .ok_or_else(|| Error::invalid(format!("{msg}.port: a port name is required")))
+}
+
+/// Claims every queue of one direction of `port` (`n` of them, `dir` naming the direction in
+/// errors) with `claim`. All or nothing: when a queue is taken, dropping the claims made
+/// before it releases them.
+pub(crate) fn claim_all<Q>(
+    port: &str,
+    dir: &str,
+    n: usize,
+    claim: impl FnMut(usize) -> Result<Q>,
+) -> Result<Vec<Q>> {
+    if n == 0 {
+        return Err(Error::invalid(format!("port '{port}' has no {dir} queues")));
+    }
+    (0..n).map(claim).collect()
+}
+
+/// `desc` of a module owning all of a port's queues of one direction: the port name (from the
+/// first claim) and the number of queues.
+pub(crate) fn queues_desc(first: Option<&QueueClaim>, n: usize) -> String {
+    let p = first.map(|c| c.port().name()).unwrap_or("");
+    format!("{p}: {n} queue(s)")
 }

@@ -1,5 +1,5 @@
 //! PortInc: receives from every incoming queue of a port, one task per queue.
-use super::{parse_burst, port_name, Rx};
+use super::{claim_all, parse_burst, port_name, queues_desc, Rx};
 use bessemer_core::sched::TaskResult;
 use bessemer_core::{
     Args, CommandSpec, Context, Error, InitContext, Instance, Module, ModuleClass, Result, Value,
@@ -28,12 +28,9 @@ impl Module for PortInc {
     }
 
     fn desc(&self) -> String {
-        let p = self
-            .queues
-            .first()
-            .map(|q| q.claim.port().name())
-            .unwrap_or("");
-        format!("{p}: {} queue(s), burst {}", self.queues.len(), self.burst)
+        let first = self.queues.first().map(|q| &q.claim);
+        let queues = queues_desc(first, self.queues.len());
+        format!("{queues}, burst {}", self.burst)
     }
 }
 
@@ -43,17 +40,10 @@ fn create(init: &mut InitContext, arg: &Value) -> Result<Instance> {
     let _prefetch = a.bool("prefetch")?;
     a.finish()?;
     let h = init.port(&port)?;
-    if h.num_inc_q() == 0 {
-        return Err(Error::invalid(format!(
-            "port '{port}' has no incoming queues"
-        )));
-    }
-    // All or nothing: a queue that is taken releases the ones claimed before it.
-    let mut queues = Vec::with_capacity(h.num_inc_q());
-    for q in 0..h.num_inc_q() {
+    let queues = claim_all(&port, "incoming", h.num_inc_q(), |q| {
         let (claim, queue) = h.claim_rx(q)?;
-        queues.push(Rx { claim, queue });
-    }
+        Ok(Rx { claim, queue })
+    })?;
     for q in 0..queues.len() {
         init.register_task(q as u64);
     }

@@ -1,7 +1,7 @@
 //! PortOut: sends packets to a port.
-use super::{port_name, Tx};
+use super::{claim_all, port_name, queues_desc, Tx};
 use bessemer_core::{
-    Args, Context, Error, InitContext, Instance, Module, ModuleClass, PacketBatch, Result, Value,
+    Args, Context, InitContext, Instance, Module, ModuleClass, PacketBatch, Result, Value,
 };
 
 /// Sends every packet arriving on gate 0 to the port (queue = worker id modulo the number of
@@ -17,12 +17,7 @@ impl Module for PortOut {
     }
 
     fn desc(&self) -> String {
-        let p = self
-            .queues
-            .first()
-            .map(|q| q.claim.port().name())
-            .unwrap_or("");
-        format!("{p}: {} queue(s)", self.queues.len())
+        queues_desc(self.queues.first().map(|q| &q.claim), self.queues.len())
     }
 }
 
@@ -31,16 +26,10 @@ fn create(init: &mut InitContext, arg: &Value) -> Result<Instance> {
     let port = port_name(&mut a, "PortOutArg")?.to_string();
     a.finish()?;
     let h = init.port(&port)?;
-    if h.num_out_q() == 0 {
-        return Err(Error::invalid(format!(
-            "port '{port}' has no outgoing queues"
-        )));
-    }
-    let mut queues = Vec::with_capacity(h.num_out_q());
-    for q in 0..h.num_out_q() {
+    let queues = claim_all(&port, "outgoing", h.num_out_q(), |q| {
         let (claim, queue) = h.claim_tx(q)?;
-        queues.push(Tx { claim, queue });
-    }
+        Ok(Tx { claim, queue })
+    })?;
     Ok(Instance::Exclusive(Box::new(PortOut { queues })))
 }
 

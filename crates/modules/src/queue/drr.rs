@@ -1,6 +1,7 @@
 //! DRR: deficit round robin over flows (IPv4 5-tuples), with its own dequeuing task.
 use std::collections::{HashMap, VecDeque};
 
+use crate::headers::{ethertype, ETHERTYPE_IPV4, ETH_LEN};
 use bessemer_core::sched::TaskResult;
 use bessemer_core::{
     Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, Packet, PacketBatch, Result,
@@ -27,8 +28,6 @@ const DROP_MALFORMED: usize = 1;
 const DROP_FLOW_QUEUE_FULL: usize = 2;
 const DROP_TOO_MANY_FLOWS: usize = 3;
 
-const ETH_LEN: usize = 14;
-
 /// The 5-tuple; non-IPv4 frames all share the zero key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 struct FlowId {
@@ -46,7 +45,7 @@ fn flow_id(d: &[u8]) -> std::result::Result<FlowId, usize> {
     if d.len() < ETH_LEN {
         return Err(DROP_TOO_SHORT);
     }
-    if d[12..14] != [0x08, 0x00] {
+    if ethertype(d) != Some(ETHERTYPE_IPV4) {
         return Ok(FlowId::default());
     }
     let ip = &d[ETH_LEN..];

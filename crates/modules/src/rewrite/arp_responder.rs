@@ -1,10 +1,8 @@
 //! ArpResponder: answers ARP requests for configured IPv4 → MAC entries.
 use std::collections::HashMap;
 
-use super::headers::{
-    be32, dispatch, ethertype, ipv4_string, parse_ipv4, parse_mac, Verdict, ALL_GATE0,
-    ETHERTYPE_ARP, ETH_LEN,
-};
+use super::headers::{ipv4_string, parse_ipv4, parse_mac, process_each, Verdict};
+use crate::headers::{be32, ethertype, ETHERTYPE_ARP, ETH_LEN};
 use bessemer_core::{
     Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
 };
@@ -87,11 +85,7 @@ impl ArpResponder {
 
 impl Module for ArpResponder {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        let mut v = ALL_GATE0;
-        for (i, p) in batch.pkts_mut().iter_mut().enumerate() {
-            v[i] = self.one(p.data_mut());
-        }
-        dispatch(ctx, batch, &v);
+        process_each(ctx, batch, |d| self.one(d));
     }
 
     fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
@@ -156,8 +150,8 @@ pub static CLASS: ModuleClass = ModuleClass {
 
 #[cfg(test)]
 mod tests {
-    use super::super::headers::test_util::hex;
     use super::*;
+    use crate::headers::test_util::hex;
     use bessemer_core::testing::Harness;
 
     const REQ: &str = "ffffffff ffff0200 000000aa 08060001 08000604 00010200 000000aa 0a000002 00000000 00000a00 00010000 00000000 00000000 00000000 00000000";

@@ -1,9 +1,7 @@
-//! Ethernet/IPv4 header checks shared by this kind's classes. Lengths are validated once with
-//! smoltcp's checked views; afterwards the classes read and write fields at the offsets this
-//! module returns, all inside the validated range.
+//! Per-packet verdicts and argument parsing shared by this kind's classes (the header layout
+//! and checks are in [`crate::headers`]).
 
 use bessemer_core::{Context, PacketBatch, MAX_BURST};
-use smoltcp::wire::Ipv4Packet;
 
 /// What happens to one packet of a batch: out of an output gate, or dropped under a reason.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,187 +40,36 @@ pub fn dispatch(ctx: &mut Context, batch: &mut PacketBatch, v: &Verdicts) {
     }
 }
 
-/// Length of an untagged Ethernet header.
-pub const ETH_LEN: usize = 14;
-/// Length of one 802.1Q / 802.1ad tag.
-pub const VLAN_LEN: usize = 4;
-/// EtherType of IPv4.
-pub const ETHERTYPE_IPV4: u16 = 0x0800;
-/// EtherType of ARP.
-pub const ETHERTYPE_ARP: u16 = 0x0806;
-/// EtherType of IPv6.
-pub const ETHERTYPE_IPV6: u16 = 0x86dd;
-/// EtherType of an 802.1Q (VLAN) tag.
-pub const ETHERTYPE_VLAN: u16 = 0x8100;
-/// EtherType of an 802.1ad (QinQ service) tag.
-pub const ETHERTYPE_QINQ: u16 = 0x88a8;
-/// IP protocol number of ICMP.
-pub const PROTO_ICMP: u8 = 1;
-
-/// Offsets inside an IPv4 header.
-pub mod ip {
-    /// Time to live.
-    pub const TTL: usize = 8;
-    /// Checksum.
-    pub const CSUM: usize = 10;
-    /// Source address.
-    pub const SRC: usize = 12;
-    /// Destination address.
-    pub const DST: usize = 16;
-}
-
-/// Why a frame is not a usable IPv4 packet.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Ipv4Error {
-    /// Shorter than the headers (or the IPv4 total length) say.
-    TooShort,
-    /// The EtherType is not IPv4.
-    NotIpv4,
-    /// Version is not 4, IHL below 5, or total length below the header length.
-    BadHeader,
-}
-
-/// A validated IPv4 packet inside a frame.
-#[derive(Clone, Copy, Debug)]
-pub struct Ipv4Info {
-    /// Offset of the IPv4 header in the frame.
-    pub off: usize,
-    /// Header length in bytes (IHL × 4, options included).
-    pub hlen: usize,
-    /// Total length from the header (header + payload, frame padding excluded).
-    pub total: usize,
-    /// Protocol field.
-    pub proto: u8,
-    /// Fragment offset (in 8-byte units).
-    pub frag_offset: u16,
-    /// More-fragments flag.
-    pub more_frags: bool,
-}
-
-impl Ipv4Info {
-    /// Offset of the L4 header in the frame.
-    pub fn l4(&self) -> usize {
-        self.off + self.hlen
+/// Runs `f` on the bytes of every packet of `batch`, then sends each packet as the verdict `f`
+/// returned for it says (see [`dispatch`]).
+#[inline(always)]
+pub fn process_each(
+    ctx: &mut Context,
+    batch: &mut PacketBatch,
+    mut f: impl FnMut(&mut [u8]) -> Verdict,
+) {
+    let mut v = ALL_GATE0;
+    for (i, p) in batch.pkts_mut().iter_mut().enumerate() {
+        v[i] = f(p.data_mut());
     }
-    /// Length of the L4 segment (IPv4 payload).
-    pub fn l4_len(&self) -> usize {
-        self.total - self.hlen
-    }
-    /// True for any fragment (first, middle or last).
-    pub fn is_fragment(&self) -> bool {
-        self.more_frags || self.frag_offset != 0
-    }
-    /// True if the L4 header is present (unfragmented packet or first fragment).
-    pub fn has_l4_header(&self) -> bool {
-        self.frag_offset == 0
-    }
+    dispatch(ctx, batch, &v);
 }
 
-/// The EtherType of an untagged frame, or None if it is shorter than an Ethernet header.
-pub fn ethertype(d: &[u8]) -> Option<u16> {
-    d.get(12..14).map(|t| u16::from_be_bytes([t[0], t[1]]))
-}
-
-/// Validates the IPv4 header at `off` (the version, IHL, total length within the frame).
-pub fn ipv4_at(d: &[u8], off: usize) -> Result<Ipv4Info, Ipv4Error> {
-    let Some(buf) = d.get(off..) else {
-        return Err(Ipv4Error::TooShort);
-    };
-    if buf.len() < 20 {
-        return Err(Ipv4Error::TooShort);
-    }
-    let ihl = (buf[0] & 0x0f) as usize * 4;
-    if buf[0] >> 4 != 4 || ihl < 20 {
-        return Err(Ipv4Error::BadHeader);
-    }
-    let total = u16::from_be_bytes([buf[2], buf[3]]) as usize;
-    if total < ihl {
-        return Err(Ipv4Error::BadHeader);
-    }
-    let p = Ipv4Packet::new_checked(buf).map_err(|_| Ipv4Error::TooShort)?;
-    Ok(Ipv4Info {
-        off,
-        hlen: p.header_len() as usize,
-        total: p.total_len() as usize,
-        proto: p.next_header().into(),
-        frag_offset: p.frag_offset() / 8,
-        more_frags: p.more_frags(),
-    })
-}
-
-/// Validates an untagged Ethernet frame carrying IPv4.
-pub fn eth_ipv4(d: &[u8]) -> Result<Ipv4Info, Ipv4Error> {
-    match ethertype(d) {
-        None => Err(Ipv4Error::TooShort),
-        Some(ETHERTYPE_IPV4) => ipv4_at(d, ETH_LEN),
-        Some(_) => Err(Ipv4Error::NotIpv4),
-    }
-}
-
-/// Where the L3 header starts after the VLAN tags BESS's checksum modules skip: at most one
-/// 802.1ad tag, which must be followed by one 802.1Q tag, or a single 802.1Q tag.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum L3 {
-    /// The L3 header's offset and EtherType.
-    At(usize, u16),
-    /// The frame ends inside the Ethernet header or a tag.
-    TooShort,
-    /// A tag stack BESS does not look into (802.1ad not followed by 802.1Q).
-    OtherTags,
-}
-
-/// Finds the L3 header of a frame that may carry VLAN tags (see [`L3`]).
-pub fn l3_after_tags(d: &[u8]) -> L3 {
-    let Some(mut t) = ethertype(d) else {
-        return L3::TooShort;
-    };
-    let mut off = ETH_LEN;
-    let read = |off: usize| {
-        d.get(off + 2..off + 4)
-            .map(|b| u16::from_be_bytes([b[0], b[1]]))
-    };
-    if t == ETHERTYPE_QINQ {
-        let Some(inner) = read(off) else {
-            return L3::TooShort;
-        };
-        off += VLAN_LEN;
-        if inner != ETHERTYPE_VLAN {
-            return L3::OtherTags;
-        }
-        t = inner;
-    }
-    if t == ETHERTYPE_VLAN {
-        let Some(inner) = read(off) else {
-            return L3::TooShort;
-        };
-        off += VLAN_LEN;
-        t = inner;
-    }
-    L3::At(off, t)
-}
-
-/// Reads a big-endian u16 at `off` (callers have validated the range).
-#[inline]
-pub fn be16(d: &[u8], off: usize) -> u16 {
-    u16::from_be_bytes([d[off], d[off + 1]])
-}
-
-/// Reads a big-endian u32 at `off` (callers have validated the range).
-#[inline]
-pub fn be32(d: &[u8], off: usize) -> u32 {
-    u32::from_be_bytes([d[off], d[off + 1], d[off + 2], d[off + 3]])
-}
-
-/// Writes a big-endian u16 at `off`.
-#[inline]
-pub fn put16(d: &mut [u8], off: usize, v: u16) {
-    d[off..off + 2].copy_from_slice(&v.to_be_bytes());
-}
-
-/// Writes a big-endian u32 at `off`.
-#[inline]
-pub fn put32(d: &mut [u8], off: usize, v: u32) {
-    d[off..off + 4].copy_from_slice(&v.to_be_bytes());
+/// Splits off the packets of `batch` shorter than `min_len`, runs `f` on the rest, then drops
+/// the short ones under `reason` and forwards the rest out of gate 0.
+#[inline(always)]
+pub fn on_long_enough(
+    ctx: &mut Context,
+    batch: &mut PacketBatch,
+    min_len: usize,
+    reason: usize,
+    f: impl FnOnce(&mut Context, &mut PacketBatch),
+) {
+    let mut short = PacketBatch::new();
+    batch.split_off_if(&mut short, |p| p.len() >= min_len);
+    f(ctx, batch);
+    ctx.drop_batch(&mut short, reason);
+    ctx.forward(0, batch);
 }
 
 /// Parses a dotted-quad IPv4 address for argument `field` of message `msg`.
@@ -239,57 +86,24 @@ pub fn ipv4_string(a: u32) -> String {
 
 /// Parses a MAC address "aa:bb:cc:dd:ee:ff" for argument `field`.
 pub fn parse_mac(s: &str, field: &str) -> bessemer_core::Result<[u8; 6]> {
-    let bad = || bessemer_core::Error::invalid(format!("{field}: invalid MAC address '{s}'"));
-    let mut out = [0u8; 6];
-    let mut parts = s.split(':');
-    for b in out.iter_mut() {
-        let p = parts.next().ok_or_else(bad)?;
-        if p.is_empty() || p.len() > 2 {
-            return Err(bad());
-        }
-        *b = u8::from_str_radix(p, 16).map_err(|_| bad())?;
-    }
-    if parts.next().is_some() {
-        return Err(bad());
-    }
-    Ok(out)
+    crate::headers::mac_from_str(s)
+        .ok_or_else(|| bessemer_core::Error::invalid(format!("{field}: invalid MAC address '{s}'")))
 }
 
-/// Test helpers: hex literals and an independent checksum reference.
-#[cfg(test)]
-pub mod test_util {
-    /// Bytes from a hex string (whitespace ignored).
-    pub fn hex(s: &str) -> Vec<u8> {
-        let s: String = s.split_whitespace().collect();
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
-    }
-
-    /// True if the IPv4 header at `off` and its TCP/UDP/ICMP checksum verify, using smoltcp's
-    /// implementation (independent of `crate::checksum`).
-    pub fn checksums_ok(frame: &[u8], off: usize) -> bool {
-        use smoltcp::wire::{
-            Icmpv4Packet, IpAddress, IpProtocol, Ipv4Packet, TcpPacket, UdpPacket,
-        };
-        let ip = Ipv4Packet::new_checked(&frame[off..]).unwrap();
-        if !ip.verify_checksum() {
-            return false;
-        }
-        if ip.frag_offset() != 0 || ip.more_frags() {
-            return true;
-        }
-        let (s, d) = (
-            IpAddress::Ipv4(ip.src_addr()),
-            IpAddress::Ipv4(ip.dst_addr()),
-        );
-        let pl = &ip.payload()[..ip.total_len() as usize - ip.header_len() as usize];
-        match ip.next_header() {
-            IpProtocol::Udp => UdpPacket::new_checked(pl).unwrap().verify_checksum(&s, &d),
-            IpProtocol::Tcp => TcpPacket::new_checked(pl).unwrap().verify_checksum(&s, &d),
-            IpProtocol::Icmp => Icmpv4Packet::new_checked(pl).unwrap().verify_checksum(),
-            _ => true,
-        }
+/// The commands of a class with no runtime configuration (the NAT classes, as in BESS):
+/// `get_initial_arg` answers `initial_arg()`; `get_runtime_config` answers an empty message
+/// and `set_runtime_config` accepts one.
+pub fn no_runtime_config_command(
+    cmd: &str,
+    arg: &bessemer_core::Value,
+    initial_arg: impl FnOnce() -> bessemer_core::Value,
+) -> bessemer_core::Result<bessemer_core::Value> {
+    bessemer_core::Args::new(arg, "EmptyArg")?.finish()?;
+    match cmd {
+        "get_initial_arg" => Ok(initial_arg()),
+        "get_runtime_config" | "set_runtime_config" => Ok(bessemer_core::Value::map()),
+        _ => Err(bessemer_core::Error::invalid(format!(
+            "unknown command '{cmd}'"
+        ))),
     }
 }

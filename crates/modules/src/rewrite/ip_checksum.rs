@@ -1,6 +1,7 @@
 //! IPChecksum: computes (or verifies) the IPv4 header checksum.
-use super::headers::{dispatch, l3_after_tags, put16, Verdict, ALL_GATE0, ETHERTYPE_IPV4, L3};
+use super::headers::{process_each, Verdict};
 use crate::checksum;
+use crate::headers::{l3_after_tags, put16, ETHERTYPE_IPV4, L3};
 use bessemer_core::{Args, Context, Instance, Module, ModuleClass, PacketBatch};
 
 const DROP_TOO_SHORT: usize = 0;
@@ -50,11 +51,7 @@ impl IpChecksum {
 
 impl Module for IpChecksum {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        let mut v = ALL_GATE0;
-        for (i, p) in batch.pkts_mut().iter_mut().enumerate() {
-            v[i] = self.one(p.data_mut());
-        }
-        dispatch(ctx, batch, &v);
+        process_each(ctx, batch, |d| self.one(d));
     }
 
     fn desc(&self) -> String {
@@ -86,8 +83,8 @@ pub static CLASS: ModuleClass = ModuleClass {
 
 #[cfg(test)]
 mod tests {
-    use super::super::headers::test_util::hex;
     use super::*;
+    use crate::headers::test_util::hex;
     use bessemer_core::testing::Harness;
     use bessemer_core::Value;
 

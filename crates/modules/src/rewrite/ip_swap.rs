@@ -1,6 +1,7 @@
 //! IPSwap: swaps the IPv4 source and destination addresses, and the TCP/UDP ports.
-use super::headers::{dispatch, eth_ipv4, ip, Ipv4Error, Verdict, ALL_GATE0};
+use super::headers::{process_each, Verdict};
 use crate::checksum::{PROTO_TCP, PROTO_UDP};
+use crate::headers::{eth_ipv4, ip, Ipv4Error};
 use bessemer_core::{Args, Context, Instance, Module, ModuleClass, PacketBatch};
 
 const DROP_TOO_SHORT: usize = 0;
@@ -22,21 +23,15 @@ pub struct IpSwap;
 
 impl Module for IpSwap {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        let mut v = ALL_GATE0;
-        for (i, p) in batch.pkts_mut().iter_mut().enumerate() {
-            let d = p.data_mut();
+        process_each(ctx, batch, |d| {
             let info = match eth_ipv4(d) {
                 Ok(info) => info,
-                Err(e) => {
-                    v[i] = Verdict::Drop(ipv4_drop(e));
-                    continue;
-                }
+                Err(e) => return Verdict::Drop(ipv4_drop(e)),
             };
             let has_ports =
                 (info.proto == PROTO_TCP || info.proto == PROTO_UDP) && info.has_l4_header();
             if has_ports && info.l4_len() < 4 {
-                v[i] = Verdict::Drop(DROP_TOO_SHORT);
-                continue;
+                return Verdict::Drop(DROP_TOO_SHORT);
             }
             let a = info.off + ip::SRC;
             let (src, dst) = d[a..a + 8].split_at_mut(4);
@@ -48,8 +43,8 @@ impl Module for IpSwap {
                 let (sp, dp) = d[l4..l4 + 4].split_at_mut(2);
                 sp.swap_with_slice(dp);
             }
-        }
-        dispatch(ctx, batch, &v);
+            Verdict::Gate(0)
+        });
     }
 }
 
@@ -73,8 +68,8 @@ pub static CLASS: ModuleClass = ModuleClass {
 
 #[cfg(test)]
 mod tests {
-    use super::super::headers::test_util::{checksums_ok, hex};
     use super::*;
+    use crate::headers::test_util::{checksums_ok, hex};
     use bessemer_core::testing::Harness;
     use bessemer_core::Value;
 

@@ -1,9 +1,9 @@
 //! L4Checksum: computes (or verifies) TCP and UDP checksums over IPv4 and IPv6.
-use super::headers::{
-    be16, dispatch, ipv4_at, l3_after_tags, put16, Ipv4Error, Verdict, ALL_GATE0, ETHERTYPE_IPV4,
-    ETHERTYPE_IPV6, L3,
-};
+use super::headers::{process_each, Verdict};
 use crate::checksum::{self, PROTO_TCP, PROTO_UDP, TCP_CSUM_OFFSET, UDP_CSUM_OFFSET};
+use crate::headers::{
+    be16, ipv4_at, l3_after_tags, put16, Ipv4Error, ETHERTYPE_IPV4, ETHERTYPE_IPV6, L3,
+};
 use bessemer_core::{Args, Context, Instance, Module, ModuleClass, PacketBatch};
 use smoltcp::wire::Ipv6Packet;
 
@@ -121,11 +121,7 @@ impl L4Checksum {
 
 impl Module for L4Checksum {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        let mut v = ALL_GATE0;
-        for (i, p) in batch.pkts_mut().iter_mut().enumerate() {
-            v[i] = self.one(p.data_mut());
-        }
-        dispatch(ctx, batch, &v);
+        process_each(ctx, batch, |d| self.one(d));
     }
 
     fn desc(&self) -> String {
@@ -157,8 +153,8 @@ pub static CLASS: ModuleClass = ModuleClass {
 
 #[cfg(test)]
 mod tests {
-    use super::super::headers::test_util::hex;
     use super::*;
+    use crate::headers::test_util::hex;
     use bessemer_core::testing::Harness;
     use bessemer_core::Value;
     use smoltcp::wire::{IpAddress, Ipv4Packet, TcpPacket, UdpPacket};

@@ -1,5 +1,6 @@
 //! MACSwap: swaps the Ethernet source and destination addresses.
-use super::headers::{dispatch, Verdict, ALL_GATE0, ETH_LEN};
+use super::headers::{process_each, Verdict};
+use crate::headers::ETH_LEN;
 use bessemer_core::{Args, Context, Instance, Module, ModuleClass, PacketBatch};
 
 const DROP_TOO_SHORT: usize = 0;
@@ -10,17 +11,14 @@ pub struct MacSwap;
 
 impl Module for MacSwap {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        let mut v = ALL_GATE0;
-        for (i, p) in batch.pkts_mut().iter_mut().enumerate() {
-            let d = p.data_mut();
+        process_each(ctx, batch, |d| {
             if d.len() < ETH_LEN {
-                v[i] = Verdict::Drop(DROP_TOO_SHORT);
-                continue;
+                return Verdict::Drop(DROP_TOO_SHORT);
             }
             let (dst, rest) = d.split_at_mut(6);
             dst.swap_with_slice(&mut rest[..6]);
-        }
-        dispatch(ctx, batch, &v);
+            Verdict::Gate(0)
+        });
     }
 }
 
@@ -44,8 +42,8 @@ pub static CLASS: ModuleClass = ModuleClass {
 
 #[cfg(test)]
 mod tests {
-    use super::super::headers::test_util::hex;
     use super::*;
+    use crate::headers::test_util::hex;
     use bessemer_core::testing::Harness;
     use bessemer_core::Value;
 

@@ -14,12 +14,10 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use super::headers::{
-    be16, be32, dispatch, eth_ipv4, ip, ipv4_string, parse_ipv4, put16, put32, Verdict, ALL_GATE0,
-    PROTO_ICMP,
-};
+use super::headers::{ipv4_string, no_runtime_config_command, parse_ipv4, process_each, Verdict};
 use super::ip_swap::ipv4_drop;
 use crate::checksum::{self, PROTO_TCP, PROTO_UDP, TCP_CSUM_OFFSET, UDP_CSUM_OFFSET};
+use crate::headers::{be16, be32, eth_ipv4, ip, put16, put32, PROTO_ICMP};
 use crate::util::FastRng;
 use bessemer_core::{
     Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
@@ -258,22 +256,11 @@ impl Nat {
         put32(d, addr_off, new_addr);
         put16(d, flow.port_off, new_port);
         let l3_inc = checksum::increment32(old_addr, new_addr);
-        let csum = ip_off + ip::CSUM;
-        put16(d, csum, checksum::apply(be16(d, csum), l3_inc));
+        checksum::apply_at(d, ip_off + ip::CSUM, l3_inc);
         let l4_inc = l3_inc + checksum::increment16(old_port, new_port);
         match flow.proto {
-            PROTO_TCP => {
-                let c = l4 + TCP_CSUM_OFFSET;
-                put16(d, c, checksum::apply(be16(d, c), l4_inc));
-            }
-            PROTO_UDP => {
-                let c = l4 + UDP_CSUM_OFFSET;
-                // Zero means the sender computed no checksum: leave it so.
-                let old = be16(d, c);
-                if old != 0 {
-                    put16(d, c, checksum::udp_wire(checksum::apply(old, l4_inc)));
-                }
-            }
+            PROTO_TCP => checksum::apply_l4_at(d, l4 + TCP_CSUM_OFFSET, PROTO_TCP, l4_inc),
+            PROTO_UDP => checksum::apply_l4_at(d, l4 + UDP_CSUM_OFFSET, PROTO_UDP, l4_inc),
             _ => {
                 // ICMP has no pseudo-header: only the identifier changed.
                 let c = l4 + ICMP_CSUM;
@@ -416,25 +403,17 @@ fn parse(arg: &Value) -> Result<Vec<ExtAddr>> {
 impl Module for Nat {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, igate: u16) {
         let now = now(ctx);
-        let mut v = ALL_GATE0;
-        for (i, p) in batch.pkts_mut().iter_mut().enumerate() {
-            v[i] = if igate == 0 {
-                self.outbound(p.data_mut(), now)
+        process_each(ctx, batch, |d| {
+            if igate == 0 {
+                self.outbound(d, now)
             } else {
-                self.inbound(p.data_mut(), now)
-            };
-        }
-        dispatch(ctx, batch, &v);
+                self.inbound(d, now)
+            }
+        });
     }
 
     fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
-        Args::new(arg, "EmptyArg")?.finish()?;
-        match cmd {
-            "get_initial_arg" => Ok(self.initial_arg()),
-            // BESS has no runtime configuration for NAT either.
-            "get_runtime_config" | "set_runtime_config" => Ok(Value::map()),
-            _ => Err(Error::invalid(format!("unknown command '{cmd}'"))),
-        }
+        no_runtime_config_command(cmd, arg, || self.initial_arg())
     }
 
     fn desc(&self) -> String {
@@ -500,8 +479,8 @@ pub static CLASS: ModuleClass = ModuleClass {
 
 #[cfg(test)]
 mod tests {
-    use super::super::headers::test_util::{checksums_ok, hex};
     use super::*;
+    use crate::headers::test_util::{checksums_ok, hex};
     use bessemer_core::testing::Harness;
 
     const UDP_OUT: &str = "02000000 00020200 00000001 08004500 001d0001 40004011 20bf0a00 00010808 080804d2 00350009 6fc471";
@@ -816,8 +795,8 @@ mod tests {
 
 #[cfg(test)]
 mod proptests {
-    use super::super::headers::test_util::checksums_ok;
     use super::*;
+    use crate::headers::test_util::checksums_ok;
     use bessemer_core::testing::Harness;
     use proptest::prelude::*;
     use smoltcp::wire::{Icmpv4Packet, IpAddress, Ipv4Packet, TcpPacket, UdpPacket};

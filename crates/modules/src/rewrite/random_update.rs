@@ -3,6 +3,7 @@ use bessemer_core::{
     Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
 };
 
+use super::headers::on_long_enough;
 use crate::util::FastRng;
 
 #[derive(Clone, Debug)]
@@ -72,18 +73,16 @@ impl RandomUpdate {
 
 impl Module for RandomUpdate {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        let mut short = PacketBatch::new();
-        let min_len = self.min_len;
-        batch.split_off_if(&mut short, |p| p.len() >= min_len);
-        for p in batch.pkts_mut() {
-            let d = p.data_mut();
-            for f in &self.fields {
-                let v = f.min + self.rng.below(f.span);
-                d[f.offset..f.offset + f.size].copy_from_slice(&v.to_be_bytes()[8 - f.size..]);
+        let (fields, rng) = (&self.fields, &mut self.rng);
+        on_long_enough(ctx, batch, self.min_len, DROP_TOO_SHORT, |_, batch| {
+            for p in batch.pkts_mut() {
+                let d = p.data_mut();
+                for f in fields {
+                    let v = f.min + rng.below(f.span);
+                    d[f.offset..f.offset + f.size].copy_from_slice(&v.to_be_bytes()[8 - f.size..]);
+                }
             }
-        }
-        ctx.drop_batch(&mut short, DROP_TOO_SHORT);
-        ctx.forward(0, batch);
+        });
     }
 
     fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {

@@ -1,4 +1,5 @@
 //! SetMetadata: sets metadata attributes from constants or packet bytes.
+use super::headers::on_long_enough;
 use bessemer_core::metadata::MAX_ATTR_SIZE;
 use bessemer_core::{
     AccessMode, Args, AttrSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result,
@@ -123,28 +124,27 @@ impl Module for SetMetadata {
             .filter_map(|a| a.offset.map(|o| o + a.size))
             .max()
             .unwrap_or(0);
-        let mut short = PacketBatch::new();
-        batch.split_off_if(&mut short, |p| p.len() >= need);
-        for (id, a) in self.attrs.iter().enumerate() {
-            let off = ctx.attr(id);
-            for p in batch.pkts_mut() {
-                match a.offset {
-                    None => p.set_attr(off, &a.value[..a.size]),
-                    Some(o) => {
-                        let mut buf = [0u8; MAX_ATTR_SIZE];
-                        let v = &mut buf[..a.size];
-                        v.copy_from_slice(&p.data()[o..o + a.size]);
-                        if let Some(mk) = &a.mask {
-                            v.iter_mut().zip(mk).for_each(|(b, m)| *b &= m);
+        let attrs = &self.attrs;
+        on_long_enough(ctx, batch, need, DROP_TOO_SHORT, |ctx, batch| {
+            for (id, a) in attrs.iter().enumerate() {
+                let off = ctx.attr(id);
+                for p in batch.pkts_mut() {
+                    match a.offset {
+                        None => p.set_attr(off, &a.value[..a.size]),
+                        Some(o) => {
+                            let mut buf = [0u8; MAX_ATTR_SIZE];
+                            let v = &mut buf[..a.size];
+                            v.copy_from_slice(&p.data()[o..o + a.size]);
+                            if let Some(mk) = &a.mask {
+                                v.iter_mut().zip(mk).for_each(|(b, m)| *b &= m);
+                            }
+                            shift_right(v, a.rshift_bits);
+                            p.set_attr(off, v);
                         }
-                        shift_right(v, a.rshift_bits);
-                        p.set_attr(off, v);
                     }
                 }
             }
-        }
-        ctx.drop_batch(&mut short, DROP_TOO_SHORT);
-        ctx.forward(0, batch);
+        });
     }
 
     fn desc(&self) -> String {

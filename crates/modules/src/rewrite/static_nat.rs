@@ -4,11 +4,10 @@
 //! leaves on output gate 1; input gate 1 carries external → internal traffic (destination
 //! addresses rewritten), which leaves on output gate 0, as BESS. Packets whose address is in
 //! no range pass untranslated on the same gates.
-use super::headers::{
-    be16, be32, dispatch, eth_ipv4, ip, ipv4_string, parse_ipv4, put16, put32, Verdict, ALL_GATE0,
-};
+use super::headers::{ipv4_string, no_runtime_config_command, parse_ipv4, process_each, Verdict};
 use super::ip_swap::ipv4_drop;
 use crate::checksum::{self, PROTO_TCP, PROTO_UDP, TCP_CSUM_OFFSET, UDP_CSUM_OFFSET};
+use crate::headers::{be32, eth_ipv4, ip, put32};
 use bessemer_core::{
     Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
 };
@@ -59,16 +58,9 @@ impl StaticNat {
         }
         let inc = checksum::increment32(old, new);
         put32(d, addr_off, new);
-        let c = info.off + ip::CSUM;
-        put16(d, c, checksum::apply(be16(d, c), inc));
+        checksum::apply_at(d, info.off + ip::CSUM, inc);
         if let Some(c) = l4_csum {
-            let hc = be16(d, c);
-            if info.proto == PROTO_TCP {
-                put16(d, c, checksum::apply(hc, inc));
-            } else if hc != 0 {
-                // A zero UDP checksum means "none" and stays so.
-                put16(d, c, checksum::udp_wire(checksum::apply(hc, inc)));
-            }
+            checksum::apply_l4_at(d, c, info.proto, inc);
         }
         Verdict::Gate(gate)
     }
@@ -145,20 +137,11 @@ fn parse(arg: &Value) -> Result<Vec<Pair>> {
 
 impl Module for StaticNat {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, igate: u16) {
-        let mut v = ALL_GATE0;
-        for (i, p) in batch.pkts_mut().iter_mut().enumerate() {
-            v[i] = self.one(p.data_mut(), igate == 0);
-        }
-        dispatch(ctx, batch, &v);
+        process_each(ctx, batch, |d| self.one(d, igate == 0));
     }
 
     fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
-        Args::new(arg, "EmptyArg")?.finish()?;
-        match cmd {
-            "get_initial_arg" => Ok(self.initial_arg()),
-            "get_runtime_config" | "set_runtime_config" => Ok(Value::map()),
-            _ => Err(Error::invalid(format!("unknown command '{cmd}'"))),
-        }
+        no_runtime_config_command(cmd, arg, || self.initial_arg())
     }
 
     fn desc(&self) -> String {
@@ -205,8 +188,8 @@ pub static CLASS: ModuleClass = ModuleClass {
 
 #[cfg(test)]
 mod tests {
-    use super::super::headers::test_util::{checksums_ok, hex};
     use super::*;
+    use crate::headers::test_util::{checksums_ok, hex};
     use bessemer_core::testing::Harness;
 
     const UDP_F: &str = "02000000 00020200 00000001 08004500 001d0001 40004011 20bb0a00 00050808 080804d2 00350009 6fc071";

@@ -1,4 +1,5 @@
 //! Update: writes constant values at packet offsets.
+use super::headers::on_long_enough;
 use bessemer_core::{
     Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
 };
@@ -64,17 +65,14 @@ impl Update {
 impl Module for Update {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         let fields = &self.fields;
-        let mut short = PacketBatch::new();
-        let min_len = self.min_len;
-        batch.split_off_if(&mut short, |p| p.len() >= min_len);
-        for p in batch.pkts_mut() {
-            let d = p.data_mut();
-            for f in fields {
-                d[f.offset..f.offset + f.size].copy_from_slice(&f.value[8 - f.size..]);
+        on_long_enough(ctx, batch, self.min_len, DROP_TOO_SHORT, |_, batch| {
+            for p in batch.pkts_mut() {
+                let d = p.data_mut();
+                for f in fields {
+                    d[f.offset..f.offset + f.size].copy_from_slice(&f.value[8 - f.size..]);
+                }
             }
-        }
-        ctx.drop_batch(&mut short, DROP_TOO_SHORT);
-        ctx.forward(0, batch);
+        });
     }
 
     fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {

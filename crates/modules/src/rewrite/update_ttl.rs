@@ -1,7 +1,8 @@
 //! UpdateTTL: decrements the IPv4 TTL, updating the header checksum incrementally.
-use super::headers::{be16, dispatch, eth_ipv4, ip, put16, Verdict, ALL_GATE0};
+use super::headers::{process_each, Verdict};
 use super::ip_swap::ipv4_drop;
 use crate::checksum;
+use crate::headers::{be16, eth_ipv4, ip, put16};
 use bessemer_core::{Args, Context, Instance, Module, ModuleClass, PacketBatch};
 
 const DROP_TTL_EXPIRED: usize = 3;
@@ -12,20 +13,14 @@ pub struct UpdateTtl;
 
 impl Module for UpdateTtl {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        let mut v = ALL_GATE0;
-        for (i, p) in batch.pkts_mut().iter_mut().enumerate() {
-            let d = p.data_mut();
+        process_each(ctx, batch, |d| {
             let off = match eth_ipv4(d) {
                 Ok(info) => info.off,
-                Err(e) => {
-                    v[i] = Verdict::Drop(ipv4_drop(e));
-                    continue;
-                }
+                Err(e) => return Verdict::Drop(ipv4_drop(e)),
             };
             let ttl = d[off + ip::TTL];
             if ttl <= 1 {
-                v[i] = Verdict::Drop(DROP_TTL_EXPIRED);
-                continue;
+                return Verdict::Drop(DROP_TTL_EXPIRED);
             }
             // TTL shares a 16-bit checksum word with the protocol byte.
             let old = be16(d, off + ip::TTL);
@@ -33,8 +28,8 @@ impl Module for UpdateTtl {
             d[off + ip::TTL] = ttl - 1;
             let hc = checksum::update16(be16(d, off + ip::CSUM), old, new);
             put16(d, off + ip::CSUM, hc);
-        }
-        dispatch(ctx, batch, &v);
+            Verdict::Gate(0)
+        });
     }
 }
 
@@ -58,8 +53,8 @@ pub static CLASS: ModuleClass = ModuleClass {
 
 #[cfg(test)]
 mod tests {
-    use super::super::headers::test_util::{checksums_ok, hex};
     use super::*;
+    use crate::headers::test_util::{checksums_ok, hex};
     use bessemer_core::testing::Harness;
     use bessemer_core::Value;
 
