@@ -31,7 +31,15 @@ fn kill_bess_exits_zero_and_removes_the_pid_file() {
     let dir = scratch("kill");
     let pid = dir.join("d.pid");
     let mut d = Daemon::start("kill", &["--pid-file", pid.to_str().unwrap()]);
-    let written = std::fs::read_to_string(&pid).expect("pid file written");
+    // The pid file is written once the daemon is set up, just after its port opens.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let written = loop {
+        match std::fs::read_to_string(&pid) {
+            Ok(s) if s.ends_with('\n') => break s,
+            _ if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            r => panic!("pid file not written: {r:?}"),
+        }
+    };
     assert_eq!(written.trim(), d.child.id().to_string());
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(bounded(async {
