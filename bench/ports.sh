@@ -190,13 +190,13 @@ for r in rows:
         print(f"{name:32} {r['mode']}: {r['error']}")
         continue
     a, b = run(r, 64), run(r, 1518)
-    ratio = a["sink_mpps"] / b64 if b64 else float("nan")
-    r["ratio_to_afxdp_64"] = round(ratio, 3)
+    ratio = a["sink_mpps"] / b64 if b64 else None
+    r["ratio_to_afxdp_64"] = round(ratio, 3) if ratio is not None else None
     lat = (f"{r['rtt_p50_us']:>8.0f} {r['rtt_p99_us']:>7.0f}" if r["pings"] else f"{'-':>8} {'-':>7}")
     flag = " *" if a["disturbed"] or b["disturbed"] else ""
     print(f"{name:32} {a['sink_mpps']:>8.3f} {a['sink_gbps']:>6.2f} {a['cpu_switch_pct']:>5.0f} "
           f"{b['sink_mpps']:>10.3f} {b['sink_gbps']:>6.2f} {b['cpu_switch_pct']:>5.0f} "
-          f"{ratio:>7.2f} {lat}{flag}")
+          f"{(f'{ratio:.2f}' if ratio is not None else '-'):>7} {lat}{flag}")
 gens = [x["offered_mpps"] for r in rows for x in r.get("runs", []) if x["frame_bytes"] == 64]
 gens_l = [x["offered_mpps"] for r in rows for x in r.get("runs", []) if x["frame_bytes"] == 1518]
 if gens:

@@ -245,6 +245,27 @@ pub fn prog_redirect(ifindex: u32) -> [Insn; 4] {
     ]
 }
 
+/// A traffic generator's program for [`xdp_live_frames`]: steps the low 3 bits of the UDP
+/// source port of an untagged IPv4 frame without IP options (byte 35) on every run, over
+/// `flows` (a power of two, at most 256) values, and returns XDP_TX. Live frames keep their
+/// contents between runs, so each buffer of the kernel's page pool cycles through the flows.
+pub fn prog_tx_flows(flows: u32) -> [Insn; 11] {
+    let mask = flows.next_power_of_two().clamp(1, 256) as i32 - 1;
+    [
+        insn(0x61, 2, 1, 0, 0),      // r2 = ctx->data
+        insn(0x61, 3, 1, 4, 0),      // r3 = ctx->data_end
+        insn(0xbf, 4, 2, 0, 0),      // r4 = r2
+        insn(0x07, 4, 0, 0, 42),     // r4 += 42 (Ethernet + IPv4 + UDP)
+        insn(0x2d, 4, 3, 4, 0),      // if r4 > r3 goto +4
+        insn(0x71, 5, 2, 35, 0),     // r5 = *(u8 *)(r2 + 35)
+        insn(0x07, 5, 0, 0, 1),      // r5 += 1
+        insn(0x57, 5, 0, 0, mask),   // r5 &= mask
+        insn(0x73, 2, 5, 35, 0),     // *(u8 *)(r2 + 35) = r5
+        insn(0xb7, 0, 0, 0, XDP_TX), // r0 = XDP_TX
+        insn(0x95, 0, 0, 0, 0),      // exit
+    ]
+}
+
 /// `u64 *n = bpf_map_lookup_elem(&counts, &(u32){0}); if (n) *n += 1; return XDP_DROP;` on a
 /// one-entry per-CPU array `map_fd` (per-CPU, so the add needs no atomic).
 pub fn prog_count_drop(map_fd: RawFd) -> [Insn; 12] {
@@ -268,6 +289,9 @@ pub fn prog_count_drop(map_fd: RawFd) -> [Insn; 12] {
 /// received on `ifindex` (of the calling thread's namespace): frames the program sends on
 /// (XDP_TX, XDP_REDIRECT) really leave. `batch` frames per batch (0: the kernel's 64).
 /// Returns after all repeats, or early on a signal; the kernel does not say how many ran.
+/// Each call enters the program into the kernel's XDP dispatcher and takes it out again,
+/// two RCU grace periods (milliseconds) per call, unless the program is also attached in
+/// native mode to some interface (then it is in the dispatcher already).
 pub fn xdp_live_frames(
     prog: RawFd,
     frame: &[u8],
