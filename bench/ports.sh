@@ -203,7 +203,8 @@ if gens:
     print(f"generator offered {min(gens):.2f}-{max(gens):.2f} Mpps at 64 B, "
           f"{min(gens_l):.2f}-{max(gens_l):.2f} Mpps at 1518 B (live-frames XDP, core 0); "
           f"{secs} s per run")
-print("CPU% = switch threads (user+sys) + softirq on both cores, in % of one core; "
+print("CPU% = all of core 1 (the switch's) + softirq on core 0 (veth receive of the switch side), "
+      "in % of one core; "
       "* = a run disturbed by other load")
 print(json.dumps({"bench": "ports", "seconds_per_run": float(secs), "switches": rows}))
 PY
