@@ -27,8 +27,9 @@
 //!   receive work runs in softirq on the core that sends to it (the switch's, or core 0 for
 //!   the kernel switches) and is counted with it. A run during which any other process
 //!   used more than 5 % of a core is discarded and repeated (at most twice more).
-//! * Latency: `ping -c 200 -i 0.01` from `gen_ns` to `sink_ns` through the switch (counter
-//!   replaced by `XDP_PASS`), median and p99 round trip in microseconds.
+//! * Latency: `ping -c 200 -i 0.01` on core 0 (the switch's core may be busy polling) from
+//!   `gen_ns` to `sink_ns` through the switch (counter replaced by `XDP_PASS`), median and
+//!   p99 round trip in microseconds.
 //!
 //! Prints one JSON line.
 
@@ -500,8 +501,15 @@ fn latency(t: &Topo, dst: &str) -> Result<(f64, f64, usize)> {
     let ping = |n: usize, interval: &str| {
         Command::new("timeout")
             .args([
-                "20", "ip", "netns", "exec", t.gen_ns, "ping", "-n", "-W", "1",
+                "20",
+                "taskset",
+                "-c",
+                &GEN_CORE.to_string(),
+                "ip",
+                "netns",
+                "exec",
             ])
+            .args([t.gen_ns, "ping", "-n", "-W", "1"])
             .args(["-c", &n.to_string(), "-i", interval, dst])
             .output()
     };
