@@ -13,6 +13,8 @@
 # Needs root. Prints a table and one JSON line.
 #   SECONDS_PER_RUN (default 5): measured seconds per switch and frame size
 #   MODES (default: all of the above): a space-separated subset
+#   BENCH_SINK=stats (diagnostic): count with the sink's rx_packets and no XDP program there
+#     (spares the switch's core the copy veth makes to give an skb to XDP; not for xdp)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" -ne 0 ]; then
@@ -203,6 +205,9 @@ if gens:
     print(f"generator offered {min(gens):.2f}-{max(gens):.2f} Mpps at 64 B, "
           f"{min(gens_l):.2f}-{max(gens_l):.2f} Mpps at 1518 B (live-frames XDP, core 0); "
           f"{secs} s per run")
+sinks = sorted({r.get("sink", "") for r in rows if "runs" in r})
+print("sink counter: " + ", ".join("XDP per-CPU counter" if k == "xdp" else
+      "rx_packets, no XDP (BENCH_SINK=stats)" if k == "rx_packets" else k for k in sinks))
 print("CPU% = all of core 1 (the switch's) + softirq on core 0 (veth receive of the switch side), "
       "in % of one core; "
       "* = a run disturbed by other load")
