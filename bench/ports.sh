@@ -11,7 +11,8 @@
 #   ovs-netdev Open vSwitch userspace datapath, plain (AF_PACKET) ports, pinned to core 1
 #   testpmd    DPDK testpmd io mode with net_af_xdp: only if a dpdk-testpmd binary exists
 # Needs root. Prints a table and one JSON line.
-#   SECONDS_PER_RUN (default 5): measured seconds per switch and frame size
+#   SECONDS_PER_RUN (default 5): measured seconds per run
+#   BENCH_REPS (default 3): runs per switch and frame size; the median is shown (about 5 min)
 #   MODES (default: all of the above): a space-separated subset
 #   BENCH_SINK=stats (diagnostic): count with the sink's rx_packets and no XDP program there
 #     (spares the switch's core the copy veth makes to give an skb to XDP; not for xdp)
@@ -182,7 +183,7 @@ def run(r, size):
     return None
 base = next((r for r in rows if r["mode"] == "afxdp" and "runs" in r), None)
 b64 = run(base, 64)["sink_mpps"] if base else None
-hdr = (f"{'switch':32} {'64B Mpps':>8} {'Gbps':>6} {'CPU%':>5} {'1518B Mpps':>10} {'Gbps':>6} "
+hdr = (f"{'switch':32} {'64B Mpps':>8} {'(min-max)':>11} {'Gbps':>6} {'CPU%':>5} {'1518B Mpps':>10} {'Gbps':>6} "
        f"{'CPU%':>5} {'x afxdp':>7} {'RTT p50':>8} {'p99 us':>7}")
 print(hdr)
 print("-" * len(hdr))
@@ -196,7 +197,8 @@ for r in rows:
     r["ratio_to_afxdp_64"] = round(ratio, 3) if ratio is not None else None
     lat = (f"{r['rtt_p50_us']:>8.0f} {r['rtt_p99_us']:>7.0f}" if r["pings"] else f"{'-':>8} {'-':>7}")
     flag = " *" if a["disturbed"] or b["disturbed"] else ""
-    print(f"{name:32} {a['sink_mpps']:>8.3f} {a['sink_gbps']:>6.2f} {a['cpu_switch_pct']:>5.0f} "
+    rng = f"{a['sink_mpps_min']:.2f}-{a['sink_mpps_max']:.2f}"
+    print(f"{name:32} {a['sink_mpps']:>8.3f} {rng:>11} {a['sink_gbps']:>6.2f} {a['cpu_switch_pct']:>5.0f} "
           f"{b['sink_mpps']:>10.3f} {b['sink_gbps']:>6.2f} {b['cpu_switch_pct']:>5.0f} "
           f"{(f'{ratio:.2f}' if ratio is not None else '-'):>7} {lat}{flag}")
 gens = [x["offered_mpps"] for r in rows for x in r.get("runs", []) if x["frame_bytes"] == 64]
@@ -208,6 +210,7 @@ if gens:
 sinks = sorted({r.get("sink", "") for r in rows if "runs" in r})
 print("sink counter: " + ", ".join("XDP per-CPU counter" if k == "xdp" else
       "rx_packets, no XDP (BENCH_SINK=stats)" if k == "rx_packets" else k for k in sinks))
+print("each figure: the median of the runs (by the sink's rate); min-max: the runs' 64-byte rates")
 print("CPU% = all of core 1 (the switch's) + softirq on core 0 (veth receive of the switch side), "
       "in % of one core; "
       "* = a run disturbed by other load")

@@ -20,8 +20,9 @@
 //!   A veth only accepts XDP frames (the generator's) while its receive side has NAPI on,
 //!   i.e. an XDP program attached; where the switch attaches none to `g1`, an `XDP_PASS`
 //!   program is attached so the frames reach the stack as usual.
-//! * Per frame size (60 and 1514 bytes, i.e. 64- and 1518-byte frames on a wire): 1 s
-//!   warm-up, then `seconds` measured. Rates at the sink; CPU of the switch = all busy time
+//! * Per frame size (60 and 1514 bytes, i.e. 64- and 1518-byte frames on a wire):
+//!   `BENCH_REPS` (default 3) runs of 1 s warm-up and `seconds` measured; the median run
+//!   (by the sink's rate) is reported, with the lowest and highest rate. Rates at the sink; CPU of the switch = all busy time
 //!   of core 1 (where only the switch runs) plus the softirq time of core 0 (the switch
 //!   side's veth receive runs in softirq on the sending core, the generator's). The sink's
 //!   receive work runs in softirq on the core that sends to it (the switch's, or core 0 for
@@ -419,7 +420,25 @@ struct Topo<'a> {
 }
 
 /// One measured run at `len`-byte frames: a JSON object.
-fn measure(t: &Topo, len: usize, secs: f64) -> Result<String> {
+/// `reps` measured runs at `len`-byte frames: the median one (by the sink's rate), with the
+/// lowest and highest sink rate added.
+fn measure_reps(t: &Topo, len: usize, secs: f64, reps: usize) -> Result<String> {
+    let mut runs = Vec::new();
+    for _ in 0..reps.max(1) {
+        runs.push(measure(t, len, secs)?);
+    }
+    runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (lo, hi) = (runs[0].0, runs[runs.len() - 1].0);
+    let mid = &runs[runs.len() / 2].1;
+    Ok(format!(
+        "{},\"reps\":{},\"sink_mpps_min\":{lo:.4},\"sink_mpps_max\":{hi:.4}}}",
+        mid.trim_end_matches('}'),
+        runs.len()
+    ))
+}
+
+/// One measured run at `len`-byte frames: the sink's rate and a JSON object.
+fn measure(t: &Topo, len: usize, secs: f64) -> Result<(f64, String)> {
     let counter = Counter::attach(t.sink_ns, t.s0, t.sink_stats)?;
     let tck = clk_tck();
     let mut tries = 0;
@@ -480,7 +499,7 @@ fn measure(t: &Topo, len: usize, secs: f64) -> Result<String> {
             continue;
         }
         let sink = mpps(a.1, b.1);
-        return Ok(format!(
+        return Ok((sink, format!(
             "{{\"frame_bytes\":{},\"seconds\":{dt:.2},\"offered_mpps\":{:.4},\"into_switch_mpps\":{:.4},\"sink_mpps\":{sink:.4},\"sink_gbps\":{:.3},\"cpu_switch_pct\":{:.1},\"switch_threads_pct\":{:.1},\"softirq_pct\":{:.1},\"core0_busy_pct\":{:.1},\"core1_busy_pct\":{:.1},\"other_load_pct\":{:.1},\"tries\":{tries},\"disturbed\":{disturbed}}}",
             len + 4,
             mpps(a.2, b.2),
@@ -492,7 +511,7 @@ fn measure(t: &Topo, len: usize, secs: f64) -> Result<String> {
             core(GEN_CORE, busy) * 100.0,
             core(SWITCH_CORE, busy) * 100.0,
             other * 100.0,
-        ));
+        )));
     }
 }
 
@@ -608,9 +627,13 @@ fn run(args: &[String]) -> Result<String> {
         switch_pid: pid,
         sink_stats: mode != "xdp" && std::env::var("BENCH_SINK").is_ok_and(|v| v == "stats"),
     };
+    let reps = std::env::var("BENCH_REPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
     let mut runs = Vec::new();
     for len in FRAMES {
-        runs.push(measure(&t, len, secs)?);
+        runs.push(measure_reps(&t, len, secs, reps)?);
     }
     let (p50, p99, n) = match latency(&t, "10.99.0.2") {
         Ok(v) => v,
