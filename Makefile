@@ -58,8 +58,8 @@ bench-core: deps
 bench-modules: deps
 	bench/modules.sh
 
-# Switch throughput between veth pairs: Bessemer over AF_XDP vs the Linux bridge (root);
-# a table and one JSON line.
+# Switch throughput, CPU and latency between veth pairs: Bessemer (AF_XDP, AF_PACKET) vs
+# in-kernel XDP_REDIRECT, the Linux bridge and OVS userspace (root); a table and one JSON line.
 bench-ports: deps
 	bench/ports.sh
 

@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
-# make bench-ports: 64-byte UDP frames (60 bytes + FCS) from a generator namespace, over a
-# veth pair, through a switch, over a second veth pair, to a sink namespace that counts them
-# (bench/src/bench_ports.rs). Switches: Bessemer with two AFXDPPorts (copy mode: veth has
-# no zero-copy) and, as the in-kernel baseline, a Linux bridge with a static FDB entry. The
-# generator is Bessemer itself (Source -> Rewrite -> AFXDPPort) in both runs. Needs root.
-# Prints a table and one JSON line. SECONDS_PER_RUN (default 5) sets the measured time.
-#
-# Caveat: the generator, the switch and the kernel's veth/XDP work share the machine's
-# cores (workers are not pinned), so the figures say how the two switches compare on this
-# machine, not what either does on dedicated cores or real NICs.
+# make bench-ports: UDP frames from a generator namespace —veth— switch —veth— sink namespace,
+# the same topology and generator for every switch (bench/src/bench_ports.rs does one switch
+# per call: live-frames XDP generator pinned to core 0, switch on core 1, XDP counter at the
+# sink, 64- and 1518-byte frames, CPU, ping round trips). Switches, in this order:
+#   afxdp      Bessemer, 2 x AFXDPPort (copy mode: veth has no zero-copy), worker on core 1
+#   afpacket   Bessemer, 2 x AFPacketPort, worker on core 1
+#   xdp        in-kernel XDP_REDIRECT between the two switch-side veths (the upper bound)
+#   bridge     Linux bridge, static FDB entry for the generated frames
+#   ovs-afxdp  Open vSwitch userspace datapath (netdev), type=afxdp ports, PMD on core 1
+#   ovs-netdev Open vSwitch userspace datapath, plain (AF_PACKET) ports, pinned to core 1
+#   testpmd    DPDK testpmd io mode with net_af_xdp: only if a dpdk-testpmd binary exists
+# Needs root. Prints a table and one JSON line.
+#   SECONDS_PER_RUN (default 5): measured seconds per run
+#   BENCH_REPS (default 3): runs per switch and frame size; the median is shown (about 5 min)
+#   MODES (default: all of the above): a space-separated subset
+#   BENCH_SINK=stats (diagnostic): count with the sink's rx_packets and no XDP program there
+#     (spares the switch's core the copy veth makes to give an skb to XDP; not for xdp)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" -ne 0 ]; then
@@ -16,13 +23,41 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 1
 fi
 secs=${SECONDS_PER_RUN:-5}
+modes=${MODES:-"afxdp afpacket xdp bridge ovs-afxdp ovs-netdev testpmd"}
+
+# Packages the benchmark uses (installed only when missing).
+need=()
+for p in iproute2 iputils-ping procps python3 openvswitch-switch; do
+  dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  echo "bench-ports: installing ${need[*]}" >&2
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}") >&2 ||
+    echo "bench-ports: could not install ${need[*]}; the switches that need them are skipped" >&2
+fi
+
 cargo build --release -p bessemer-bench --bin bench-ports
 bin=./target/release/bench-ports
 
 t=bp$(( $$ % 100000 ))
 gen=${t}gen sink=${t}sink
 g0=${t}g0 g1=${t}g1 s0=${t}s0 s1=${t}s1 br=${t}br
+ovsdir=""
+stop_ovs() {
+  [ -n "$ovsdir" ] || return 0
+  for d in ovs-vswitchd ovsdb-server; do
+    if [ -f "$ovsdir/$d.pid" ]; then
+      pid=$(cat "$ovsdir/$d.pid")
+      kill "$pid" 2>/dev/null || true
+      for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      kill -9 "$pid" 2>/dev/null || true
+    fi
+  done
+  rm -rf "$ovsdir"
+  ovsdir=""
+}
 cleanup() {
+  stop_ovs
   ip link del "$g1" 2>/dev/null || true
   ip link del "$s1" 2>/dev/null || true
   ip link del "$br" 2>/dev/null || true
@@ -30,40 +65,156 @@ cleanup() {
   ip netns del "$sink" 2>/dev/null || true
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+echo "bench-ports: load average before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 ip netns add "$gen"
 ip netns add "$sink"
 ip link add "$g1" type veth peer name "$g0"
 ip link add "$s1" type veth peer name "$s0"
 ip link set "$g0" netns "$gen"
 ip link set "$s0" netns "$sink"
-ip link set "$g1" up
-ip link set "$s1" up
+for l in "$g1" "$s1"; do
+  sysctl -qw "net.ipv6.conf.$l.disable_ipv6=1"
+  ip link set "$l" up
+done
+ip netns exec "$gen" sysctl -qw "net.ipv6.conf.$g0.disable_ipv6=1"
+ip netns exec "$sink" sysctl -qw "net.ipv6.conf.$s0.disable_ipv6=1"
+ip -n "$gen" addr add 10.99.0.1/24 dev "$g0"
+ip -n "$sink" addr add 10.99.0.2/24 dev "$s0"
 ip -n "$gen" link set "$g0" up
 ip -n "$sink" link set "$s0" up
 ip -n "$gen" link set lo up
 ip -n "$sink" link set lo up
 
 results=()
-results+=("$($bin afxdp "$gen" "$g0" "$g1" "$s1" "$sink" "$s0" "$secs")")
+one() { # mode [switch_pid]
+  local out
+  if out=$(timeout 300 "$bin" "$1" "$gen" "$g0" "$g1" "$s1" "$sink" "$s0" "$secs" "${2:-0}"); then
+    results+=("$out")
+  else
+    results+=("{\"mode\":\"$1\",\"error\":\"bench-ports failed (exit $?), see stderr\"}")
+  fi
+}
+skip() { results+=("{\"mode\":\"$1\",\"error\":\"$2\"}"); }
 
-ip link add "$br" type bridge
-ip link set "$g1" master "$br"
-ip link set "$s1" master "$br"
-ip link set "$br" up
-bridge fdb add 02:00:00:00:00:02 dev "$s1" master static
-results+=("$($bin bridge "$gen" "$g0" "$g1" "$s1" "$sink" "$s0" "$secs")")
+start_ovs() {
+  ovsdir=$(mktemp -d /tmp/bench-ovs.XXXXXX)
+  export OVS_RUNDIR=$ovsdir OVS_LOGDIR=$ovsdir OVS_DBDIR=$ovsdir OVS_SYSCONFDIR=$ovsdir
+  ovsdb-tool create "$ovsdir/conf.db" /usr/share/openvswitch/vswitch.ovsschema
+  ovsdb-server "$ovsdir/conf.db" --remote="punix:$ovsdir/db.sock" \
+    --pidfile="$ovsdir/ovsdb-server.pid" --log-file="$ovsdir/ovsdb-server.log" --detach
+  ovs-vsctl --timeout=10 --no-wait init
+  ovs-vsctl --timeout=10 --no-wait set Open_vSwitch . other_config:pmd-cpu-mask=0x2
+  taskset -c 1 ovs-vswitchd "unix:$ovsdir/db.sock" --pidfile="$ovsdir/ovs-vswitchd.pid" \
+    --log-file="$ovsdir/ovs-vswitchd.log" --detach
+  ovs-vsctl --timeout=10 add-br br0 -- set bridge br0 datapath_type=netdev
+}
+ovs_ports() { # type ("" for plain netdev ports)
+  local a=() b=()
+  if [ -n "$1" ]; then
+    a=(-- set interface "$g1" "type=$1")
+    b=(-- set interface "$s1" "type=$1")
+  fi
+  ovs-vsctl --timeout=20 add-port br0 "$g1" "${a[@]}" -- add-port br0 "$s1" "${b[@]}"
+  ovs-ofctl del-flows br0
+  ovs-ofctl add-flow br0 "in_port=$g1,actions=output:$s1"
+  ovs-ofctl add-flow br0 "in_port=$s1,actions=output:$g1"
+  sleep 1
+}
+ovs_unports() {
+  ovs-vsctl --timeout=20 del-port br0 "$g1" -- del-port br0 "$s1"
+  ip link set "$g1" up
+  ip link set "$s1" up
+}
+
+for m in $modes; do
+  echo "bench-ports: $m" >&2
+  case $m in
+    afxdp | afpacket | xdp) one "$m" ;;
+    bridge)
+      ip link add "$br" type bridge
+      ip link set "$g1" master "$br"
+      ip link set "$s1" master "$br"
+      ip link set "$br" up
+      bridge fdb add 02:00:00:00:00:02 dev "$s1" master static
+      one bridge
+      ip link del "$br"
+      ;;
+    ovs-afxdp | ovs-netdev)
+      if ! command -v ovs-vswitchd >/dev/null; then
+        skip "$m" "openvswitch-switch not installed"
+        continue
+      fi
+      [ -n "$ovsdir" ] || start_ovs
+      if [ "$m" = ovs-afxdp ]; then ovs_ports afxdp; else ovs_ports ""; fi
+      one "$m" "$(cat "$ovsdir/ovs-vswitchd.pid")"
+      ovs_unports
+      ;;
+    testpmd)
+      if command -v dpdk-testpmd >/dev/null; then
+        skip testpmd "dpdk-testpmd exists but this benchmark does not drive it yet"
+      else
+        skip testpmd "not available (Debian 12's dpdk has no testpmd)"
+      fi
+      ;;
+    *) skip "$m" "unknown switch" ;;
+  esac
+done
+stop_ovs
 
 table=$(cat <<'PY'
 import json, sys
-rows = [json.loads(a) for a in sys.argv[1:]]
-names = {"afxdp": "Bessemer, 2 x AFXDPPort (copy)", "bridge": "Linux bridge (kernel)"}
-print(f"{'switch':34} {'offered Mpps':>12} {'at sink Mpps':>12} {'switch rx drops':>16}  bound by")
+secs = sys.argv[1]
+rows = [json.loads(a) for a in sys.argv[2:]]
+names = {
+    "afxdp": "Bessemer, 2 x AFXDPPort (copy)",
+    "afpacket": "Bessemer, 2 x AFPacketPort",
+    "xdp": "XDP_REDIRECT in kernel (bound)",
+    "bridge": "Linux bridge",
+    "ovs-afxdp": "OVS userspace, afxdp ports",
+    "ovs-netdev": "OVS userspace, netdev ports",
+    "testpmd": "DPDK testpmd io, net_af_xdp",
+}
+def run(r, size):
+    for x in r.get("runs", []):
+        if x["frame_bytes"] == size:
+            return x
+    return None
+base = next((r for r in rows if r["mode"] == "afxdp" and "runs" in r), None)
+b64 = run(base, 64)["sink_mpps"] if base else None
+hdr = (f"{'switch':32} {'64B Mpps':>8} {'(min-max)':>11} {'Gbps':>6} {'CPU%':>5} {'1518B Mpps':>10} {'Gbps':>6} "
+       f"{'CPU%':>5} {'x afxdp':>7} {'RTT p50':>8} {'p99 us':>7}")
+print(hdr)
+print("-" * len(hdr))
 for r in rows:
-    drops = str(r["switch_rx_dropped"]) if r["mode"] == "afxdp" else "-"
-    bound = "generator" if r["sink_mpps"] >= 0.98 * r["offered_mpps"] else "switch"
-    r["bound_by"] = bound
-    print(f"{names[r['mode']]:34} {r['offered_mpps']:>12.3f} {r['sink_mpps']:>12.3f} {drops:>16}  {bound}")
-print(json.dumps({"bench": "ports", "frame_bytes": rows[0]["frame_bytes"], "runs": rows}))
+    name = names.get(r["mode"], r["mode"])
+    if "error" in r:
+        print(f"{name:32} {r['mode']}: {r['error']}")
+        continue
+    a, b = run(r, 64), run(r, 1518)
+    ratio = a["sink_mpps"] / b64 if b64 else None
+    r["ratio_to_afxdp_64"] = round(ratio, 3) if ratio is not None else None
+    lat = (f"{r['rtt_p50_us']:>8.0f} {r['rtt_p99_us']:>7.0f}" if r["pings"] else f"{'-':>8} {'-':>7}")
+    flag = " *" if a["disturbed"] or b["disturbed"] else ""
+    rng = f"{a['sink_mpps_min']:.2f}-{a['sink_mpps_max']:.2f}"
+    print(f"{name:32} {a['sink_mpps']:>8.3f} {rng:>11} {a['sink_gbps']:>6.2f} {a['cpu_switch_pct']:>5.0f} "
+          f"{b['sink_mpps']:>10.3f} {b['sink_gbps']:>6.2f} {b['cpu_switch_pct']:>5.0f} "
+          f"{(f'{ratio:.2f}' if ratio is not None else '-'):>7} {lat}{flag}")
+gens = [x["offered_mpps"] for r in rows for x in r.get("runs", []) if x["frame_bytes"] == 64]
+gens_l = [x["offered_mpps"] for r in rows for x in r.get("runs", []) if x["frame_bytes"] == 1518]
+if gens:
+    print(f"generator offered {min(gens):.2f}-{max(gens):.2f} Mpps at 64 B, "
+          f"{min(gens_l):.2f}-{max(gens_l):.2f} Mpps at 1518 B (live-frames XDP, core 0); "
+          f"{secs} s per run")
+sinks = sorted({r.get("sink", "") for r in rows if "runs" in r})
+print("sink counter: " + ", ".join("XDP per-CPU counter" if k == "xdp" else
+      "rx_packets, no XDP (BENCH_SINK=stats)" if k == "rx_packets" else k for k in sinks))
+print("each figure: the median of the runs (by the sink's rate); min-max: the runs' 64-byte rates")
+print("CPU% = all of core 1 (the switch's) + softirq on core 0 (veth receive of the switch side), "
+      "in % of one core; "
+      "* = a run disturbed by other load")
+print(json.dumps({"bench": "ports", "seconds_per_run": float(secs), "switches": rows}))
 PY
 )
-python3 -c "$table" "${results[@]}"
+python3 -c "$table" "$secs" "${results[@]}"

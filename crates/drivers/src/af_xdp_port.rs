@@ -20,7 +20,7 @@
 
 use std::cell::UnsafeCell;
 use std::collections::HashSet;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -59,76 +59,13 @@ pub static DRIVER: PortDriver = PortDriver {
 // ---------------------------------------------------------------------------------------
 // eBPF: the program, the XSKMAP and the link, made with the bpf(2) syscall directly.
 
-const BPF_MAP_CREATE: i32 = 0;
-const BPF_MAP_UPDATE_ELEM: i32 = 2;
-const BPF_PROG_LOAD: i32 = 5;
-const BPF_LINK_CREATE: i32 = 28;
-const BPF_LINK_DETACH: i32 = 34;
-const BPF_MAP_TYPE_XSKMAP: u32 = 17;
-const BPF_PROG_TYPE_XDP: u32 = 6;
-const BPF_XDP: u32 = 37;
-const BPF_PSEUDO_MAP_FD: u8 = 1;
-const BPF_FUNC_REDIRECT_MAP: i32 = 51;
-const XDP_PASS: i32 = 2;
-const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
-const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
+use crate::bpf::{
+    insn, link_detach, link_xdp, load_xdp, map_create, map_update_u32, Insn, BPF_FUNC_REDIRECT_MAP,
+    BPF_MAP_TYPE_XSKMAP, BPF_PSEUDO_MAP_FD, XDP_FLAGS_DRV_MODE, XDP_FLAGS_SKB_MODE, XDP_PASS,
+};
+
 /// Offset of `rx_queue_index` in `struct xdp_md`.
 const XDP_MD_RX_QUEUE_INDEX: i16 = 16;
-
-/// `union bpf_attr`, as bytes: each command fills the few fields it needs, the rest is zero.
-#[repr(C, align(8))]
-struct Attr([u8; 128]);
-
-impl Attr {
-    fn new() -> Attr {
-        Attr([0; 128])
-    }
-    fn u32(&mut self, off: usize, v: u32) -> &mut Attr {
-        self.0[off..off + 4].copy_from_slice(&v.to_ne_bytes());
-        self
-    }
-    fn u64(&mut self, off: usize, v: u64) -> &mut Attr {
-        self.0[off..off + 8].copy_from_slice(&v.to_ne_bytes());
-        self
-    }
-    fn call(&mut self, cmd: i32) -> i64 {
-        // SAFETY: the attribute buffer is valid for its full size; pointers in it are live.
-        unsafe { libc::syscall(libc::SYS_bpf, cmd, self.0.as_mut_ptr(), self.0.len() as u32) }
-    }
-    fn fd(&mut self, cmd: i32, what: &str) -> Result<OwnedFd> {
-        let fd = self.call(cmd);
-        if fd < 0 {
-            return Err(netns::os_error(what));
-        }
-        // SAFETY: a fresh fd returned by the kernel.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
-    }
-}
-
-/// `struct bpf_insn`.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct Insn {
-    code: u8,
-    regs: u8,
-    off: i16,
-    imm: i32,
-}
-
-const fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
-    // The register nibbles are a C bitfield: dst first, so its position follows endianness.
-    let regs = if cfg!(target_endian = "little") {
-        dst | (src << 4)
-    } else {
-        (dst << 4) | src
-    };
-    Insn {
-        code,
-        regs,
-        off,
-        imm,
-    }
-}
 
 /// `return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);`
 fn program(map_fd: RawFd) -> [Insn; 6] {
@@ -161,9 +98,7 @@ impl Drop for Attach {
     fn drop(&mut self) {
         // Closing the link detaches the program too, but not always before close returns;
         // an explicit detach is synchronous, so the interface is free for the next port.
-        Attr::new()
-            .u32(0, self._link.as_raw_fd() as u32)
-            .call(BPF_LINK_DETACH);
+        link_detach(&self._link);
     }
 }
 
@@ -186,23 +121,21 @@ impl Attach {
             }
             return Ok(a);
         }
-        let map = Attr::new()
-            .u32(0, BPF_MAP_TYPE_XSKMAP)
-            .u32(4, 4)
-            .u32(8, 4)
-            .u32(12, entries)
-            .fd(BPF_MAP_CREATE, "cannot create the XSKMAP (bpf)")?;
+        let map = map_create(
+            BPF_MAP_TYPE_XSKMAP,
+            4,
+            4,
+            entries,
+            "cannot create the XSKMAP (bpf)",
+        )?;
         let prog = load_program(map.as_raw_fd())?;
         let attach = |flags: u32| {
-            Attr::new()
-                .u32(0, prog.as_raw_fd() as u32)
-                .u32(4, ifindex)
-                .u32(8, BPF_XDP)
-                .u32(12, flags)
-                .fd(
-                    BPF_LINK_CREATE,
-                    &format!("cannot attach the XDP program to '{ifname}'"),
-                )
+            link_xdp(
+                prog.as_raw_fd(),
+                ifindex,
+                flags,
+                &format!("cannot attach the XDP program to '{ifname}'"),
+            )
         };
         let (link, generic) = if skb_mode {
             (attach(XDP_FLAGS_SKB_MODE), true)
@@ -259,13 +192,7 @@ impl Attach {
 
     /// Points the program's entry for queue `q` at socket `fd`.
     fn insert(&self, q: u32, fd: RawFd) -> Result<()> {
-        let key = q;
-        let val = fd as u32;
-        let r = Attr::new()
-            .u32(0, self.map.as_raw_fd() as u32)
-            .u64(8, &key as *const u32 as u64)
-            .u64(16, &val as *const u32 as u64)
-            .call(BPF_MAP_UPDATE_ELEM);
+        let r = map_update_u32(self.map.as_raw_fd(), q, fd as u32);
         if r < 0 {
             return Err(netns::os_error(&format!(
                 "cannot insert the socket of queue {q} into the XSKMAP"
@@ -276,34 +203,7 @@ impl Attach {
 }
 
 fn load_program(map_fd: RawFd) -> Result<OwnedFd> {
-    let prog = program(map_fd);
-    let license = b"GPL\0";
-    let name = b"bessemer_xsk\0";
-    let mut attr = Attr::new();
-    attr.u32(0, BPF_PROG_TYPE_XDP)
-        .u32(4, prog.len() as u32)
-        .u64(8, prog.as_ptr() as u64)
-        .u64(16, license.as_ptr() as u64)
-        .u32(68, BPF_XDP);
-    attr.0[48..48 + name.len()].copy_from_slice(name);
-    match attr.fd(BPF_PROG_LOAD, "cannot load the XDP program (bpf)") {
-        Ok(fd) => Ok(fd),
-        Err(mut e) => {
-            // Load again with the verifier log, to say why.
-            let mut log = vec![0u8; 4096];
-            attr.u32(24, 1)
-                .u32(28, log.len() as u32)
-                .u64(32, log.as_mut_ptr() as u64);
-            if attr.call(BPF_PROG_LOAD) < 0 {
-                let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-                let text = String::from_utf8_lossy(&log[..end]);
-                if !text.trim().is_empty() {
-                    e.msg += &format!("; verifier: {}", text.trim());
-                }
-            }
-            Err(e)
-        }
-    }
+    load_xdp(&program(map_fd), "bessemer_xsk")
 }
 
 // ---------------------------------------------------------------------------------------

@@ -1,0 +1,344 @@
+//! The few bpf(2) calls Bessemer makes, without libbpf: maps, hand-assembled programs, XDP
+//! links and `BPF_PROG_TEST_RUN`. AFXDPPort uses it for its XSKMAP redirect program; the
+//! port benchmark (`bench/src/bench_ports.rs`) for its live-frames generator, its XDP
+//! counter at the sink and its in-kernel XDP_REDIRECT baseline.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use bessemer_core::Result;
+
+use crate::netns;
+
+/// bpf(2) commands.
+pub const BPF_MAP_CREATE: i32 = 0;
+pub const BPF_MAP_LOOKUP_ELEM: i32 = 1;
+pub const BPF_MAP_UPDATE_ELEM: i32 = 2;
+pub const BPF_PROG_LOAD: i32 = 5;
+pub const BPF_PROG_TEST_RUN: i32 = 10;
+pub const BPF_LINK_CREATE: i32 = 28;
+pub const BPF_LINK_DETACH: i32 = 34;
+/// Map types.
+pub const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
+pub const BPF_MAP_TYPE_XSKMAP: u32 = 17;
+/// Program type and attach type.
+pub const BPF_PROG_TYPE_XDP: u32 = 6;
+pub const BPF_XDP: u32 = 37;
+/// `src` of a 64-bit immediate load that names a map by fd.
+pub const BPF_PSEUDO_MAP_FD: u8 = 1;
+/// Helpers.
+pub const BPF_FUNC_MAP_LOOKUP_ELEM: i32 = 1;
+pub const BPF_FUNC_REDIRECT: i32 = 23;
+pub const BPF_FUNC_REDIRECT_MAP: i32 = 51;
+/// XDP verdicts.
+pub const XDP_DROP: i32 = 1;
+pub const XDP_PASS: i32 = 2;
+pub const XDP_TX: i32 = 3;
+/// XDP attach flags.
+pub const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
+pub const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
+/// `BPF_PROG_TEST_RUN` flag: XDP frames really leave through the redirect target (5.18+).
+pub const BPF_F_TEST_XDP_LIVE_FRAMES: u32 = 1 << 1;
+
+/// `union bpf_attr`, as bytes: each command fills the few fields it needs, the rest is zero.
+#[repr(C, align(8))]
+pub struct Attr(pub [u8; 128]);
+
+impl Default for Attr {
+    fn default() -> Attr {
+        Attr::new()
+    }
+}
+
+impl Attr {
+    pub fn new() -> Attr {
+        Attr([0; 128])
+    }
+    pub fn u32(&mut self, off: usize, v: u32) -> &mut Attr {
+        self.0[off..off + 4].copy_from_slice(&v.to_ne_bytes());
+        self
+    }
+    pub fn u64(&mut self, off: usize, v: u64) -> &mut Attr {
+        self.0[off..off + 8].copy_from_slice(&v.to_ne_bytes());
+        self
+    }
+    pub fn get_u32(&self, off: usize) -> u32 {
+        u32::from_ne_bytes(self.0[off..off + 4].try_into().expect("4 bytes"))
+    }
+    /// Calls bpf(`cmd`) with this attribute; the raw result (negative: see errno).
+    pub fn call(&mut self, cmd: i32) -> i64 {
+        // SAFETY: the attribute buffer is valid for its full size; the caller keeps the
+        // memory its pointers name alive for the call.
+        unsafe { libc::syscall(libc::SYS_bpf, cmd, self.0.as_mut_ptr(), self.0.len() as u32) }
+    }
+    /// Calls bpf(`cmd`) for a new fd, or the OS error prefixed with `what`.
+    pub fn fd(&mut self, cmd: i32, what: &str) -> Result<OwnedFd> {
+        let fd = self.call(cmd);
+        if fd < 0 {
+            return Err(netns::os_error(what));
+        }
+        // SAFETY: a fresh fd returned by the kernel.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    }
+}
+
+/// `struct bpf_insn`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Insn {
+    pub code: u8,
+    pub regs: u8,
+    pub off: i16,
+    pub imm: i32,
+}
+
+/// One instruction: opcode, destination and source registers, offset, immediate.
+pub const fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
+    // The register nibbles are a C bitfield: dst first, so its position follows endianness.
+    let regs = if cfg!(target_endian = "little") {
+        dst | (src << 4)
+    } else {
+        (dst << 4) | src
+    };
+    Insn {
+        code,
+        regs,
+        off,
+        imm,
+    }
+}
+
+/// Creates a map of `ty` with `entries` entries of `key`/`value` bytes.
+pub fn map_create(ty: u32, key: u32, value: u32, entries: u32, what: &str) -> Result<OwnedFd> {
+    Attr::new()
+        .u32(0, ty)
+        .u32(4, key)
+        .u32(8, value)
+        .u32(12, entries)
+        .fd(BPF_MAP_CREATE, what)
+}
+
+/// Sets `map[key] = value` (4-byte keys and values, as XSKMAP has).
+pub fn map_update_u32(map: RawFd, key: u32, value: u32) -> i64 {
+    Attr::new()
+        .u32(0, map as u32)
+        .u64(8, &key as *const u32 as u64)
+        .u64(16, &value as *const u32 as u64)
+        .call(BPF_MAP_UPDATE_ELEM)
+}
+
+/// The CPUs a per-CPU map has a value for (`/sys/devices/system/cpu/possible`).
+pub fn possible_cpus() -> usize {
+    let s = std::fs::read_to_string("/sys/devices/system/cpu/possible").unwrap_or_default();
+    s.trim()
+        .split(',')
+        .filter_map(|r| {
+            let mut it = r.split('-');
+            let a: usize = it.next()?.trim().parse().ok()?;
+            let b: usize = it.next().map_or(Some(a), |b| b.trim().parse().ok())?;
+            Some(b + 1)
+        })
+        .max()
+        .unwrap_or(1)
+}
+
+/// The sum over CPUs of entry `key` of a per-CPU map of u64 values.
+pub fn percpu_u64_sum(map: RawFd, key: u32) -> Result<u64> {
+    let mut vals = vec![0u64; possible_cpus()];
+    let r = Attr::new()
+        .u32(0, map as u32)
+        .u64(8, &key as *const u32 as u64)
+        .u64(16, vals.as_mut_ptr() as u64)
+        .call(BPF_MAP_LOOKUP_ELEM);
+    if r < 0 {
+        return Err(netns::os_error("cannot read the per-CPU map (bpf)"));
+    }
+    Ok(vals.iter().sum())
+}
+
+/// Loads an XDP program (GPL) named `name`; on failure the error carries the verifier log.
+pub fn load_xdp(prog: &[Insn], name: &str) -> Result<OwnedFd> {
+    let license = b"GPL\0";
+    let mut attr = Attr::new();
+    attr.u32(0, BPF_PROG_TYPE_XDP)
+        .u32(4, prog.len() as u32)
+        .u64(8, prog.as_ptr() as u64)
+        .u64(16, license.as_ptr() as u64)
+        .u32(68, BPF_XDP);
+    let n = name.len().min(15);
+    attr.0[48..48 + n].copy_from_slice(&name.as_bytes()[..n]);
+    match attr.fd(BPF_PROG_LOAD, "cannot load the XDP program (bpf)") {
+        Ok(fd) => Ok(fd),
+        Err(mut e) => {
+            // Load again with the verifier log, to say why.
+            let mut log = vec![0u8; 4096];
+            attr.u32(24, 1)
+                .u32(28, log.len() as u32)
+                .u64(32, log.as_mut_ptr() as u64);
+            if attr.call(BPF_PROG_LOAD) < 0 {
+                let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+                let text = String::from_utf8_lossy(&log[..end]);
+                if !text.trim().is_empty() {
+                    e.msg += &format!("; verifier: {}", text.trim());
+                }
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Attaches XDP program `prog` to interface `ifindex` of the current namespace with a BPF
+/// link (`flags`: XDP_FLAGS_*); closing the link, or [`link_detach`], detaches it.
+pub fn link_xdp(prog: RawFd, ifindex: u32, flags: u32, what: &str) -> Result<OwnedFd> {
+    Attr::new()
+        .u32(0, prog as u32)
+        .u32(4, ifindex)
+        .u32(8, BPF_XDP)
+        .u32(12, flags)
+        .fd(BPF_LINK_CREATE, what)
+}
+
+/// Detaches a link's program now (closing the link fd may detach it later).
+pub fn link_detach(link: &OwnedFd) {
+    Attr::new()
+        .u32(0, link.as_raw_fd() as u32)
+        .call(BPF_LINK_DETACH);
+}
+
+/// An XDP program attached with a link; dropping it detaches the program synchronously.
+pub struct XdpLink {
+    link: OwnedFd,
+    _prog: OwnedFd,
+}
+
+impl XdpLink {
+    /// Attaches `prog` to `ifindex` in native (driver) mode, or generic mode if the driver
+    /// has none.
+    pub fn attach(prog: OwnedFd, ifindex: u32, what: &str) -> Result<XdpLink> {
+        let link = match link_xdp(prog.as_raw_fd(), ifindex, XDP_FLAGS_DRV_MODE, what) {
+            Err(e) if e.code == libc::EOPNOTSUPP || e.code == libc::EINVAL => {
+                link_xdp(prog.as_raw_fd(), ifindex, XDP_FLAGS_SKB_MODE, what)?
+            }
+            other => other?,
+        };
+        Ok(XdpLink { link, _prog: prog })
+    }
+}
+
+impl Drop for XdpLink {
+    fn drop(&mut self) {
+        link_detach(&self.link);
+    }
+}
+
+/// `return verdict;`
+pub fn prog_verdict(verdict: i32) -> [Insn; 2] {
+    [insn(0xb7, 0, 0, 0, verdict), insn(0x95, 0, 0, 0, 0)]
+}
+
+/// `return bpf_redirect(ifindex, 0);`
+pub fn prog_redirect(ifindex: u32) -> [Insn; 4] {
+    [
+        insn(0xb7, 1, 0, 0, ifindex as i32), // r1 = ifindex
+        insn(0xb7, 2, 0, 0, 0),              // r2 = 0 (flags)
+        insn(0x85, 0, 0, 0, BPF_FUNC_REDIRECT),
+        insn(0x95, 0, 0, 0, 0),
+    ]
+}
+
+/// A traffic generator's program for [`xdp_live_frames`]: steps the low 3 bits of the UDP
+/// source port of an untagged IPv4 frame without IP options (byte 35) on every run, over
+/// `flows` (a power of two, at most 256) values, and returns XDP_TX. Live frames keep their
+/// contents between runs, so each buffer of the kernel's page pool cycles through the flows.
+pub fn prog_tx_flows(flows: u32) -> [Insn; 11] {
+    let mask = flows.next_power_of_two().clamp(1, 256) as i32 - 1;
+    [
+        insn(0x61, 2, 1, 0, 0),      // r2 = ctx->data
+        insn(0x61, 3, 1, 4, 0),      // r3 = ctx->data_end
+        insn(0xbf, 4, 2, 0, 0),      // r4 = r2
+        insn(0x07, 4, 0, 0, 42),     // r4 += 42 (Ethernet + IPv4 + UDP)
+        insn(0x2d, 4, 3, 4, 0),      // if r4 > r3 goto +4
+        insn(0x71, 5, 2, 35, 0),     // r5 = *(u8 *)(r2 + 35)
+        insn(0x07, 5, 0, 0, 1),      // r5 += 1
+        insn(0x57, 5, 0, 0, mask),   // r5 &= mask
+        insn(0x73, 2, 5, 35, 0),     // *(u8 *)(r2 + 35) = r5
+        insn(0xb7, 0, 0, 0, XDP_TX), // r0 = XDP_TX
+        insn(0x95, 0, 0, 0, 0),      // exit
+    ]
+}
+
+/// `u64 *n = bpf_map_lookup_elem(&counts, &(u32){0}); if (n) *n += 1; return XDP_DROP;` on a
+/// one-entry per-CPU array `map_fd` (per-CPU, so the add needs no atomic).
+pub fn prog_count_drop(map_fd: RawFd) -> [Insn; 12] {
+    [
+        insn(0x62, 10, 0, -4, 0),                      // *(u32 *)(r10 - 4) = 0
+        insn(0xbf, 2, 10, 0, 0),                       // r2 = r10
+        insn(0x07, 2, 0, 0, -4),                       // r2 += -4
+        insn(0x18, 1, BPF_PSEUDO_MAP_FD, 0, map_fd),   // r1 = &counts (64-bit immediate...)
+        insn(0, 0, 0, 0, 0),                           // (...its upper half)
+        insn(0x85, 0, 0, 0, BPF_FUNC_MAP_LOOKUP_ELEM), // r0 = bpf_map_lookup_elem(r1, r2)
+        insn(0x15, 0, 0, 3, 0),                        // if r0 == 0 goto +3
+        insn(0x79, 1, 0, 0, 0),                        // r1 = *(u64 *)(r0 + 0)
+        insn(0x07, 1, 0, 0, 1),                        // r1 += 1
+        insn(0x7b, 0, 1, 0, 0),                        // *(u64 *)(r0 + 0) = r1
+        insn(0xb7, 0, 0, 0, XDP_DROP),                 // r0 = XDP_DROP
+        insn(0x95, 0, 0, 0, 0),                        // exit
+    ]
+}
+
+/// Runs XDP program `prog` `repeat` times on `frame` with `BPF_F_TEST_XDP_LIVE_FRAMES`, as if
+/// received on `ifindex` (of the calling thread's namespace): frames the program sends on
+/// (XDP_TX, XDP_REDIRECT) really leave. `batch` frames per batch (0: the kernel's 64).
+/// Returns after all repeats, or early on a signal; the kernel does not say how many ran.
+/// Each call enters the program into the kernel's XDP dispatcher and takes it out again,
+/// two RCU grace periods (milliseconds) per call, unless the program is also attached in
+/// native mode to some interface (then it is in the dispatcher already).
+pub fn xdp_live_frames(
+    prog: RawFd,
+    frame: &[u8],
+    ifindex: u32,
+    repeat: u32,
+    batch: u32,
+) -> Result<()> {
+    // struct xdp_md { data, data_end, data_meta, ingress_ifindex, rx_queue_index, egress }
+    let mut ctx = [0u32; 6];
+    ctx[1] = frame.len() as u32;
+    ctx[3] = ifindex;
+    let r = Attr::new()
+        .u32(0, prog as u32)
+        .u32(8, frame.len() as u32)
+        .u64(16, frame.as_ptr() as u64)
+        .u32(32, repeat)
+        .u32(40, std::mem::size_of_val(&ctx) as u32)
+        .u64(48, ctx.as_ptr() as u64)
+        .u32(64, BPF_F_TEST_XDP_LIVE_FRAMES)
+        .u32(72, batch)
+        .call(BPF_PROG_TEST_RUN);
+    if r < 0 {
+        return Err(netns::os_error(
+            "BPF_PROG_TEST_RUN with BPF_F_TEST_XDP_LIVE_FRAMES failed",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counter_program_encodes_as_the_kernel_expects() {
+        let p = prog_count_drop(9);
+        // SAFETY: Insn is 8 plain bytes.
+        let bytes: [u8; 96] = unsafe { std::mem::transmute(p) };
+        assert_eq!(&bytes[0..8], &[0x62, 0x0a, 0xfc, 0xff, 0, 0, 0, 0]);
+        assert_eq!(&bytes[8..16], &[0xbf, 0xa2, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(&bytes[24..32], &[0x18, 0x11, 0, 0, 9, 0, 0, 0]);
+        assert_eq!(&bytes[48..56], &[0x15, 0, 3, 0, 0, 0, 0, 0]);
+        assert_eq!(&bytes[72..80], &[0x7b, 0x10, 0, 0, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn possible_cpus_is_at_least_one() {
+        assert!(possible_cpus() >= 1);
+    }
+}
