@@ -26,6 +26,10 @@ use bessemer_core::port::{
 };
 use bessemer_core::{Args, Error, PacketBatch, PoolCache, Result, Value, MAX_BURST};
 
+use crate::ifctl::{
+    self, ethtool_get, ethtool_set, getsockopt, setsockopt, ETHTOOL_GFLAGS, ETHTOOL_GGRO,
+    ETHTOOL_SFLAGS, ETHTOOL_SGRO, ETH_FLAG_LRO,
+};
 use crate::netns;
 
 /// What a port is opened with (AFPacketPortArg, or PCAPPort's `dev`).
@@ -110,118 +114,6 @@ impl Config {
 fn page_size() -> usize {
     // SAFETY: trivial libc call.
     (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize
-}
-
-// ---- sockets and ioctls ----
-
-fn setsockopt<T>(fd: &OwnedFd, level: i32, opt: i32, val: &T, what: &str) -> Result<()> {
-    // SAFETY: val points at a live T of the size passed.
-    let r = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            opt,
-            val as *const T as *const libc::c_void,
-            std::mem::size_of::<T>() as libc::socklen_t,
-        )
-    };
-    if r != 0 {
-        return Err(netns::os_error(what));
-    }
-    Ok(())
-}
-
-/// Reads a plain-data socket option (`T` must be valid when all-zero).
-fn getsockopt<T: Copy>(fd: i32, level: i32, opt: i32) -> Option<T> {
-    // SAFETY: callers use plain C structs and integers, for which zero is valid.
-    let mut v: T = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<T>() as libc::socklen_t;
-    // SAFETY: v is a writable T of `len` bytes.
-    let r = unsafe {
-        libc::getsockopt(
-            fd,
-            level,
-            opt,
-            &mut v as *mut T as *mut libc::c_void,
-            &mut len,
-        )
-    };
-    (r == 0).then_some(v)
-}
-
-fn ifreq(ifname: &str) -> libc::ifreq {
-    // SAFETY: ifreq is plain data; all-zero is valid.
-    let mut r: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (d, s) in r
-        .ifr_name
-        .iter_mut()
-        .zip(ifname.bytes().take(libc::IFNAMSIZ - 1))
-    {
-        *d = s as libc::c_char;
-    }
-    r
-}
-
-fn ioctl(fd: &OwnedFd, req: libc::c_ulong, r: &mut libc::ifreq) -> std::io::Result<()> {
-    // SAFETY: r is a valid ifreq for these requests.
-    if unsafe { libc::ioctl(fd.as_raw_fd(), req as _, r as *mut libc::ifreq) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-const ETHTOOL_GSET: u32 = 0x1;
-const ETHTOOL_GFLAGS: u32 = 0x25;
-const ETHTOOL_SFLAGS: u32 = 0x26;
-const ETHTOOL_GGRO: u32 = 0x2b;
-const ETHTOOL_SGRO: u32 = 0x2c;
-const ETH_FLAG_LRO: u32 = 1 << 15;
-
-/// `struct ethtool_cmd` (ETHTOOL_GSET): only speed, duplex and autoneg are read.
-#[repr(C)]
-#[derive(Default)]
-struct EthtoolCmd {
-    cmd: u32,
-    supported: u32,
-    advertising: u32,
-    speed: u16,
-    duplex: u8,
-    port: u8,
-    phy_address: u8,
-    transceiver: u8,
-    autoneg: u8,
-    mdio_support: u8,
-    maxtxpkt: u32,
-    maxrxpkt: u32,
-    speed_hi: u16,
-    eth_tp_mdix: u8,
-    eth_tp_mdix_ctrl: u8,
-    lp_advertising: u32,
-    reserved: [u32; 2],
-}
-
-/// `struct ethtool_value`.
-#[repr(C)]
-#[derive(Default)]
-struct EthtoolValue {
-    cmd: u32,
-    data: u32,
-}
-
-fn ethtool<T>(fd: &OwnedFd, ifname: &str, data: &mut T) -> std::io::Result<()> {
-    let mut r = ifreq(ifname);
-    r.ifr_ifru.ifru_data = data as *mut T as *mut libc::c_char;
-    ioctl(fd, libc::SIOCETHTOOL, &mut r)
-}
-
-fn ethtool_get(fd: &OwnedFd, ifname: &str, cmd: u32) -> Option<u32> {
-    let mut v = EthtoolValue { cmd, data: 0 };
-    ethtool(fd, ifname, &mut v).ok().map(|_| v.data)
-}
-
-fn ethtool_set(fd: &OwnedFd, ifname: &str, cmd: u32, data: u32) -> bool {
-    let mut v = EthtoolValue { cmd, data };
-    ethtool(fd, ifname, &mut v).is_ok()
 }
 
 // ---- interfaces in use ----
@@ -311,7 +203,7 @@ struct RxShared {
 impl RxShared {
     fn drops(&self) -> u64 {
         if let Some(s) = getsockopt::<libc::tpacket_stats_v3>(
-            self.fd.as_raw_fd(),
+            &self.fd,
             libc::SOL_PACKET,
             libc::PACKET_STATISTICS,
         ) {
@@ -919,19 +811,6 @@ impl Drop for AfPacketPort {
     }
 }
 
-impl AfPacketPort {
-    fn flags(&self) -> Option<i32> {
-        let mut r = ifreq(&self.ifname);
-        ioctl(&self.ctl, libc::SIOCGIFFLAGS, &mut r).ok()?;
-        // SAFETY: SIOCGIFFLAGS filled ifru_flags.
-        Some(unsafe { r.ifr_ifru.ifru_flags } as u16 as i32)
-    }
-
-    fn fail(&self, what: &str) -> Error {
-        netns::os_error(&format!("{} {}", self.ifname, what))
-    }
-}
-
 impl Port for AfPacketPort {
     fn rx_queue(&self, qid: usize) -> Result<Box<dyn RxQueue>> {
         let sh = self
@@ -962,81 +841,32 @@ impl Port for AfPacketPort {
     }
 
     fn link_status(&self) -> LinkStatus {
-        let Some(fl) = self.flags() else {
-            return LinkStatus::default();
-        };
-        let up = fl & libc::IFF_UP != 0 && fl & libc::IFF_RUNNING != 0;
-        let mut st = LinkStatus {
-            link_up: up,
-            ..LinkStatus::default()
-        };
-        let mut c = EthtoolCmd {
-            cmd: ETHTOOL_GSET,
-            ..EthtoolCmd::default()
-        };
-        if up && ethtool(&self.ctl, &self.ifname, &mut c).is_ok() {
-            let speed = (c.speed as u32) | ((c.speed_hi as u32) << 16);
-            if speed != u32::MAX && speed != 0xffff {
-                st.speed_mbps = speed;
-            }
-            st.full_duplex = c.duplex == 1;
-            st.autoneg = c.autoneg == 1;
+        // Speed, duplex and autoneg only while the link is up.
+        let st = ifctl::link_status(&self.ctl, &self.ifname);
+        if st.link_up {
+            st
+        } else {
+            LinkStatus::default()
         }
-        st
     }
 
     fn conf(&self) -> PortConf {
-        let mut c = PortConf::default();
-        let mut r = ifreq(&self.ifname);
-        if ioctl(&self.ctl, libc::SIOCGIFHWADDR, &mut r).is_ok() {
-            // SAFETY: SIOCGIFHWADDR filled ifru_hwaddr.
-            let sa = unsafe { r.ifr_ifru.ifru_hwaddr };
-            for (d, s) in c.mac_addr.iter_mut().zip(sa.sa_data.iter()) {
-                *d = *s as u8;
-            }
-        }
-        let mut r = ifreq(&self.ifname);
-        if ioctl(&self.ctl, libc::SIOCGIFMTU, &mut r).is_ok() {
-            // SAFETY: SIOCGIFMTU filled ifru_mtu.
-            c.mtu = unsafe { r.ifr_ifru.ifru_mtu } as u32;
-        }
-        c.admin_up = self.flags().is_some_and(|f| f & libc::IFF_UP != 0);
-        c
+        ifctl::conf(&self.ctl, &self.ifname)
     }
 
     fn set_conf(&self, conf: &PortConf) -> Result<()> {
-        let old = self.conf();
-        if conf.mtu != 0 && conf.mtu != old.mtu {
-            let mut r = ifreq(&self.ifname);
-            r.ifr_ifru.ifru_mtu = conf.mtu as i32;
-            ioctl(&self.ctl, libc::SIOCSIFMTU, &mut r)
-                .map_err(|_| self.fail(&format!("mtu {}", conf.mtu)))?;
-        }
-        if conf.mac_addr != [0; 6] && conf.mac_addr != old.mac_addr {
-            let mut r = ifreq(&self.ifname);
-            // SAFETY: writing the hwaddr member of the union.
-            unsafe {
-                r.ifr_ifru.ifru_hwaddr.sa_family = libc::ARPHRD_ETHER;
-                for (d, s) in r.ifr_ifru.ifru_hwaddr.sa_data.iter_mut().zip(conf.mac_addr) {
-                    *d = s as libc::c_char;
+        let name = &self.ifname;
+        ifctl::set_conf(&self.ctl, name, &self.conf(), conf, |step, e| {
+            let what = match step {
+                ifctl::Step::Mtu(mtu) => format!("mtu {mtu}"),
+                ifctl::Step::Mac => "mac_addr".to_string(),
+                ifctl::Step::ReadFlags => {
+                    return Error::not_found(format!("interface {name} is gone"))
                 }
-            }
-            ioctl(&self.ctl, libc::SIOCSIFHWADDR, &mut r).map_err(|_| self.fail("mac_addr"))?;
-        }
-        if conf.admin_up != old.admin_up {
-            let fl = self
-                .flags()
-                .ok_or_else(|| Error::not_found(format!("interface {} is gone", self.ifname)))?;
-            let fl = if conf.admin_up {
-                fl | libc::IFF_UP
-            } else {
-                fl & !libc::IFF_UP
+                ifctl::Step::AdminUp => "admin_up".to_string(),
             };
-            let mut r = ifreq(&self.ifname);
-            r.ifr_ifru.ifru_flags = fl as i16;
-            ioctl(&self.ctl, libc::SIOCSIFFLAGS, &mut r).map_err(|_| self.fail("admin_up"))?;
-        }
-        Ok(())
+            netns::io_error(&format!("{name} {what}"), e)
+        })
     }
 
     fn driver_drops(&self) -> (u64, u64) {
@@ -1203,9 +1033,8 @@ fn open_here(cfg: &Config, nq_in: usize, nq_out: usize, where_: &str) -> Result<
                         &v,
                         "PACKET_FANOUT",
                     )?;
-                    let got: u32 =
-                        getsockopt(fd.as_raw_fd(), libc::SOL_PACKET, libc::PACKET_FANOUT)
-                            .ok_or_else(|| netns::os_error("reading the fanout group"))?;
+                    let got: u32 = getsockopt(&fd, libc::SOL_PACKET, libc::PACKET_FANOUT)
+                        .ok_or_else(|| netns::os_error("reading the fanout group"))?;
                     fanout_id = Some(got & 0xffff);
                 }
                 Some(id) => {

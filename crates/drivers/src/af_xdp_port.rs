@@ -31,6 +31,7 @@ use bessemer_core::port::{
 };
 use bessemer_core::{Args, Error, PacketBatch, PacketPool, PoolCache, Result, Value, MAX_BURST};
 
+use crate::ifctl::{self, getsockopt, setsockopt};
 use crate::netns;
 
 const MSG: &str = "bessemer.pb.AFXDPPortArg";
@@ -385,23 +386,6 @@ struct Xsk {
 unsafe impl Send for Xsk {}
 unsafe impl Sync for Xsk {}
 
-fn setsockopt<T>(fd: RawFd, opt: i32, v: &T, what: &str) -> Result<()> {
-    // SAFETY: v is a valid T for the duration of the call.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_XDP,
-            opt,
-            v as *const T as *const libc::c_void,
-            std::mem::size_of::<T>() as libc::socklen_t,
-        )
-    };
-    if r != 0 {
-        return Err(netns::os_error(what));
-    }
-    Ok(())
-}
-
 /// Ring sizes of one socket.
 #[derive(Clone, Copy)]
 struct Rings {
@@ -436,7 +420,8 @@ impl Xsk {
             tx_metadata_len: 0,
         };
         setsockopt(
-            fd,
+            &fd,
+            libc::SOL_XDP,
             XDP_UMEM_REG,
             &reg,
             "cannot register the packet pool as AF_XDP UMEM",
@@ -447,24 +432,10 @@ impl Xsk {
             (XDP_RX_RING, rings.rx),
             (XDP_TX_RING, rings.tx),
         ] {
-            setsockopt(fd, opt, &n, "cannot size an AF_XDP ring")?;
+            setsockopt(&fd, libc::SOL_XDP, opt, &n, "cannot size an AF_XDP ring")?;
         }
-        // SAFETY: zeroed plain-data struct, filled by the kernel.
-        let mut off: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
-        let mut len = std::mem::size_of::<libc::xdp_mmap_offsets>() as libc::socklen_t;
-        // SAFETY: off is writable for len bytes.
-        if unsafe {
-            libc::getsockopt(
-                fd,
-                libc::SOL_XDP,
-                XDP_MMAP_OFFSETS,
-                &mut off as *mut _ as *mut libc::c_void,
-                &mut len,
-            )
-        } != 0
-        {
-            return Err(netns::os_error("cannot read AF_XDP ring offsets"));
-        }
+        let off: libc::xdp_mmap_offsets = getsockopt(&fd, libc::SOL_XDP, XDP_MMAP_OFFSETS)
+            .ok_or_else(|| netns::os_error("cannot read AF_XDP ring offsets"))?;
         let desc = std::mem::size_of::<libc::xdp_desc>();
         let fill = Ring::map(fd, &off.fr, PGOFF_FILL, rings.rx, 8)?;
         let comp = Ring::map(fd, &off.cr, PGOFF_COMP, rings.tx, 8)?;
@@ -534,20 +505,10 @@ impl Xsk {
     }
 
     fn stats(&self) -> libc::xdp_statistics {
-        // SAFETY: zeroed plain data, filled by the kernel.
-        let mut st: libc::xdp_statistics = unsafe { std::mem::zeroed() };
-        let mut len = std::mem::size_of::<libc::xdp_statistics>() as libc::socklen_t;
-        // SAFETY: st is writable for len bytes.
-        unsafe {
-            libc::getsockopt(
-                self.fd,
-                libc::SOL_XDP,
-                XDP_STATISTICS,
-                &mut st as *mut _ as *mut libc::c_void,
-                &mut len,
-            )
-        };
-        st
+        getsockopt(&self.fd, libc::SOL_XDP, XDP_STATISTICS).unwrap_or_else(|| {
+            // SAFETY: plain data; all-zero is valid.
+            unsafe { std::mem::zeroed() }
+        })
     }
 }
 
@@ -804,35 +765,6 @@ struct AfXdpPort {
     desc: String,
 }
 
-fn ifreq(name: &str) -> libc::ifreq {
-    // SAFETY: zeroed plain data.
-    let mut r: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (d, s) in r
-        .ifr_name
-        .iter_mut()
-        .zip(name.bytes().take(libc::IFNAMSIZ - 1))
-    {
-        *d = s as libc::c_char;
-    }
-    r
-}
-
-impl AfXdpPort {
-    fn ioctl(&self, req: libc::c_ulong, r: &mut libc::ifreq) -> bool {
-        // SAFETY: r is a valid ifreq for these requests.
-        unsafe { libc::ioctl(self.ctl.as_raw_fd(), req as _, r as *mut libc::ifreq) == 0 }
-    }
-
-    fn flags(&self) -> Option<i32> {
-        let mut r = ifreq(&self.ifname);
-        if !self.ioctl(libc::SIOCGIFFLAGS, &mut r) {
-            return None;
-        }
-        // SAFETY: the union member SIOCGIFFLAGS sets.
-        Some(unsafe { r.ifr_ifru.ifru_flags } as i32)
-    }
-}
-
 impl Port for AfXdpPort {
     fn rx_queue(&self, qid: usize) -> Result<Box<dyn RxQueue>> {
         let x = self
@@ -859,88 +791,22 @@ impl Port for AfXdpPort {
     }
 
     fn link_status(&self) -> LinkStatus {
-        let f = self.flags().unwrap_or(0);
-        let mut st = LinkStatus {
-            link_up: f & libc::IFF_UP != 0 && f & libc::IFF_RUNNING != 0,
-            ..LinkStatus::default()
-        };
-        let mut cmd = EthtoolCmd {
-            cmd: 0x1, // ETHTOOL_GSET
-            ..EthtoolCmd::default()
-        };
-        let mut r = ifreq(&self.ifname);
-        r.ifr_ifru.ifru_data = &mut cmd as *mut EthtoolCmd as *mut libc::c_char;
-        if self.ioctl(libc::SIOCETHTOOL, &mut r) {
-            let speed = cmd.speed as u32 | (cmd.speed_hi as u32) << 16;
-            st.speed_mbps = if speed == u32::MAX { 0 } else { speed };
-            st.full_duplex = cmd.duplex == 1;
-            st.autoneg = cmd.autoneg == 1;
-        }
-        st
+        ifctl::link_status(&self.ctl, &self.ifname)
     }
 
     fn set_conf(&self, conf: &PortConf) -> Result<()> {
-        let cur = self.conf();
-        let set = |req: libc::c_ulong, r: &mut libc::ifreq, what: &str| {
-            if self.ioctl(req, r) {
-                Ok(())
-            } else {
-                Err(netns::os_error(&format!(
-                    "cannot set the {what} of '{}'",
-                    self.ifname
-                )))
-            }
-        };
-        // Zero MTU and an all-zero MAC mean "leave as is".
-        if conf.mtu != 0 && conf.mtu != cur.mtu {
-            let mut r = ifreq(&self.ifname);
-            r.ifr_ifru.ifru_mtu = conf.mtu as i32;
-            set(libc::SIOCSIFMTU, &mut r, "MTU")?;
-        }
-        if conf.mac_addr != [0; 6] && conf.mac_addr != cur.mac_addr {
-            let mut r = ifreq(&self.ifname);
-            // SAFETY: writing plain data into the union member SIOCSIFHWADDR reads.
-            unsafe {
-                r.ifr_ifru.ifru_hwaddr.sa_family = libc::ARPHRD_ETHER;
-                for (d, s) in r.ifr_ifru.ifru_hwaddr.sa_data.iter_mut().zip(conf.mac_addr) {
-                    *d = s as libc::c_char;
-                }
-            }
-            set(libc::SIOCSIFHWADDR, &mut r, "MAC address")?;
-        }
-        if conf.admin_up != cur.admin_up {
-            let f = self.flags().unwrap_or(0);
-            let f = if conf.admin_up {
-                f | libc::IFF_UP
-            } else {
-                f & !libc::IFF_UP
+        ifctl::set_conf(&self.ctl, &self.ifname, &self.conf(), conf, |step, e| {
+            let what = match step {
+                ifctl::Step::Mtu(_) => "MTU",
+                ifctl::Step::Mac => "MAC address",
+                ifctl::Step::ReadFlags | ifctl::Step::AdminUp => "state (up/down)",
             };
-            let mut r = ifreq(&self.ifname);
-            r.ifr_ifru.ifru_flags = f as libc::c_short;
-            set(libc::SIOCSIFFLAGS, &mut r, "state (up/down)")?;
-        }
-        Ok(())
+            netns::io_error(&format!("cannot set the {what} of '{}'", self.ifname), e)
+        })
     }
 
     fn conf(&self) -> PortConf {
-        let mut c = PortConf {
-            admin_up: self.flags().unwrap_or(0) & libc::IFF_UP != 0,
-            ..PortConf::default()
-        };
-        let mut r = ifreq(&self.ifname);
-        if self.ioctl(libc::SIOCGIFHWADDR, &mut r) {
-            // SAFETY: the member SIOCGIFHWADDR sets.
-            let sa = unsafe { r.ifr_ifru.ifru_hwaddr };
-            for (d, s) in c.mac_addr.iter_mut().zip(sa.sa_data.iter()) {
-                *d = *s as u8;
-            }
-        }
-        let mut r = ifreq(&self.ifname);
-        if self.ioctl(libc::SIOCGIFMTU, &mut r) {
-            // SAFETY: the member SIOCGIFMTU sets.
-            c.mtu = unsafe { r.ifr_ifru.ifru_mtu } as u32;
-        }
-        c
+        ifctl::conf(&self.ctl, &self.ifname)
     }
 
     fn driver_drops(&self) -> (u64, u64) {
@@ -953,29 +819,6 @@ impl Port for AfXdpPort {
     fn desc(&self) -> String {
         self.desc.clone()
     }
-}
-
-/// `ETHTOOL_GSET`'s answer (the legacy `struct ethtool_cmd`, which every driver still serves).
-#[repr(C)]
-#[derive(Default)]
-struct EthtoolCmd {
-    cmd: u32,
-    supported: u32,
-    advertising: u32,
-    speed: u16,
-    duplex: u8,
-    port: u8,
-    phy_address: u8,
-    transceiver: u8,
-    autoneg: u8,
-    mdio_support: u8,
-    maxtxpkt: u32,
-    maxrxpkt: u32,
-    speed_hi: u16,
-    eth_tp_mdix: u8,
-    eth_tp_mdix_ctrl: u8,
-    lp_advertising: u32,
-    reserved: [u32; 2],
 }
 
 /// `ETHTOOL_GCHANNELS`' answer.
@@ -994,15 +837,12 @@ struct Channels {
 }
 
 /// The interface's RX queue count, if its driver reports it.
-fn queue_count(ctl: RawFd, ifname: &str) -> Option<u32> {
+fn queue_count(ctl: &OwnedFd, ifname: &str) -> Option<u32> {
     let mut ch = Channels {
-        cmd: 0x3c, // ETHTOOL_GCHANNELS
+        cmd: ifctl::ETHTOOL_GCHANNELS,
         ..Channels::default()
     };
-    let mut r = ifreq(ifname);
-    r.ifr_ifru.ifru_data = &mut ch as *mut Channels as *mut libc::c_char;
-    // SAFETY: SIOCETHTOOL with a valid ethtool_channels buffer.
-    let ok = unsafe { libc::ioctl(ctl, libc::SIOCETHTOOL as _, &mut r as *mut libc::ifreq) } == 0;
+    let ok = ifctl::ethtool(ctl, ifname, &mut ch).is_ok();
     // Drivers report RX-only and combined queues; when both are non-zero, some count one
     // queue in both, so the sum is an upper bound (the kernel's bind has the last word).
     let n = if ch.rx_count == 0 || ch.combined_count == 0 {
@@ -1101,7 +941,7 @@ fn create(params: &PortParams, arg: &Value) -> Result<NewPort> {
             "cannot open a control socket",
         )?;
         let last = qid + nsock as u32 - 1;
-        let have = queue_count(ctl.as_raw_fd(), &name);
+        let have = queue_count(&ctl, &name);
         if let Some(have) = have {
             if last >= have {
                 return Err(Error::invalid(format!(

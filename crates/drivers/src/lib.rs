@@ -5,6 +5,7 @@
 pub mod af_packet_port;
 pub mod af_xdp_port;
 pub mod bpf;
+pub mod ifctl;
 pub mod netns;
 pub mod pcap_file_port;
 pub mod pcap_port;

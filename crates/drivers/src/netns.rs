@@ -72,7 +72,11 @@ pub fn socket(domain: i32, ty: i32, proto: i32, what: &str) -> Result<OwnedFd> {
 /// The last OS error as an [`Error`] with its errno, prefixed with `what`; EPERM/EACCES say
 /// that the daemon needs root (or CAP_NET_ADMIN / CAP_NET_RAW).
 pub fn os_error(what: &str) -> Error {
-    let e = std::io::Error::last_os_error();
+    io_error(what, std::io::Error::last_os_error())
+}
+
+/// OS error `e` as an [`Error`], worded as [`os_error`] does.
+pub fn io_error(what: &str, e: std::io::Error) -> Error {
     let code = e.raw_os_error().unwrap_or(libc::EIO);
     let hint = if code == libc::EPERM || code == libc::EACCES {
         " (the daemon needs root, or CAP_NET_ADMIN and CAP_NET_RAW)"

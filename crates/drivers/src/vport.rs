@@ -35,6 +35,7 @@ use bessemer_core::port::{
 use bessemer_core::{Args, Error, Packet, PacketBatch, PacketPool, PoolCache, Result, Value};
 use crossbeam_queue::ArrayQueue;
 
+use crate::ifctl;
 use crate::netns;
 
 /// The VPort driver.
@@ -329,15 +330,6 @@ fn create(p: &PortParams, arg: &Value) -> Result<NewPort> {
     })
 }
 
-fn ifreq(name: &str) -> libc::ifreq {
-    // SAFETY: ifreq is plain data; all zeroes is a valid value.
-    let mut r: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (d, s) in r.ifr_name.iter_mut().zip(name.bytes()) {
-        *d = s as libc::c_char;
-    }
-    r
-}
-
 /// Opens `n` queues of TAP interface `name` (created by the first), non-blocking.
 fn open_tap(name: &str, n: usize) -> Result<Vec<OwnedFd>> {
     let mut fds = Vec::with_capacity(n);
@@ -358,58 +350,41 @@ fn open_tap(name: &str, n: usize) -> Result<Vec<OwnedFd>> {
         }
         // SAFETY: a fresh fd we own.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let mut r = ifreq(name);
+        let mut r = ifctl::ifreq(name);
         r.ifr_ifru.ifru_flags = flags as libc::c_short;
-        // SAFETY: TUNSETIFF reads and writes one ifreq.
-        if unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF, &mut r as *mut libc::ifreq) } < 0 {
-            return Err(netns::os_error(&format!(
-                "cannot create TAP interface '{name}' (queue {q})"
-            )));
+        if let Err(e) = ifctl::ioctl(&fd, libc::TUNSETIFF, &mut r) {
+            return Err(netns::io_error(
+                &format!("cannot create TAP interface '{name}' (queue {q})"),
+                e,
+            ));
         }
         fds.push(fd);
     }
     Ok(fds)
 }
 
-/// An `ifreq` ioctl (`r` made by `ifreq(name)`) in the calling thread's namespace.
-fn if_ioctl(name: &str, req: libc::Ioctl, r: &mut libc::ifreq) -> Result<()> {
+/// Interface-control call `f` on a fresh socket in the calling thread's namespace; its OS
+/// error names interface `name`.
+fn if_ctl<T>(name: &str, f: impl FnOnce(&OwnedFd) -> std::io::Result<T>) -> Result<T> {
     let s = netns::socket(
         libc::AF_INET,
         libc::SOCK_DGRAM,
         0,
         "socket for interface ioctls",
     )?;
-    // SAFETY: the request reads/writes one ifreq.
-    if unsafe { libc::ioctl(s.as_raw_fd(), req, r as *mut libc::ifreq) } < 0 {
-        return Err(netns::os_error(&format!("interface '{name}'")));
-    }
-    Ok(())
+    f(&s).map_err(|e| netns::io_error(&format!("interface '{name}'"), e))
 }
 
 fn hwaddr(name: &str) -> Result<[u8; 6]> {
-    let mut r = ifreq(name);
-    if_ioctl(name, libc::SIOCGIFHWADDR, &mut r)?;
-    // SAFETY: SIOCGIFHWADDR filled the hwaddr member.
-    let sa = unsafe { r.ifr_ifru.ifru_hwaddr };
-    let mut mac = [0u8; 6];
-    for (m, b) in mac.iter_mut().zip(sa.sa_data.iter()) {
-        *m = *b as u8;
-    }
-    Ok(mac)
+    if_ctl(name, |s| ifctl::mac(s, name))
 }
 
 fn ifflags(name: &str) -> Result<i32> {
-    let mut r = ifreq(name);
-    if_ioctl(name, libc::SIOCGIFFLAGS, &mut r)?;
-    // SAFETY: SIOCGIFFLAGS filled the flags member.
-    Ok(unsafe { r.ifr_ifru.ifru_flags } as u16 as i32)
+    if_ctl(name, |s| ifctl::flags(s, name))
 }
 
 fn mtu(name: &str) -> Result<u32> {
-    let mut r = ifreq(name);
-    if_ioctl(name, libc::SIOCGIFMTU, &mut r)?;
-    // SAFETY: SIOCGIFMTU filled the mtu member.
-    Ok(unsafe { r.ifr_ifru.ifru_mtu } as u32)
+    if_ctl(name, |s| ifctl::mtu(s, name))
 }
 
 /// The `ip` binary: daemons often run with a short PATH, so look in the usual places first.
@@ -527,7 +502,7 @@ impl Port for VPort {
             speed_mbps: 0,
             full_duplex: true,
             autoneg: false,
-            link_up: flags & libc::IFF_UP != 0 && flags & libc::IFF_RUNNING != 0,
+            link_up: ifctl::is_link_up(flags),
         }
     }
 
@@ -536,7 +511,7 @@ impl Port for VPort {
             Ok(PortConf {
                 mac_addr: hwaddr(&self.ifname)?,
                 mtu: mtu(&self.ifname)?,
-                admin_up: ifflags(&self.ifname)? & libc::IFF_UP != 0,
+                admin_up: ifctl::is_up(ifflags(&self.ifname)?),
             })
         })
         .unwrap_or(PortConf {
@@ -550,26 +525,16 @@ impl Port for VPort {
         let name = self.ifname.as_str();
         netns::run_in(&self.netns, || {
             if conf.mac_addr != [0; 6] && conf.mac_addr != hwaddr(name)? {
-                let mut r = ifreq(name);
-                // SAFETY: plain data; all zeroes is a valid sockaddr.
-                let mut sa: libc::sockaddr = unsafe { std::mem::zeroed() };
-                sa.sa_family = libc::ARPHRD_ETHER;
-                for (d, s) in sa.sa_data.iter_mut().zip(conf.mac_addr) {
-                    *d = s as libc::c_char;
-                }
-                r.ifr_ifru.ifru_hwaddr = sa;
-                if_ioctl(name, libc::SIOCSIFHWADDR, &mut r)?;
+                if_ctl(name, |s| ifctl::set_mac(s, name, conf.mac_addr))?;
             }
             if conf.mtu != 0 && conf.mtu != mtu(name)? {
-                let mut r = ifreq(name);
-                r.ifr_ifru.ifru_mtu = conf.mtu as i32;
-                if_ioctl(name, libc::SIOCSIFMTU, &mut r)?;
+                if_ctl(name, |s| ifctl::set_mtu(s, name, conf.mtu))?;
             }
             let flags = ifflags(name)?;
-            if (flags & libc::IFF_UP != 0) != conf.admin_up {
-                let mut r = ifreq(name);
-                r.ifr_ifru.ifru_flags = (flags ^ libc::IFF_UP) as libc::c_short;
-                if_ioctl(name, libc::SIOCSIFFLAGS, &mut r)?;
+            if ifctl::is_up(flags) != conf.admin_up {
+                if_ctl(name, |s| {
+                    ifctl::set_flags(s, name, ifctl::with_up(flags, conf.admin_up))
+                })?;
             }
             Ok(())
         })
