@@ -1022,31 +1022,23 @@ fn open_here(cfg: &Config, nq_in: usize, nq_out: usize, where_: &str) -> Result<
         }
         if nq_in > 1 {
             let kind = libc::PACKET_FANOUT_HASH | libc::PACKET_FANOUT_FLAG_IGNORE_OUTGOING;
-            match fanout_id {
-                None => {
-                    // The kernel picks a group id no one else uses.
-                    let v = (kind | libc::PACKET_FANOUT_FLAG_UNIQUEID) << 16;
-                    setsockopt(
-                        &fd,
-                        libc::SOL_PACKET,
-                        libc::PACKET_FANOUT,
-                        &v,
-                        "PACKET_FANOUT",
-                    )?;
-                    let got: u32 = getsockopt(&fd, libc::SOL_PACKET, libc::PACKET_FANOUT)
-                        .ok_or_else(|| netns::os_error("reading the fanout group"))?;
-                    fanout_id = Some(got & 0xffff);
-                }
-                Some(id) => {
-                    let v = id | (kind << 16);
-                    setsockopt(
-                        &fd,
-                        libc::SOL_PACKET,
-                        libc::PACKET_FANOUT,
-                        &v,
-                        "PACKET_FANOUT",
-                    )?;
-                }
+            // The first socket asks the kernel for a group id no one else uses; the others
+            // join that group.
+            let v = match fanout_id {
+                None => (kind | libc::PACKET_FANOUT_FLAG_UNIQUEID) << 16,
+                Some(id) => id | (kind << 16),
+            };
+            setsockopt(
+                &fd,
+                libc::SOL_PACKET,
+                libc::PACKET_FANOUT,
+                &v,
+                "PACKET_FANOUT",
+            )?;
+            if fanout_id.is_none() {
+                let got: u32 = getsockopt(&fd, libc::SOL_PACKET, libc::PACKET_FANOUT)
+                    .ok_or_else(|| netns::os_error("reading the fanout group"))?;
+                fanout_id = Some(got & 0xffff);
             }
         }
         rx.push(Arc::new(RxShared {
