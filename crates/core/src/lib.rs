@@ -4,6 +4,7 @@
 //! See `docs/ARCHITECTURE.md` for how the parts fit.
 
 pub mod batch;
+pub mod checksum;
 pub mod engine;
 pub mod error;
 pub mod exec;

@@ -20,6 +20,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use bessemer_core::checksum;
 use bessemer_core::packet::DATA_CAPACITY;
 use bessemer_core::port::{
     LinkStatus, NewPort, Port, PortConf, PortDriver, PortParams, RxQueue, TxQueue,
@@ -405,9 +406,9 @@ impl RxQ {
                     }
                     d[s + o..s + o + 2].fill(0);
                     // The field held the pseudo-header sum; it is now part of d[s..].
-                    let seed = u16::from_ne_bytes([frame[s + o], frame[s + o + 1]]);
-                    let c = !fold(sum(seed as u64, &d[s..]));
-                    d[s + o..s + o + 2].copy_from_slice(&nonzero(c).to_ne_bytes());
+                    let seed = u16::from_be_bytes([frame[s + o], frame[s + o + 1]]);
+                    let c = !checksum::fold(seed as u64 + checksum::sum(&d[s..]));
+                    put16(d, s + o, checksum::udp_wire(c));
                 }
                 if let Some(t) = vlan {
                     insert_vlan(&mut p, t);
@@ -564,23 +565,21 @@ impl Gso {
             let id = u16::from_be_bytes([d[l3 + 4], d[l3 + 5]]).wrapping_add(idx);
             put16(d, l3 + 4, id);
             put16(d, l3 + 10, 0);
-            let c = !fold(sum(0, &d[l3..l3 + ihl]));
-            d[l3 + 10..l3 + 12].copy_from_slice(&c.to_ne_bytes());
+            put16(d, l3 + 10, checksum::checksum(&d[l3..l3 + ihl]));
         } else {
             put16(d, l3 + 4, (h - l3 - 40 + n) as u16);
         }
-        let proto: u8 = if self.tcp { 6 } else { 17 };
-        let mut ps = [0u8; 40];
-        let pseudo: &[u8] = if self.v4 {
-            ps[..8].copy_from_slice(&d[l3 + 12..l3 + 20]);
-            ps[9] = proto;
-            ps[10..12].copy_from_slice(&(l4len as u16).to_be_bytes());
-            &ps[..12]
+        let proto = if self.tcp {
+            checksum::PROTO_TCP
         } else {
-            ps[..32].copy_from_slice(&d[l3 + 8..l3 + 40]);
-            ps[34..36].copy_from_slice(&(l4len as u16).to_be_bytes());
-            ps[39] = proto;
-            &ps[..40]
+            checksum::PROTO_UDP
+        };
+        let pseudo = if self.v4 {
+            let a = |at: usize| -> [u8; 4] { d[at..at + 4].try_into().unwrap() };
+            checksum::pseudo_v4(a(l3 + 12), a(l3 + 16), proto, l4len as u32)
+        } else {
+            let a = |at: usize| -> [u8; 16] { d[at..at + 16].try_into().unwrap() };
+            checksum::pseudo_v6(&a(l3 + 8), &a(l3 + 24), proto, l4len as u32)
         };
         let csum_at = if self.tcp {
             let seq = u32::from_be_bytes([d[l4 + 4], d[l4 + 5], d[l4 + 6], d[l4 + 7]])
@@ -598,58 +597,14 @@ impl Gso {
             l4 + 6
         };
         put16(d, csum_at, 0);
-        let c = !fold(sum(sum(0, pseudo), &d[l4..h + n]));
-        d[csum_at..csum_at + 2].copy_from_slice(&nonzero(c).to_ne_bytes());
+        let c = !checksum::fold(pseudo + checksum::sum(&d[l4..h + n]));
+        put16(d, csum_at, checksum::udp_wire(c));
     }
 }
 
 #[inline]
 fn put16(d: &mut [u8], at: usize, v: u16) {
     d[at..at + 2].copy_from_slice(&v.to_be_bytes());
-}
-
-/// Adds `b` to a ones'-complement sum of native-order 16-bit words (odd tail zero-padded).
-fn sum(mut acc: u64, b: &[u8]) -> u64 {
-    let mut chunks = b.chunks_exact(8);
-    for c in &mut chunks {
-        let w = u64::from_ne_bytes(c.try_into().unwrap());
-        let (s, carry) = acc.overflowing_add(w);
-        acc = s + carry as u64;
-    }
-    let mut rest = chunks.remainder();
-    while rest.len() >= 2 {
-        acc = add_carry(acc, u16::from_ne_bytes([rest[0], rest[1]]) as u64);
-        rest = &rest[2..];
-    }
-    if let [x] = rest {
-        acc = add_carry(acc, u16::from_ne_bytes([*x, 0]) as u64);
-    }
-    acc
-}
-
-#[inline]
-fn add_carry(a: u64, b: u64) -> u64 {
-    let (s, c) = a.overflowing_add(b);
-    s + c as u64
-}
-
-/// Folds a sum to 16 bits (native order).
-fn fold(mut s: u64) -> u16 {
-    s = (s & 0xffff_ffff) + (s >> 32);
-    s = (s & 0xffff_ffff) + (s >> 32);
-    s = (s & 0xffff) + (s >> 16);
-    s = (s & 0xffff) + (s >> 16);
-    s as u16
-}
-
-/// 0 means "no checksum" to UDP; its ones'-complement twin 0xffff verifies the same.
-#[inline]
-fn nonzero(c: u16) -> u16 {
-    if c == 0 {
-        0xffff
-    } else {
-        c
-    }
 }
 
 /// Puts back the VLAN tag the kernel moved into the frame header.
@@ -1162,7 +1117,7 @@ mod tests {
                     x as u8
                 })
                 .collect();
-            let ours = u16::from_be_bytes(fold(sum(0, &b)).to_ne_bytes());
+            let ours = checksum::fold(checksum::sum(&b));
             let r = reference(&b);
             // 0 and 0xffff are the same number in ones' complement.
             assert!(
@@ -1235,11 +1190,14 @@ mod tests {
             let mut d = vec![0u8; 54 + n];
             g.build(&mut d, &f, off, n);
             // IP header and TCP checksums verify (sum over them folds to 0xffff).
-            assert_eq!(fold(sum(0, &d[14..34])), 0xffff);
+            assert_eq!(checksum::fold(checksum::sum(&d[14..34])), 0xffff);
             let mut ps = d[26..34].to_vec();
             ps.extend_from_slice(&[0, 6]);
             ps.extend_from_slice(&((20 + n) as u16).to_be_bytes());
-            assert_eq!(fold(sum(sum(0, &ps), &d[34..])), 0xffff);
+            assert_eq!(
+                checksum::fold(checksum::sum(&ps) + checksum::sum(&d[34..])),
+                0xffff
+            );
             assert_eq!(u16::from_be_bytes([d[16], d[17]]) as usize, 40 + n);
             assert_eq!(u16::from_be_bytes([d[18], d[19]]), 100 + i);
             let seq = u32::from_be_bytes([d[38], d[39], d[40], d[41]]);

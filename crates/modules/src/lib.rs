@@ -2,7 +2,8 @@
 //! classes in its `mod.rs` (`CLASSES`), all joined in [`classes`].
 
 pub mod basic;
-pub mod checksum;
+/// Internet checksum helpers (moved to [`bessemer_core::checksum`], re-exported here).
+pub use bessemer_core::checksum;
 pub mod classify;
 pub mod encap;
 pub mod hash;

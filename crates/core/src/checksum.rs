@@ -1,6 +1,6 @@
-//! Internet checksum (RFC 1071) helpers shared by module classes: full computation, incremental
-//! update (RFC 1624), the IPv4 header checksum and the TCP/UDP checksum with the IPv4 or IPv6
-//! pseudo-header.
+//! Internet checksum (RFC 1071) helpers shared by module classes and drivers: full
+//! computation, incremental update (RFC 1624), the IPv4 header checksum and the TCP/UDP
+//! checksum with the IPv4 or IPv6 pseudo-header.
 //!
 //! Partial sums are kept unfolded in a `u64` so long buffers and several pieces (pseudo-header,
 //! header, payload) can be added before one final fold. All 16-bit words are big-endian, as on
