@@ -7,18 +7,11 @@ cd "$(dirname "$0")/.."
 cargo build --release -p bessemer-bench --bin bench-core
 cargo build --release -p bessemer-bench --bin bench-core --features batch64 --target-dir target/batch64
 out32=$(mktemp); out64=$(mktemp)
-nr=/proc/sys/vm/nr_hugepages
-orig=""
-if [ "$(id -u)" -eq 0 ] && [ -w "$nr" ]; then
-  orig=$(cat "$nr")
-  free=$(awk '/HugePages_Free/ {print $2}' /proc/meminfo)
-  if [ "$free" -lt 64 ]; then
-    echo $((orig + 64 - free)) > "$nr" || true
-  fi
-fi
+. bench/hugepages.sh
+hugepages_reserve 64
 cleanup() {
   rm -f "$out32" "$out64"
-  if [ -n "$orig" ]; then echo "$orig" > "$nr" || true; fi
+  hugepages_restore
 }
 trap cleanup EXIT
 ./target/release/bench-core "$@" | tee "$out32"

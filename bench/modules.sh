@@ -5,17 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -p bessemer-bench --bin bench-modules
-nr=/proc/sys/vm/nr_hugepages
-orig=""
-if [ "$(id -u)" -eq 0 ] && [ -w "$nr" ]; then
-  orig=$(cat "$nr")
-  free=$(awk '/HugePages_Free/ {print $2}' /proc/meminfo)
-  if [ "$free" -lt 64 ]; then
-    echo $((orig + 64 - free)) > "$nr" || true
-  fi
-fi
-cleanup() {
-  if [ -n "$orig" ]; then echo "$orig" > "$nr" || true; fi
-}
-trap cleanup EXIT
+. bench/hugepages.sh
+hugepages_reserve 64
+trap hugepages_restore EXIT
 ./target/release/bench-modules "$@"

@@ -11,6 +11,12 @@ use bessemer_core::mem::PagePolicy;
 use bessemer_core::sched::{bench_round_cost, ClassTree, Policy, Resource};
 use bessemer_core::{tsc, Context, PacketBatch, PacketPool, Value, MAX_BURST};
 
+#[path = "common.rs"]
+mod common;
+use common::thread_cpu_secs;
+
+const PROG: &str = "bench-core";
+
 /// BESS (maintained fork, DPDK build, batch 64, 2.6 GHz TSC) on this kind of machine, Mpps.
 const BESS_REF: &[(&str, f64)] = &[
     ("src_sink_60", 530.0),
@@ -22,86 +28,32 @@ const BESS_REF: &[(&str, f64)] = &[
 ];
 
 struct Opts {
-    runs: usize,
-    secs: f64,
-    core: usize,
+    base: common::Base,
     skip_sched: bool,
-    quick: bool,
 }
 
 fn parse_opts() -> Opts {
     let mut o = Opts {
-        runs: 5,
-        secs: 0.4,
-        core: std::thread::available_parallelism()
-            .map(|n| n.get() - 1)
-            .unwrap_or(0),
+        base: common::Base::new(5, 0.4),
         skip_sched: false,
-        quick: false,
     };
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let mut i = 0;
-    while i < args.len() {
-        let val = |i: usize| -> String {
-            args.get(i + 1).cloned().unwrap_or_else(|| {
-                eprintln!("bench-core: {} needs a value", args[i]);
-                std::process::exit(2)
-            })
-        };
-        match args[i].as_str() {
-            "--runs" => {
-                o.runs = val(i).parse().expect("--runs N");
-                i += 1
-            }
-            "--secs" => {
-                o.secs = val(i).parse().expect("--secs SECONDS");
-                i += 1
-            }
-            "--core" => {
-                o.core = val(i).parse().expect("--core N");
-                i += 1
-            }
+    let mut a = common::Args::new(PROG);
+    while let Some(opt) = a.next_opt() {
+        if a.base(&mut o.base, &opt) {
+            continue;
+        }
+        match opt.as_str() {
             "--skip-sched" => o.skip_sched = true,
-            "--quick" => {
-                o.quick = true;
-                o.runs = 3;
-                o.secs = 0.1;
-            }
             "-h" | "--help" => {
                 println!(
                     "usage: bench-core [--runs N] [--secs S] [--core C] [--skip-sched] [--quick]"
                 );
                 std::process::exit(0)
             }
-            other => {
-                eprintln!("bench-core: unknown option '{other}' (see --help)");
-                std::process::exit(2)
-            }
+            other => a.unknown(other),
         }
-        i += 1;
     }
     o
-}
-
-fn pin(core: usize) {
-    // SAFETY: plain libc call on a zeroed cpu_set_t.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(core, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            eprintln!("bench-core: cannot pin to core {core}; results will be noisier");
-        }
-    }
-}
-
-fn thread_cpu_secs() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid pointer to a timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
 #[derive(Clone, Copy)]
@@ -194,9 +146,9 @@ fn pipeline(
     let mut tree = ClassTree::new(0);
     tree.add_class("leaf", Policy::Leaf, None, 0, 1).unwrap();
     tree.attach_task("leaf", tasks[0]).unwrap();
-    let samples = (0..o.runs)
+    let samples = (0..o.base.runs)
         .map(|_| {
-            measure(o.secs, || {
+            measure(o.base.secs, || {
                 let mut n = 0u64;
                 tree.schedule_once(&mut |t| {
                     let r = ctx.run_task(&g, t);
@@ -218,9 +170,9 @@ fn pipeline(
 fn alloc_free(pool: &PacketPool, o: &Opts) -> Stat {
     let mut cache = pool.cache();
     let mut b = PacketBatch::new();
-    let samples = (0..o.runs)
+    let samples = (0..o.base.runs)
         .map(|_| {
-            measure(o.secs, || {
+            measure(o.base.secs, || {
                 let n = cache.alloc_bulk(&mut b, MAX_BURST, 60);
                 cache.free_bulk(&mut b);
                 n as u64
@@ -304,14 +256,14 @@ fn rate_accuracy(pool: &PacketPool, secs: f64) -> (f64, f64, usize) {
 
 fn main() {
     let o = parse_opts();
-    pin(o.core);
+    common::pin(PROG, o.base.core);
     let ghz = tsc::hz() as f64 / 1e9;
     let pool = PacketPool::new("bench", 16384, PagePolicy::Auto).expect("packet pool");
     println!(
         "# bench-core: batch capacity {MAX_BURST}, TSC {ghz:.2} GHz, pinned to core {}, {} runs × {:.1} s, pages: {}",
-        o.core,
-        o.runs,
-        o.secs,
+        o.base.core,
+        o.base.runs,
+        o.base.secs,
         pool.page_kind()
     );
     println!(
@@ -374,7 +326,7 @@ fn main() {
             "scheduler cycles/round", "1", "16", "256", "4096"
         );
         for policy in ["round_robin", "weighted_fair", "priority"] {
-            let rounds = if o.quick { 100_000 } else { 2_000_000 };
+            let rounds = if o.base.quick { 100_000 } else { 2_000_000 };
             let v: Vec<f64> = [1usize, 16, 256, 4096]
                 .iter()
                 .map(|&n| bench_round_cost(policy, n, rounds))
@@ -387,7 +339,7 @@ fn main() {
                 json.push((format!("sched_{policy}_{n}_cycles"), format!("{c:.2}")));
             }
         }
-        let secs = if o.quick { 1.0 } else { 6.0 };
+        let secs = if o.base.quick { 1.0 } else { 6.0 };
         let (worst, mean, below) = rate_accuracy(&pool, secs);
         println!(
             "\nrate_limit accuracy, 1000 classes at 1-11 Mbps over {secs:.0} s: worst {worst:.5}, mean {mean:.5}, classes below 0.999: {below}"

@@ -29,15 +29,18 @@ use bessemer_core::sched::{ClassTree, Policy};
 use bessemer_core::{tsc, Context, Instance, Module, ModuleClass, PacketBatch, PacketPool, Value};
 use bessemer_modules::util::FastRng;
 
+#[path = "common.rs"]
+mod common;
+use common::thread_cpu_secs;
+
+const PROG: &str = "bench-modules";
+
 const PKT_SIZE: usize = 60;
 /// Output gates the classes spread packets over (all connected to the sink).
 const GATES: u64 = 4;
 
 struct Opts {
-    runs: usize,
-    secs: f64,
-    core: usize,
-    quick: bool,
+    base: common::Base,
     full: bool,
     list: bool,
     filter: Option<String>,
@@ -48,49 +51,20 @@ const LIGHT_SHARE: f64 = 0.6;
 
 fn parse_opts() -> Opts {
     let mut o = Opts {
-        runs: 5,
-        secs: 0.25,
-        core: std::thread::available_parallelism()
-            .map(|n| n.get() - 1)
-            .unwrap_or(0),
-        quick: false,
+        base: common::Base::new(5, 0.25),
         full: false,
         list: false,
         filter: None,
     };
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let mut i = 0;
-    while i < args.len() {
-        let val = |i: usize| -> String {
-            args.get(i + 1).cloned().unwrap_or_else(|| {
-                eprintln!("bench-modules: {} needs a value", args[i]);
-                std::process::exit(2)
-            })
-        };
-        match args[i].as_str() {
-            "--runs" => {
-                o.runs = val(i).parse().expect("--runs N");
-                i += 1
-            }
-            "--secs" => {
-                o.secs = val(i).parse().expect("--secs SECONDS");
-                i += 1
-            }
-            "--core" => {
-                o.core = val(i).parse().expect("--core N");
-                i += 1
-            }
-            "--only" => {
-                o.filter = Some(val(i));
-                i += 1
-            }
+    let mut a = common::Args::new(PROG);
+    while let Some(opt) = a.next_opt() {
+        if a.base(&mut o.base, &opt) {
+            continue;
+        }
+        match opt.as_str() {
+            "--only" => o.filter = Some(a.value(&opt)),
             "--full" => o.full = true,
             "--list" => o.list = true,
-            "--quick" => {
-                o.quick = true;
-                o.runs = 3;
-                o.secs = 0.1;
-            }
             "-h" | "--help" => {
                 println!(
                     "usage: bench-modules [--runs N] [--secs S] [--core C] [--only SUBSTRING] [--quick] [--full] [--list]\n\
@@ -106,35 +80,10 @@ fn parse_opts() -> Opts {
                 );
                 std::process::exit(0)
             }
-            other => {
-                eprintln!("bench-modules: unknown option '{other}' (see --help)");
-                std::process::exit(2)
-            }
+            other => a.unknown(other),
         }
-        i += 1;
     }
     o
-}
-
-fn pin(core: usize) {
-    // SAFETY: plain libc call on a zeroed cpu_set_t.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(core, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            eprintln!("bench-modules: cannot pin to core {core}; results will be noisier");
-        }
-    }
-}
-
-fn thread_cpu_secs() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid pointer to a timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
 // ---- the feed module -------------------------------------------------------------------
@@ -1353,13 +1302,13 @@ fn run_case(pool: &PacketPool, mut case: Case, o: &Opts) -> Row {
     let mut full = build(pool, &case, true, stream);
     let setup = t0.elapsed().as_secs_f64();
     let secs = if case.light && !o.full {
-        o.secs * LIGHT_SHARE
+        o.base.secs * LIGHT_SHARE
     } else {
-        o.secs
+        o.base.secs
     };
     // Alternating runs, so drift and neighbours' noise hit both pipelines alike.
     let (mut bs, mut fs, mut ds) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..o.runs {
+    for _ in 0..o.base.runs {
         let b = measure(&mut base, secs);
         let f = measure(&mut full, secs);
         bs.push(b);
@@ -1445,16 +1394,16 @@ fn main() {
         }
         return;
     }
-    pin(o.core);
+    common::pin(PROG, o.base.core);
     let ghz = tsc::hz() as f64 / 1e9;
     let pool = PacketPool::new("bench", 16384, PagePolicy::Auto).expect("packet pool");
     let light = if o.full { 1.0 } else { LIGHT_SHARE };
     println!(
         "# bench-modules: {PKT_SIZE}-byte packets unless named, TSC {ghz:.2} GHz, pinned to core {}, {} alternating runs x {:.2} s (cases without a table: x {:.2} s), pages: {}",
-        o.core,
-        o.runs,
-        o.secs,
-        o.secs * light,
+        o.base.core,
+        o.base.runs,
+        o.base.secs,
+        o.base.secs * light,
         pool.page_kind()
     );
     println!("# class cost = ns/pkt of (Source->Rewrite->[Feed]->[pre]->CLASS->[post]->Sink) - (the same without CLASS); Mpps = 1000 / cost");
