@@ -1213,6 +1213,58 @@ mod tests {
     }
 
     #[test]
+    fn udp_ipv6_superframe_is_cut_into_valid_datagrams() {
+        let payload = 2500;
+        let mut f = vec![0u8; 14 + 40 + 8 + payload];
+        f[12..14].copy_from_slice(&[0x86, 0xdd]);
+        f[14] = 0x60;
+        put16(&mut f, 18, (8 + payload) as u16);
+        f[20] = 17;
+        f[21] = 64;
+        f[22..38].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        f[38..54].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+        put16(&mut f, 54, 4000);
+        put16(&mut f, 56, 5000);
+        put16(&mut f, 58, (8 + payload) as u16);
+        for (i, b) in f[62..].iter_mut().enumerate() {
+            *b = (i * 7) as u8;
+        }
+        let v = Vnet {
+            flags: VNET_NEEDS_CSUM,
+            gso_type: GSO_UDP_L4,
+            gso_size: 1000,
+            csum_start: 54,
+            csum_offset: 6,
+        };
+        let g = Gso::parse(&f, v).unwrap();
+        assert_eq!((g.hlen, g.mss), (62, 1000));
+        let (mut off, mut payload_out) = (0, Vec::new());
+        while off < payload {
+            let n = g.mss.min(payload - off);
+            let mut d = vec![0u8; 62 + n];
+            g.build(&mut d, &f, off, n);
+            assert_eq!(u16::from_be_bytes([d[18], d[19]]) as usize, 8 + n);
+            assert_eq!(u16::from_be_bytes([d[58], d[59]]) as usize, 8 + n);
+            // RFC 8200 pseudo-header: addresses, 32-bit length, 3 zero bytes, next header.
+            let mut ps = d[22..54].to_vec();
+            ps.extend_from_slice(&((8 + n) as u32).to_be_bytes());
+            ps.extend_from_slice(&[0, 0, 0, 17]);
+            assert_eq!(
+                checksum::fold(checksum::sum(&ps) + checksum::sum(&d[54..])),
+                0xffff
+            );
+            assert_ne!(
+                [d[60], d[61]],
+                [0, 0],
+                "UDP sends a zero checksum as 0xffff"
+            );
+            payload_out.extend_from_slice(&d[62..]);
+            off += n;
+        }
+        assert_eq!(payload_out, f[62..]);
+    }
+
+    #[test]
     fn jumbo_tcp_is_cut_and_oversized_udp_gso_refused() {
         let f = superframe(8000);
         let v = oversized_tcp(&f).expect("a plain TCP/IPv4 frame");
