@@ -302,8 +302,7 @@ def show_driver(s: Session, args) -> None:
     if not names:
         print("no port drivers")
     for n in names:
-        info = s.bess.get_driver_info(n)
-        print(f"{info.name}: {info.help}")
+        print(s.bess.get_driver_info(n).help.rstrip())
 
 
 def show_gatehook(s: Session, _args) -> None:
