@@ -82,3 +82,37 @@ pub fn add_attrs(init: &mut InitContext, attrs: &[(&str, usize, AccessMode)]) ->
     }
     Ok(())
 }
+
+/// What happens to one packet of a batch: out of an output gate, or dropped under a reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Sent out of this output gate.
+    Gate(u16),
+    /// Dropped under this drop-reason index.
+    Drop(usize),
+}
+
+/// Sends packet i of `batch` as `verdict(i)` says. A batch whose packets all go out of one
+/// gate is forwarded whole (no per-packet emit), which is the common case for classifiers.
+#[inline(always)]
+pub fn send_each(
+    ctx: &mut bessemer_core::Context,
+    batch: &mut bessemer_core::PacketBatch,
+    verdict: impl Fn(usize) -> Verdict,
+) {
+    let n = batch.len();
+    if n == 0 {
+        return;
+    }
+    if let Verdict::Gate(g) = verdict(0) {
+        if (1..n).all(|i| verdict(i) == Verdict::Gate(g)) {
+            return ctx.forward(g, batch);
+        }
+    }
+    for (i, p) in batch.drain().enumerate() {
+        match verdict(i) {
+            Verdict::Gate(g) => ctx.emit(g, p),
+            Verdict::Drop(r) => ctx.drop_packet(p, r),
+        }
+    }
+}

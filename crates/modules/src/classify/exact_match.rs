@@ -135,7 +135,6 @@ impl RuleClassifier for ExactMatch {
             }
         }
         let def = self.matcher.default_gate;
-        let mut any_drop = false;
         for i in 0..n {
             let found = if status[i] == 0 {
                 self.table.get_n(&keys[i], hashes[i])
@@ -143,9 +142,9 @@ impl RuleClassifier for ExactMatch {
                 None
             };
             let found = found.map(|g| g as u16);
-            any_drop |= resolve_gate(found, def, &mut status[i], &mut gates[i]);
+            resolve_gate(found, def, &mut status[i], &mut gates[i]);
         }
-        split(ctx, batch, &gates, &status, any_drop);
+        split(ctx, batch, &gates, &status);
     }
 }
 

@@ -279,34 +279,17 @@ impl Module for IPLookup {
         }
         let def = self.default_gate;
         let mut gates = [0u16; MAX_BURST];
-        let mut all_ok = true;
         for i in 0..n {
             if status[i] == 0 {
                 match self.lpm.lookup(addrs[i]) {
-                    Some(g) if g == DROP_GATE => {
-                        status[i] = (DROP_RULE + 1) as u8;
-                        all_ok = false;
-                    }
+                    Some(g) if g == DROP_GATE => status[i] = (DROP_RULE + 1) as u8,
                     Some(g) => gates[i] = g,
-                    None if def == DROP_GATE => {
-                        status[i] = (DROP_NO_MATCH + 1) as u8;
-                        all_ok = false;
-                    }
+                    None if def == DROP_GATE => status[i] = (DROP_NO_MATCH + 1) as u8,
                     None => gates[i] = def,
                 }
-            } else {
-                all_ok = false;
             }
         }
-        if n > 0 && all_ok && gates[..n].iter().all(|&g| g == gates[0]) {
-            return ctx.forward(gates[0], batch);
-        }
-        for (i, p) in batch.drain().enumerate() {
-            match status[i] {
-                0 => ctx.emit(gates[i], p),
-                s => ctx.drop_packet(p, s as usize - 1),
-            }
-        }
+        super::table::split(ctx, batch, &gates, &status);
     }
 
     fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {

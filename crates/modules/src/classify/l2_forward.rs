@@ -1,5 +1,6 @@
 //! L2Forward: sends each frame to the gate of its destination MAC address, looked up in a
 //! bucketed cuckoo hash table (each address has two candidate buckets of `bucket` slots).
+use crate::util::Verdict;
 use bessemer_core::{
     Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
     MAX_BURST,
@@ -205,20 +206,12 @@ impl Module for L2Forward {
                 }
             };
         }
-        if n > 0 && gates[0] != DROP_GATE && gates[..n].iter().all(|&g| g == gates[0]) {
-            return ctx.forward(gates[0], batch);
-        }
-        for (i, p) in batch.drain().enumerate() {
-            if gates[i] != DROP_GATE {
-                ctx.emit(gates[i], p);
-            } else if short >> i & 1 == 1 {
-                ctx.drop_packet(p, DROP_TOO_SHORT);
-            } else if hit >> i & 1 == 1 {
-                ctx.drop_packet(p, DROP_RULE);
-            } else {
-                ctx.drop_packet(p, DROP_NO_MATCH);
-            }
-        }
+        crate::util::send_each(ctx, batch, |i| match gates[i] {
+            DROP_GATE if short >> i & 1 == 1 => Verdict::Drop(DROP_TOO_SHORT),
+            DROP_GATE if hit >> i & 1 == 1 => Verdict::Drop(DROP_RULE),
+            DROP_GATE => Verdict::Drop(DROP_NO_MATCH),
+            g => Verdict::Gate(g),
+        });
     }
 
     fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {

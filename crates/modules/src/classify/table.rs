@@ -1,6 +1,7 @@
 //! Shared building blocks of the classifiers: a flat open-addressing hash table keyed by a
 //! fixed number of 64-bit words, cache prefetch, and BESS's gate conventions.
 
+use crate::util::Verdict;
 use bessemer_core::module::MAX_GATES;
 use bessemer_core::{Error, Result, Value};
 
@@ -719,9 +720,9 @@ pub const DROP_RULE: usize = 2;
 /// Where a packet of a field classifier goes: to the gate of the rule it matched (`found`),
 /// else to the default gate `def`, which packets too short for a field (`status` already
 /// DROP_TOO_SHORT + 1) take too; DROP_GATE drops it (under DROP_RULE or DROP_NO_MATCH).
-/// Sets `status` (0 or drop reason + 1, as [`split`] takes it) and `gate`; true if dropped.
+/// Sets `status` (0 or drop reason + 1, as [`split`] takes it) and `gate`.
 #[inline(always)]
-pub fn resolve_gate(found: Option<u16>, def: u16, status: &mut u8, gate: &mut u16) -> bool {
+pub fn resolve_gate(found: Option<u16>, def: u16, status: &mut u8, gate: &mut u16) {
     match found {
         Some(DROP_GATE) => *status = (DROP_RULE + 1) as u8,
         Some(g) => *gate = g,
@@ -735,7 +736,6 @@ pub fn resolve_gate(found: Option<u16>, def: u16, status: &mut u8, gate: &mut u1
             *gate = def;
         }
     }
-    *status != 0
 }
 
 /// Sends packet i out of `gates[i]`, or drops it under reason `status[i] - 1` when
@@ -746,19 +746,11 @@ pub fn split(
     batch: &mut bessemer_core::PacketBatch,
     gates: &[u16; bessemer_core::MAX_BURST],
     status: &[u8; bessemer_core::MAX_BURST],
-    any_drop: bool,
 ) {
-    let n = batch.len();
-    if n > 0 && !any_drop && gates[1..n].iter().all(|&g| g == gates[0]) {
-        return ctx.forward(gates[0], batch);
-    }
-    for (i, p) in batch.drain().enumerate() {
-        if status[i] == 0 {
-            ctx.emit(gates[i], p);
-        } else {
-            ctx.drop_packet(p, status[i] as usize - 1);
-        }
-    }
+    crate::util::send_each(ctx, batch, |i| match status[i] {
+        0 => Verdict::Gate(gates[i]),
+        s => Verdict::Drop(s as usize - 1),
+    });
 }
 
 /// Packs key bytes into little-endian words (the table key).

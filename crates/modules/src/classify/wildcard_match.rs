@@ -247,12 +247,11 @@ impl RuleClassifier for WildcardMatch {
         }
         let def = self.matcher.default_gate;
         let mut gates = [0u16; MAX_BURST];
-        let mut any_drop = false;
         for i in 0..n {
             let found = (best[i].1 != 0).then_some(best[i].2);
-            any_drop |= resolve_gate(found, def, &mut status[i], &mut gates[i]);
+            resolve_gate(found, def, &mut status[i], &mut gates[i]);
         }
-        split(ctx, batch, &gates, &status, any_drop);
+        split(ctx, batch, &gates, &status);
     }
 }
 

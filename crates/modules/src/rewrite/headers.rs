@@ -3,14 +3,7 @@
 
 use bessemer_core::{Context, PacketBatch, MAX_BURST};
 
-/// What happens to one packet of a batch: out of an output gate, or dropped under a reason.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    /// Sent out of this output gate.
-    Gate(u16),
-    /// Dropped under this drop-reason index.
-    Drop(usize),
-}
+pub use crate::util::Verdict;
 
 /// Per-packet verdicts of one batch, filled while the batch is processed in place.
 pub type Verdicts = [Verdict; MAX_BURST];
@@ -22,22 +15,7 @@ pub const ALL_GATE0: Verdicts = [Verdict::Gate(0); MAX_BURST];
 /// forwarded whole (no per-packet emit).
 #[inline]
 pub fn dispatch(ctx: &mut Context, batch: &mut PacketBatch, v: &Verdicts) {
-    let n = batch.len();
-    if n == 0 {
-        return;
-    }
-    if let Verdict::Gate(g) = v[0] {
-        if v[1..n].iter().all(|x| *x == Verdict::Gate(g)) {
-            ctx.forward(g, batch);
-            return;
-        }
-    }
-    for (i, p) in batch.drain().enumerate() {
-        match v[i] {
-            Verdict::Gate(g) => ctx.emit(g, p),
-            Verdict::Drop(r) => ctx.drop_packet(p, r),
-        }
-    }
+    crate::util::send_each(ctx, batch, |i| v[i]);
 }
 
 /// Runs `f` on the bytes of every packet of `batch`, then sends each packet as the verdict `f`
