@@ -68,10 +68,22 @@ pub(crate) fn run_hooks(hooks: &[NamedHook], batch: &PacketBatch) {
 pub struct TcpdumpHook {
     path: String,
     fd: AtomicI32,
-    state: Mutex<()>,
-    defer_until: Mutex<Option<Instant>>,
+    /// Held while writing (records stay whole when several workers share the hook); when no
+    /// FIFO is open, when to try opening it again (never, once the reader went away).
+    retry: Mutex<Retry>,
     written: AtomicU64,
     skipped: AtomicU64,
+}
+
+/// When a hook without an open FIFO tries to open it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Retry {
+    /// At the next batch.
+    Now,
+    /// At the first batch after this time (a deferred FIFO without a reader yet).
+    At(Instant),
+    /// Never: the reader went away.
+    Never,
 }
 
 /// Largest record written in one piece: pipe writes up to PIPE_BUF bytes are atomic, so a
@@ -85,8 +97,7 @@ impl TcpdumpHook {
         let h = TcpdumpHook {
             path: fifo.to_string(),
             fd: AtomicI32::new(-1),
-            state: Mutex::new(()),
-            defer_until: Mutex::new(None),
+            retry: Mutex::new(Retry::Now),
             written: AtomicU64::new(0),
             skipped: AtomicU64::new(0),
         };
@@ -166,13 +177,18 @@ impl GateHook for TcpdumpHook {
     }
 
     fn on_batch(&self, batch: &PacketBatch) {
-        // Several workers may share a gate's hook; one writer at a time keeps records whole.
-        let _g = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut retry = self.retry.lock().unwrap_or_else(|p| p.into_inner());
         if self.fd.load(Ordering::Acquire) < 0 {
-            let mut until = self.defer_until.lock().unwrap_or_else(|p| p.into_inner());
             let now = Instant::now();
-            if until.is_some_and(|t| now < t) || self.try_open().is_err() {
-                *until = Some(now + std::time::Duration::from_millis(1));
+            let due = match *retry {
+                Retry::Now => true,
+                Retry::At(t) => now >= t,
+                Retry::Never => false,
+            };
+            if !due || self.try_open().is_err() {
+                if *retry != Retry::Never {
+                    *retry = Retry::At(now + std::time::Duration::from_millis(1));
+                }
                 self.skipped
                     .fetch_add(batch.len() as u64, Ordering::Relaxed);
                 return;
@@ -180,20 +196,23 @@ impl GateHook for TcpdumpHook {
         }
         let fd = self.fd.load(Ordering::Acquire);
         let ts = pcap::Timestamp::now();
-        let mut rec = [0u8; MAX_RECORD];
         for (i, p) in batch.pkts().iter().enumerate() {
             let data = p.data();
             let cap = data.len().min(MAX_RECORD - pcap::RECORD_HEADER_LEN);
-            rec[..pcap::RECORD_HEADER_LEN].copy_from_slice(&pcap::record_header(
-                ts,
-                cap as u32,
-                data.len() as u32,
-            ));
-            rec[pcap::RECORD_HEADER_LEN..pcap::RECORD_HEADER_LEN + cap]
-                .copy_from_slice(&data[..cap]);
-            let len = pcap::RECORD_HEADER_LEN + cap;
-            // SAFETY: fd is open while we hold the lock; rec is a live buffer.
-            let n = unsafe { libc::write(fd, rec.as_ptr().cast(), len) };
+            let hdr = pcap::record_header(ts, cap as u32, data.len() as u32);
+            let iov = [
+                libc::iovec {
+                    iov_base: hdr.as_ptr() as *mut libc::c_void,
+                    iov_len: hdr.len(),
+                },
+                libc::iovec {
+                    iov_base: data.as_ptr() as *mut libc::c_void,
+                    iov_len: cap,
+                },
+            ];
+            let len = hdr.len() + cap;
+            // SAFETY: fd is open while we hold the lock; both buffers live across the call.
+            let n = unsafe { libc::writev(fd, iov.as_ptr(), 2) };
             if n == len as isize {
                 self.written.fetch_add(1, Ordering::Relaxed);
                 continue;
@@ -204,8 +223,7 @@ impl GateHook for TcpdumpHook {
                 self.close();
                 self.skipped
                     .fetch_add((batch.len() - i - 1) as u64, Ordering::Relaxed);
-                *self.defer_until.lock().unwrap_or_else(|p| p.into_inner()) =
-                    Some(Instant::now() + std::time::Duration::from_secs(u32::MAX as u64));
+                *retry = Retry::Never;
                 return;
             }
         }
