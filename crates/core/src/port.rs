@@ -16,6 +16,8 @@ use crate::value::Value;
 
 /// Most queues a port may have in each direction (BESS's MAX_QUEUES_PER_DIR).
 pub const MAX_QUEUES: usize = 128;
+/// Largest ring size a port may be asked for.
+pub const MAX_RING_SIZE: usize = 1 << 20;
 
 /// Counters of one queue; only the queue's owner writes them.
 #[derive(Default)]
@@ -354,13 +356,15 @@ impl PortTable {
         mut params: PortParams,
         arg: &Value,
     ) -> Result<Arc<PortHandle>> {
-        for (what, n) in [
-            ("num_inc_q", params.num_inc_q),
-            ("num_out_q", params.num_out_q),
+        for (what, n, max) in [
+            ("num_inc_q", params.num_inc_q, MAX_QUEUES),
+            ("num_out_q", params.num_out_q, MAX_QUEUES),
+            ("size_inc_q", params.size_inc_q, MAX_RING_SIZE),
+            ("size_out_q", params.size_out_q, MAX_RING_SIZE),
         ] {
-            if n > MAX_QUEUES {
+            if n > max {
                 return Err(Error::invalid(format!(
-                    "{what} {n} is out of range (at most {MAX_QUEUES})"
+                    "{what} {n} is out of range (at most {max})"
                 )));
             }
         }

@@ -1358,33 +1358,10 @@ impl pb::bess_control_server::BessControl for Control {
             check_len(&req.name, "port name")?;
             let what = format!("port driver '{}'", d.name);
             let arg = convert::any_to_value(req.arg.as_ref(), Some(d.arg_type), &what)?;
-            let q = |v: u64, f: &str| {
-                usize::try_from(v)
-                    .ok()
-                    .filter(|&n| n <= bessemer_core::port::MAX_QUEUES)
-                    .ok_or_else(|| {
-                        Error::invalid(format!(
-                            "{f} {v} is out of range (at most {})",
-                            bessemer_core::port::MAX_QUEUES
-                        ))
-                    })
-            };
-            let (ni, no) = (
-                q(req.num_inc_q, "num_inc_q")?,
-                q(req.num_out_q, "num_out_q")?,
-            );
-            let size = |v: u64, f: &str| {
-                usize::try_from(v)
-                    .ok()
-                    .filter(|&n| n <= 1 << 20)
-                    .ok_or_else(|| {
-                        Error::invalid(format!("{f} {v} is out of range (at most 2^20)"))
-                    })
-            };
-            let (si, so) = (
-                size(req.size_inc_q, "size_inc_q")?,
-                size(req.size_out_q, "size_out_q")?,
-            );
+            // Out-of-range values saturate; the port table refuses them, naming the field.
+            let n = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
+            let (ni, no) = (n(req.num_inc_q), n(req.num_out_q));
+            let (si, so) = (n(req.size_inc_q), n(req.size_out_q));
             let name = req.name;
             self.run(move |e| {
                 let params = bessemer_core::port::PortParams {
