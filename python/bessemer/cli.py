@@ -18,7 +18,6 @@ import argparse
 import ast
 import contextlib
 import os
-import shlex
 import shutil
 import signal
 import socket
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from . import render
-from .client import BESS, DEFAULT_PORT
+from .client import BESS, DEFAULT_PORT, split_queue_args
 from .script import ScriptError, run_script
 
 
@@ -184,9 +183,6 @@ def run_file(s: Session, args) -> None:
         raise CliError(str(exc)) from None
 
 
-_QUEUE_FIELDS = ("num_inc_q", "num_out_q", "size_inc_q", "size_out_q")
-
-
 def add_worker(s: Session, args) -> None:
     s.bess.add_worker(args.wid, args.core, args.scheduler)
 
@@ -202,8 +198,7 @@ def add_connection(s: Session, args) -> None:
 
 def add_port(s: Session, args) -> None:
     arg = _literal(args.arg, "port argument")
-    queues = {k: arg.pop(k) for k in list(arg) if k in _QUEUE_FIELDS}
-    print(s.bess.create_port(args.driver, args.name, arg, **queues).name)
+    print(s.bess.create_port(args.driver, args.name, *split_queue_args(arg)).name)
 
 
 def delete_worker(s: Session, args) -> None:
@@ -347,7 +342,7 @@ def monitor_pipeline(s: Session, args) -> None:
     b = s.bess
 
     def sample():
-        return render.edge_counters(*_pipeline(b))
+        return render.edge_counters(_pipeline(b)[1])
 
     _monitor(args, sample, render.edge_rates)
 
@@ -599,11 +594,6 @@ def main(argv: list[str] | None = None) -> int:
         return int(exc.code or 0)
     except BrokenPipeError:
         return 0
-
-
-def split(line: str) -> list[str]:
-    """Splits a shell line like a POSIX shell."""
-    return shlex.split(line)
 
 
 if __name__ == "__main__":

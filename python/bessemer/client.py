@@ -17,6 +17,16 @@ from . import pb
 
 DEFAULT_PORT = 10514
 
+_QUEUE_FIELDS = ("num_inc_q", "num_out_q", "size_inc_q", "size_out_q")
+
+
+def split_queue_args(arg: dict[str, Any]) -> tuple[dict[str, Any], int, int, int, int]:
+    """Separates CreatePortRequest's queue fields (given beside a driver's own arguments, as
+    in `PMDPort(port_id=0, num_inc_q=2)`) from the driver argument: returns the driver
+    argument, then num_inc_q, num_out_q, size_inc_q, size_out_q (0: the driver's default)."""
+    rest = {k: v for k, v in arg.items() if k not in _QUEUE_FIELDS}
+    return (rest, *(arg.get(k, 0) for k in _QUEUE_FIELDS))
+
 
 def _scalar(field, value: Any, where: str) -> Any:
     if field.type == field.TYPE_STRING and not isinstance(value, str) and hasattr(value, "name"):
@@ -368,13 +378,17 @@ class BESS:
     ):
         """Creates a port of `driver` with a `<driver>Arg` built from `arg`; returns the
         response (`name`, `mac_addr`)."""
-        req = self._pb["bess_msg"].CreatePortRequest(
-            name=name,
-            driver=driver,
-            num_inc_q=num_inc_q,
-            num_out_q=num_out_q,
-            size_inc_q=size_inc_q,
-            size_out_q=size_out_q,
+        req = self._msg(
+            "bess_msg",
+            "CreatePortRequest",
+            {
+                "name": name,
+                "driver": driver,
+                "num_inc_q": num_inc_q,
+                "num_out_q": num_out_q,
+                "size_inc_q": size_inc_q,
+                "size_out_q": size_out_q,
+            },
         )
         req.arg.CopyFrom(self.pack(f"{driver}Arg", arg))
         return self._call("CreatePort", req)

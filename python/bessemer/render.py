@@ -213,7 +213,7 @@ def status(version: str, ws, mods, ps, classes, hs) -> str:
     )
 
 
-def edge_counters(mods, infos: dict) -> dict:
+def edge_counters(infos: dict) -> dict:
     """Packets and bytes per connection, keyed by (src, ogate, dst, igate)."""
     return {(s, og, d, ig): (p, b) for s, og, d, ig, p, b in _edges(infos)}
 
@@ -232,41 +232,37 @@ def edge_rates(prev: dict, cur: dict, dt: float) -> str:
     return _table(["connection", "pkts/s", "bits/s", "total pkts"], rows)
 
 
-def port_rates(prev: dict, cur: dict, dt: float) -> str:
-    if not cur:
-        return "no ports"
+def _rates(prev: dict, cur: dict, dt: float, key: str, columns) -> list[list[str]]:
+    """One row per name in `cur`: the name, then each (header, counter, scale) column as the
+    counter's change per second (times `scale`)."""
     rows = []
     for name in sorted(cur):
         a, b = prev.get(name, cur[name]), cur[name]
-        rows.append(
-            [
-                name,
-                _si((b.inc.packets - a.inc.packets) / dt),
-                _si((b.inc.bytes - a.inc.bytes) * 8 / dt),
-                _si((b.inc.dropped - a.inc.dropped) / dt),
-                _si((b.out.packets - a.out.packets) / dt),
-                _si((b.out.bytes - a.out.bytes) * 8 / dt),
-                _si((b.out.dropped - a.out.dropped) / dt),
-            ]
-        )
-    return _table(
-        ["port", "rx pkts/s", "rx bits/s", "rx drop/s", "tx pkts/s", "tx bits/s", "tx drop/s"], rows
-    )
+        rows.append([name] + [_si((get(b) - get(a)) * k / dt) for _, get, k in columns])
+    return _table([key] + [h for h, _, _ in columns], rows)
+
+
+def port_rates(prev: dict, cur: dict, dt: float) -> str:
+    if not cur:
+        return "no ports"
+    columns = [
+        ("rx pkts/s", lambda s: s.inc.packets, 1),
+        ("rx bits/s", lambda s: s.inc.bytes, 8),
+        ("rx drop/s", lambda s: s.inc.dropped, 1),
+        ("tx pkts/s", lambda s: s.out.packets, 1),
+        ("tx bits/s", lambda s: s.out.bytes, 8),
+        ("tx drop/s", lambda s: s.out.dropped, 1),
+    ]
+    return _rates(prev, cur, dt, "port", columns)
 
 
 def tc_rates(prev: dict, cur: dict, dt: float) -> str:
     if not cur:
         return "no traffic classes"
-    rows = []
-    for name in sorted(cur):
-        a, b = prev.get(name, cur[name]), cur[name]
-        rows.append(
-            [
-                name,
-                _si((b.count - a.count) / dt),
-                _si((b.cycles - a.cycles) / dt),
-                _si((b.packets - a.packets) / dt),
-                _si((b.bits - a.bits) / dt),
-            ]
-        )
-    return _table(["class", "runs/s", "cycles/s", "pkts/s", "bits/s"], rows)
+    columns = [
+        ("runs/s", lambda s: s.count, 1),
+        ("cycles/s", lambda s: s.cycles, 1),
+        ("pkts/s", lambda s: s.packets, 1),
+        ("bits/s", lambda s: s.bits, 1),
+    ]
+    return _rates(prev, cur, dt, "class", columns)

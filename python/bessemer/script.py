@@ -13,7 +13,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from .client import BESS
+from .client import BESS, split_queue_args
 from .sugar import SugarError, translate
 
 
@@ -118,13 +118,9 @@ class Port:
         return self.bess.get_port_stats(self.name)
 
 
-_QUEUE_FIELDS = ("num_inc_q", "num_out_q", "size_inc_q", "size_out_q")
-
-
 def _port_factory(bess: BESS, driver: str):
     def create(name: str = "", **arg) -> Port:
-        queues = {k: arg.pop(k) for k in list(arg) if k in _QUEUE_FIELDS}
-        r = bess.create_port(driver, name, arg, **queues)
+        r = bess.create_port(driver, name, *split_queue_args(arg))
         return Port(bess, driver, r.name, r.mac_addr)
 
     create.__name__ = driver
