@@ -13,6 +13,8 @@ have pkg-config || need_apt+=(pkg-config)
 # tcpdump reads what `bessemer tcpdump` captures (and its tests check that).
 have tcpdump || [ -x /usr/bin/tcpdump ] || need_apt+=(tcpdump)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
+# Port drivers and their tests make namespaces, veths and addresses with iproute2.
+have ip || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || need_apt+=(iproute2)
 # Port tests ping between the network namespaces they make.
 have ping || [ -x /usr/bin/ping ] || [ -x /bin/ping ] || need_apt+=(iputils-ping)
 # The BPF module compiles tcpdump expressions with libpcap (headers + libpcap.so to link).
