@@ -8,6 +8,7 @@ at the script's own file and line.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import traceback
 from pathlib import Path
@@ -173,5 +174,8 @@ def run_script(path: str | os.PathLike, bess: BESS, env: dict[str, str] | None =
             0,
         )
         msg = exc.errmsg if isinstance(exc, BESS.Error) else str(exc)
+        # A failed script leaves running what it built so far, not paused workers.
+        with contextlib.suppress(BESS.Error):
+            bess.resume_all()
         raise ScriptError(f"{path}:{line}: {type(exc).__name__}: {msg}") from None
     return scope

@@ -37,6 +37,9 @@ def test_errors_point_at_the_script_line(bess, tmp_path):
     bad.write_text("x::Sink()\nx.explode()\n")
     with pytest.raises(ScriptError, match=r":2: AttributeError: Sink 'x' has no command 'explode'"):
         run_script(bad, bess)
+    # The failed scripts left what they built running (worker 0 runs a's task), not paused.
+    workers = bess.list_workers()
+    assert workers and all(w.running for w in workers)
     bad.write_text("y = $UNSET_VAR_FOR_TEST\n")
     with pytest.raises(ScriptError, match="UNSET_VAR_FOR_TEST"):
         run_script(bad, bess)
