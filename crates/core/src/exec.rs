@@ -120,6 +120,13 @@ impl Context {
         self.cache.alloc(len)
     }
 
+    /// Allocates one packet of exactly `len` bytes, from the large-frame pool when it does not
+    /// fit a default buffer (see `PoolCache::alloc_any`).
+    #[inline]
+    pub fn alloc_any(&mut self, len: usize) -> Option<Packet> {
+        self.cache.alloc_any(len)
+    }
+
     /// Appends `n` fresh packets of `len` bytes to `batch`; returns how many (0 if exhausted).
     #[inline(always)]
     pub fn alloc_bulk(&mut self, batch: &mut PacketBatch, n: usize, len: usize) -> usize {

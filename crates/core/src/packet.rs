@@ -13,6 +13,10 @@
 //! and cache sets; the default data offset of each frame is staggered by 64 bytes per frame
 //! (frame index mod 16) for the same reason: 4096-byte-aligned objects all fall into one L1
 //! cache set.
+//!
+//! Frames larger than a default buffer (jumbo frames) live in a companion pool of
+//! [`LARGE_FRAME_SIZE`] frames (see `PacketPool::large`); every descriptor records its
+//! frame's size, so a packet's room is known whichever pool it came from.
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU16, Ordering};
@@ -23,6 +27,8 @@ use crate::metadata::METADATA_TOTAL_SIZE;
 pub const FRAME_SIZE: usize = 4096;
 /// log2 of FRAME_SIZE.
 pub const FRAME_SHIFT: u32 = 12;
+/// Frame size of the companion pools that hold jumbo frames (a 9000-byte MTU and more).
+pub const LARGE_FRAME_SIZE: usize = 16384;
 /// Size of one descriptor record (descriptor, metadata, scratch).
 pub const DESC_SIZE: usize = 256;
 /// Offset of the dynamic metadata area in a descriptor record.
@@ -36,7 +42,14 @@ pub const HEADROOM: usize = 256;
 /// Number of distinct default data offsets (staggered by 64 bytes).
 pub const DATA_OFFSET_COLOURS: usize = 16;
 /// Largest packet every fresh buffer can hold without using headroom.
-pub const DATA_CAPACITY: usize = FRAME_SIZE - HEADROOM - 64 * (DATA_OFFSET_COLOURS - 1);
+pub const DATA_CAPACITY: usize = data_capacity(FRAME_SIZE);
+/// Largest packet every fresh buffer of a large-frame pool can hold.
+pub const LARGE_DATA_CAPACITY: usize = data_capacity(LARGE_FRAME_SIZE);
+
+/// Largest packet every fresh buffer of `frame_size`-byte frames holds without headroom.
+pub const fn data_capacity(frame_size: usize) -> usize {
+    frame_size - HEADROOM - 64 * (DATA_OFFSET_COLOURS - 1)
+}
 
 /// Default data offset of frame `idx`.
 #[inline(always)]
@@ -65,7 +78,8 @@ pub struct PacketDesc {
     pub(crate) frame_idx: u32,
     pub(crate) buf: *mut u8,
     pub(crate) state: u32,
-    _pad: [u32; 9],
+    pub(crate) frame_size: u32,
+    _pad: [u32; 8],
 }
 
 const _: () = assert!(std::mem::size_of::<PacketDesc>() == METADATA_OFFSET);
@@ -167,14 +181,29 @@ impl Packet {
     /// Bytes free after the data.
     #[inline(always)]
     pub fn tailroom(&self) -> usize {
-        FRAME_SIZE - self.data_offset() - self.len()
+        let d = self.desc();
+        d.frame_size as usize - d.data_off as usize - d.data_len as usize
+    }
+
+    /// Size of the packet's frame (FRAME_SIZE, or LARGE_FRAME_SIZE for a jumbo buffer).
+    #[inline(always)]
+    pub fn frame_size(&self) -> usize {
+        self.desc().frame_size as usize
+    }
+
+    /// Most data bytes the buffer holds from its default data offset (at least
+    /// `DATA_CAPACITY`).
+    #[inline(always)]
+    pub fn capacity(&self) -> usize {
+        let d = self.desc();
+        d.frame_size as usize - d.home_off as usize
     }
 
     /// The packet bytes.
     #[inline(always)]
     pub fn data(&self) -> &[u8] {
         let d = self.desc();
-        // SAFETY: data_off + data_len <= FRAME_SIZE is kept by every mutator.
+        // SAFETY: data_off + data_len <= frame_size is kept by every mutator.
         unsafe {
             std::slice::from_raw_parts(self.frame().add(d.data_off as usize), d.data_len as usize)
         }
@@ -195,7 +224,7 @@ impl Packet {
     #[inline(always)]
     pub fn set_len(&mut self, len: usize) -> bool {
         let off = self.data_offset();
-        if off + len > FRAME_SIZE {
+        if off + len > self.frame_size() {
             return false;
         }
         self.desc_mut().data_len = len as u32;
@@ -207,7 +236,7 @@ impl Packet {
     /// changing nothing, if the range does not fit in the frame.
     #[inline(always)]
     pub fn set_data_bounds(&mut self, off: usize, len: usize) -> bool {
-        if off + len > FRAME_SIZE {
+        if off + len > self.frame_size() {
             return false;
         }
         let d = self.desc_mut();
@@ -263,7 +292,7 @@ impl Packet {
 
     /// Replaces the packet contents with `bytes` at the frame's default data offset.
     pub fn set_data(&mut self, bytes: &[u8]) -> bool {
-        if bytes.len() > DATA_CAPACITY {
+        if bytes.len() > self.capacity() {
             return false;
         }
         {
@@ -277,10 +306,11 @@ impl Packet {
 
     /// Replaces the contents with the first `len` bytes of `padded`, copying all of `padded`
     /// in 64-byte blocks (inline vector moves, no `memcpy` call). `padded.len()` must be a
-    /// multiple of 64, at least `len` and at most `DATA_CAPACITY`; false otherwise.
+    /// multiple of 64, at least `len` and at most the buffer's capacity; false otherwise.
     #[inline(always)]
     pub fn set_data_padded(&mut self, padded: &[u8], len: usize) -> bool {
-        if len > padded.len() || padded.len() > DATA_CAPACITY || !padded.len().is_multiple_of(64) {
+        if len > padded.len() || padded.len() > self.capacity() || !padded.len().is_multiple_of(64)
+        {
             return false;
         }
         let off = {
@@ -289,7 +319,7 @@ impl Packet {
             d.data_len = len as u32;
             d.home_off as usize
         };
-        // SAFETY: home_off + DATA_CAPACITY <= FRAME_SIZE, and padded.len() <= DATA_CAPACITY.
+        // SAFETY: padded.len() <= capacity = frame_size - home_off.
         unsafe {
             let dst = self.frame().add(off);
             for (i, block) in padded.chunks_exact(64).enumerate() {
@@ -315,7 +345,7 @@ impl Packet {
         self.desc().pool_id
     }
 
-    /// Index of the buffer in its pool (frame address = frame base + index × FRAME_SIZE).
+    /// Index of the buffer in its pool (frame address = frame base + index × frame size).
     pub fn frame_index(&self) -> u32 {
         self.desc().frame_idx
     }

@@ -1,17 +1,21 @@
 //! Packet pools: fixed-size frames in one region, with lock-free per-worker caches.
 
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::batch::PacketBatch;
 use crate::mem::{PageKind, PagePolicy, Region};
-use crate::packet::{home_offset, Packet, PacketDesc, DESC_SIZE, FRAME_SHIFT, FRAME_SIZE};
+use crate::packet::{
+    data_capacity, home_offset, Packet, PacketDesc, DESC_SIZE, FRAME_SIZE, LARGE_FRAME_SIZE,
+};
 
 /// Most pools that can exist at once (the descriptor stores a pool index).
 pub const MAX_POOLS: usize = 64;
 /// Packets a per-worker cache holds at most.
 pub const CACHE_SIZE: usize = 512;
 const REFILL: usize = CACHE_SIZE / 2;
+/// Largest frame size a pool may have (a descriptor keeps data offsets in 16 bits).
+pub const MAX_FRAME_SIZE: usize = 32768;
 
 static POOLS: [AtomicPtr<PoolShared>; MAX_POOLS] =
     [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_POOLS];
@@ -27,6 +31,9 @@ struct PoolShared {
     descs: Region,
     region: Region,
     nframes: usize,
+    frame_shift: u32,
+    policy: PagePolicy,
+    large: OnceLock<Option<PacketPool>>,
     free: Mutex<Vec<FramePtr>>,
     caches: Mutex<Vec<Arc<AtomicUsize>>>,
     alloc_failures: AtomicU64,
@@ -39,6 +46,8 @@ pub struct PoolStats {
     pub name: String,
     /// Number of frames.
     pub capacity: usize,
+    /// Bytes per frame.
+    pub frame_size: usize,
     /// Frames not in use (shared free list plus all worker caches).
     pub free: usize,
     /// Allocation requests that could not be satisfied.
@@ -58,6 +67,8 @@ pub struct PacketPool {
 pub enum PoolError {
     /// Zero or too many frames requested.
     BadSize(usize),
+    /// A frame size that is not a power of two in FRAME_SIZE..=MAX_FRAME_SIZE.
+    BadFrameSize(usize),
     /// All pool slots are taken.
     TooManyPools,
     /// The memory could not be mapped.
@@ -70,6 +81,10 @@ impl std::fmt::Display for PoolError {
             PoolError::BadSize(n) => {
                 write!(f, "packet pool size {n} is invalid (1..=16777216 buffers)")
             }
+            PoolError::BadFrameSize(n) => write!(
+                f,
+                "packet frame size {n} is invalid (a power of two, {FRAME_SIZE}..={MAX_FRAME_SIZE})"
+            ),
             PoolError::TooManyPools => {
                 write!(f, "at most {MAX_POOLS} packet pools may exist at once")
             }
@@ -83,14 +98,29 @@ impl std::error::Error for PoolError {}
 impl PacketPool {
     /// Creates a pool of `nframes` buffers, choosing pages by `policy`; logs which pages it got.
     pub fn new(name: &str, nframes: usize, policy: PagePolicy) -> Result<PacketPool, PoolError> {
+        Self::with_frame_size(name, nframes, FRAME_SIZE, policy)
+    }
+
+    /// Creates a pool of `nframes` buffers of `frame_size` bytes each (a power of two,
+    /// FRAME_SIZE..=MAX_FRAME_SIZE).
+    pub fn with_frame_size(
+        name: &str,
+        nframes: usize,
+        frame_size: usize,
+        policy: PagePolicy,
+    ) -> Result<PacketPool, PoolError> {
         if nframes == 0 || nframes > 1 << 24 {
             return Err(PoolError::BadSize(nframes));
         }
-        let region = Region::new(nframes * FRAME_SIZE, policy).map_err(PoolError::Map)?;
+        if !frame_size.is_power_of_two() || !(FRAME_SIZE..=MAX_FRAME_SIZE).contains(&frame_size) {
+            return Err(PoolError::BadFrameSize(frame_size));
+        }
+        let region = Region::new(nframes * frame_size, policy).map_err(PoolError::Map)?;
         let descs = Region::new(nframes * DESC_SIZE, policy).map_err(PoolError::Map)?;
         tracing::info!(
             pool = name,
             buffers = nframes,
+            frame_size,
             bytes = region.len() + descs.len(),
             "packet memory on {}",
             region.kind()
@@ -102,7 +132,8 @@ impl PacketPool {
             let d = unsafe { descs.base().add(i * DESC_SIZE) } as *mut PacketDesc;
             unsafe {
                 (*d).frame_idx = i as u32;
-                (*d).buf = region.base().add(i * FRAME_SIZE);
+                (*d).frame_size = frame_size as u32;
+                (*d).buf = region.base().add(i * frame_size);
                 (*d).home_off = home_offset(i) as u16;
                 #[cfg(debug_assertions)]
                 {
@@ -117,6 +148,9 @@ impl PacketPool {
             descs,
             region,
             nframes,
+            frame_shift: frame_size.trailing_zeros(),
+            policy,
+            large: OnceLock::new(),
             free: Mutex::new(free),
             caches: Mutex::new(Vec::new()),
             alloc_failures: AtomicU64::new(0),
@@ -153,6 +187,46 @@ impl PacketPool {
         self.shared.nframes
     }
 
+    /// Bytes per frame.
+    pub fn frame_size(&self) -> usize {
+        1 << self.shared.frame_shift
+    }
+
+    /// Largest packet every fresh buffer of this pool holds without using headroom.
+    pub fn data_capacity(&self) -> usize {
+        data_capacity(self.frame_size())
+    }
+
+    /// The companion pool of LARGE_FRAME_SIZE frames where drivers put frames too large for
+    /// this pool's buffers (jumbo frames); made on first use, with an eighth as many buffers
+    /// (256..=4096). None if this pool's frames are already that large or the companion
+    /// cannot be made (the failure is logged once; callers count such frames as drops).
+    pub fn large(&self) -> Option<PacketPool> {
+        if self.frame_size() >= LARGE_FRAME_SIZE {
+            return None;
+        }
+        self.shared
+            .large
+            .get_or_init(|| {
+                let n = (self.shared.nframes / 8).clamp(256, 4096);
+                let name = format!("{}_large", self.shared.name);
+                // Hugepages stay for the main pool: the companion is touched only by jumbo
+                // traffic, and plain pages cost nothing until then.
+                let policy = match self.shared.policy {
+                    PagePolicy::RequireHuge => PagePolicy::RequireHuge,
+                    _ => PagePolicy::Plain,
+                };
+                match PacketPool::with_frame_size(&name, n, LARGE_FRAME_SIZE, policy) {
+                    Ok(p) => Some(p),
+                    Err(e) => {
+                        tracing::warn!(pool = %name, "no buffers for jumbo frames: {e}");
+                        None
+                    }
+                }
+            })
+            .clone()
+    }
+
     /// Which pages back the pool.
     pub fn page_kind(&self) -> PageKind {
         self.shared.region.kind()
@@ -173,7 +247,7 @@ impl PacketPool {
     /// # Safety
     /// The frame must be owned by the caller (e.g. returned by the kernel on an AF_XDP ring).
     pub unsafe fn packet_at(&self, addr: u64) -> Option<Packet> {
-        let idx = (addr >> FRAME_SHIFT) as usize;
+        let idx = (addr >> self.shared.frame_shift) as usize;
         if idx >= self.shared.nframes {
             return None;
         }
@@ -184,7 +258,7 @@ impl PacketPool {
 
     /// Region offset of a packet's frame.
     pub fn frame_addr(&self, pkt: &Packet) -> u64 {
-        (pkt.frame_index() as u64) << FRAME_SHIFT
+        (pkt.frame_index() as u64) << self.shared.frame_shift
     }
 
     /// Buffers not in use, counting every worker cache (exact when workers are quiescent).
@@ -206,6 +280,7 @@ impl PacketPool {
         PoolStats {
             name: self.shared.name.clone(),
             capacity: self.shared.nframes,
+            frame_size: self.frame_size(),
             free: self.free_count(),
             alloc_failures: self.shared.alloc_failures.load(Ordering::Relaxed),
             pages: self.page_kind(),
@@ -218,6 +293,8 @@ impl PacketPool {
         self.shared.caches.lock().unwrap().push(count.clone());
         PoolCache {
             pool_id: self.shared.id,
+            data_capacity: self.data_capacity(),
+            large: None,
             pool: self.clone(),
             items: vec![FramePtr(std::ptr::null_mut()); CACHE_SIZE].into_boxed_slice(),
             n: 0,
@@ -242,6 +319,9 @@ impl Drop for PoolShared {
 /// A worker's private stack of free buffers: batch alloc/free without locks.
 pub struct PoolCache {
     pool_id: u16,
+    data_capacity: usize,
+    /// The pool's large companion, looked up on the first jumbo allocation.
+    large: Option<Option<PacketPool>>,
     pool: PacketPool,
     items: Box<[FramePtr]>,
     n: usize,
@@ -255,6 +335,12 @@ impl PoolCache {
     /// The pool this cache draws from.
     pub fn pool(&self) -> &PacketPool {
         &self.pool
+    }
+
+    /// Largest packet a fresh buffer from this cache holds.
+    #[inline(always)]
+    pub fn data_capacity(&self) -> usize {
+        self.data_capacity
     }
 
     #[inline(always)]
@@ -323,8 +409,39 @@ impl PoolCache {
         self.publish();
         // SAFETY: the frame was free and is now exclusively ours.
         unsafe {
-            Self::init(d, len.min(crate::packet::DATA_CAPACITY));
+            Self::init(d, len.min(self.data_capacity));
             Some(Packet::from_raw(d))
+        }
+    }
+
+    /// Allocates a packet of exactly `len` bytes: from this cache when it fits a buffer,
+    /// else from the pool's large companion (jumbo frames). None when no buffer that large
+    /// exists (`len` > LARGE_DATA_CAPACITY) or the pool is exhausted (counted).
+    #[inline]
+    pub fn alloc_any(&mut self, len: usize) -> Option<Packet> {
+        if len <= self.data_capacity {
+            return self.alloc(len);
+        }
+        self.alloc_large(len)
+    }
+
+    // Jumbo frames are rare next to small ones; their buffers come straight from the
+    // companion's shared list (one lock) rather than from a per-worker cache.
+    #[cold]
+    fn alloc_large(&mut self, len: usize) -> Option<Packet> {
+        let pool = &self.pool;
+        let large = self.large.get_or_insert_with(|| pool.large()).as_ref()?;
+        if len > large.data_capacity() {
+            return None;
+        }
+        let Some(d) = large.shared.free.lock().unwrap().pop() else {
+            large.shared.alloc_failures.fetch_add(1, Ordering::Relaxed);
+            return None;
+        };
+        // SAFETY: the frame was free and is now exclusively ours.
+        unsafe {
+            Self::init(d.0, len);
+            Some(Packet::from_raw(d.0))
         }
     }
 
@@ -343,7 +460,7 @@ impl PoolCache {
                 return 0;
             }
         }
-        let len = len.min(crate::packet::DATA_CAPACITY);
+        let len = len.min(self.data_capacity);
         let start = self.n - n;
         let base = batch.len();
         // SAFETY: slots base..base+n are free in the batch; frames start..self.n are ours.
@@ -565,6 +682,58 @@ mod tests {
         c2.free(a);
         assert_eq!(p1.free_count(), 8);
         assert_eq!(p2.free_count(), 8);
+    }
+
+    #[test]
+    fn large_companion_holds_jumbo_frames_and_frees_home() {
+        let p = pool(64);
+        let big = p.large().expect("companion pool");
+        assert_eq!(big.id(), p.large().unwrap().id(), "made once");
+        assert_eq!(big.frame_size(), LARGE_FRAME_SIZE);
+        assert_eq!(big.capacity(), 256);
+        assert!(big.large().is_none());
+        let mut bc = big.cache();
+        let mut c = p.cache();
+        let jumbo: Vec<u8> = (0..9014u32).map(|i| i as u8).collect();
+        let mut a = bc.alloc(0).unwrap();
+        assert!(a.capacity() >= crate::packet::LARGE_DATA_CAPACITY);
+        assert!(a.set_data(&jumbo));
+        assert_eq!(a.data(), &jumbo[..]);
+        assert_eq!(
+            a.tailroom(),
+            LARGE_FRAME_SIZE - a.data_offset() - jumbo.len()
+        );
+        assert!(a.append(a.tailroom()).is_some());
+        assert!(a.append(1).is_none());
+        // Frame addresses use the companion's frame size.
+        let addr = big.frame_addr(&a);
+        assert_eq!(addr % LARGE_FRAME_SIZE as u64, 0);
+        let again = unsafe { big.packet_at(addr + 5000) }.unwrap();
+        assert_eq!(again.as_ptr(), a.as_ptr());
+        let _ = again.into_raw();
+        // A small buffer refuses what the large one took.
+        let mut s = c.alloc(0).unwrap();
+        assert!(!s.set_data(&jumbo));
+        c.free(s);
+        // A worker's cache of the main pool frees the jumbo buffer back to its own pool.
+        c.free(a);
+        assert_eq!(big.free_count(), 256);
+        assert_eq!(p.free_count(), 64);
+        // alloc_any picks the buffer by size.
+        let s = c.alloc_any(100).unwrap();
+        assert_eq!(s.pool_id(), p.id());
+        let j = c.alloc_any(9014).unwrap();
+        assert_eq!((j.pool_id(), j.len()), (big.id(), 9014));
+        assert!(c
+            .alloc_any(crate::packet::LARGE_DATA_CAPACITY + 1)
+            .is_none());
+        c.free(s);
+        c.free(j);
+        assert_eq!((p.free_count(), big.free_count()), (64, 256));
+        assert!(matches!(
+            PacketPool::with_frame_size("x", 4, 5000, PagePolicy::Plain),
+            Err(PoolError::BadFrameSize(5000))
+        ));
     }
 
     #[test]

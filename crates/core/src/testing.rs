@@ -91,8 +91,11 @@ impl Module for Inject {
         let mut b = PacketBatch::new();
         let mut bits = 0;
         for (bytes, meta) in &items {
-            let Some(mut p) = ctx.alloc(0) else { break };
-            assert!(p.set_data(bytes), "test packet too large");
+            let Some(mut p) = ctx.alloc_any(bytes.len()) else {
+                break;
+            };
+            assert_eq!(p.len(), bytes.len(), "test packet too large");
+            p.data_mut().copy_from_slice(bytes);
             for (off, v) in meta {
                 p.metadata_mut()[*off..*off + v.len()].copy_from_slice(v);
             }
@@ -271,9 +274,14 @@ impl Harness {
             .1
     }
 
-    /// Buffers currently allocated (should be 0 once all packets left the graph).
+    /// Buffers currently allocated, jumbo ones included (should be 0 once all packets left
+    /// the graph).
     pub fn in_use(&self) -> usize {
-        self.pool.capacity() - self.pool.free_count()
+        let large = self
+            .pool
+            .large()
+            .map_or(0, |l| l.capacity() - l.free_count());
+        self.pool.capacity() - self.pool.free_count() + large
     }
 }
 

@@ -8,9 +8,10 @@
 //! L4 checksum is left to the NIC. The RX sockets ask for a virtio-net header per frame
 //! (PACKET_VNET_HDR), and the driver segments TCP (IPv4/IPv6) and UDP (GSO_UDP_L4)
 //! super-frames in software and completes partial checksums, so forwarded traffic is valid on
-//! the wire whatever the offload settings of the interface or its peer. Segments never exceed
-//! a pool buffer, so TCP also crosses with jumbo MTUs (other frames larger than a buffer are
-//! dropped and counted). Unless `keep_offloads` is set, GRO and LRO are switched off on the
+//! the wire whatever the offload settings of the interface or its peer. Frames larger than a
+//! pool buffer (jumbo MTUs) go into the pool's large-frame companion; a super-frame is cut
+//! into segments of the sender's size when they fit such a buffer (TCP is cut finer if not).
+//! Unless `keep_offloads` is set, GRO and LRO are switched off on the
 //! interface while the port exists (less work for the kernel and for the segmenter).
 //!
 //! PCAPPort (BESS's libpcap driver) is this driver with `dev` as interface: see `pcap_port`.
@@ -21,7 +22,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bessemer_core::checksum;
-use bessemer_core::packet::DATA_CAPACITY;
+use bessemer_core::packet::LARGE_DATA_CAPACITY;
 use bessemer_core::port::{
     LinkStatus, NewPort, Port, PortConf, PortDriver, PortParams, RxQueue, TxQueue,
 };
@@ -221,6 +222,8 @@ struct RxQ {
     cur: Cursor,
     drops: u64,
     segmented: u64,
+    /// Largest segment buffer, known on the first super-frame.
+    seg_cap: Option<usize>,
 }
 
 // SAFETY: the queue exclusively owns its ring position; the pointer is into a mapping kept
@@ -384,16 +387,17 @@ impl RxQ {
         });
         match vnet.gso_type & !GSO_ECN {
             GSO_NONE => {
-                if snap > DATA_CAPACITY {
-                    // A jumbo TCP segment is cut like a super-frame; anything else is lost.
+                let Some(mut p) = cache.alloc_any(snap) else {
+                    if snap <= cache.data_capacity() {
+                        return Step::Stop;
+                    }
+                    // No buffer this large: a TCP segment is cut like a super-frame; anything
+                    // else is lost.
                     if let Some(v) = oversized_tcp(frame) {
                         return self.segment(cache, batch, max, frame, v, vlan);
                     }
                     self.drops += 1;
                     return Step::Done;
-                }
-                let Some(mut p) = cache.alloc(snap) else {
-                    return Step::Stop;
                 };
                 let d = p.data_mut();
                 d.copy_from_slice(frame);
@@ -438,7 +442,14 @@ impl RxQ {
         vnet: Vnet,
         vlan: Option<(u16, u16)>,
     ) -> Step {
-        let Some(g) = Gso::parse(f, vnet) else {
+        let cap = *self.seg_cap.get_or_insert_with(|| {
+            if cache.pool().large().is_some() {
+                LARGE_DATA_CAPACITY
+            } else {
+                cache.data_capacity()
+            }
+        });
+        let Some(g) = Gso::parse(f, vnet, cap) else {
             self.drops += 1;
             return Step::Done;
         };
@@ -449,7 +460,7 @@ impl RxQ {
             }
             let off = self.cur.seg;
             let n = g.mss.min(total - off);
-            let Some(mut p) = cache.alloc(g.hlen + n) else {
+            let Some(mut p) = cache.alloc_any(g.hlen + n) else {
                 return Step::Stop;
             };
             g.build(p.data_mut(), f, off, n);
@@ -514,7 +525,8 @@ struct Gso {
 }
 
 impl Gso {
-    fn parse(f: &[u8], v: Vnet) -> Option<Gso> {
+    /// `cap`: the most bytes one segment may have (the largest buffer there is).
+    fn parse(f: &[u8], v: Vnet, cap: usize) -> Option<Gso> {
         let (l3, et) = l3_of(f)?;
         let v4 = match et {
             0x0800 => true,
@@ -531,10 +543,10 @@ impl Gso {
         } else {
             l4 + 8
         };
-        if hlen > f.len() || (tcp && hlen < l4 + 20) || hlen + 64 > DATA_CAPACITY {
+        if hlen > f.len() || (tcp && hlen < l4 + 20) || hlen + 64 > cap {
             return None;
         }
-        let room = DATA_CAPACITY - hlen;
+        let room = cap - hlen;
         // TCP may be cut finer than the sender did; UDP datagram boundaries must stay.
         if v.gso_size == 0 || (!tcp && v.gso_size as usize > room) {
             return None;
@@ -784,6 +796,7 @@ impl Port for AfPacketPort {
             cur,
             drops: 0,
             segmented: 0,
+            seg_cap: None,
         }))
     }
 
@@ -1088,6 +1101,7 @@ pub static DRIVER: PortDriver = PortDriver {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bessemer_core::packet::DATA_CAPACITY;
 
     fn reference(b: &[u8]) -> u16 {
         let mut s: u32 = 0;
@@ -1180,7 +1194,7 @@ mod tests {
             csum_start: 34,
             csum_offset: 16,
         };
-        let g = Gso::parse(&f, v).unwrap();
+        let g = Gso::parse(&f, v, DATA_CAPACITY).unwrap();
         assert_eq!((g.hlen, g.mss), (54, 1448));
         let mut off = 0;
         let mut payload = Vec::new();
@@ -1236,7 +1250,7 @@ mod tests {
             csum_start: 54,
             csum_offset: 6,
         };
-        let g = Gso::parse(&f, v).unwrap();
+        let g = Gso::parse(&f, v, DATA_CAPACITY).unwrap();
         assert_eq!((g.hlen, g.mss), (62, 1000));
         let (mut off, mut payload_out) = (0, Vec::new());
         while off < payload {
@@ -1268,7 +1282,7 @@ mod tests {
     fn jumbo_tcp_is_cut_and_oversized_udp_gso_refused() {
         let f = superframe(8000);
         let v = oversized_tcp(&f).expect("a plain TCP/IPv4 frame");
-        let g = Gso::parse(&f, v).unwrap();
+        let g = Gso::parse(&f, v, DATA_CAPACITY).unwrap();
         assert_eq!((g.hlen, g.mss), (54, DATA_CAPACITY - 54));
         // An IPv4 fragment is not cut.
         let mut frag = f.clone();
@@ -1284,11 +1298,21 @@ mod tests {
             csum_start: 34,
             csum_offset: 6,
         };
-        assert!(Gso::parse(&u, big).is_none());
+        assert!(Gso::parse(&u, big, DATA_CAPACITY).is_none());
+        // With large buffers, both keep the sender's segment size.
+        assert_eq!(Gso::parse(&u, big, LARGE_DATA_CAPACITY).unwrap().mss, 4000);
+        let jumbo = Vnet {
+            gso_size: 8948,
+            ..v
+        };
+        assert_eq!(
+            Gso::parse(&f, jumbo, LARGE_DATA_CAPACITY).unwrap().mss,
+            8948
+        );
         let ok = Vnet {
             gso_size: 1000,
             ..big
         };
-        assert_eq!(Gso::parse(&u, ok).unwrap().mss, 1000);
+        assert_eq!(Gso::parse(&u, ok, DATA_CAPACITY).unwrap().mss, 1000);
     }
 }

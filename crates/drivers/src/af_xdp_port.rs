@@ -17,15 +17,21 @@
 //!   with a BPF link, so closing the link detaches it. Ports on one interface share it.
 //! * Each socket remembers which frames the kernel holds (fill ring, TX in flight) in a
 //!   bitmap, so closing the port returns every one of them to the pool.
+//! * Jumbo frames: the program is loaded as multi-buffer aware and sockets bind with
+//!   `XDP_USE_SG` (Linux 6.6+), so the MTU is not capped at what fits one frame. A frame that
+//!   arrives in several UMEM frames is gathered into one buffer of the pool's large-frame
+//!   companion (the one copy on this path); a packet longer than a UMEM frame goes out as a
+//!   chain of descriptors. Older kernels get single-frame operation and say so in the error
+//!   when the MTU is too large for it.
 
 use std::cell::UnsafeCell;
 use std::collections::HashSet;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::MetadataExt;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use bessemer_core::packet::{DATA_CAPACITY, FRAME_SHIFT, FRAME_SIZE};
+use bessemer_core::packet::{FRAME_SHIFT, FRAME_SIZE, HEADROOM};
 use bessemer_core::port::{
     LinkStatus, NewPort, Port, PortConf, PortDriver, PortParams, RxQueue, TxQueue,
 };
@@ -61,8 +67,9 @@ pub static DRIVER: PortDriver = PortDriver {
 // eBPF: the program, the XSKMAP and the link, made with the bpf(2) syscall directly.
 
 use crate::bpf::{
-    insn, link_detach, link_xdp, load_xdp, map_create, map_update_u32, Insn, BPF_FUNC_REDIRECT_MAP,
-    BPF_MAP_TYPE_XSKMAP, BPF_PSEUDO_MAP_FD, XDP_FLAGS_DRV_MODE, XDP_FLAGS_SKB_MODE, XDP_PASS,
+    insn, link_detach, link_xdp, load_xdp_flags, map_create, map_update_u32, Insn,
+    BPF_FUNC_REDIRECT_MAP, BPF_F_XDP_HAS_FRAGS, BPF_MAP_TYPE_XSKMAP, BPF_PSEUDO_MAP_FD,
+    XDP_FLAGS_DRV_MODE, XDP_FLAGS_SKB_MODE, XDP_PASS,
 };
 
 /// Offset of `rx_queue_index` in `struct xdp_md`.
@@ -87,6 +94,8 @@ struct Attach {
     map: OwnedFd,
     entries: u32,
     generic: bool,
+    /// The program accepts multi-buffer packets (sockets may bind with XDP_USE_SG).
+    frags: bool,
     taken: Mutex<HashSet<u32>>,
     // Closing the link detaches the program; the program fd only keeps it loaded.
     _link: OwnedFd,
@@ -129,7 +138,7 @@ impl Attach {
             entries,
             "cannot create the XSKMAP (bpf)",
         )?;
-        let prog = load_program(map.as_raw_fd())?;
+        let (prog, frags) = load_program(map.as_raw_fd())?;
         let attach = |flags: u32| {
             link_xdp(
                 prog.as_raw_fd(),
@@ -152,6 +161,17 @@ impl Attach {
             if e.code == libc::EBUSY || e.code == libc::EEXIST {
                 e.msg += " (the interface already has an XDP program of another user)";
             }
+            if e.code == libc::ERANGE {
+                e.msg += &format!(
+                    " (the MTU of '{ifname}' is larger than one XDP frame holds{}; lower it, \
+                     or use AFPacketPort for jumbo frames)",
+                    if frags {
+                        " and its driver takes no multi-buffer XDP"
+                    } else {
+                        ", and this kernel loads no multi-buffer XDP programs"
+                    }
+                );
+            }
             e
         })?;
         let a = Arc::new(Attach {
@@ -160,6 +180,7 @@ impl Attach {
             map,
             entries,
             generic,
+            frags,
             taken: Mutex::new(HashSet::new()),
             _link: link,
             _prog: prog,
@@ -203,8 +224,13 @@ impl Attach {
     }
 }
 
-fn load_program(map_fd: RawFd) -> Result<OwnedFd> {
-    load_xdp(&program(map_fd), "bessemer_xsk")
+/// Loads the program, multi-buffer aware where the kernel allows; says which it got.
+fn load_program(map_fd: RawFd) -> Result<(OwnedFd, bool)> {
+    let prog = program(map_fd);
+    match load_xdp_flags(&prog, "bessemer_xsk", BPF_F_XDP_HAS_FRAGS) {
+        Ok(fd) => Ok((fd, true)),
+        Err(_) => Ok((load_xdp_flags(&prog, "bessemer_xsk", 0)?, false)),
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -220,6 +246,11 @@ const XDP_STATISTICS: i32 = 7;
 const XDP_COPY: u16 = 1 << 1;
 const XDP_ZEROCOPY: u16 = 1 << 2;
 const XDP_USE_NEED_WAKEUP: u16 = 1 << 3;
+const XDP_USE_SG: u16 = 1 << 4;
+/// `xdp_desc.options`: more descriptors of this packet follow.
+const XDP_PKT_CONTD: u32 = 1;
+/// Most packet bytes one UMEM frame carries (after the kernel's XDP headroom).
+const UMEM_DATA: usize = FRAME_SIZE - HEADROOM;
 const XDP_RING_NEED_WAKEUP: u32 = 1;
 const PGOFF_RX: i64 = 0;
 const PGOFF_TX: i64 = 0x8000_0000;
@@ -374,6 +405,12 @@ struct Xsk {
     rx: Ring,
     tx: Ring,
     mode: Mode,
+    /// Bound with XDP_USE_SG: packets may span several descriptors.
+    sg: bool,
+    /// Received packets lost in user space (a jumbo frame with no large buffer for it).
+    rx_dropped: AtomicU64,
+    /// Packets too long for a socket without XDP_USE_SG.
+    tx_dropped: AtomicU64,
     rx_open: AtomicBool,
     tx_open: AtomicBool,
     rxs: UnsafeCell<RxSide>,
@@ -403,6 +440,7 @@ impl Xsk {
         queue: u32,
         rings: Rings,
         mode: Mode,
+        sg: bool,
     ) -> Result<Xsk> {
         let sock = netns::socket(
             libc::AF_XDP,
@@ -442,6 +480,7 @@ impl Xsk {
         let rx = Ring::map(fd, &off.rx, PGOFF_RX, rings.rx, desc)?;
         let tx = Ring::map(fd, &off.tx, PGOFF_TX, rings.tx, desc)?;
         let flags = XDP_USE_NEED_WAKEUP
+            | if sg { XDP_USE_SG } else { 0 }
             | match mode {
                 Mode::ZeroCopy => XDP_ZEROCOPY,
                 Mode::Copy => XDP_COPY,
@@ -487,6 +526,9 @@ impl Xsk {
             rx,
             tx,
             mode,
+            sg,
+            rx_dropped: AtomicU64::new(0),
+            tx_dropped: AtomicU64::new(0),
             rx_open: AtomicBool::new(false),
             tx_open: AtomicBool::new(false),
             rxs: UnsafeCell::new(RxSide {
@@ -600,29 +642,99 @@ impl XskRx {
     }
 }
 
+/// A packet that came in several descriptors (multi-buffer), starting `start` descriptors
+/// past the consumer: gathered into one buffer (the fragments' frames are freed), or None if
+/// the kernel has not published all of it yet. Returns the packet (None: dropped and
+/// counted, no buffer that large) and the descriptors it used.
+fn gather(
+    x: &Xsk,
+    s: &mut RxSide,
+    cache: &mut PoolCache,
+    start: usize,
+    avail: usize,
+) -> Option<(Option<bessemer_core::Packet>, usize)> {
+    let desc = |j: usize| {
+        // SAFETY: entries up to the producer index are filled (the caller's acquire).
+        unsafe { std::ptr::read(x.rx.xdesc(s.rx_cons.wrapping_add(j as u32))) }
+    };
+    let mut n = 0;
+    let mut total = 0;
+    loop {
+        if start + n >= avail {
+            return None;
+        }
+        let d = desc(start + n);
+        total += d.len as usize;
+        n += 1;
+        if d.options & XDP_PKT_CONTD == 0 {
+            break;
+        }
+    }
+    let mut out = cache.alloc_any(total);
+    let mut at = 0;
+    for j in start..start + n {
+        let d = desc(j);
+        // SAFETY: the kernel returns frames we put on the fill ring; they are ours again.
+        let Some(mut f) = (unsafe { x.pool.packet_at(d.addr) }) else {
+            out = out.and_then(|o| {
+                cache.free(o);
+                None
+            });
+            continue;
+        };
+        s.held.clear(f.frame_index());
+        let len = d.len as usize;
+        if let Some(o) = out.as_mut() {
+            if f.set_data_bounds(d.addr as usize & (FRAME_SIZE - 1), len) {
+                o.data_mut()[at..at + len].copy_from_slice(f.data());
+            }
+        }
+        at += len;
+        cache.free(f);
+    }
+    if out.is_none() {
+        x.rx_dropped.fetch_add(1, Ordering::Relaxed);
+    }
+    Some((out, n))
+}
+
 impl RxQueue for XskRx {
     fn recv(&mut self, cache: &mut PoolCache, batch: &mut PacketBatch, max: usize) -> usize {
         let x = &*self.x;
         // SAFETY: this queue object is the only user of the RX side.
         let s = unsafe { &mut *x.rxs.get() };
         let avail = x.rx.prod().load(Ordering::Acquire).wrapping_sub(s.rx_cons) as usize;
-        let n = avail.min(max).min(batch.room());
+        let want = max.min(batch.room());
+        let mut used = 0;
         let mut got = 0;
-        for i in 0..n {
+        while got < want && used < avail {
             // SAFETY: entries up to the producer index are filled (acquire above).
-            let d = unsafe { std::ptr::read(x.rx.xdesc(s.rx_cons.wrapping_add(i as u32))) };
+            let d = unsafe { std::ptr::read(x.rx.xdesc(s.rx_cons.wrapping_add(used as u32))) };
+            if d.options & XDP_PKT_CONTD != 0 {
+                let Some((p, n)) = gather(x, s, cache, used, avail) else {
+                    break;
+                };
+                used += n;
+                if let Some(p) = p {
+                    // SAFETY: got < want <= batch.room() at entry.
+                    unsafe { batch.push_unchecked(p) };
+                    got += 1;
+                }
+                continue;
+            }
+            used += 1;
             // SAFETY: the kernel returns frames we put on the fill ring; they are ours again.
             let Some(mut p) = (unsafe { x.pool.packet_at(d.addr) }) else {
                 continue;
             };
             s.held.clear(p.frame_index());
             p.set_data_bounds(d.addr as usize & (FRAME_SIZE - 1), d.len as usize);
-            // SAFETY: at most batch.room() packets are pushed.
+            // SAFETY: got < want <= batch.room() at entry.
             unsafe { batch.push_unchecked(p) };
             got += 1;
         }
-        if n > 0 {
-            s.rx_cons = s.rx_cons.wrapping_add(n as u32);
+        if used > 0 {
+            s.rx_cons = s.rx_cons.wrapping_add(used as u32);
             x.rx.cons().store(s.rx_cons, Ordering::Release);
         }
         self.refill(cache);
@@ -693,13 +805,53 @@ impl TxQueue for XskTx {
                 unsafe { rest.push_unchecked(p) };
                 continue;
             }
+            if len > UMEM_DATA {
+                // A jumbo packet: copied into a chain of UMEM frames.
+                let k = len.div_ceil(UMEM_DATA);
+                if !x.sg {
+                    // Never sendable on this socket: dropped here, counted by the port.
+                    x.tx_dropped.fetch_add(1, Ordering::Relaxed);
+                    cache.free(p);
+                    continue;
+                }
+                let mut chain = PacketBatch::new();
+                if !can_copy || k > room as usize || cache.alloc_bulk(&mut chain, k, 0) != k {
+                    // SAFETY: as above.
+                    unsafe { rest.push_unchecked(p) };
+                    continue;
+                }
+                for (i, (mut q, part)) in chain.drain().zip(p.data().chunks(UMEM_DATA)).enumerate()
+                {
+                    q.set_data_bounds(HEADROOM, part.len());
+                    q.data_mut().copy_from_slice(part);
+                    let idx = q.frame_index();
+                    // SAFETY: the slot is free (room counted k of them).
+                    unsafe {
+                        x.tx.xdesc(s.tx_prod).write(libc::xdp_desc {
+                            addr: ((idx as u64) << FRAME_SHIFT) + HEADROOM as u64,
+                            len: part.len() as u32,
+                            options: if i + 1 < k { XDP_PKT_CONTD } else { 0 },
+                        })
+                    };
+                    s.held.set(idx);
+                    let _ = q.into_raw();
+                    s.tx_prod = s.tx_prod.wrapping_add(1);
+                }
+                cache.free(p);
+                room -= k as u32;
+                sent += 1;
+                continue;
+            }
             // A frame of another pool is not in the UMEM, and a shared frame might be on
             // another ring too: both go out as a copy in a fresh frame.
             let p = if p.pool_id() == ours && !p.is_shared() {
                 p
-            } else if can_copy && len <= DATA_CAPACITY {
-                match cache.alloc(len) {
+            } else if can_copy {
+                match cache.alloc(0) {
                     Some(mut q) => {
+                        // Up to a whole UMEM frame after the headroom (a jumbo frame from
+                        // another port may fill more than a fresh buffer's data area).
+                        q.set_data_bounds(HEADROOM, len);
                         q.data_mut().copy_from_slice(p.data());
                         cache.free(p);
                         q
@@ -812,7 +964,14 @@ impl Port for AfXdpPort {
     fn driver_drops(&self) -> (u64, u64) {
         self.xsks.iter().fold((0, 0), |(i, o), x| {
             let s = x.stats();
-            (i + s.rx_dropped + s.rx_ring_full, o + s.tx_invalid_descs)
+            let (ri, ro) = (
+                x.rx_dropped.load(Ordering::Relaxed),
+                x.tx_dropped.load(Ordering::Relaxed),
+            );
+            (
+                i + s.rx_dropped + s.rx_ring_full + ri,
+                o + s.tx_invalid_descs + ro,
+            )
         })
     }
 
@@ -874,11 +1033,14 @@ fn open_retrying(
     mode: Mode,
 ) -> Result<Xsk> {
     let t = std::time::Instant::now();
+    let mut sg = attach.frags;
     loop {
-        match Xsk::open(pool, attach, ifindex, queue, rings, mode) {
+        match Xsk::open(pool, attach, ifindex, queue, rings, mode, sg) {
             Err(e) if e.code == libc::EBUSY && t.elapsed().as_millis() < 1000 => {
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
+            // A driver (mode) without multi-buffer AF_XDP: single frames only.
+            Err(e) if sg && (e.code == libc::EINVAL || e.code == libc::EOPNOTSUPP) => sg = false,
             other => return other,
         }
     }
@@ -989,13 +1151,18 @@ fn create(params: &PortParams, arg: &Value) -> Result<NewPort> {
     };
     let last = qid as usize + nsock - 1;
     let desc = format!(
-        "{}{ifname} queue(s) {qid}..{last}, {mode}, XDP {} mode",
+        "{}{ifname} queue(s) {qid}..{last}, {mode}, XDP {} mode, {}",
         if ns.is_empty() {
             String::new()
         } else {
             format!("{ns}/")
         },
-        if generic { "generic (skb)" } else { "native" }
+        if generic { "generic (skb)" } else { "native" },
+        if xsks.iter().all(|x| x.sg) {
+            "multi-buffer (jumbo frames)"
+        } else {
+            "single-buffer (frames up to one UMEM frame)"
+        }
     );
     Ok(NewPort {
         port: Box::new(AfXdpPort {

@@ -23,6 +23,8 @@ pub const BPF_MAP_TYPE_XSKMAP: u32 = 17;
 /// Program type and attach type.
 pub const BPF_PROG_TYPE_XDP: u32 = 6;
 pub const BPF_XDP: u32 = 37;
+/// Program flag: the XDP program handles multi-buffer packets (jumbo frames; 5.18+).
+pub const BPF_F_XDP_HAS_FRAGS: u32 = 1 << 5;
 /// `src` of a 64-bit immediate load that names a map by fd.
 pub const BPF_PSEUDO_MAP_FD: u8 = 1;
 /// Helpers.
@@ -157,12 +159,18 @@ pub fn percpu_u64_sum(map: RawFd, key: u32) -> Result<u64> {
 
 /// Loads an XDP program (GPL) named `name`; on failure the error carries the verifier log.
 pub fn load_xdp(prog: &[Insn], name: &str) -> Result<OwnedFd> {
+    load_xdp_flags(prog, name, 0)
+}
+
+/// [`load_xdp`] with `prog_flags` (e.g. [`BPF_F_XDP_HAS_FRAGS`]).
+pub fn load_xdp_flags(prog: &[Insn], name: &str, prog_flags: u32) -> Result<OwnedFd> {
     let license = b"GPL\0";
     let mut attr = Attr::new();
     attr.u32(0, BPF_PROG_TYPE_XDP)
         .u32(4, prog.len() as u32)
         .u64(8, prog.as_ptr() as u64)
         .u64(16, license.as_ptr() as u64)
+        .u32(44, prog_flags)
         .u32(68, BPF_XDP);
     let n = name.len().min(15);
     attr.0[48..48 + n].copy_from_slice(&name.as_bytes()[..n]);

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bessemer_core::packet::DATA_CAPACITY;
+use bessemer_core::packet::{DATA_CAPACITY, LARGE_DATA_CAPACITY};
 use bessemer_core::pcap;
 use bessemer_core::port::{
     LinkStatus, NewPort, Port, PortConf, PortDriver, PortParams, RxQueue, TxQueue,
@@ -212,7 +212,7 @@ impl Port for PcapFilePort {
     fn conf(&self) -> PortConf {
         PortConf {
             mac_addr: self.mac,
-            mtu: DATA_CAPACITY as u32,
+            mtu: LARGE_DATA_CAPACITY as u32,
             admin_up: true,
         }
     }
@@ -237,7 +237,7 @@ impl Port for PcapFilePort {
             }
             let t = p.truncated.load(Ordering::Relaxed);
             if t != 0 {
-                s += &format!(", {t} truncated to {DATA_CAPACITY} bytes");
+                s += &format!(", {t} truncated to {LARGE_DATA_CAPACITY} bytes");
             }
             parts.push(s);
         }
@@ -291,11 +291,11 @@ impl RxQueue for Rx {
             }
             let f = &d.frames[self.pos];
             let stored = &d.bytes[f.data.clone()];
-            let len = stored.len().min(DATA_CAPACITY);
-            let Some(mut p) = cache.alloc(len) else {
+            let len = stored.len().min(LARGE_DATA_CAPACITY);
+            let Some(mut p) = cache.alloc_any(len) else {
                 break;
             };
-            p.set_data(&stored[..len]);
+            p.data_mut().copy_from_slice(&stored[..len]);
             if len < stored.len() {
                 truncated += 1;
             }

@@ -28,7 +28,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use bessemer_core::packet::DATA_CAPACITY;
+use bessemer_core::packet::{DATA_CAPACITY, LARGE_DATA_CAPACITY};
 use bessemer_core::port::{
     LinkStatus, NewPort, Port, PortConf, PortDriver, PortParams, RxQueue, TxQueue,
 };
@@ -481,6 +481,7 @@ impl Port for VPort {
             tags,
             tag_len: self.tags.len(),
             dropped: self.rx_dropped.clone(),
+            spill: Vec::new(),
         }))
     }
 
@@ -572,6 +573,9 @@ struct VPortRx {
     tags: [u8; 8],
     tag_len: usize,
     dropped: Arc<AtomicU64>,
+    /// Where a read puts the bytes of a frame beyond a default buffer (a jumbo frame), made
+    /// on the first read; one byte more than the largest buffer, so a cut frame shows.
+    spill: Vec<u8>,
 }
 
 impl VPortRx {
@@ -585,7 +589,7 @@ impl VPortRx {
         }
         if pkt.is_shared() && pkt.len() >= 12 {
             // A looped-back replica shares its descriptor: tag a private copy.
-            match cache.alloc(pkt.len()) {
+            match cache.alloc_any(pkt.len()) {
                 Some(mut c) => {
                     c.data_mut().copy_from_slice(pkt.data());
                     cache.free(pkt);
@@ -626,24 +630,51 @@ impl RxQueue for VPortRx {
                 }
             }
         }
+        if self.spill.is_empty() {
+            self.spill = vec![0; LARGE_DATA_CAPACITY + 1 - DATA_CAPACITY];
+        }
         while n < max {
             let Some(mut pkt) = cache.alloc(DATA_CAPACITY) else {
                 break;
             };
             let buf = pkt.data_mut();
+            let head = buf.len();
+            let iov = [
+                libc::iovec {
+                    iov_base: buf.as_mut_ptr() as *mut c_void,
+                    iov_len: buf.len(),
+                },
+                libc::iovec {
+                    iov_base: self.spill.as_mut_ptr() as *mut c_void,
+                    iov_len: self.spill.len(),
+                },
+            ];
             // A tap read returns exactly one frame (or EAGAIN when none is queued).
-            // SAFETY: reads into the packet's own data area, at most its length.
-            let r = unsafe { libc::read(self.fd, buf.as_mut_ptr() as *mut c_void, buf.len()) };
+            // SAFETY: reads into the packet's own data area and the spill area, at most
+            // their lengths.
+            let r = unsafe { libc::readv(self.fd, iov.as_ptr(), 2) };
             if r <= 0 {
                 cache.free(pkt);
                 break;
             }
             let len = r as usize;
-            if len >= buf.len() || len < 14 {
-                // A frame filling the whole buffer may have been cut short.
+            if !(14..=LARGE_DATA_CAPACITY).contains(&len) {
+                // A frame filling both areas may have been cut short.
                 self.dropped.fetch_add(1, Ordering::Relaxed);
                 cache.free(pkt);
                 continue;
+            }
+            if len > head {
+                let Some(mut big) = cache.alloc_any(len) else {
+                    self.dropped.fetch_add(1, Ordering::Relaxed);
+                    cache.free(pkt);
+                    continue;
+                };
+                let d = big.data_mut();
+                d[..head].copy_from_slice(pkt.data());
+                d[head..].copy_from_slice(&self.spill[..len - head]);
+                cache.free(pkt);
+                pkt = big;
             }
             pkt.set_len(len);
             if let Some(pkt) = self.tag(cache, pkt) {

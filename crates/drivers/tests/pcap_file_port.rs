@@ -286,19 +286,20 @@ fn pcapng_input_replays() {
 }
 
 #[test]
-fn long_frames_are_truncated_and_counted() {
+fn jumbo_frames_pass_and_longer_ones_are_truncated_and_counted() {
     let mut h = Harness::new();
-    let sent = frames(&[4000, 60]);
-    let input = TempFile::with("pcap", &pcap_file(&sent, &[0, 1]));
+    let sent = frames(&[9014, 20000, 60]);
+    let input = TempFile::with("pcap", &pcap_file(&sent, &[0, 1, 2]));
     create(&h, "p0", &Value::map().with("rx_file", input.path())).unwrap();
     h.add(&port_inc::CLASS, "inc", &Value::map().with("port", "p0"))
         .unwrap();
     let cap = h.capture("inc", 0);
-    receive(&mut h, &cap, 2);
+    receive(&mut h, &cap, 3);
     let got = cap.take_data();
-    let cap_len = bessemer_core::packet::DATA_CAPACITY;
-    assert_eq!(got[0], sent[0][..cap_len]);
-    assert_eq!(got[1], sent[1]);
+    let cap_len = bessemer_core::packet::LARGE_DATA_CAPACITY;
+    assert_eq!(got[0], sent[0]);
+    assert_eq!(got[1], sent[1][..cap_len]);
+    assert_eq!(got[2], sent[2]);
     let desc = h.graph.ports().get("p0").unwrap().port().desc();
     assert!(desc.contains("1 truncated"), "{desc}");
 }

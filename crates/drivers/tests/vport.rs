@@ -227,6 +227,53 @@ fn namespace_kernel_answers_arp_and_ping() {
     assert_eq!((out.packets, out.dropped), (2, 3));
 }
 
+#[test]
+fn jumbo_echo_crosses_a_tap_with_a_9000_mtu() {
+    if !have_root() {
+        return;
+    }
+    let ns = Netns::new("bvp");
+    let ifname = unique("vpj");
+    let mut s = setup(vport_arg(&ifname, &ns.name, &["10.79.0.1/24"]), 0);
+    let conf = s.port.port().conf();
+    s.port
+        .port()
+        .set_conf(&PortConf { mtu: 9000, ..conf })
+        .unwrap();
+    assert_eq!(s.port.port().conf().mtu, 9000);
+    let mac = conf.mac_addr;
+    // The namespace must know where to answer: tell it with an ARP request first.
+    s.h.inject("out", 0, &[arp_request("10.79.0.2", "10.79.0.1")]);
+    let mut seen = 0;
+    wait_for(
+        &mut s.h,
+        &s.cap,
+        1,
+        |f| f[12..14] == [0x08, 0x06],
+        &mut seen,
+    )
+    .expect("no ARP reply");
+    // A 9000-byte IP packet each way: larger than a default buffer, so both directions use
+    // the large-frame pool.
+    let payload: Vec<u8> = (0..8972u32).map(|i| (i * 7) as u8).collect();
+    let echo = echo_request("10.79.0.2", "10.79.0.1", mac, 0x4a4a, &payload);
+    assert_eq!(echo.len(), 9014);
+    s.h.inject("out", 0, std::slice::from_ref(&echo));
+    let reply = wait_for(
+        &mut s.h,
+        &s.cap,
+        1,
+        |f| f.len() > 34 && f[12..14] == [0x08, 0x00] && f[23] == 1 && f[34] == 0,
+        &mut seen,
+    )
+    .expect("no jumbo ICMP echo reply from the namespace");
+    assert_eq!(reply.len(), 9014);
+    assert_eq!(csum(&reply[34..]), 0, "ICMP checksum");
+    assert_eq!(&reply[42..], &payload[..]);
+    assert_eq!(s.port.counts().0.dropped, 0);
+    assert_eq!(s.h.drops("out", "tx_failed"), 0);
+}
+
 /// Sends one UDP datagram from inside the namespace to 10.72.0.2:9999 (routed via the tap
 /// to PEER_MAC) and returns the frame PortInc got.
 fn udp_from_namespace(extra: &[(&str, Value)], num_inc_q: usize) -> (Vec<u8>, [u8; 6]) {
