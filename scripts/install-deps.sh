@@ -17,6 +17,8 @@ python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
 have ip || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || need_apt+=(iproute2)
 # Port tests ping between the network namespaces they make.
 have ping || [ -x /usr/bin/ping ] || [ -x /bin/ping ] || need_apt+=(iputils-ping)
+# Port traffic tests send a file across the switch with iperf3.
+have iperf3 || [ -x /usr/bin/iperf3 ] || need_apt+=(iperf3)
 # The BPF module compiles tcpdump expressions with libpcap (headers + libpcap.so to link).
 [ -f /usr/include/pcap/pcap.h ] || need_apt+=(libpcap-dev)
 

@@ -1,11 +1,14 @@
-"""Shared fixtures: a real bessemerd on a free loopback port, per test."""
+"""Shared fixtures: a real bessemerd on a free loopback port, per test; network namespaces
+and the helpers the port tests share."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,3 +93,42 @@ def daemon(tmp_path):
 @pytest.fixture()
 def bess(daemon):
     return daemon.client
+
+
+ROOT_ONLY = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("ip") is None, reason="needs root and iproute2"
+)
+
+
+def sh(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def in_ns(ns: str, *args: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    return sh("ip", "netns", "exec", ns, *args, timeout=timeout)
+
+
+@pytest.fixture()
+def two_namespaces():
+    """Two fresh network namespaces (loopback up), removed afterwards."""
+    tag = uuid.uuid4().hex[:6]
+    names = [f"bsa{tag}", f"bsb{tag}"]
+    try:
+        for n in names:
+            assert sh("ip", "netns", "add", n).returncode == 0
+            sh("ip", "-n", n, "link", "set", "lo", "up")
+        yield names
+    finally:
+        for n in names:
+            sh("ip", "netns", "del", n)
+
+
+def switch(bess: BESS, a: str, b: str) -> None:
+    """PortInc(a) -> PortOut(b) and back, workers resumed."""
+    bess.create_module("PortInc", "in_a", {"port": a})
+    bess.create_module("PortOut", "out_b", {"port": b})
+    bess.create_module("PortInc", "in_b", {"port": b})
+    bess.create_module("PortOut", "out_a", {"port": a})
+    bess.connect_modules("in_a", "out_b")
+    bess.connect_modules("in_b", "out_a")
+    bess.resume_all()

@@ -6,58 +6,18 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import socket
 import struct
 import subprocess
 import time
-import uuid
 
 import pytest
 
 from bessemer.client import BESS
 from bessemer.script import run_script
 
-from .conftest import ROOT
+from .conftest import ROOT, ROOT_ONLY, in_ns, switch
 from .test_cli import cli
-
-ROOT_ONLY = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("ip") is None, reason="needs root and iproute2"
-)
-
-
-def sh(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
-    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, check=False)
-
-
-@pytest.fixture()
-def two_namespaces():
-    tag = uuid.uuid4().hex[:6]
-    names = [f"bsa{tag}", f"bsb{tag}"]
-    try:
-        for n in names:
-            assert sh("ip", "netns", "add", n).returncode == 0
-            sh("ip", "-n", n, "link", "set", "lo", "up")
-        yield names
-    finally:
-        for n in names:
-            sh("ip", "netns", "del", n)
-
-
-def in_ns(ns: str, *args: str, timeout: float = 30) -> subprocess.CompletedProcess:
-    return sh("ip", "netns", "exec", ns, *args, timeout=timeout)
-
-
-def _switch(bess: BESS, a: str, b: str) -> None:
-    """PortInc(a) -> PortOut(b) and back."""
-    bess.create_module("PortInc", "in_a", {"port": a})
-    bess.create_module("PortOut", "out_b", {"port": b})
-    bess.create_module("PortInc", "in_b", {"port": b})
-    bess.create_module("PortOut", "out_a", {"port": a})
-    bess.connect_modules("in_a", "out_b")
-    bess.connect_modules("in_b", "out_a")
-    bess.resume_all()
-
 
 TCP_SERVER = """
 import hashlib, socket, sys
@@ -92,7 +52,7 @@ def test_two_hosts_talk_across_vports(daemon, two_namespaces):
     )
     b.create_port("VPort", "pb", {"ifname": "eth_b", "netns": ns_b, "ip_addrs": ["10.77.0.2/24"]})
     assert len(pa.mac_addr) == 17
-    _switch(b, "pa", "pb")
+    switch(b, "pa", "pb")
     ping = in_ns(ns_a, "ping", "-c", "3", "-i", "0.2", "-W", "2", "10.77.0.2")
     assert ping.returncode == 0, ping.stdout + ping.stderr
     ping = in_ns(ns_b, "ping", "-c", "2", "-i", "0.2", "-W", "2", "10.77.0.1")
