@@ -32,12 +32,6 @@ pytestmark = ROOT_ONLY
 
 DRIVERS = ["AFXDPPort", "AFPacketPort", "VPort"]
 
-# The largest MTU a veth takes for AFXDPPort: attaching an XDP program without multi-buffer
-# support to a veth needs the peer's MTU to fit one page with XDP headroom and the skb's
-# shared info, 4096 - 256 - 320 - 14 = 3506 bytes on x86-64; with 3507 creating the port
-# fails with "cannot attach the XDP program to '...': Numerical result out of range"
-# (ERANGE). Found by trying MTUs on kernel 6.18.
-AFXDP_MAX_MTU = 3506
 JUMBO_MTU = 9000
 
 # Receives up to COUNT frames carrying MARKER at the start of the UDP payload (offset 42,
@@ -146,7 +140,7 @@ def hosts(request, daemon, two_namespaces) -> Iterator[Callable[..., Hosts]]:
     switch_ifs = (f"sa{tag}", f"sb{tag}")  # veth ends in the daemon's namespace
 
     def connect(jumbo: bool = False) -> Hosts:
-        mtu = (AFXDP_MAX_MTU if driver == "AFXDPPort" else JUMBO_MTU) if jumbo else None
+        mtu = JUMBO_MTU if jumbo else None
         for i in range(2):
             if driver == "VPort":
                 arg = {"ifname": ifs[i], "netns": ns[i], "ip_addrs": [f"{ips[i]}/24"]}
@@ -349,7 +343,7 @@ def test_ping_both_ways_and_arp_resolved(hosts):
 
 
 def test_jumbo_frames_up_to_the_mtu(hosts):
-    """MTU 9000 on every interface on the path (AFXDPPort: the most a veth with XDP takes),
+    """MTU 9000 on every interface on the path (AFXDPPort takes it with multi-buffer AF_XDP),
     then unfragmented pings of the full MTU both ways, and a UDP frame carrying an IP packet
     of the full MTU arrives byte for byte both ways."""
     h = hosts(jumbo=True)

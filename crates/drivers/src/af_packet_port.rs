@@ -33,6 +33,7 @@ use crate::ifctl::{
     ETHTOOL_SFLAGS, ETHTOOL_SGRO, ETH_FLAG_LRO,
 };
 use crate::netns;
+use crate::partial_csum::l3_of;
 
 /// What a port is opened with (AFPacketPortArg, or PCAPPort's `dev`).
 #[derive(Clone, Debug)]
@@ -474,20 +475,6 @@ impl RxQ {
         self.segmented += 1;
         Step::Done
     }
-}
-
-/// Offsets of the IP header after the Ethernet header and any VLAN tags, and the ethertype.
-fn l3_of(f: &[u8]) -> Option<(usize, u16)> {
-    let mut l3 = 14;
-    let mut et = u16::from_be_bytes([f[12], f[13]]);
-    while et == 0x8100 || et == 0x88a8 {
-        if f.len() < l3 + 4 {
-            return None;
-        }
-        et = u16::from_be_bytes([f[l3 + 2], f[l3 + 3]]);
-        l3 += 4;
-    }
-    Some((l3, et))
 }
 
 /// The offload description of a plain TCP frame too big for one buffer (a full-size

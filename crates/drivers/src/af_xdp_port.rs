@@ -39,6 +39,7 @@ use bessemer_core::{Args, Error, PacketBatch, PacketPool, PoolCache, Result, Val
 
 use crate::ifctl::{self, getsockopt, setsockopt};
 use crate::netns;
+use crate::partial_csum;
 
 const MSG: &str = "bessemer.pb.AFXDPPortArg";
 const DEFAULT_RING: u64 = 2048;
@@ -411,6 +412,8 @@ struct Xsk {
     rx_dropped: AtomicU64,
     /// Packets too long for a socket without XDP_USE_SG.
     tx_dropped: AtomicU64,
+    /// Complete TCP/UDP checksums a local sender left partial (a veth peer's offload).
+    partial_csums: bool,
     rx_open: AtomicBool,
     tx_open: AtomicBool,
     rxs: UnsafeCell<RxSide>,
@@ -529,6 +532,7 @@ impl Xsk {
             sg,
             rx_dropped: AtomicU64::new(0),
             tx_dropped: AtomicU64::new(0),
+            partial_csums: false,
             rx_open: AtomicBool::new(false),
             tx_open: AtomicBool::new(false),
             rxs: UnsafeCell::new(RxSide {
@@ -715,7 +719,10 @@ impl RxQueue for XskRx {
                     break;
                 };
                 used += n;
-                if let Some(p) = p {
+                if let Some(mut p) = p {
+                    if x.partial_csums {
+                        partial_csum::complete(p.data_mut());
+                    }
                     // SAFETY: got < want <= batch.room() at entry.
                     unsafe { batch.push_unchecked(p) };
                     got += 1;
@@ -729,6 +736,9 @@ impl RxQueue for XskRx {
             };
             s.held.clear(p.frame_index());
             p.set_data_bounds(d.addr as usize & (FRAME_SIZE - 1), d.len as usize);
+            if x.partial_csums {
+                partial_csum::complete(p.data_mut());
+            }
             // SAFETY: got < want <= batch.room() at entry.
             unsafe { batch.push_unchecked(p) };
             got += 1;
@@ -1113,6 +1123,8 @@ fn create(params: &PortParams, arg: &Value) -> Result<NewPort> {
             }
         }
         let entries = (last + 1).max(have.unwrap_or(0));
+        // A veth's peer is a local stack that may leave checksums to "hardware".
+        let partial_csums = ifctl::driver_name(&ctl, &name).as_deref() == Some("veth");
         let attach = Attach::get(&name, ifindex, entries, skb_mode)?;
         let mut mode = if copy { Mode::Copy } else { Mode::ZeroCopy };
         let mut xsks = Vec::with_capacity(nsock);
@@ -1126,7 +1138,7 @@ fn create(params: &PortParams, arg: &Value) -> Result<NewPort> {
                 }
                 other => other,
             };
-            let x = match x {
+            let mut x = match x {
                 Ok(x) => x,
                 Err(mut e) => {
                     attach.release(q);
@@ -1136,6 +1148,7 @@ fn create(params: &PortParams, arg: &Value) -> Result<NewPort> {
                     return Err(e);
                 }
             };
+            x.partial_csums = partial_csums;
             let x = Arc::new(x);
             xsks.push(x.clone());
             if (i as usize) < nin {
@@ -1163,7 +1176,11 @@ fn create(params: &PortParams, arg: &Value) -> Result<NewPort> {
         } else {
             "single-buffer (frames up to one UMEM frame)"
         }
-    );
+    ) + if xsks[0].partial_csums {
+        ", completes partial TCP/UDP checksums (veth peer offload)"
+    } else {
+        ""
+    };
     Ok(NewPort {
         port: Box::new(AfXdpPort {
             xsks,

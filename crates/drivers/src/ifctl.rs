@@ -269,6 +269,29 @@ pub fn ethtool_set(fd: &impl AsRawFd, name: &str, cmd: u32, data: u32) -> bool {
     ethtool(fd, name, &mut v).is_ok()
 }
 
+/// ETHTOOL_GDRVINFO: read the driver's name and version.
+pub const ETHTOOL_GDRVINFO: u32 = 0x3;
+
+/// `struct ethtool_drvinfo`, ETHTOOL_GDRVINFO's answer.
+#[repr(C)]
+struct DrvInfo {
+    cmd: u32,
+    driver: [u8; 32],
+    rest: [u8; 160],
+}
+
+/// The name of the interface's driver ("veth", "mlx5_core", ...), if it says.
+pub fn driver_name(fd: &impl AsRawFd, name: &str) -> Option<String> {
+    let mut d = DrvInfo {
+        cmd: ETHTOOL_GDRVINFO,
+        driver: [0; 32],
+        rest: [0; 160],
+    };
+    ethtool(fd, name, &mut d).ok()?;
+    let end = d.driver.iter().position(|&b| b == 0).unwrap_or(32);
+    Some(String::from_utf8_lossy(&d.driver[..end]).into_owned())
+}
+
 // ---- socket options ----
 
 /// Sets socket option `opt` at `level` to `val`, or the OS error naming `what`.

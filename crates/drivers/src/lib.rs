@@ -7,6 +7,7 @@ pub mod af_xdp_port;
 pub mod bpf;
 pub mod ifctl;
 pub mod netns;
+pub mod partial_csum;
 pub mod pcap_file_port;
 pub mod pcap_port;
 pub mod unix_socket_port;

@@ -6,8 +6,7 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{SocketAddr, UdpSocket};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -15,10 +14,12 @@ use bessemer_core::engine::{Engine, EngineConfig};
 use bessemer_core::mem::PagePolicy;
 use bessemer_core::packet::DATA_CAPACITY;
 use bessemer_core::port::{PortHandle, PortParams};
-use bessemer_core::{Error, PacketBatch, PacketPool, Result, Value};
+use bessemer_core::{PacketBatch, PacketPool, Value};
 use bessemer_drivers::af_packet_port::DRIVER;
 use bessemer_drivers::netns;
-use common::{have_root, sh, sh_in, Link, Netns, TwoHosts};
+use common::{
+    fnv, have_root, io, pattern, sh, sh_in, tcp_transfer, tcp_transfer_to, Link, Netns, TwoHosts,
+};
 
 fn engine() -> Engine {
     Engine::new(EngineConfig {
@@ -99,68 +100,6 @@ fn mac_of(ns: &str, ifname: &str) -> String {
     let s = sh_in(ns, &["ip", "-o", "link", "show", "dev", ifname]);
     let i = s.find("link/ether ").expect("an ethernet interface") + 11;
     s[i..i + 17].to_string()
-}
-
-fn io<T>(r: std::io::Result<T>) -> Result<T> {
-    r.map_err(|e| Error::new(libc::EIO, e.to_string()))
-}
-
-fn pattern(n: usize) -> Vec<u8> {
-    let mut x = 0x9e37_79b9_u32;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x as u8
-        })
-        .collect()
-}
-
-fn fnv(b: &[u8]) -> u64 {
-    b.iter().fold(0xcbf2_9ce4_8422_2325, |h, &x| {
-        (h ^ x as u64).wrapping_mul(0x100_0000_01b3)
-    })
-}
-
-/// Sends `data` over TCP from host A to host B; returns what B received (bounded in time).
-fn tcp_transfer(h: &TwoHosts, data: &[u8]) -> Vec<u8> {
-    let b_addr: SocketAddr = format!("{}:5201", h.b_ip).parse().unwrap();
-    tcp_transfer_to(h, b_addr, data)
-}
-
-/// As `tcp_transfer`, to `b_addr` (an address of host B).
-fn tcp_transfer_to(h: &TwoHosts, b_addr: SocketAddr, data: &[u8]) -> Vec<u8> {
-    let listener = netns::run_in(&h.b.name, || io(TcpListener::bind(b_addr))).unwrap();
-    let server = std::thread::spawn(move || -> std::io::Result<Vec<u8>> {
-        listener.set_nonblocking(true)?;
-        let t = Instant::now();
-        let (mut s, _) = loop {
-            match listener.accept() {
-                Ok(c) => break c,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if t.elapsed() > Duration::from_secs(20) {
-                        return Err(e);
-                    }
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                Err(e) => return Err(e),
-            }
-        };
-        s.set_nonblocking(false)?;
-        s.set_read_timeout(Some(Duration::from_secs(10)))?;
-        let mut got = Vec::new();
-        s.read_to_end(&mut got)?;
-        Ok(got)
-    });
-    let mut c = netns::run_in(&h.a.name, || {
-        io(TcpStream::connect_timeout(&b_addr, Duration::from_secs(10)))
-    })
-    .unwrap();
-    c.set_write_timeout(Some(Duration::from_secs(20))).unwrap();
-    c.write_all(data).unwrap();
-    c.shutdown(std::net::Shutdown::Write).unwrap();
-    server.join().unwrap().expect("server received the stream")
 }
 
 #[test]
