@@ -11,6 +11,7 @@ pub mod partial_csum;
 pub mod pcap_file_port;
 pub mod pcap_port;
 pub mod unix_socket_port;
+pub mod vnet;
 pub mod vport;
 
 use bessemer_core::port::PortDriver;
