@@ -12,10 +12,13 @@
 //! keeps netlink message building out of this file. Closing the last tap fd (destroying the
 //! port) removes the interface, in whichever namespace it lives.
 //!
-//! Offloads are off (no `IFF_VNET_HDR`): the kernel hands over complete, checksummed frames
-//! and expects the same. A buffer holds one frame of at most 2880 bytes, so segmentation
-//! offload (64 KiB frames) could not be taken, and checksum offload alone would only move the
-//! checksum from the kernel into the switch.
+//! Offloads (`IFF_VNET_HDR`): every frame comes with a virtio-net header, and the tap
+//! announces checksum and TCP/UDP segmentation offload (`TUNSETOFFLOAD`), so the host stack
+//! hands the port 64 KiB super-frames and partial checksums instead of segmenting and
+//! checksumming each packet itself; one read then brings up to 64 KiB. The port cuts them
+//! into wire-size segments and finishes checksums in software (shared with AFPacketPort, see
+//! `vnet`), so what enters the pipeline is always ordinary frames. Frames it sends go out
+//! with an empty header (complete, nothing to offload).
 //!
 //! With `loopback`, frames sent to the port come back in on it (as BESS's module does it,
 //! before the host sees them); the interface still exists and what the host sends still
@@ -37,6 +40,20 @@ use crossbeam_queue::ArrayQueue;
 
 use crate::ifctl;
 use crate::netns;
+use crate::vnet::{
+    self, Gso, Vnet, GSO_ECN, GSO_NONE, GSO_TCPV4, GSO_TCPV6, GSO_UDP_L4, VNET_HDR_LEN,
+};
+
+// TUNSETOFFLOAD and its flags (linux/if_tun.h).
+const TUNSETOFFLOAD: libc::Ioctl = 0x4004_54d0;
+const TUN_F_CSUM: u64 = 0x01;
+const TUN_F_TSO4: u64 = 0x02;
+const TUN_F_TSO6: u64 = 0x04;
+const TUN_F_USO4: u64 = 0x20;
+const TUN_F_USO6: u64 = 0x40;
+/// Bytes past a default buffer a read may bring: a whole super-frame (the IP length limit
+/// plus link headers).
+const SPILL: usize = 65536 + 64;
 
 /// The VPort driver.
 pub static DRIVER: PortDriver = PortDriver {
@@ -251,7 +268,7 @@ fn create(p: &PortParams, arg: &Value) -> Result<NewPort> {
             .ok_or_else(|| Error::exists("no free temporary interface name (bvp<pid>_<n>)"))?
     };
     // Dropping `fds` on any error below removes the interface again.
-    let fds = open_tap(&first_name, cfg.nfds)?;
+    let (fds, offloads) = open_tap(&first_name, cfg.nfds)?;
     let mac = hwaddr(&first_name).unwrap_or([0; 6]);
     if !cfg.netns.is_empty() {
         let path = netns::path_of(&cfg.netns);
@@ -322,6 +339,8 @@ fn create(p: &PortParams, arg: &Value) -> Result<NewPort> {
         mac,
         tags: cfg.tags,
         rx_dropped: Arc::new(AtomicU64::new(0)),
+        offloads,
+        segmented: Arc::new(AtomicU64::new(0)),
     };
     Ok(NewPort {
         port: Box::new(port),
@@ -330,10 +349,11 @@ fn create(p: &PortParams, arg: &Value) -> Result<NewPort> {
     })
 }
 
-/// Opens `n` queues of TAP interface `name` (created by the first), non-blocking.
-fn open_tap(name: &str, n: usize) -> Result<Vec<OwnedFd>> {
+/// Opens `n` queues of TAP interface `name` (created by the first), non-blocking, with
+/// virtio-net headers; turns on the offloads the port handles and says which it got.
+fn open_tap(name: &str, n: usize) -> Result<(Vec<OwnedFd>, &'static str)> {
     let mut fds = Vec::with_capacity(n);
-    let mut flags = libc::IFF_TAP | libc::IFF_NO_PI;
+    let mut flags = libc::IFF_TAP | libc::IFF_NO_PI | libc::IFF_VNET_HDR;
     if n > 1 {
         flags |= libc::IFF_MULTI_QUEUE;
     }
@@ -360,7 +380,23 @@ fn open_tap(name: &str, n: usize) -> Result<Vec<OwnedFd>> {
         }
         fds.push(fd);
     }
-    Ok(fds)
+    // UDP segmentation offload needs Linux 6.2; older kernels refuse the whole set.
+    let tcp = TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6;
+    let mut got = "offloads off (the kernel took none)";
+    for (set, what) in [
+        (
+            tcp | TUN_F_USO4 | TUN_F_USO6,
+            "offloads: checksum, TSO, USO",
+        ),
+        (tcp, "offloads: checksum, TSO"),
+    ] {
+        // SAFETY: TUNSETOFFLOAD takes its flags by value.
+        if unsafe { libc::ioctl(fds[0].as_raw_fd(), TUNSETOFFLOAD, set as libc::c_ulong) } == 0 {
+            got = what;
+            break;
+        }
+    }
+    Ok((fds, got))
 }
 
 /// Interface-control call `f` on a fresh socket in the calling thread's namespace; its OS
@@ -466,6 +502,9 @@ struct VPort {
     mac: [u8; 6],
     tags: Vec<u8>,
     rx_dropped: Arc<AtomicU64>,
+    offloads: &'static str,
+    /// Super-frames from the host cut into segments.
+    segmented: Arc<AtomicU64>,
 }
 
 impl Port for VPort {
@@ -481,7 +520,12 @@ impl Port for VPort {
             tags,
             tag_len: self.tags.len(),
             dropped: self.rx_dropped.clone(),
+            segmented: self.segmented.clone(),
+            hdr: [0; VNET_HDR_LEN],
             spill: Vec::new(),
+            stage: Vec::new(),
+            pending: None,
+            seg: 0,
         }))
     }
 
@@ -557,9 +601,11 @@ impl Port for VPort {
             ""
         };
         format!(
-            "tap {}{place}, {} queue(s), offloads off{lo}",
+            "tap {}{place}, {} queue(s), {}; {} super-frame(s) segmented{lo}",
             self.ifname,
-            self.fds.len()
+            self.fds.len(),
+            self.offloads,
+            self.segmented.load(Ordering::Relaxed)
         )
     }
 }
@@ -573,9 +619,17 @@ struct VPortRx {
     tags: [u8; 8],
     tag_len: usize,
     dropped: Arc<AtomicU64>,
-    /// Where a read puts the bytes of a frame beyond a default buffer (a jumbo frame), made
-    /// on the first read; one byte more than the largest buffer, so a cut frame shows.
+    segmented: Arc<AtomicU64>,
+    /// The virtio-net header of the frame just read.
+    hdr: [u8; VNET_HDR_LEN],
+    /// Where a read puts the bytes of a frame beyond a default buffer (a jumbo frame or a
+    /// super-frame), made on the first read.
     spill: Vec<u8>,
+    /// A super-frame being cut into segments (it may take several polls), its header and
+    /// how many payload bytes are done.
+    stage: Vec<u8>,
+    pending: Option<Vnet>,
+    seg: usize,
 }
 
 impl VPortRx {
@@ -631,9 +685,12 @@ impl RxQueue for VPortRx {
             }
         }
         if self.spill.is_empty() {
-            self.spill = vec![0; LARGE_DATA_CAPACITY + 1 - DATA_CAPACITY];
+            self.spill = vec![0; SPILL];
         }
-        while n < max {
+        if self.pending.is_some() {
+            n += self.resume(cache, batch, max - n);
+        }
+        while n < max && self.pending.is_none() {
             let Some(mut pkt) = cache.alloc(DATA_CAPACITY) else {
                 break;
             };
@@ -641,8 +698,12 @@ impl RxQueue for VPortRx {
             let head = buf.len();
             let iov = [
                 libc::iovec {
+                    iov_base: self.hdr.as_mut_ptr() as *mut c_void,
+                    iov_len: VNET_HDR_LEN,
+                },
+                libc::iovec {
                     iov_base: buf.as_mut_ptr() as *mut c_void,
-                    iov_len: buf.len(),
+                    iov_len: head,
                 },
                 libc::iovec {
                     iov_base: self.spill.as_mut_ptr() as *mut c_void,
@@ -650,18 +711,40 @@ impl RxQueue for VPortRx {
                 },
             ];
             // A tap read returns exactly one frame (or EAGAIN when none is queued).
-            // SAFETY: reads into the packet's own data area and the spill area, at most
-            // their lengths.
-            let r = unsafe { libc::readv(self.fd, iov.as_ptr(), 2) };
+            // SAFETY: reads into the header, the packet's own data area and the spill area,
+            // at most their lengths.
+            let r = unsafe { libc::readv(self.fd, iov.as_ptr(), 3) };
             if r <= 0 {
                 cache.free(pkt);
                 break;
             }
-            let len = r as usize;
-            if !(14..=LARGE_DATA_CAPACITY).contains(&len) {
-                // A frame filling both areas may have been cut short.
+            let len = (r as usize).saturating_sub(VNET_HDR_LEN);
+            let v = Vnet::parse(&self.hdr);
+            let gso = v.gso_type & !GSO_ECN;
+            if len < 14
+                || len >= head + self.spill.len()
+                || (gso == GSO_NONE && len > LARGE_DATA_CAPACITY)
+            {
+                // Too short, possibly cut short, or larger than any buffer.
                 self.dropped.fetch_add(1, Ordering::Relaxed);
                 cache.free(pkt);
+                continue;
+            }
+            if gso != GSO_NONE {
+                if !matches!(gso, GSO_TCPV4 | GSO_TCPV6 | GSO_UDP_L4) {
+                    self.dropped.fetch_add(1, Ordering::Relaxed);
+                    cache.free(pkt);
+                    continue;
+                }
+                // Cut from one contiguous copy (it may take several polls).
+                self.stage.clear();
+                self.stage.extend_from_slice(&pkt.data()[..len.min(head)]);
+                self.stage
+                    .extend_from_slice(&self.spill[..len.saturating_sub(head)]);
+                cache.free(pkt);
+                self.pending = Some(v);
+                self.seg = 0;
+                n += self.resume(cache, batch, max - n);
                 continue;
             }
             if len > head {
@@ -677,9 +760,51 @@ impl RxQueue for VPortRx {
                 pkt = big;
             }
             pkt.set_len(len);
+            if !v.finish_csum(pkt.data_mut()) {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                cache.free(pkt);
+                continue;
+            }
             if let Some(pkt) = self.tag(cache, pkt) {
                 // SAFETY: n < max <= the batch's room at entry.
                 unsafe { batch.push_unchecked(pkt) };
+                n += 1;
+            }
+        }
+        n
+    }
+}
+
+impl VPortRx {
+    /// Cuts more segments off the pending super-frame into `batch` (at most `room`);
+    /// returns how many it added. The frame stays pending while the batch or pool runs out.
+    fn resume(&mut self, cache: &mut PoolCache, batch: &mut PacketBatch, room: usize) -> usize {
+        let Some(v) = self.pending else {
+            return 0;
+        };
+        let Some(g) = Gso::parse(&self.stage, v, vnet::segment_capacity(cache)) else {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            self.pending = None;
+            return 0;
+        };
+        let mut cut = PacketBatch::new();
+        if vnet::segment_into(
+            cache,
+            &mut cut,
+            room,
+            &self.stage,
+            &g,
+            &mut self.seg,
+            |_| {},
+        ) {
+            self.pending = None;
+            self.segmented.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut n = 0;
+        for p in cut.drain() {
+            if let Some(p) = self.tag(cache, p) {
+                // SAFETY: at most `room` segments were cut, and room <= the batch's room.
+                unsafe { batch.push_unchecked(p) };
                 n += 1;
             }
         }
@@ -727,8 +852,21 @@ impl TxQueue for VPortTx {
         let mut failed = PacketBatch::new();
         for pkt in batch.drain() {
             let d = pkt.data();
-            // SAFETY: writes the packet's bytes; the tap takes one whole frame per write.
-            let r = unsafe { libc::write(self.fd, d.as_ptr() as *const c_void, d.len()) };
+            // A complete frame: an empty virtio-net header (nothing to offload).
+            let hdr = [0u8; VNET_HDR_LEN];
+            let iov = [
+                libc::iovec {
+                    iov_base: hdr.as_ptr() as *mut c_void,
+                    iov_len: VNET_HDR_LEN,
+                },
+                libc::iovec {
+                    iov_base: d.as_ptr() as *mut c_void,
+                    iov_len: d.len(),
+                },
+            ];
+            // SAFETY: writes the header and the packet's bytes; the tap takes one whole frame
+            // per write.
+            let r = unsafe { libc::writev(self.fd, iov.as_ptr(), 2) };
             if r >= 0 {
                 // SAFETY: done holds at most as many packets as the batch did.
                 unsafe { done.push_unchecked(pkt) };

@@ -198,7 +198,13 @@ pub fn tcp_transfer(h: &TwoHosts, data: &[u8]) -> Vec<u8> {
 
 /// As `tcp_transfer`, to `b_addr` (an address of host B).
 pub fn tcp_transfer_to(h: &TwoHosts, b_addr: SocketAddr, data: &[u8]) -> Vec<u8> {
-    let listener = netns::run_in(&h.b.name, || io(TcpListener::bind(b_addr))).unwrap();
+    tcp_between(&h.a.name, &h.b.name, b_addr, data)
+}
+
+/// Sends `data` over TCP from namespace `a` to `b_addr` in namespace `b`; returns what
+/// arrived (bounded in time).
+pub fn tcp_between(a: &str, b: &str, b_addr: SocketAddr, data: &[u8]) -> Vec<u8> {
+    let listener = netns::run_in(b, || io(TcpListener::bind(b_addr))).unwrap();
     let server = std::thread::spawn(move || -> std::io::Result<Vec<u8>> {
         listener.set_nonblocking(true)?;
         let t = Instant::now();
@@ -220,7 +226,7 @@ pub fn tcp_transfer_to(h: &TwoHosts, b_addr: SocketAddr, data: &[u8]) -> Vec<u8>
         s.read_to_end(&mut got)?;
         Ok(got)
     });
-    let mut c = netns::run_in(&h.a.name, || {
+    let mut c = netns::run_in(a, || {
         io(TcpStream::connect_timeout(&b_addr, Duration::from_secs(10)))
     })
     .unwrap();
