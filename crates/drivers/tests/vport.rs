@@ -768,7 +768,10 @@ fn two_namespaces_talk_through_the_switch() {
     assert_eq!(fnv(&got), fnv(&data));
     let d = e.ports().get("va").unwrap().port().desc();
     assert!(d.contains("offloads: checksum, TSO"), "{d}");
-    assert!(!d.contains("; 0 super-frame"), "no super-frame came through: {d}");
+    assert!(
+        !d.contains("; 0 super-frame"),
+        "no super-frame came through: {d}"
+    );
     // Paused, nothing is in flight: what one port received the other sent (or, before the
     // PortInc was connected, its dead end dropped). The hosts' own IPv6 chatter crosses too,
     // so the counts are at least (not exactly) the 5 datagrams and the ARP exchange.
