@@ -1,6 +1,10 @@
 //! AFPacketPort: a Linux interface through AF_PACKET sockets. Each incoming queue is a socket
-//! with a TPACKET_V3 mmap RX ring (walked without syscalls; a block goes back to the kernel as
-//! soon as its last frame is copied into a pool buffer); several incoming queues are joined
+//! with a TPACKET_V2 mmap RX ring of 2 KiB slots, walked without syscalls; a slot goes back
+//! to the kernel as soon as its frame is copied into a pool buffer. TPACKET_V2 rather than
+//! V3: V3 hands over a partly filled block only after a timer (at least 1 ms), which made a
+//! ping through the switch take 1-2 ms; V2 hands over each frame at once, for the same
+//! throughput here. A frame longer than a slot (jumbo, super-frame) is queued whole on the
+//! socket (PACKET_COPY_THRESH) and read with one `recv`. Several incoming queues are joined
 //! by PACKET_FANOUT (flow hash). Each outgoing queue is a socket that receives nothing and
 //! sends a whole batch per `sendmmsg` call.
 //!
@@ -45,7 +49,7 @@ pub struct Config {
     pub netns: String,
     /// Put the interface in promiscuous mode.
     pub promiscuous: bool,
-    /// RX ring block size in bytes.
+    /// RX ring block size in bytes (ring memory = block_size × num_blocks, in 2 KiB slots).
     pub block_size: u32,
     /// RX ring blocks.
     pub num_blocks: u32,
@@ -55,15 +59,19 @@ pub struct Config {
     pub driver: &'static str,
 }
 
-/// Default RX ring block size (1 MiB: holds many 64 KiB super-frames).
+/// Default RX ring block size (1 MiB: 512 slots).
 pub const DEFAULT_BLOCK_SIZE: u32 = 1 << 20;
 /// Default number of RX ring blocks.
 pub const DEFAULT_NUM_BLOCKS: u32 = 8;
 /// Most RX ring memory per queue.
 const MAX_RING_BYTES: u64 = 1 << 30;
-/// A partially filled block is handed over after this many milliseconds (the least the
-/// kernel offers: TPACKET_V3 trades this much idle latency for syscall-free batching).
-const BLOCK_TIMEOUT_MS: u32 = 1;
+/// Bytes per RX ring slot (header, offload header and frame): a full-size Ethernet frame
+/// fits; longer ones (jumbo frames, super-frames) are read whole from the socket.
+const FRAME_SLOT: usize = 2048;
+/// Where the kernel puts the sockaddr_ll in a slot (after the aligned tpacket2_hdr).
+const SLL_OFFSET: usize = 32;
+/// Longest frame read from the socket (a super-frame: the IP length limit plus headers).
+const STAGE_FRAME: usize = 65536 + 64;
 
 impl Config {
     /// Reads an AFPacketPortArg.
@@ -179,12 +187,8 @@ impl Drop for Mapping {
 /// Where a queue stopped in its ring (kept across queue owners).
 #[derive(Clone, Copy, Default)]
 struct Cursor {
-    /// Current block.
-    block: usize,
-    /// Frames left in the current block (0: the block is not open).
-    left: u32,
-    /// Offset of the next frame in the block.
-    off: usize,
+    /// Current frame slot.
+    frame: usize,
     /// Payload bytes of the current super-frame already segmented.
     seg: usize,
 }
@@ -193,8 +197,7 @@ struct Cursor {
 struct RxShared {
     fd: OwnedFd,
     ring: Mapping,
-    block_size: usize,
-    num_blocks: usize,
+    num_frames: usize,
     cursor: Mutex<Option<Cursor>>,
     /// Kernel drops read so far (PACKET_STATISTICS resets on read).
     kernel_drops: AtomicU64,
@@ -206,11 +209,9 @@ struct RxShared {
 
 impl RxShared {
     fn drops(&self) -> u64 {
-        if let Some(s) = getsockopt::<libc::tpacket_stats_v3>(
-            &self.fd,
-            libc::SOL_PACKET,
-            libc::PACKET_STATISTICS,
-        ) {
+        if let Some(s) =
+            getsockopt::<libc::tpacket_stats>(&self.fd, libc::SOL_PACKET, libc::PACKET_STATISTICS)
+        {
             self.kernel_drops
                 .fetch_add(s.tp_drops as u64, Ordering::Relaxed);
         }
@@ -226,6 +227,10 @@ struct RxQ {
     segmented: u64,
     /// Largest segment buffer, known on the first super-frame.
     seg_cap: Option<usize>,
+    /// A frame too long for its ring slot, read whole from the socket (made on first use).
+    stage: Vec<u8>,
+    /// Bytes in `stage` that belong to the current slot (0: not read yet).
+    staged: usize,
 }
 
 // SAFETY: the queue exclusively owns its ring position; the pointer is into a mapping kept
@@ -234,6 +239,11 @@ unsafe impl Send for RxQ {}
 
 impl Drop for RxQ {
     fn drop(&mut self) {
+        if self.staged > 0 {
+            // The next owner could not read this frame again from the socket: it is lost.
+            self.drops += 1;
+            self.release_frame();
+        }
         self.flush_drops();
         *self.sh.cursor.lock().unwrap_or_else(|p| p.into_inner()) = Some(self.cur);
     }
@@ -261,100 +271,126 @@ impl RxQ {
         }
     }
 
+    /// The header of frame slot `i`.
     #[inline]
-    fn block(&self, i: usize) -> *mut u8 {
-        // SAFETY: i < num_blocks, inside the mapping.
-        unsafe { self.base.add(i * self.sh.block_size) }
+    fn slot(&self, i: usize) -> *mut u8 {
+        // SAFETY: i < num_frames, inside the mapping.
+        unsafe { self.base.add(i * FRAME_SLOT) }
     }
 
     #[inline]
-    fn block_status(&self, i: usize) -> &AtomicU32 {
-        // SAFETY: block_status is the aligned u32 at offset 8 of the block descriptor
-        // (version, offset_to_priv, then tpacket_hdr_v1), shared with the kernel.
-        unsafe { &*(self.block(i).add(8) as *const AtomicU32) }
+    fn slot_status(&self, i: usize) -> &AtomicU32 {
+        // SAFETY: tp_status is the aligned u32 at offset 0 of a tpacket2_hdr, shared with
+        // the kernel.
+        unsafe { &*(self.slot(i) as *const AtomicU32) }
     }
 
-    /// Hands the current block back to the kernel and moves to the next.
+    /// Hands the current slot back to the kernel and moves to the next.
     #[inline]
-    fn release_block(&mut self) {
-        self.block_status(self.cur.block)
+    fn release_frame(&mut self) {
+        self.slot_status(self.cur.frame)
             .store(libc::TP_STATUS_KERNEL, Ordering::Release);
-        self.cur.block = (self.cur.block + 1) % self.sh.num_blocks;
-        self.cur.left = 0;
+        self.cur.frame = (self.cur.frame + 1) % self.sh.num_frames;
         self.cur.seg = 0;
+        self.staged = 0;
     }
 
-    /// Opens the next block if the kernel has handed it over.
-    #[inline]
-    fn open_block(&mut self) -> bool {
-        for _ in 0..self.sh.num_blocks {
-            let st = self.block_status(self.cur.block).load(Ordering::Acquire);
-            if st & libc::TP_STATUS_USER == 0 {
-                return false;
-            }
-            let b = self.block(self.cur.block);
-            // SAFETY: the block is ours; num_pkts at 12, offset_to_first_pkt at 16.
-            let (n, first) = unsafe {
-                (
-                    (b.add(12) as *const u32).read(),
-                    (b.add(16) as *const u32).read(),
-                )
-            };
-            if n > 0 {
-                self.cur.left = n;
-                self.cur.off = first as usize;
-                self.cur.seg = 0;
-                return true;
-            }
-            self.release_block();
+    /// Reads the whole frame of a TP_STATUS_COPY slot from the socket into `stage`; false
+    /// (counted) if it is not there or longer than any frame.
+    fn read_whole(&mut self) -> bool {
+        if self.stage.is_empty() {
+            self.stage = vec![0; VNET_HDR_LEN + STAGE_FRAME];
         }
-        false
+        // SAFETY: reads at most stage.len() bytes into our buffer.
+        let n = unsafe {
+            libc::recv(
+                self.sh.fd.as_raw_fd(),
+                self.stage.as_mut_ptr() as *mut libc::c_void,
+                self.stage.len(),
+                libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+            )
+        };
+        if n < (VNET_HDR_LEN + 14) as isize || n as usize > self.stage.len() {
+            self.drops += 1;
+            return false;
+        }
+        self.staged = n as usize;
+        true
     }
 
     /// Copies (or segments) the frame at the cursor into `batch`.
     fn take_frame(&mut self, cache: &mut PoolCache, batch: &mut PacketBatch, max: usize) -> Step {
-        let bs = self.sh.block_size;
-        let b = self.block(self.cur.block);
-        // SAFETY: the kernel wrote a tpacket3_hdr at `off` inside our block.
-        let h = unsafe { &*(b.add(self.cur.off) as *const libc::tpacket3_hdr) };
+        let b = self.slot(self.cur.frame);
+        // SAFETY: the kernel wrote a tpacket2_hdr at the start of our slot.
+        let h = unsafe { &*(b as *const libc::tpacket2_hdr) };
         let (mac, snap, len, status) = (
             h.tp_mac as usize,
             h.tp_snaplen as usize,
             h.tp_len as usize,
             h.tp_status,
         );
+        let copy = status & libc::TP_STATUS_COPY != 0;
         // sockaddr_ll follows the aligned header; sll_pkttype is its byte 10.
-        let sll = self.cur.off + 48;
-        if self.cur.off + mac + snap > bs || mac < VNET_HDR_LEN || sll + 11 > bs {
+        if mac + snap > FRAME_SLOT || mac < VNET_HDR_LEN || SLL_OFFSET + 11 > FRAME_SLOT {
+            if copy && self.staged == 0 {
+                self.read_whole();
+            }
             self.drops += 1;
             return Step::Done;
         }
         // SAFETY: bounds checked above.
-        let pkttype = unsafe { *b.add(sll + 10) };
+        let pkttype = unsafe { *b.add(SLL_OFFSET + 10) };
         if pkttype == libc::PACKET_OUTGOING {
+            if copy && self.staged == 0 {
+                self.read_whole();
+            }
             return Step::Done;
+        }
+        let vlan = (status & libc::TP_STATUS_VLAN_VALID != 0).then(|| {
+            let tpid = if status & libc::TP_STATUS_VLAN_TPID_VALID != 0 {
+                h.tp_vlan_tpid
+            } else {
+                0x8100
+            };
+            (tpid, h.tp_vlan_tci)
+        });
+        if copy {
+            // Longer than the slot: the whole frame waits on the socket, in ring order.
+            if self.staged == 0 && !self.read_whole() {
+                return Step::Done;
+            }
+            let stage = std::mem::take(&mut self.stage);
+            let (vh, frame) = stage[..self.staged].split_at(VNET_HDR_LEN);
+            let step = self.deliver(cache, batch, max, frame, Vnet::parse(vh), vlan);
+            self.stage = stage;
+            return step;
         }
         if snap < len || snap < 14 {
             self.drops += 1;
             return Step::Done;
         }
-        // SAFETY: frame bytes and the vnet header before them lie inside the block.
+        // SAFETY: frame bytes and the vnet header before them lie inside the slot.
         let (frame, vh) = unsafe {
-            let f = b.add(self.cur.off + mac);
+            let f = b.add(mac);
             (
                 std::slice::from_raw_parts(f, snap),
                 std::slice::from_raw_parts(f.sub(VNET_HDR_LEN), VNET_HDR_LEN),
             )
         };
-        let vnet = Vnet::parse(vh);
-        let vlan = (status & libc::TP_STATUS_VLAN_VALID != 0).then(|| {
-            let tpid = if status & libc::TP_STATUS_VLAN_TPID_VALID != 0 {
-                h.hv1.tp_vlan_tpid
-            } else {
-                0x8100
-            };
-            (tpid, h.hv1.tp_vlan_tci as u16)
-        });
+        self.deliver(cache, batch, max, frame, Vnet::parse(vh), vlan)
+    }
+
+    /// Copies or segments one whole frame (with its offload header) into `batch`.
+    fn deliver(
+        &mut self,
+        cache: &mut PoolCache,
+        batch: &mut PacketBatch,
+        max: usize,
+        frame: &[u8],
+        vnet: Vnet,
+        vlan: Option<(u16, u16)>,
+    ) -> Step {
+        let snap = frame.len();
         match vnet.gso_type & !GSO_ECN {
             GSO_NONE => {
                 let Some(mut p) = cache.alloc_any(snap) else {
@@ -439,26 +475,13 @@ impl RxQueue for RxQ {
         let start = batch.len();
         let max = (start + max).min(MAX_BURST);
         while batch.len() < max {
-            if self.cur.left == 0 && !self.open_block() {
+            let st = self.slot_status(self.cur.frame).load(Ordering::Acquire);
+            if st & libc::TP_STATUS_USER == 0 {
                 break;
             }
             match self.take_frame(cache, batch, max) {
                 Step::Stop => break,
-                Step::Done => {
-                    // SAFETY: the frame header is inside the open block.
-                    let next = unsafe {
-                        (*(self.block(self.cur.block).add(self.cur.off)
-                            as *const libc::tpacket3_hdr))
-                            .tp_next_offset
-                    };
-                    self.cur.left -= 1;
-                    self.cur.seg = 0;
-                    if self.cur.left == 0 {
-                        self.release_block();
-                    } else {
-                        self.cur.off += next as usize;
-                    }
-                }
+                Step::Done => self.release_frame(),
             }
         }
         if self.drops | self.segmented > 0 {
@@ -602,6 +625,8 @@ impl Port for AfPacketPort {
             drops: 0,
             segmented: 0,
             seg_cap: None,
+            stage: Vec::new(),
+            staged: 0,
         }))
     }
 
@@ -730,8 +755,8 @@ fn open_here(cfg: &Config, nq_in: usize, nq_out: usize, where_: &str) -> Result<
             &fd,
             libc::SOL_PACKET,
             libc::PACKET_VERSION,
-            &(libc::tpacket_versions::TPACKET_V3 as i32),
-            "PACKET_VERSION TPACKET_V3",
+            &(libc::tpacket_versions::TPACKET_V2 as i32),
+            "PACKET_VERSION TPACKET_V2",
         )?;
         setsockopt(
             &fd,
@@ -748,14 +773,19 @@ fn open_here(cfg: &Config, nq_in: usize, nq_out: usize, where_: &str) -> Result<
             &1i32,
             "PACKET_IGNORE_OUTGOING",
         );
-        let req = libc::tpacket_req3 {
+        // A frame longer than its slot is queued whole on the socket (TP_STATUS_COPY).
+        setsockopt(
+            &fd,
+            libc::SOL_PACKET,
+            libc::PACKET_COPY_THRESH,
+            &1i32,
+            "PACKET_COPY_THRESH",
+        )?;
+        let req = libc::tpacket_req {
             tp_block_size: cfg.block_size,
             tp_block_nr: cfg.num_blocks,
-            tp_frame_size: 2048,
-            tp_frame_nr: (cfg.block_size / 2048) * cfg.num_blocks,
-            tp_retire_blk_tov: BLOCK_TIMEOUT_MS,
-            tp_sizeof_priv: 0,
-            tp_feature_req_word: 0,
+            tp_frame_size: FRAME_SLOT as u32,
+            tp_frame_nr: (cfg.block_size / FRAME_SLOT as u32) * cfg.num_blocks,
         };
         setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_RX_RING, &req, "RX ring")?;
         let len = cfg.block_size as usize * cfg.num_blocks as usize;
@@ -817,8 +847,7 @@ fn open_here(cfg: &Config, nq_in: usize, nq_out: usize, where_: &str) -> Result<
         rx.push(Arc::new(RxShared {
             fd,
             ring,
-            block_size: cfg.block_size as usize,
-            num_blocks: cfg.num_blocks as usize,
+            num_frames: (cfg.block_size as usize / FRAME_SLOT) * cfg.num_blocks as usize,
             cursor: Mutex::new(Some(Cursor::default())),
             kernel_drops: AtomicU64::new(0),
             own_drops: AtomicU64::new(0),
@@ -865,10 +894,10 @@ fn open_here(cfg: &Config, nq_in: usize, nq_out: usize, where_: &str) -> Result<
         format!("offloads off: {}", off.join(" "))
     };
     let desc = format!(
-        "{}{where_}: {nq_in} rx queue(s) (TPACKET_V3 ring {} x {} KiB{}), {nq_out} tx queue(s) (sendmmsg), software GSO/checksum; {offloads}",
+        "{}{where_}: {nq_in} rx queue(s) (TPACKET_V2 ring of {} {}-byte slots{}), {nq_out} tx queue(s) (sendmmsg), software GSO/checksum; {offloads}",
         cfg.ifname,
-        cfg.num_blocks,
-        cfg.block_size / 1024,
+        (cfg.block_size as usize / FRAME_SLOT) * cfg.num_blocks as usize,
+        FRAME_SLOT,
         if cfg.promiscuous { ", promiscuous" } else { "" },
     );
     Ok(AfPacketPort {
@@ -890,7 +919,7 @@ fn create(params: &PortParams, arg: &Value) -> Result<NewPort> {
 pub static DRIVER: PortDriver = PortDriver {
     name: "AFPacketPort",
     name_template: "af_packet_port",
-    help: "a Linux interface through AF_PACKET sockets (TPACKET_V3 RX ring, sendmmsg TX, PACKET_FANOUT across queues)",
+    help: "a Linux interface through AF_PACKET sockets (TPACKET_V2 RX ring, sendmmsg TX, PACKET_FANOUT across queues)",
     arg_type: "bessemer.pb.AFPacketPortArg",
     arg_doc: &[
         "ifname: string — the interface (required)",
