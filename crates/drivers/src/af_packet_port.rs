@@ -773,6 +773,20 @@ fn open_here(cfg: &Config, nq_in: usize, nq_out: usize, where_: &str) -> Result<
             &1i32,
             "PACKET_IGNORE_OUTGOING",
         );
+        // Room on the socket for frames too long for a slot (up to 64 super-frames); root
+        // may exceed net.core.rmem_max, others get what it allows.
+        let rcvbuf = 64 * STAGE_FRAME as i32;
+        if setsockopt(
+            &fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            &rcvbuf,
+            "SO_RCVBUFFORCE",
+        )
+        .is_err()
+        {
+            let _ = setsockopt(&fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &rcvbuf, "SO_RCVBUF");
+        }
         // A frame longer than its slot is queued whole on the socket (TP_STATUS_COPY).
         setsockopt(
             &fd,
