@@ -28,9 +28,10 @@
 //!   receive work runs in softirq on the core that sends to it (the switch's, or core 0 for
 //!   the kernel switches) and is counted with it. A run during which any other process
 //!   used more than 5 % of a core is discarded and repeated (at most twice more).
-//! * Latency: `ping -c 200 -i 0.01` on core 0 (the switch's core may be busy polling) from
-//!   `gen_ns` to `sink_ns` through the switch (counter replaced by `XDP_PASS`), median and
-//!   p99 round trip in microseconds.
+//! * Latency: 200 ICMP echo requests, one every 10 ms, from `gen_ns` to `sink_ns` through the
+//!   switch (counter replaced by `XDP_PASS`), sent by a pinger pinned to core 0 that spins on
+//!   its socket in between, so the measuring core never sleeps (a halted vCPU's wake-up
+//!   would dominate); median and p99 round trip in microseconds.
 //!
 //! Prints one JSON line.
 
@@ -530,36 +531,116 @@ fn latency(t: &Topo, dst: &str) -> Result<(f64, f64, usize)> {
         &bpf::prog_verdict(bpf::XDP_PASS),
         "bench_pass",
     )?;
-    let ping = |n: usize, interval: &str| {
-        Command::new("timeout")
-            .args([
-                "20",
-                "taskset",
-                "-c",
-                &GEN_CORE.to_string(),
-                "ip",
-                "netns",
-                "exec",
-            ])
-            .args([t.gen_ns, "ping", "-n", "-W", "1"])
-            .args(["-c", &n.to_string(), "-i", interval, dst])
-            .output()
-    };
-    let _ = ping(3, "0.2");
-    let out = ping(PINGS, "0.01").map_err(err)?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut rtt: Vec<f64> = text
-        .lines()
-        .filter_map(|l| l.split("time=").nth(1))
-        .filter_map(|v| v.split_whitespace().next()?.parse::<f64>().ok())
-        .map(|ms| ms * 1000.0)
-        .collect();
+    let dst_ip: std::net::Ipv4Addr = dst.parse().map_err(|e| err(format!("{dst}: {e}")))?;
+    let gen_ns = t.gen_ns.to_string();
+    // On a thread of its own: it enters the generator's namespace and pins itself.
+    let mut rtt = std::thread::spawn(move || busy_ping(&gen_ns, dst_ip, PINGS))
+        .join()
+        .map_err(|_| err("the pinger panicked"))??;
     if rtt.is_empty() {
-        return Err(err(format!("no ping replies through the switch: {text}")));
+        return Err(err("no ping replies through the switch"));
     }
     rtt.sort_by(|a, b| a.total_cmp(b));
     let q = |p: f64| rtt[((rtt.len() as f64 * p).ceil() as usize).clamp(1, rtt.len()) - 1];
     Ok((q(0.5), q(0.99), rtt.len()))
+}
+
+/// Sends `n` ICMP echo requests to `dst` from namespace `ns`, one every 10 ms, on core 0,
+/// spinning on a non-blocking socket in between, so the measuring core never sleeps (on a
+/// VM, waking a halted vCPU takes tens of microseconds, more than the switch adds). Returns
+/// the round trips in microseconds (lost requests are left out after 1 s).
+fn busy_ping(ns: &str, dst: std::net::Ipv4Addr, n: usize) -> Result<Vec<f64>> {
+    enter_netns(ns)?;
+    pin_self(GEN_CORE)?;
+    // SAFETY: plain socket call; the fd is owned below.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_INET,
+            libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            libc::IPPROTO_ICMP,
+        )
+    };
+    if fd < 0 {
+        return Err(netns::os_error("raw ICMP socket"));
+    }
+    // SAFETY: a fresh fd we own.
+    let sock = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    // SAFETY: sockaddr_in is plain data.
+    let mut to: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    to.sin_family = libc::AF_INET as u16;
+    to.sin_addr.s_addr = u32::from(dst).to_be();
+    let id = (std::process::id() & 0xffff) as u16;
+    let mut rtts = Vec::with_capacity(n);
+    let mut buf = [0u8; 2048];
+    // Three unmeasured rounds first (ARP, caches).
+    for seq in 0..(n + 3) as u16 {
+        let mut req = vec![8u8, 0, 0, 0];
+        req.extend_from_slice(&id.to_be_bytes());
+        req.extend_from_slice(&seq.to_be_bytes());
+        req.extend_from_slice(&[0x5a; 56]);
+        let c = icmp_checksum(&req);
+        req[2..4].copy_from_slice(&c.to_be_bytes());
+        let start = Instant::now();
+        // SAFETY: sends our buffer to a valid sockaddr_in.
+        let sent = unsafe {
+            libc::sendto(
+                sock.as_raw_fd(),
+                req.as_ptr() as *const libc::c_void,
+                req.len(),
+                0,
+                &to as *const libc::sockaddr_in as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_in>() as u32,
+            )
+        };
+        if sent < 0 {
+            return Err(netns::os_error("sending an ICMP echo request"));
+        }
+        let mut got = None;
+        while got.is_none() && start.elapsed() < Duration::from_secs(1) {
+            // SAFETY: receives into our buffer.
+            let r = unsafe {
+                libc::recv(
+                    sock.as_raw_fd(),
+                    buf.as_mut_ptr() as *mut libc::c_void,
+                    buf.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if r < 28 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let ihl = ((buf[0] & 0xf) as usize) * 4;
+            let icmp = &buf[ihl.min(r as usize)..r as usize];
+            if icmp.len() >= 8
+                && icmp[0] == 0
+                && icmp[4..6] == id.to_be_bytes()
+                && icmp[6..8] == seq.to_be_bytes()
+            {
+                got = Some(start.elapsed());
+            }
+        }
+        if let Some(d) = got {
+            if seq >= 3 {
+                rtts.push(d.as_secs_f64() * 1e6);
+            }
+        }
+        while start.elapsed() < Duration::from_millis(10) {
+            std::hint::spin_loop();
+        }
+    }
+    Ok(rtts)
+}
+
+fn icmp_checksum(b: &[u8]) -> u16 {
+    let mut s: u32 = b
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
+        .sum();
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    !(s as u16)
 }
 
 fn run(args: &[String]) -> Result<String> {
