@@ -1387,7 +1387,11 @@ impl ClassTree {
     /// (the worker spins either way). Rate-limit throttles run their course.
     #[cold]
     fn wake_idle_early(&mut self) {
-        while self.hot[ROOT].blocked && self.wakeups.next_at() != u64::MAX {
+        // Bounded per round so an idle round stays cheap: with more than this many throttles
+        // queued ahead of every backoff, a backoff just runs its (short) course.
+        let mut budget = 64;
+        while self.hot[ROOT].blocked && self.wakeups.next_at() != u64::MAX && budget > 0 {
+            budget -= 1;
             let w = self.wakeups.pop();
             let i = w.idx as usize;
             if !self.cold[i].live || self.hot[i].wake_gen != w.gen {
