@@ -219,4 +219,32 @@ mod tests {
         assert!(!complete(&mut bad));
         assert_eq!(bad, before);
     }
+
+    proptest::proptest! {
+        /// Any bytes: no panic, and a frame it leaves alone is unchanged.
+        #[test]
+        fn arbitrary_frames_never_panic(mut f in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+            let before = f.clone();
+            if !complete(&mut f) {
+                proptest::prop_assert_eq!(f, before);
+            }
+        }
+
+        /// Any TCP or UDP frame made partial is completed back to the original, and a
+        /// complete one is never touched.
+        #[test]
+        fn partial_frames_complete_to_the_original(
+            tcp in proptest::prelude::any::<bool>(),
+            vlan in proptest::prelude::any::<bool>(),
+            payload in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300),
+        ) {
+            let proto = if tcp { PROTO_TCP } else { PROTO_UDP };
+            let (good, l4) = v4(proto, &payload, vlan);
+            let mut p = partial(&good, l4, proto);
+            complete(&mut p);
+            proptest::prop_assert_eq!(&p, &good);
+            let mut g = good.clone();
+            proptest::prop_assert!(!complete(&mut g));
+        }
+    }
 }
