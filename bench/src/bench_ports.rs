@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 use bessemer_core::engine::{Engine, EngineConfig};
 use bessemer_core::mem::PagePolicy;
 use bessemer_core::port::{PortDriver, PortParams};
-use bessemer_core::{Error, Result, Value};
+use bessemer_core::{checksum, Error, Result, Value};
 use bessemer_drivers::bpf::{self, XdpLink};
 use bessemer_drivers::netns;
 
@@ -74,12 +74,7 @@ fn frame(len: usize, sport: u16) -> Vec<u8> {
         0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 99, 0, 1, 10, 99, 0, 2,
     ];
     ip[2..4].copy_from_slice(&ip_len.to_be_bytes());
-    let sum = ip
-        .chunks(2)
-        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
-        .sum::<u32>();
-    let sum = (sum & 0xffff) + (sum >> 16);
-    let sum = !(((sum & 0xffff) + (sum >> 16)) as u16);
+    let sum = checksum::ipv4_header(&ip);
     ip[10..12].copy_from_slice(&sum.to_be_bytes());
     f.extend_from_slice(&ip);
     let udp_len = ip_len - 20;
@@ -578,7 +573,7 @@ fn busy_ping(ns: &str, dst: std::net::Ipv4Addr, n: usize) -> Result<Vec<f64>> {
         req.extend_from_slice(&id.to_be_bytes());
         req.extend_from_slice(&seq.to_be_bytes());
         req.extend_from_slice(&[0x5a; 56]);
-        let c = icmp_checksum(&req);
+        let c = checksum::checksum(&req);
         req[2..4].copy_from_slice(&c.to_be_bytes());
         let start = Instant::now();
         // SAFETY: sends our buffer to a valid sockaddr_in.
@@ -630,17 +625,6 @@ fn busy_ping(ns: &str, dst: std::net::Ipv4Addr, n: usize) -> Result<Vec<f64>> {
         }
     }
     Ok(rtts)
-}
-
-fn icmp_checksum(b: &[u8]) -> u16 {
-    let mut s: u32 = b
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
-        .sum();
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    !(s as u16)
 }
 
 fn run(args: &[String]) -> Result<String> {

@@ -232,6 +232,11 @@ impl PacketPool {
         self.shared.region.kind()
     }
 
+    /// The large-frame companion if it has been made (never makes it).
+    pub(crate) fn large_made(&self) -> Option<PacketPool> {
+        self.shared.large.get().cloned().flatten()
+    }
+
     /// Start of the frame region (for registering it as an AF_XDP UMEM).
     pub fn region_base(&self) -> *mut u8 {
         self.shared.region.base()

@@ -279,7 +279,7 @@ impl Harness {
     pub fn in_use(&self) -> usize {
         let large = self
             .pool
-            .large()
+            .large_made()
             .map_or(0, |l| l.capacity() - l.free_count());
         self.pool.capacity() - self.pool.free_count() + large
     }

@@ -174,7 +174,7 @@ struct Mapping {
 
 // SAFETY: the mapping is plain memory; exclusive use of a ring is ensured by queue claims.
 unsafe impl Send for Mapping {}
-// SAFETY: as above; the port only reads block headers it does not own through atomics.
+// SAFETY: as above; slot status words shared with the kernel are read and written atomically.
 unsafe impl Sync for Mapping {}
 
 impl Drop for Mapping {

@@ -107,7 +107,6 @@ mod tests {
             f.extend_from_slice(&[0x81, 0, 0, 7]);
         }
         f.extend_from_slice(&[0x08, 0x00]);
-        let l3 = f.len();
         let l4len = if proto == PROTO_TCP { 20 } else { 8 } + payload.len();
         let total = (20 + l4len) as u16;
         f.extend_from_slice(&[0x45, 0]);
@@ -130,7 +129,6 @@ mod tests {
             c = checksum::udp_wire(c);
         }
         f[l4 + off..l4 + off + 2].copy_from_slice(&c.to_be_bytes());
-        let _ = l3;
         (f, l4)
     }
 

@@ -94,6 +94,11 @@ fn echo_request(src: &str, dst: &str, dst_mac: [u8; 6], id: u16, payload: &[u8])
     f
 }
 
+/// True for an IPv4 ICMP echo reply.
+fn is_echo_reply(f: &[u8]) -> bool {
+    f.len() > 34 && f[12..14] == [0x08, 0x00] && f[23] == 1 && f[34] == 0
+}
+
 /// Polls PortInc `inc` (tasks `0..tasks`) until a frame matching `want` was captured, or 5 s.
 /// Returns that frame and how many frames were captured in all.
 fn wait_for(
@@ -183,14 +188,8 @@ fn namespace_kernel_answers_arp_and_ping() {
     let payload = b"bessemer vport echo 0123456789";
     let echo = echo_request("10.71.0.2", "10.71.0.1", mac, 0x4242, payload);
     s.h.inject("out", 0, std::slice::from_ref(&echo));
-    let reply = wait_for(
-        &mut s.h,
-        &s.cap,
-        1,
-        |f| f.len() > 34 && f[12..14] == [0x08, 0x00] && f[23] == 1 && f[34] == 0,
-        &mut seen,
-    )
-    .expect("no ICMP echo reply from the namespace");
+    let reply = wait_for(&mut s.h, &s.cap, 1, is_echo_reply, &mut seen)
+        .expect("no ICMP echo reply from the namespace");
     assert_eq!(reply[0..6], PEER_MAC);
     assert_eq!(reply[26..30], ipv4("10.71.0.1"), "reply source");
     assert_eq!(reply[30..34], ipv4("10.71.0.2"), "reply destination");
@@ -259,14 +258,8 @@ fn jumbo_echo_crosses_a_tap_with_a_9000_mtu() {
     let echo = echo_request("10.79.0.2", "10.79.0.1", mac, 0x4a4a, &payload);
     assert_eq!(echo.len(), 9014);
     s.h.inject("out", 0, std::slice::from_ref(&echo));
-    let reply = wait_for(
-        &mut s.h,
-        &s.cap,
-        1,
-        |f| f.len() > 34 && f[12..14] == [0x08, 0x00] && f[23] == 1 && f[34] == 0,
-        &mut seen,
-    )
-    .expect("no jumbo ICMP echo reply from the namespace");
+    let reply = wait_for(&mut s.h, &s.cap, 1, is_echo_reply, &mut seen)
+        .expect("no jumbo ICMP echo reply from the namespace");
     assert_eq!(reply.len(), 9014);
     assert_eq!(csum(&reply[34..]), 0, "ICMP checksum");
     assert_eq!(&reply[42..], &payload[..]);
