@@ -24,6 +24,9 @@ pub struct CommandSpec {
     pub arg_type: &'static str,
     /// One-line description.
     pub help: &'static str,
+    /// BESS's `Command::THREAD_SAFE`: the command only reads, or changes state the module
+    /// guards itself, so it may run while workers run the module.
+    pub mt_safe: bool,
 }
 
 /// A module class descriptor.
@@ -46,7 +49,9 @@ pub struct ModuleClass {
     pub commands: &'static [CommandSpec],
     /// Named reasons a module of this class drops packets (index = reason id).
     pub drop_reasons: &'static [&'static str],
-    /// Whether one instance may be run by several workers at once (uses `Instance::Shared`).
+    /// BESS's `max_allowed_workers_`: true if one instance may be run by several workers at
+    /// once (BESS: `Worker::kMaxWorkers`), false if by one. A placement beyond it is reported by
+    /// `CheckSchedulingConstraints`; the runner still executes it safely (see `graph::Node`).
     pub mt_safe: bool,
     /// Constructs an instance from its argument.
     pub create: fn(&mut InitContext, &Value) -> Result<Instance>,

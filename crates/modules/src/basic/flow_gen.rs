@@ -601,11 +601,13 @@ pub static CLASS: ModuleClass = ModuleClass {
             name: "update",
             arg_type: "FlowGenArg",
             help: "changes template, pps, flow_rate, flow_duration, arrival, duration (others ignored)",
+            mt_safe: false,
         },
         CommandSpec {
             name: "set_burst",
             arg_type: "FlowGenCommandSetBurstArg",
             help: "packets per run at most (0..32)",
+            mt_safe: false,
         },
     ],
     drop_reasons: &["pool_exhausted"],

@@ -83,11 +83,13 @@ pub static CLASS: ModuleClass = ModuleClass {
             name: "set_droprate",
             arg_type: "RandomSplitCommandSetDroprateArg",
             help: "changes drop_rate",
+            mt_safe: false,
         },
         CommandSpec {
             name: "set_gates",
             arg_type: "RandomSplitCommandSetGatesArg",
             help: "replaces the gate list",
+            mt_safe: false,
         },
     ],
     drop_reasons: &["random_drop"],

@@ -61,6 +61,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         name: "set_gates",
         arg_type: "ReplicateCommandSetGatesArg",
         help: "replaces the list of output gates",
+        mt_safe: false,
     }],
     drop_reasons: &["no_gates"],
     mt_safe: false,

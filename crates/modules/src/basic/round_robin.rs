@@ -91,11 +91,13 @@ pub static CLASS: ModuleClass = ModuleClass {
             name: "set_mode",
             arg_type: "RoundRobinCommandSetModeArg",
             help: "'packet' or 'batch'",
+            mt_safe: false,
         },
         CommandSpec {
             name: "set_gates",
             arg_type: "RoundRobinCommandSetGatesArg",
             help: "replaces the gate list",
+            mt_safe: false,
         },
     ],
     drop_reasons: &["no_gates"],

@@ -85,11 +85,13 @@ pub static CLASS: ModuleClass = ModuleClass {
             name: "set_pkt_size",
             arg_type: "SourceCommandSetPktSizeArg",
             help: "changes the packet size",
+            mt_safe: false,
         },
         CommandSpec {
             name: "set_burst",
             arg_type: "SourceCommandSetBurstArg",
             help: "changes packets per run",
+            mt_safe: false,
         },
     ],
     drop_reasons: &["pool_exhausted"],

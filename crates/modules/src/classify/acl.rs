@@ -216,11 +216,13 @@ pub static CLASS: ModuleClass = ModuleClass {
             name: "add",
             arg_type: "ACLArg",
             help: "appends rules (after the existing ones)",
+            mt_safe: false,
         },
         CommandSpec {
             name: "clear",
             arg_type: "EmptyArg",
             help: "removes all rules",
+            mt_safe: false,
         },
     ],
     drop_reasons: &["denied", "no_match", "too_short", "not_ipv4", "bad_ip_header"],

@@ -591,11 +591,13 @@ pub static CLASS: ModuleClass = ModuleClass {
             name: "add",
             arg_type: "BPFArg",
             help: "adds filters (all or none, if one does not compile)",
+            mt_safe: false,
         },
         CommandSpec {
             name: "clear",
             arg_type: "EmptyArg",
             help: "removes all filters",
+            mt_safe: false,
         },
     ],
     drop_reasons: &[],

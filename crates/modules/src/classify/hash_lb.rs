@@ -202,11 +202,13 @@ pub static CLASS: ModuleClass = ModuleClass {
             name: "set_mode",
             arg_type: "HashLBCommandSetModeArg",
             help: "changes the mode (l2, l3, l4)",
+            mt_safe: false,
         },
         CommandSpec {
             name: "set_gates",
             arg_type: "HashLBCommandSetGatesArg",
             help: "replaces the gate list",
+            mt_safe: false,
         },
     ],
     drop_reasons: &["drop_gate"],

@@ -508,11 +508,13 @@ pub static CLASS: ModuleClass = ModuleClass {
             name: "add",
             arg_type: "UrlFilterArg",
             help: "adds blacklist entries",
+            mt_safe: false,
         },
         CommandSpec {
             name: "clear",
             arg_type: "EmptyArg",
             help: "empties the blacklist",
+            mt_safe: false,
         },
     ],
     drop_reasons: &[

@@ -120,6 +120,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         name: "reset",
         arg_type: "WorkerSplitArg",
         help: "replaces the worker → gate map",
+        mt_safe: false,
     }],
     drop_reasons: &["unmapped_worker"],
     mt_safe: true,

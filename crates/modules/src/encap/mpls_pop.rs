@@ -94,6 +94,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         name: "set",
         arg_type: "MplsPopArg",
         help: "sets remove_eth_header and next_eth_type (absent fields take their defaults)",
+        mt_safe: false,
     }],
     drop_reasons: &["too_short"],
     mt_safe: false,

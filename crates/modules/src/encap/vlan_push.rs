@@ -80,6 +80,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         name: "set_tci",
         arg_type: "VLANPushArg",
         help: "changes the TCI of pushed tags",
+        mt_safe: false,
     }],
     drop_reasons: &["too_short", "no_headroom"],
     mt_safe: false,

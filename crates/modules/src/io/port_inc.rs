@@ -69,6 +69,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         name: "set_burst",
         arg_type: "PortIncCommandSetBurstArg",
         help: "sets packets received per task run (1..32)",
+        mt_safe: false,
     }],
     drop_reasons: &[],
     mt_safe: false,

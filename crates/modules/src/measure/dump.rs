@@ -96,6 +96,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         name: "set_interval",
         arg_type: "DumpArg",
         help: "changes the interval",
+        mt_safe: false,
     }],
     drop_reasons: &[],
     mt_safe: false,

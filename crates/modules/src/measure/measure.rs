@@ -215,11 +215,13 @@ pub static CLASS: ModuleClass = ModuleClass {
             name: "get_summary",
             arg_type: "MeasureCommandGetSummaryArg",
             help: "latency and jitter summary with percentiles",
+            mt_safe: false,
         },
         CommandSpec {
             name: "clear",
             arg_type: "EmptyArg",
             help: "resets the histograms",
+            mt_safe: false,
         },
     ],
     drop_reasons: &[],

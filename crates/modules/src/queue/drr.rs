@@ -376,11 +376,13 @@ pub static CLASS: ModuleClass = ModuleClass {
             name: "set_quantum_size",
             arg_type: "DRRQuantumArg",
             help: "changes the quantum (bytes per round, at least 1)",
+            mt_safe: false,
         },
         CommandSpec {
             name: "set_max_flow_queue_size",
             arg_type: "DRRMaxFlowQueueSizeArg",
             help: "changes the per-flow queue limit (at least 1)",
+            mt_safe: false,
         },
     ],
     drop_reasons: &["too_short", "malformed", "flow_queue_full", "too_many_flows"],

@@ -137,6 +137,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         name: "add",
         arg_type: "ArpResponderArg",
         help: "answers requests for ip with mac_addr (replaces an existing entry)",
+        mt_safe: false,
     }],
     drop_reasons: &["too_short", "not_arp", "unsupported", "arp_reply", "no_entry"],
     mt_safe: false,

@@ -122,8 +122,8 @@ pub static CLASS: ModuleClass = ModuleClass {
     igates: 1,
     ogates: 1,
     commands: &[
-        CommandSpec { name: "add", arg_type: "RandomUpdateArg", help: "adds fields" },
-        CommandSpec { name: "clear", arg_type: "RandomUpdateCommandClearArg", help: "removes all fields" },
+        CommandSpec { name: "add", arg_type: "RandomUpdateArg", help: "adds fields", mt_safe: false },
+        CommandSpec { name: "clear", arg_type: "RandomUpdateCommandClearArg", help: "removes all fields", mt_safe: false },
     ],
     drop_reasons: &["too_short"],
     mt_safe: false,

@@ -118,11 +118,13 @@ pub static CLASS: ModuleClass = ModuleClass {
             name: "add",
             arg_type: "RewriteArg",
             help: "appends templates",
+            mt_safe: false,
         },
         CommandSpec {
             name: "clear",
             arg_type: "RewriteCommandClearArg",
             help: "removes all templates",
+            mt_safe: false,
         },
     ],
     drop_reasons: &[],

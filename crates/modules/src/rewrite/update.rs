@@ -115,11 +115,13 @@ pub static CLASS: ModuleClass = ModuleClass {
             name: "add",
             arg_type: "UpdateArg",
             help: "adds fields",
+            mt_safe: false,
         },
         CommandSpec {
             name: "clear",
             arg_type: "UpdateCommandClearArg",
             help: "removes all fields",
+            mt_safe: false,
         },
     ],
     drop_reasons: &["too_short"],
