@@ -403,6 +403,7 @@ fn bessemer(driver: &'static PortDriver, a: &str, b: &str) -> Result<Engine> {
         e.connect(&inc, 0, &out, 0)?;
         e.attach_task(&inc, 0, None, Some(0))?;
     }
+    e.resume_all()?;
     Ok(e)
 }
 

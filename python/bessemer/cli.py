@@ -183,17 +183,31 @@ def run_file(s: Session, args) -> None:
         raise CliError(str(exc)) from None
 
 
+@contextlib.contextmanager
+def _changing(s: Session):
+    """As bessctl: workers pause while the pipeline changes and resume afterwards, which also
+    places the new modules' tasks (they are orphans until then, as in BESS)."""
+    s.bess.pause_all()
+    try:
+        yield
+    finally:
+        s.bess.resume_all()
+
+
 def add_worker(s: Session, args) -> None:
-    s.bess.add_worker(args.wid, args.core, args.scheduler)
+    with _changing(s):
+        s.bess.add_worker(args.wid, args.core, args.scheduler)
 
 
 def add_module(s: Session, args) -> None:
-    name = s.bess.create_module(args.mclass, args.name, _literal(args.arg, "module argument"))
+    with _changing(s):
+        name = s.bess.create_module(args.mclass, args.name, _literal(args.arg, "module argument"))
     print(name)
 
 
 def add_connection(s: Session, args) -> None:
-    s.bess.connect_modules(args.m1, args.m2, args.ogate, args.igate)
+    with _changing(s):
+        s.bess.connect_modules(args.m1, args.m2, args.ogate, args.igate)
 
 
 def add_port(s: Session, args) -> None:
@@ -206,11 +220,13 @@ def delete_worker(s: Session, args) -> None:
 
 
 def delete_module(s: Session, args) -> None:
-    s.bess.destroy_module(args.name)
+    with _changing(s):
+        s.bess.destroy_module(args.name)
 
 
 def delete_connection(s: Session, args) -> None:
-    s.bess.disconnect_modules(args.name, args.ogate)
+    with _changing(s):
+        s.bess.disconnect_modules(args.name, args.ogate)
 
 
 def delete_port(s: Session, args) -> None:

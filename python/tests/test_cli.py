@@ -114,7 +114,12 @@ def test_add_delete_and_errors_name_the_problem(daemon):
     assert cli(p, "delete", "connection", "s", "0").returncode == 0
     assert cli(p, "delete", "module", "s").returncode == 0
     assert {m.name for m in daemon.client.list_modules()} == {"sink0"}
-    assert cli(p, "add", "worker", "0", "0").returncode == 0
+    # Adding the Source resumed the workers, which placed its task on a worker 0 launched on
+    # demand (as bessctl's resume does in BESS), so worker 0 exists already.
+    r = cli(p, "add", "worker", "0", "0")
+    assert r.returncode == 1 and "already exists" in r.stderr
+    assert cli(p, "add", "worker", "1", "0").returncode == 0
+    assert cli(p, "delete", "worker", "1").returncode == 0
     assert cli(p, "delete", "worker", "0").returncode == 0
     assert daemon.client.list_workers() == []
 

@@ -129,14 +129,52 @@ pub struct Engine {
     ctx: Context,
     workers: Vec<Option<Worker>>,
     places: HashMap<TaskId, TaskPlace>,
+    /// Tasks on no worker yet, in creation order, each with the worker asked for (None: any).
+    /// BESS's orphan list: they are placed when the workers resume.
+    orphans: Vec<(TaskId, Option<usize>)>,
+    /// Where the round-robin choice of a worker for "any worker" continues (BESS's
+    /// `get_next_active_worker`).
+    next_worker: usize,
     cfg: EngineConfig,
     default_core: usize,
 }
 
-fn online_cores() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
+/// CPU ids present on the machine (`/sys/devices/system/cpu/present`, e.g. "0-3,8"), whatever
+/// the daemon's own affinity mask: BESS's `is_cpu_present`.
+fn present_cpus() -> Vec<usize> {
+    let parse = |text: &str| -> Option<Vec<usize>> {
+        let mut out = Vec::new();
+        for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+            match part.split_once('-') {
+                Some((a, b)) => out.extend(a.parse::<usize>().ok()?..=b.parse::<usize>().ok()?),
+                None => out.push(part.parse().ok()?),
+            }
+        }
+        Some(out)
+    };
+    std::fs::read_to_string("/sys/devices/system/cpu/present")
+        .ok()
+        .and_then(|t| parse(&t))
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| {
+            // SAFETY: plain sysconf query.
+            let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
+            (0..n.max(1) as usize).collect()
+        })
+}
+
+fn check_core(core: usize) -> Result<()> {
+    let cpus = present_cpus();
+    if cpus.contains(&core) {
+        return Ok(());
+    }
+    Err(Error::invalid(format!(
+        "core {core} does not exist (this machine has cores {})",
+        cpus.iter()
+            .map(|c| c.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    )))
 }
 
 fn pin_to(core: usize) -> std::io::Result<()> {
@@ -167,6 +205,8 @@ impl Engine {
             ctx,
             workers: Vec::new(),
             places: HashMap::new(),
+            orphans: Vec::new(),
+            next_worker: 0,
             cfg,
             default_core: 0,
         })
@@ -197,7 +237,8 @@ impl Engine {
             .collect()
     }
 
-    /// Starts worker `wid` pinned to `core`, running.
+    /// Starts worker `wid` pinned to `core` (a CPU id of the machine), paused as BESS launches
+    /// its workers: it runs once resumed (`resume_all`, `resume_worker`).
     pub fn add_worker(&mut self, wid: usize, core: usize) -> Result<()> {
         if wid >= MAX_WORKERS {
             return Err(Error::invalid(format!(
@@ -207,15 +248,9 @@ impl Engine {
         if self.workers.get(wid).is_some_and(|w| w.is_some()) {
             return Err(Error::exists(format!("worker {wid} already exists")));
         }
-        let cores = online_cores();
-        if core >= cores {
-            return Err(Error::invalid(format!(
-                "core {core} does not exist (this machine has cores 0..{})",
-                cores - 1
-            )));
-        }
+        check_core(core)?;
         let shared = Arc::new(WorkerShared {
-            req: AtomicU8::new(REQ_RUN),
+            req: AtomicU8::new(REQ_PAUSE),
             state: AtomicU8::new(ST_RUNNING),
             paused: Mutex::new(false),
             cv: Condvar::new(),
@@ -242,23 +277,72 @@ impl Engine {
             shared,
             thread: Some(thread),
         });
-        tracing::info!(wid, core, "worker started");
-        // Orphan tasks (created before any worker existed) go to the first worker.
-        let orphans: Vec<TaskId> = self
-            .places
-            .iter()
-            .filter(|(_, p)| p.wid.is_none())
-            .map(|(t, _)| *t)
-            .collect();
-        if !orphans.is_empty() {
-            self.paused(|e| {
-                for t in orphans {
-                    e.place_task(t, wid, None)?;
-                }
-                Ok(())
-            })?;
-        }
+        self.pause_worker(wid)?;
+        tracing::info!(wid, core, "worker started (paused until resumed)");
         Ok(())
+    }
+
+    /// The worker a traffic class or task asked for goes to, as BESS's `AttachTc` decides:
+    /// `Some(w)` must exist, except that worker 0 is launched on the default core when no
+    /// worker exists; `None` (BESS's wid -1) takes the next worker round-robin, launching
+    /// worker 0 when there is none.
+    pub fn worker_for(&mut self, wid: Option<usize>) -> Result<usize> {
+        let none = self.worker_ids().is_empty();
+        match wid {
+            Some(w) if self.worker(w).is_ok() => Ok(w),
+            Some(0) | None if none => {
+                self.add_worker(0, self.default_core)?;
+                Ok(0)
+            }
+            Some(w) => Err(Error::invalid(format!("worker {w} does not exist"))),
+            None => Ok(self.next_active_worker()),
+        }
+    }
+
+    /// BESS's `get_next_active_worker`: existing workers in turn.
+    fn next_active_worker(&mut self) -> usize {
+        let ids = self.worker_ids();
+        let w = ids
+            .iter()
+            .copied()
+            .find(|&w| w >= self.next_worker)
+            .unwrap_or(ids[0]);
+        self.next_worker = w + 1;
+        w
+    }
+
+    /// Places every orphan task (BESS's `attach_orphans`): on the worker it asked for if that
+    /// exists, else on the next worker round-robin; worker 0 is launched if none exists.
+    pub fn attach_orphans(&mut self) -> Result<()> {
+        if self.orphans.is_empty() {
+            return Ok(());
+        }
+        if self.worker_ids().is_empty() {
+            self.add_worker(0, self.default_core)?;
+        }
+        let orphans = std::mem::take(&mut self.orphans);
+        let mut targets = Vec::with_capacity(orphans.len());
+        for (t, want) in &orphans {
+            let w = match want {
+                Some(w) if self.worker(*w).is_ok() => *w,
+                _ => self.next_active_worker(),
+            };
+            targets.push((*t, w));
+        }
+        let r = self.paused(|e| {
+            for &(t, w) in &targets {
+                e.place_task(t, w, None)?;
+            }
+            Ok(())
+        });
+        if r.is_err() {
+            // Whatever was not placed stays an orphan.
+            self.orphans = orphans
+                .into_iter()
+                .filter(|(t, _)| self.places.get(t).is_none_or(|p| p.wid.is_none()))
+                .collect();
+        }
+        r
     }
 
     /// Stops and removes a worker that has no traffic classes or tasks.
@@ -322,11 +406,10 @@ impl Engine {
         Ok(())
     }
 
-    /// Resumes every worker; with tasks but no worker, starts worker 0 on core 0 as BESS does.
+    /// Resumes every worker after placing the orphan tasks (BESS's ResumeAll; with orphans
+    /// and no worker, worker 0 is started on the default core).
     pub fn resume_all(&mut self) -> Result<()> {
-        if self.worker_ids().is_empty() && !self.places.is_empty() {
-            self.add_worker(0, self.default_core)?;
-        }
+        self.attach_orphans()?;
         for wid in self.worker_ids() {
             self.resume_worker(wid)?;
         }
@@ -335,12 +418,7 @@ impl Engine {
 
     /// Sets the core of the worker `resume_all` starts when tasks exist and no worker does.
     pub fn set_default_core(&mut self, core: usize) -> Result<()> {
-        if core >= online_cores() {
-            return Err(Error::invalid(format!(
-                "core {core} does not exist (this machine has {})",
-                online_cores()
-            )));
-        }
+        check_core(core)?;
         self.default_core = core;
         Ok(())
     }
@@ -397,6 +475,7 @@ impl Engine {
             self.pause_worker(w)?;
         }
         let r = f(self);
+        self.refresh_task_workers();
         for &w in &running {
             self.resume_worker(w)?;
         }
@@ -420,26 +499,21 @@ impl Engine {
         Ok(unsafe { &*w.shared.tree.get() })
     }
 
-    fn check_constraints(&self) -> Result<()> {
-        let conflicts = self
-            .graph()
-            .worker_conflicts(&|t| self.places.get(&t).and_then(|p| p.wid));
-        if let Some((m, a, b)) = conflicts.first() {
-            return Err(Error::busy(format!(
-                "module '{m}' would be run by workers {a} and {b}, but it is not thread-safe; \
-                 split the pipeline with a Queue or attach the tasks to one worker"
-            )));
-        }
-        Ok(())
+    /// Tells the graph which workers run which modules (workers paused).
+    fn refresh_task_workers(&mut self) {
+        let places: HashMap<TaskId, usize> = self
+            .places
+            .iter()
+            .filter_map(|(t, p)| p.wid.map(|w| (*t, w)))
+            .collect();
+        self.graph_mut()
+            .set_task_workers(&|t| places.get(&t).copied());
     }
 
-    /// Constraint violations of the current configuration, as messages.
-    pub fn constraint_violations(&self) -> Vec<String> {
-        self.graph()
-            .worker_conflicts(&|t| self.places.get(&t).and_then(|p| p.wid))
-            .into_iter()
-            .map(|(m, a, b)| format!("module '{m}' is reachable from workers {a} and {b}"))
-            .collect()
+    /// Modules run by more workers than their class allows, with those workers (what
+    /// BESS's CheckSchedulingConstraints reports as fatal module violations).
+    pub fn constraint_violations(&self) -> Vec<(String, Vec<usize>)> {
+        self.graph().worker_violations()
     }
 
     /// Puts a task in a leaf on worker `wid` (under `parent` or the worker's root).
@@ -502,11 +576,9 @@ impl Engine {
             .map_err(|e| Error::invalid(e.to_string()))
     }
 
-    fn default_worker(&self) -> Option<usize> {
-        self.worker_ids().first().copied()
-    }
-
-    /// Creates a module; its tasks go to the first worker (or wait for one). Returns its name.
+    /// Creates a module. Its tasks are orphans until attached or until the workers resume
+    /// (BESS's `RegisterTask`); the resume that places the first of them launches worker 0
+    /// when no worker exists. Returns its name.
     pub fn create_module(
         &mut self,
         class: &'static ModuleClass,
@@ -516,35 +588,22 @@ impl Engine {
         self.paused(|e| {
             let (id, tasks) = e.graph_mut().add_module(class, name, arg)?;
             let name = e.graph().name_of(id).to_string();
-            let wid = e.default_worker();
             for (i, t) in tasks.iter().enumerate() {
-                match wid {
-                    Some(w) => {
-                        if let Err(err) = e.place_task(*t, w, None) {
-                            let mut ctx = Context::new(usize::MAX, &e.pool);
-                            for t in &tasks {
-                                e.unplace_task(*t);
-                            }
-                            let _ = e.graph_mut().remove_module(&name, &mut ctx);
-                            return Err(err);
-                        }
-                    }
-                    None => {
-                        e.places.insert(
-                            *t,
-                            TaskPlace {
-                                wid: None,
-                                leaf: leaf_name(&name, i),
-                            },
-                        );
-                    }
-                }
+                e.places.insert(
+                    *t,
+                    TaskPlace {
+                        wid: None,
+                        leaf: leaf_name(&name, i),
+                    },
+                );
+                e.orphans.push((*t, None));
             }
             Ok(name)
         })
     }
 
     fn unplace_task(&mut self, t: TaskId) {
+        self.orphans.retain(|(o, _)| *o != t);
         if let Some(TaskPlace { wid: Some(w), leaf }) = self.places.remove(&t) {
             if let Ok(tree) = self.tree_mut(w) {
                 tree.detach_task(t);
@@ -569,14 +628,7 @@ impl Engine {
 
     /// Connects `from:ogate -> igate:to`.
     pub fn connect(&mut self, from: &str, ogate: u16, to: &str, igate: u16) -> Result<()> {
-        self.paused(|e| {
-            e.graph_mut().connect(from, ogate, to, igate)?;
-            if let Err(err) = e.check_constraints() {
-                e.graph_mut().disconnect(from, ogate)?;
-                return Err(err);
-            }
-            Ok(())
-        })
+        self.paused(|e| e.graph_mut().connect(from, ogate, to, igate))
     }
 
     /// Installs a gate hook (see [`Pipeline::add_hook`]) with the workers paused.
@@ -663,7 +715,9 @@ impl Engine {
             .ok_or_else(|| Error::not_found(format!("traffic class '{name}' does not exist")))
     }
 
-    /// Moves task `idx` of `module` under class `parent` (on its worker) or to worker `wid`'s root.
+    /// Moves task `idx` of `module` under class `parent` (on its worker) or to the root of
+    /// worker `wid` (chosen by [`Engine::worker_for`]; `None` is any worker). Placement is
+    /// never refused for thread safety: `constraint_violations` reports what BESS would.
     pub fn attach_task(
         &mut self,
         module: &str,
@@ -673,33 +727,18 @@ impl Engine {
     ) -> Result<()> {
         let tasks = self.graph().tasks_of(module)?;
         let t = *tasks.get(idx).ok_or_else(|| {
-            Error::invalid(format!(
+            Error::not_found(format!(
                 "module '{module}' has {} task(s); no task {idx}",
                 tasks.len()
             ))
         })?;
-        let target = match (parent, wid) {
-            (Some(p), _) => self.tc_worker(p)?,
-            (None, Some(w)) => {
-                self.worker(w)?;
-                w
-            }
-            (None, None) => {
-                return Err(Error::invalid(
-                    "attach_task needs a parent class or a worker id",
-                ))
-            }
+        let target = match parent {
+            Some(p) => self.tc_worker(p)?,
+            None => self.worker_for(wid)?,
         };
-        let old = self.places.get(&t).cloned();
         self.paused(|e| {
             e.place_task(t, target, parent)?;
-            if let Err(err) = e.check_constraints() {
-                match old.and_then(|o| o.wid) {
-                    Some(ow) => e.place_task(t, ow, None)?,
-                    None => e.unplace_task(t),
-                }
-                return Err(err);
-            }
+            e.orphans.retain(|(o, _)| *o != t);
             Ok(())
         })
     }

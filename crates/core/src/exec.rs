@@ -19,6 +19,38 @@ pub const DROP_HOP_LIMIT: usize = usize::MAX - 2;
 /// Most module runs one task invocation may cause (bounds loops in the graph).
 pub const MAX_HOPS: usize = 4096;
 
+/// Holds a node's lock while a worker runs an exclusive instance that other workers reach
+/// too (BESS runs such placements unguarded; a module call is short and never re-enters the
+/// graph, so a spin lock is enough and cannot deadlock). No-op for single-worker nodes.
+struct NodeGuard<'a>(Option<&'a std::sync::atomic::AtomicBool>);
+
+impl<'a> NodeGuard<'a> {
+    #[inline(always)]
+    fn enter(node: &'a Node) -> NodeGuard<'a> {
+        use std::sync::atomic::Ordering;
+        if !node.multi {
+            return NodeGuard(None);
+        }
+        while node
+            .lock
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            std::hint::spin_loop();
+        }
+        NodeGuard(Some(&node.lock))
+    }
+}
+
+impl Drop for NodeGuard<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        if let Some(l) = self.0 {
+            l.store(false, std::sync::atomic::Ordering::Release);
+        }
+    }
+}
+
 struct Pending {
     prio: u32,
     dst: u32,
@@ -161,7 +193,7 @@ impl Context {
             DROP_HOP_LIMIT => k + 2,
             _ => k + 1,
         };
-        node.drops[idx.min(node.drops.len() - 1)].add(n);
+        node.drops[idx.min(node.drops.len() - 1)].add_by(n, node.multi);
     }
 
     /// Counts `n` packets dropped under `reason` that never existed as buffers (e.g. a
@@ -227,15 +259,15 @@ impl Context {
             return self.drop_batch(batch, DROP_DEADEND);
         };
         let n = batch.len();
-        og.stats.packets.add(n as u64);
-        og.stats.batches.add(1);
+        og.stats.packets.add_by(n as u64, node.multi);
+        og.stats.batches.add_by(1, node.multi);
         if !og.hooks.is_empty() {
             crate::hook::run_hooks(&og.hooks, batch);
         }
         if og.track_bits {
             og.stats
                 .bits
-                .add(batch.pkts().iter().map(|p| p.bits()).sum());
+                .add_by(batch.pkts().iter().map(|p| p.bits()).sum(), node.multi);
         }
         let (dst, igate, prio) = (og.dst, og.igate, og.dst_prio);
         for p in self.pending.iter_mut() {
@@ -308,10 +340,11 @@ impl Context {
                 crate::hook::run_hooks(h, &batch);
             }
             match &node.inst {
-                // SAFETY: only this worker runs this module (graph constraint checker).
-                InstanceCell::Exclusive(m) => unsafe {
-                    (*m.get()).process_batch(self, &mut batch, igate)
-                },
+                InstanceCell::Exclusive(m) => {
+                    let _g = NodeGuard::enter(node);
+                    // SAFETY: one worker runs this module, or `_g` holds its lock.
+                    unsafe { (*m.get()).process_batch(self, &mut batch, igate) }
+                }
                 InstanceCell::Shared(m) => m.process_batch(self, &mut batch, igate),
             }
             self.cur_input = std::ptr::null();
@@ -377,8 +410,11 @@ impl Context {
         self.enter(graph, module);
         let node = graph.node(module);
         let r = match &node.inst {
-            // SAFETY: as in `drain`.
-            InstanceCell::Exclusive(m) => unsafe { (*m.get()).run_task(self, arg) },
+            InstanceCell::Exclusive(m) => {
+                let _g = NodeGuard::enter(node);
+                // SAFETY: as in `drain`.
+                unsafe { (*m.get()).run_task(self, arg) }
+            }
             InstanceCell::Shared(m) => m.run_task(self, arg),
         };
         self.flush_outputs(graph);

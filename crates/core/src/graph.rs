@@ -17,7 +17,8 @@ use crate::module::{InitContext, Instance, Module, ModuleClass, SharedModule, MA
 use crate::sched::TaskId;
 use crate::value::Value;
 
-/// A counter written by one worker and read by the control thread.
+/// A counter read by the control thread, written by one worker ([`Counter::add`]) or several
+/// ([`Counter::add_shared`]).
 #[derive(Default)]
 pub struct Counter(AtomicU64);
 
@@ -29,6 +30,20 @@ impl Counter {
             self.0.load(Ordering::Relaxed).wrapping_add(n),
             Ordering::Relaxed,
         );
+    }
+    /// Adds `n` with a locked instruction, for a counter several workers may update.
+    #[inline(always)]
+    pub fn add_shared(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+    /// Adds `n`: [`Counter::add_shared`] if `shared`, else [`Counter::add`].
+    #[inline(always)]
+    pub fn add_by(&self, n: u64, shared: bool) {
+        if shared {
+            self.add_shared(n)
+        } else {
+            self.add(n)
+        }
     }
     /// Current value.
     pub fn get(&self) -> u64 {
@@ -99,6 +114,13 @@ pub struct Node {
     pub(crate) drops: Box<[Counter]>,
     pub(crate) tasks: Vec<TaskId>,
     pub(crate) prio: u32,
+    /// Workers whose tasks reach this module (bit per worker id), set by
+    /// [`Pipeline::set_task_workers`] while those workers are paused.
+    pub(crate) workers: u64,
+    /// More than one worker reaches the module: counters are updated atomically, and an
+    /// exclusive instance is run under `lock`, so any placement BESS accepts runs safely.
+    pub(crate) multi: bool,
+    pub(crate) lock: std::sync::atomic::AtomicBool,
 }
 
 /// A task registered by a module.
@@ -146,17 +168,19 @@ pub struct Pipeline {
     ports: crate::port::PortTable,
 }
 
-// SAFETY: workers only touch Exclusive instances reachable from their own tasks (checked by
-// `worker_conflicts`), and the control thread mutates only while those workers are paused.
+// SAFETY: an Exclusive instance reached by several workers (`Node::multi`, kept current by
+// `set_task_workers`) is run only under its node lock, and the control thread mutates only
+// while the workers are paused.
 unsafe impl Sync for Pipeline {}
 unsafe impl Send for Pipeline {}
 
-/// True if `name` is a valid module name (BESS: letters, digits, '_', not starting with a digit).
+/// Longest module, port or traffic-class name accepted (BESS has no limit; ours bounds memory).
+pub const MAX_NAME_LEN: usize = 1024;
+
+/// True if `name` is acceptable as a module or port name. BESS takes any non-empty string
+/// (`soc_3_2026-11-24-10-00`, `my-mod.1`, ...); so do we, up to [`MAX_NAME_LEN`] bytes.
 pub fn valid_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-        && name.len() <= 128
+    !name.is_empty() && name.len() <= MAX_NAME_LEN
 }
 
 impl Pipeline {
@@ -222,7 +246,8 @@ impl Pipeline {
             Some(n) if !n.is_empty() => {
                 if !valid_name(n) {
                     return Err(Error::invalid(format!(
-                        "'{n}' is not a valid module name (letters, digits and '_', not starting with a digit)"
+                        "module name is too long ({} bytes; at most {MAX_NAME_LEN})",
+                        n.len()
                     )));
                 }
                 if self.by_name.contains_key(n) {
@@ -276,6 +301,9 @@ impl Pipeline {
                 .collect(),
             tasks: tasks.clone(),
             prio: 0,
+            workers: 0,
+            multi: false,
+            lock: std::sync::atomic::AtomicBool::new(false),
         });
         self.by_name.insert(name, id);
         if let Err(e) = self.recompute() {
@@ -385,15 +413,21 @@ impl Pipeline {
         Ok(())
     }
 
-    /// Disconnects output gate `ogate` of module `from`.
+    /// Disconnects output gate `ogate` of module `from`. As in BESS, a gate that exists in the
+    /// class but is not connected is left as it is (no error); a gate beyond the class's
+    /// output gates is EINVAL.
     pub fn disconnect(&mut self, from: &str, ogate: u16) -> Result<()> {
         let src = self.id_of(from)?;
-        if !self.unlink(src, ogate) {
-            return Err(Error::not_found(format!(
-                "output gate {ogate} of module '{from}' is not connected"
+        let class = self.node(src).class;
+        if ogate >= class.ogates.min(MAX_GATES) {
+            return Err(Error::invalid(format!(
+                "module '{from}' ({}) has {} output gate(s); gate {ogate} is out of range",
+                class.name, class.ogates
             )));
         }
-        self.recompute()?;
+        if self.unlink(src, ogate) {
+            self.recompute()?;
+        }
         Ok(())
     }
 
@@ -460,9 +494,10 @@ impl Pipeline {
         self.reach(start, false)
     }
 
-    /// Walks downstream; with `stop_at_shared`, a shared module other than `start` is
-    /// included but not expanded (its own task, not the caller's, runs what follows it).
-    fn reach(&self, start: u32, stop_at_shared: bool) -> Vec<u32> {
+    /// Walks downstream. With `stop_at_buffers`, a module other than `start` that has both
+    /// input gates and a task of its own (Queue, DRR: BESS's `propagate_workers_ = false`) is
+    /// included but not expanded: its own task, not the caller's, runs what follows it.
+    fn reach(&self, start: u32, stop_at_buffers: bool) -> Vec<u32> {
         let mut seen = vec![false; self.nodes.len()];
         let mut stack = vec![start];
         let mut out = Vec::new();
@@ -472,7 +507,7 @@ impl Pipeline {
             }
             out.push(i);
             let n = self.node(i);
-            if stop_at_shared && i != start && matches!(n.inst, InstanceCell::Shared(_)) {
+            if stop_at_buffers && i != start && n.class.igates > 0 && !n.tasks.is_empty() {
                 continue;
             }
             for g in n.ogates.iter().flatten() {
@@ -482,35 +517,42 @@ impl Pipeline {
         out
     }
 
-    /// Exclusive modules that tasks of different workers reach (`task_worker` maps each task
-    /// to its worker). Running them would race, so the engine refuses such a configuration.
-    pub fn worker_conflicts(
-        &self,
-        task_worker: &dyn Fn(TaskId) -> Option<usize>,
-    ) -> Vec<(String, usize, usize)> {
-        let mut owner: HashMap<u32, usize> = HashMap::new();
-        let mut out = Vec::new();
+    /// Records which workers run each module, from where each task is placed (`task_worker`;
+    /// None for a task on no worker). Call with every worker that runs the graph paused.
+    pub fn set_task_workers(&mut self, task_worker: &dyn Fn(TaskId) -> Option<usize>) {
+        let mut masks = vec![0u64; self.nodes.len()];
         for (t, e) in self.tasks.iter().enumerate() {
             let Some(e) = e else { continue };
             let Some(w) = task_worker(TaskId(t as u32)) else {
                 continue;
             };
             for m in self.reach(e.module, true) {
-                let n = self.node(m);
-                if matches!(n.inst, InstanceCell::Shared(_)) {
-                    continue;
-                }
-                match owner.get(&m) {
-                    Some(&o) if o != w => out.push((n.name.clone(), o, w)),
-                    Some(_) => {}
-                    None => {
-                        owner.insert(m, w);
-                    }
-                }
+                masks[m as usize] |= 1u64 << (w % 64);
             }
         }
+        for (n, mask) in self.nodes.iter_mut().zip(masks) {
+            if let Some(n) = n {
+                n.workers = mask;
+                n.multi = mask.count_ones() > 1;
+            }
+        }
+    }
+
+    /// Modules run by more workers than their class allows (BESS's
+    /// `CheckModuleConstraints`: a class that is not `mt_safe` allows one), each with the
+    /// workers that run it, as of the last [`Pipeline::set_task_workers`].
+    pub fn worker_violations(&self) -> Vec<(String, Vec<usize>)> {
+        let mut out: Vec<(String, Vec<usize>)> = self
+            .nodes
+            .iter()
+            .flatten()
+            .filter(|n| n.multi && !n.class.mt_safe)
+            .map(|n| {
+                let ws = (0..64).filter(|w| n.workers & (1u64 << w) != 0).collect();
+                (n.name.clone(), ws)
+            })
+            .collect();
         out.sort();
-        out.dedup();
         out
     }
 

@@ -376,8 +376,9 @@ impl PortTable {
                 .expect("a free name");
         } else if !crate::graph::valid_name(&params.name) {
             return Err(Error::invalid(format!(
-                "'{}' is not a valid port name (letters, digits and '_', not starting with a digit)",
-                params.name
+                "port name is too long ({} bytes; at most {})",
+                params.name.len(),
+                crate::graph::MAX_NAME_LEN
             )));
         } else if ports.contains_key(&params.name) {
             return Err(Error::exists(format!(

@@ -26,7 +26,7 @@ use crate::pb;
 pub const VERSION: &str = concat!("bessemer ", env!("CARGO_PKG_VERSION"));
 
 /// Longest name (module, class, port, ...) accepted in a request.
-pub const MAX_NAME_LEN: usize = 1024;
+pub use bessemer_core::graph::MAX_NAME_LEN;
 
 /// Port driver names BESS has (those Bessemer lacks are refused with ENOTSUP).
 const BESS_DRIVERS: &[&str] = &[
@@ -197,12 +197,17 @@ fn wid_of(wid: i64) -> Result<usize> {
     Ok(wid as usize)
 }
 
-/// A worker id where -1 means the default (worker 0).
-fn wid_or_default(wid: i64) -> Result<usize> {
+/// A worker id where -1 means any worker (BESS's `Worker::kAnyWorker`).
+fn wid_or_any(wid: i64) -> Result<Option<usize>> {
     if wid == -1 {
-        Ok(0)
+        Ok(None)
     } else {
-        wid_of(wid)
+        wid_of(wid).map(Some).map_err(|_| {
+            Error::invalid(format!(
+                "'wid' must be -1 or between 0 and {} (got {wid})",
+                MAX_WORKERS - 1
+            ))
+        })
     }
 }
 
@@ -460,18 +465,18 @@ fn parent_arg(e: &Engine, parent: Option<&str>) -> Option<String> {
 
 fn add_tc(e: &mut Engine, tc: pb::TrafficClass) -> Result<()> {
     let name = need_name(&tc.name, "traffic class name")?;
+    if name.starts_with('!') {
+        return Err(Error::invalid(format!(
+            "traffic class names starting with '!' are reserved: '{}'",
+            truncate(&name, 64)
+        )));
+    }
     check_len(&tc.parent, "parent class name")?;
     let policy = policy_of(&tc, None)?;
     let (priority, share) = prio_share(&tc, (0, 1))?;
-    if tc.wid < -1 || tc.wid >= MAX_WORKERS as i64 {
-        return Err(Error::invalid(format!(
-            "traffic class '{name}': worker id {} is out of range (-1 or 0..={})",
-            tc.wid,
-            MAX_WORKERS - 1
-        )));
-    }
+    let want = wid_or_any(tc.wid)?;
     let (wid, parent) = if tc.parent.is_empty() {
-        (wid_or_default(tc.wid)?, None)
+        (e.worker_for(want)?, None)
     } else {
         let pw = e.tc_worker(&tc.parent)?;
         if tc.wid > 0 && tc.wid as usize != pw {
@@ -528,10 +533,10 @@ fn update_tc_parent(e: &mut Engine, tc: pb::TrafficClass) -> Result<()> {
         }
         let old = e.task_places(&module)?.into_iter().nth(idx);
         let target = match &parent {
-            Some(p) => e.tc_worker(p)?,
-            None => wid_or_default(tc.wid)?,
+            Some(p) => Some(e.tc_worker(p)?),
+            None => wid_or_any(tc.wid)?,
         };
-        e.attach_task(&module, idx, None, Some(target))?;
+        e.attach_task(&module, idx, None, target)?;
         if parent.is_none() && tc.arg.is_none() {
             return Ok(());
         }
@@ -845,41 +850,34 @@ fn module_info(e: &Engine, name: &str) -> Result<pb::GetModuleInfoResponse> {
     })
 }
 
-fn check_constraints(e: &Engine) -> pb::CheckSchedulingConstraintsResponse {
-    let mut place: HashMap<TaskId, usize> = HashMap::new();
-    for m in e.graph().modules() {
-        let (Ok(tasks), Ok(places)) = (e.graph().tasks_of(&m.name), e.task_places(&m.name)) else {
-            continue;
-        };
-        if tasks.len() != places.len() {
-            continue;
-        }
-        for (t, p) in tasks.into_iter().zip(places) {
-            if let Some(w) = p.wid {
-                place.insert(t, w);
-            }
-        }
+/// BESS's CheckSchedulingConstraints: with every worker paused, orphan tasks are placed first
+/// (so every task is checked); a module run by more workers than its class allows is a fatal
+/// violation, named in `modules` (the log names the workers too).
+fn check_constraints(e: &mut Engine) -> Result<pb::CheckSchedulingConstraintsResponse> {
+    if !e
+        .list_workers()
+        .iter()
+        .any(|w| w.state == WorkerState::Running)
+    {
+        e.attach_orphans()?;
     }
-    let mut names: Vec<String> = e
-        .graph()
-        .worker_conflicts(&|t| place.get(&t).copied())
-        .into_iter()
-        .map(|(m, _, _)| m)
-        .collect();
-    names.sort();
-    names.dedup();
-    for v in e.constraint_violations() {
-        tracing::warn!("scheduling constraint violated: {v}");
+    let violations = e.constraint_violations();
+    for (m, ws) in &violations {
+        tracing::warn!(
+            "scheduling constraint violated: module '{m}' is run by workers {ws:?}, but its \
+             class allows one worker; attach the tasks that reach it to one worker or put a \
+             Queue in front of it"
+        );
     }
-    pb::CheckSchedulingConstraintsResponse {
+    Ok(pb::CheckSchedulingConstraintsResponse {
         error: None,
-        fatal: !names.is_empty(),
+        fatal: !violations.is_empty(),
         violations: Vec::new(),
-        modules: names
+        modules: violations
             .into_iter()
-            .map(|name| pb::check_scheduling_constraints_response::ViolatingModule { name })
+            .map(|(name, _)| pb::check_scheduling_constraints_response::ViolatingModule { name })
             .collect(),
-    }
+    })
 }
 
 fn mclass_info(name: &str) -> Result<pb::GetMclassInfoResponse> {
@@ -1158,9 +1156,10 @@ impl pb::bess_control_server::BessControl for Control {
             if req.core < 0 || req.core > u32::MAX as i64 {
                 return Err(Error::invalid(format!("core {} does not exist", req.core)));
             }
-            if !matches!(req.scheduler.as_str(), "" | "default") {
+            // BESS's schedulers: "" (default) and "experimental"; ours is one scheduler.
+            if !matches!(req.scheduler.as_str(), "" | "default" | "experimental") {
                 return Err(Error::invalid(format!(
-                    "scheduler '{}' is not supported (Bessemer has only the default scheduler)",
+                    "Invalid scheduler {} (Bessemer has only the default scheduler)",
                     truncate(&req.scheduler, 64)
                 )));
             }
@@ -1217,7 +1216,7 @@ impl pb::bess_control_server::BessControl for Control {
         &self,
         _: Request<pb::EmptyRequest>,
     ) -> RpcResult<pb::CheckSchedulingConstraintsResponse> {
-        let r = self.run(|e| Ok(check_constraints(e))).await;
+        let r = self.run(check_constraints).await;
         answer("CheckSchedulingConstraints", r)
     }
 

@@ -348,12 +348,13 @@ async fn traffic_classes() {
             .add_worker(pb::AddWorkerRequest {
                 wid: 1,
                 core: 0,
-                scheduler: "experimental".into(),
+                scheduler: "fancy".into(),
             })
             .await
             .unwrap()
             .into_inner();
-        err(&r.error, "experimental");
+        // BESS's schedulers are "" and "experimental" (both accepted); others are EINVAL.
+        assert_eq!(err(&r.error, "fancy").code, libc::EINVAL);
 
         let add = |tc: pb::TrafficClass| pb::AddTcRequest { class: Some(tc) };
         let r = c

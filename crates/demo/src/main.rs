@@ -110,6 +110,8 @@ fn run(cli: Cli) -> Result<(), Error> {
     })?;
     build(&mut e, cli.pkt_size)?;
     e.add_worker(0, core)?;
+    // Workers start paused and new tasks wait for a resume, as in BESS.
+    e.resume_all()?;
     println!(
         "bessemer-demo: worker 0 on core {core}, packet memory on {}",
         e.pool().page_kind()

@@ -74,6 +74,7 @@ fn switch(h: &TwoHosts, extra: &[(&str, Value)], nin: usize, nout: usize) -> Eng
             .unwrap();
         e.connect(inc, 0, out, 0).unwrap();
     }
+    e.resume_all().unwrap();
     e
 }
 

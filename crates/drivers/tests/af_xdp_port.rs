@@ -80,6 +80,7 @@ fn switch(e: &mut Engine, h: &TwoHosts, workers: usize, skb_mode: bool) {
         e.connect(&inc, 0, &out, 0).unwrap();
         e.attach_task(&inc, 0, None, Some(i % workers)).unwrap();
     }
+    e.resume_all().unwrap();
 }
 
 /// Destroys the switch; afterwards every buffer is back in the pool.
@@ -311,6 +312,7 @@ fn vanishing_interface_fails_sends_and_leaks_nothing() {
     )
     .unwrap();
     e.connect("src", 0, "out", 0).unwrap();
+    e.resume_all().unwrap();
     assert!(eventually(|| p.counts().1.packets > 1000), "nothing sent");
     common::sh(&["ip", "link", "del", &l.outer]);
     assert!(eventually(|| !p.port().link_status().link_up));

@@ -85,6 +85,7 @@ fn two_pcap_ports_switch_pings_both_ways() {
             .unwrap();
         e.connect(&inc, 0, &out, 0).unwrap();
     }
+    e.resume_all().unwrap();
     ping_ok(&h.a.name, &h.b_ip);
     ping_ok(&h.b.name, &h.a_ip);
     let (inc, out) = e.ports().get(&names[0]).unwrap().counts();

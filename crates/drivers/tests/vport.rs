@@ -731,6 +731,7 @@ fn two_namespaces_talk_through_the_switch() {
     }
     e.connect("ia", 0, "ob", 0).unwrap();
     e.connect("ib", 0, "oa", 0).unwrap();
+    e.resume_all().unwrap();
 
     let io = |r: std::io::Result<usize>| r.map_err(|e| Error::new(libc::EIO, e.to_string()));
     let bind = |ns: &str, addr: &'static str| {

@@ -52,6 +52,7 @@ fn two_worker_graph(mid_class: &str, mid_arg: Value) -> Engine {
         e.attach_task(src, 0, None, Some(i)).unwrap();
         e.connect(src, 0, "mid", 0).unwrap();
     }
+    e.resume_all().unwrap();
     e
 }
 
