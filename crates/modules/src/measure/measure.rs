@@ -1,6 +1,6 @@
 //! Measure: latency and jitter histograms of packets marked by Timestamp.
 use bessemer_core::{
-    tsc, AccessMode, Args, AttrOffset, CommandSpec, Context, Error, Instance, Module, ModuleClass,
+    AccessMode, Args, AttrOffset, CommandSpec, Context, Error, Instance, Module, ModuleClass,
     PacketBatch, Result, Value,
 };
 
@@ -105,8 +105,10 @@ pub struct Measure {
     jitter: Histogram,
     jitter_threshold: u64,
     last_latency: Option<u64>,
+    /// Every packet seen (BESS's pkt_cnt_).
     packets: u64,
-    bits: u64,
+    /// Bytes of the packets measured (timestamped; BESS's bytes_cnt_).
+    bytes: u64,
     rng: FastRng,
 }
 
@@ -114,6 +116,9 @@ impl Module for Measure {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         let now = now_ns(ctx.refresh_now());
         let attr = ctx.attr(0);
+        // As BESS: every packet counts in `packets`; only marked ones (with a time not in the
+        // future) in the bytes and the histograms.
+        self.packets += batch.len() as u64;
         for p in batch.pkts() {
             let t = match self.offset {
                 Some(off) => match p.data().get(off..off + MARK_SIZE) {
@@ -123,14 +128,19 @@ impl Module for Measure {
                     _ => continue,
                 },
                 None => match attr {
-                    AttrOffset::At(_) => u64::from_le_bytes(p.get_attr::<8>(attr)),
+                    AttrOffset::At(_) => match u64::from_le_bytes(p.get_attr::<8>(attr)) {
+                        0 => continue,
+                        t => t,
+                    },
                     _ => continue,
                 },
             };
-            let lat = now.saturating_sub(t);
+            if now < t {
+                continue;
+            }
+            let lat = now - t;
+            self.bytes += p.len() as u64;
             self.latency.insert(lat);
-            self.packets += 1;
-            self.bits += p.bits();
             if (self.rng.next_u64() >> 32) < self.jitter_threshold {
                 if let Some(prev) = self.last_latency {
                     self.jitter.insert(lat.abs_diff(prev));
@@ -159,11 +169,15 @@ impl Module for Measure {
                 let lp = pct(a.list("latency_percentiles")?, "latency_percentiles")?;
                 let jp = pct(a.list("jitter_percentiles")?, "jitter_percentiles")?;
                 a.finish()?;
-                let ts = tsc::cycles_to_ns(tsc::rdtsc()) as f64 / 1e9;
+                // BESS: wall-clock seconds; bits of the measured bytes plus 24 bytes of
+                // framing overhead for every packet seen.
+                let ts = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0.0, |d| d.as_secs_f64());
                 let v = Value::map()
                     .with("timestamp", ts)
                     .with("packets", self.packets)
-                    .with("bits", self.bits)
+                    .with("bits", (self.bytes + self.packets * 24) * 8)
                     .with("latency", self.latency.summary(&lp))
                     .with("jitter", self.jitter.summary(&jp));
                 if clear {
@@ -190,7 +204,7 @@ impl Measure {
         self.latency.clear();
         self.jitter.clear();
         self.packets = 0;
-        self.bits = 0;
+        self.bytes = 0;
         self.last_latency = None;
     }
 }
@@ -202,9 +216,10 @@ pub static CLASS: ModuleClass = ModuleClass {
     help: "measures packet latency (paired with Timestamp module)",
     arg_type: "MeasureArg",
     arg_doc: &[
-        "offset: uint64 — where Timestamp put its mark (default 54)",
+        "offset: uint64 — where Timestamp put its mark (default 42)",
         "attr_name: string — or: the metadata attribute holding the time",
-        "jitter_sample_prob: double — share of packets sampled for jitter (default 1)",
+        "jitter_sample_prob: double — share of measured packets sampled for jitter (default 0.05)",
+        "get_summary: packets = every packet seen; bits = (bytes of measured packets + 24 x packets) x 8; timestamp = wall-clock seconds; latency/jitter over marked packets only",
         "latency_ns_max: uint64 — histogram range (default 100 ms)",
         "latency_ns_resolution: uint32 — bucket width (default 100 ns)",
     ],
@@ -229,7 +244,10 @@ pub static CLASS: ModuleClass = ModuleClass {
     create: |init, arg| {
         let mut a = Args::new(arg, "MeasureArg")?;
         let offset = parse_place(&mut a, init, AccessMode::Read, "MeasureArg")?;
-        let prob = a.float("jitter_sample_prob")?.unwrap_or(1.0);
+        let prob = a
+            .float("jitter_sample_prob")?
+            .filter(|&p| p != 0.0)
+            .unwrap_or(0.05);
         let max_ns = a
             .uint("latency_ns_max", 10_000_000_000)?
             .unwrap_or(100_000_000);
@@ -254,7 +272,7 @@ pub static CLASS: ModuleClass = ModuleClass {
             jitter_threshold: (prob * (1u64 << 32) as f64) as u64,
             last_latency: None,
             packets: 0,
-            bits: 0,
+            bytes: 0,
             rng: FastRng::from_tsc(),
         })))
     },
@@ -278,6 +296,30 @@ mod tests {
     }
 
     #[test]
+    fn literal_marks_unmarked_and_future_packets() {
+        let mut h = Harness::new();
+        h.add(&CLASS, "m", &Value::map().with("offset", 42))
+            .unwrap();
+        let c = h.capture("m", 0);
+        let mark = |t: u64| {
+            let mut p = vec![0u8; 64];
+            p[42..46].copy_from_slice(&[0x55, 0xbe, 0xc5, 0x54]);
+            p[46..54].copy_from_slice(&t.to_le_bytes());
+            p
+        };
+        // Marked at time 1 ns (latency = now - 1), marked in the far future (skipped),
+        // unmarked, and too short for the mark.
+        let pkts = vec![mark(1), mark(u64::MAX), vec![0u8; 64], vec![0u8; 40]];
+        h.inject("m", 0, &pkts);
+        assert_eq!(c.take_data(), pkts, "all forwarded unchanged");
+        let s = h.command("m", "get_summary", &Value::map()).unwrap();
+        assert_eq!(s.get("packets").unwrap().as_i64(), Some(4));
+        assert_eq!(s.get("bits").unwrap().as_i64(), Some((64 + 4 * 24) * 8));
+        let lat = s.get("latency").unwrap();
+        assert_eq!(lat.get("count").unwrap().as_i64(), Some(1));
+    }
+
+    #[test]
     fn timestamped_packets_are_measured() {
         let mut h = Harness::new();
         h.add(&super::super::timestamp::CLASS, "ts", &Value::map())
@@ -298,7 +340,12 @@ mod tests {
                     .with("clear", true),
             )
             .unwrap();
-        assert_eq!(s.get("packets").unwrap().as_i64(), Some(50));
+        // Every packet seen counts; bits are the measured packets' bytes plus 24 per packet.
+        assert_eq!(s.get("packets").unwrap().as_i64(), Some(51));
+        assert_eq!(
+            s.get("bits").unwrap().as_i64(),
+            Some((50 * 80 + 51 * 24) * 8)
+        );
         let lat = s.get("latency").unwrap();
         assert_eq!(lat.get("count").unwrap().as_i64(), Some(50));
         let max = lat.get("max_ns").unwrap().as_i64().unwrap();
@@ -307,6 +354,12 @@ mod tests {
         assert_eq!(pv.len(), 2);
         let s = h.command("m", "get_summary", &Value::map()).unwrap();
         assert_eq!(s.get("packets").unwrap().as_i64(), Some(0), "cleared");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        let ts = s.get("timestamp").unwrap().as_f64().unwrap();
+        assert!((now - ts).abs() < 60.0, "epoch seconds: {ts}");
         assert!(h
             .command(
                 "m",
