@@ -82,10 +82,10 @@ pub static CLASS: ModuleClass = ModuleClass {
         name: "set_gates",
         arg_type: "ReplicateCommandSetGatesArg",
         help: "replaces the list of output gates",
-        mt_safe: false,
+        mt_safe: true,
     }],
     drop_reasons: &["no_gates", "no_buffer"],
-    mt_safe: false,
+    mt_safe: true,
     create: |_, arg| {
         let mut a = Args::new(arg, "ReplicateArg")?;
         let gates = parse_gates(a.list("gates")?, "ReplicateArg", true)?;

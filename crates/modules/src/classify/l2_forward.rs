@@ -361,13 +361,13 @@ pub static CLASS: ModuleClass = ModuleClass {
             name: "set_default_gate",
             arg_type: "L2ForwardCommandSetDefaultGateArg",
             help: "sets the gate for unknown destinations (8192 = drop)",
-            mt_safe: false,
+            mt_safe: true,
         },
         CommandSpec {
             name: "lookup",
             arg_type: "L2ForwardCommandLookupArg",
             help: "returns the gate of each address (error if one is absent)",
-            mt_safe: false,
+            mt_safe: true,
         },
         CommandSpec {
             name: "populate",
@@ -377,7 +377,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         },
     ],
     drop_reasons: &["no_match", "too_short", "rule_drop"],
-    mt_safe: false,
+    mt_safe: true,
     create: |_, arg| {
         let what = "L2ForwardArg";
         let mut a = Args::new(arg, what)?;

@@ -558,13 +558,13 @@ pub static CLASS: ModuleClass = ModuleClass {
             name: "get_initial_arg",
             arg_type: "EmptyArg",
             help: "returns an empty UrlFilterArg (the blacklist is runtime configuration)",
-            mt_safe: false,
+            mt_safe: true,
         },
         CommandSpec {
             name: "get_runtime_config",
             arg_type: "EmptyArg",
             help: "returns a UrlFilterConfig: every blacklist entry, sorted by host then path",
-            mt_safe: false,
+            mt_safe: true,
         },
         CommandSpec {
             name: "set_runtime_config",

@@ -402,13 +402,13 @@ pub static CLASS: ModuleClass = ModuleClass {
             name: "get_initial_arg",
             arg_type: "EmptyArg",
             help: "returns the WildcardMatchArg the module was built from",
-            mt_safe: false,
+            mt_safe: true,
         },
         CommandSpec {
             name: "get_runtime_config",
             arg_type: "EmptyArg",
             help: "returns a WildcardMatchConfig: default gate and all rules",
-            mt_safe: false,
+            mt_safe: true,
         },
         CommandSpec {
             name: "set_runtime_config",
@@ -438,11 +438,11 @@ pub static CLASS: ModuleClass = ModuleClass {
             name: "set_default_gate",
             arg_type: "WildcardMatchCommandSetDefaultGateArg",
             help: "sets the gate for packets that match no rule (8192 = drop)",
-            mt_safe: false,
+            mt_safe: true,
         },
     ],
     drop_reasons: &["no_match", "too_short", "rule_drop"],
-    mt_safe: false,
+    mt_safe: true,
     create,
 };
 

@@ -230,17 +230,17 @@ pub static CLASS: ModuleClass = ModuleClass {
             name: "get_summary",
             arg_type: "MeasureCommandGetSummaryArg",
             help: "latency and jitter summary with percentiles",
-            mt_safe: false,
+            mt_safe: true,
         },
         CommandSpec {
             name: "clear",
             arg_type: "EmptyArg",
             help: "resets the histograms",
-            mt_safe: false,
+            mt_safe: true,
         },
     ],
     drop_reasons: &[],
-    mt_safe: false,
+    mt_safe: true,
     create: |init, arg| {
         let mut a = Args::new(arg, "MeasureArg")?;
         let offset = parse_place(&mut a, init, AccessMode::Read, "MeasureArg")?;

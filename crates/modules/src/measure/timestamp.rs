@@ -102,7 +102,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: 1,
     commands: &[],
     drop_reasons: &[],
-    mt_safe: false,
+    mt_safe: true,
     create: |init, arg| {
         let mut a = Args::new(arg, "TimestampArg")?;
         let offset = parse_place(&mut a, init, AccessMode::Write, "TimestampArg")?;

@@ -73,7 +73,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: 2,
     commands: &[],
     drop_reasons: &["too_short", "bad_ip_header"],
-    mt_safe: false,
+    mt_safe: true,
     create: |_, arg| {
         let mut a = Args::new(arg, "IPChecksumArg")?;
         let verify = a.bool("verify")?.unwrap_or(false);

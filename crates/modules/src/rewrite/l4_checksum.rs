@@ -143,7 +143,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: 2,
     commands: &[],
     drop_reasons: &["too_short", "bad_ip_header", "bad_udp_length"],
-    mt_safe: false,
+    mt_safe: true,
     create: |_, arg| {
         let mut a = Args::new(arg, "L4ChecksumArg")?;
         let verify = a.bool("verify")?.unwrap_or(false);
