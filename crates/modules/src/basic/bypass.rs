@@ -46,7 +46,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: MAX_GATES,
     commands: &[],
     drop_reasons: &[],
-    mt_safe: false,
+    mt_safe: true,
     create: |_, arg| {
         let mut a = Args::new(arg, "BypassArg")?;
         let per_batch = a.uint("cycles_per_batch", u32::MAX as u64)?.unwrap_or(0);

@@ -607,7 +607,7 @@ pub static CLASS: ModuleClass = ModuleClass {
             name: "set_burst",
             arg_type: "FlowGenCommandSetBurstArg",
             help: "packets per run at most (0..32)",
-            mt_safe: false,
+            mt_safe: true,
         },
     ],
     drop_reasons: &["pool_exhausted"],

@@ -93,7 +93,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         },
     ],
     drop_reasons: &["random_drop"],
-    mt_safe: false,
+    mt_safe: true,
     create: |_, arg| {
         let mut a = Args::new(arg, "RandomSplitArg")?;
         let drop_threshold = threshold(a.float("drop_rate")?, "RandomSplitArg")?;

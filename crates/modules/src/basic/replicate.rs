@@ -1,28 +1,49 @@
-//! Replicate: sends each packet out of every listed gate (buffers shared by reference count).
+//! Replicate: sends each packet out of every listed gate, each gate its own copy.
 use bessemer_core::module::MAX_GATES;
 use bessemer_core::{
-    Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
+    Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, Packet, PacketBatch, Result,
+    Value,
 };
 
 use crate::util::{gates_value, parse_gates};
 
-/// Copies each packet to every gate in `gates`. The copies share bytes and metadata (one
-/// buffer, reference counted), as BESS's; a module that rewrites one copy changes all.
+/// Copies each packet to every gate in `gates`: as BESS's, the first gate gets the original
+/// and every other gate a fresh buffer with a copy of its bytes (at the same data offset) and
+/// metadata, so a module that rewrites one branch's packets leaves the others' alone.
 pub struct Replicate {
     gates: Vec<u16>,
 }
 
+/// A private copy of `pkt`: data at the same offset (so the same headroom) and metadata;
+/// None when the pool is out of buffers.
+fn copy_packet(ctx: &mut Context, pkt: &Packet) -> Option<Packet> {
+    let mut c = ctx.alloc_any(pkt.len())?;
+    let off = pkt.data_offset();
+    if off + pkt.len() <= c.frame_size() {
+        c.set_data_bounds(off, pkt.len());
+    }
+    c.data_mut().copy_from_slice(pkt.data());
+    c.metadata_mut().copy_from_slice(pkt.metadata());
+    Some(c)
+}
+
+/// Drop reason: the pool had no buffer for a copy (that gate misses the packet).
+const DROP_NO_GATES: usize = 0;
+const DROP_NO_BUFFER: usize = 1;
+
 impl Module for Replicate {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        let Some((&last, rest)) = self.gates.split_last() else {
-            return ctx.drop_batch(batch, 0);
+        let Some((&first, rest)) = self.gates.split_first() else {
+            return ctx.drop_batch(batch, DROP_NO_GATES);
         };
         for pkt in batch.drain() {
             for &g in rest {
-                let copy = ctx.clone_packet(&pkt);
-                ctx.emit(g, copy);
+                match copy_packet(ctx, &pkt) {
+                    Some(c) => ctx.emit(g, c),
+                    None => ctx.count_drops(DROP_NO_BUFFER, 1),
+                }
             }
-            ctx.emit(last, pkt);
+            ctx.emit(first, pkt);
         }
     }
 
@@ -52,7 +73,7 @@ impl Module for Replicate {
 pub static CLASS: ModuleClass = ModuleClass {
     name: "Replicate",
     name_template: "repl",
-    help: "makes a copy of a packet and sends it out over n gates",
+    help: "makes a copy of a packet and sends it out over n gates (the first gate gets the original, each other gate its own copy of bytes and metadata)",
     arg_type: "ReplicateArg",
     arg_doc: &["gates: [int64] — output gates every packet is sent to"],
     igates: 1,
@@ -61,10 +82,10 @@ pub static CLASS: ModuleClass = ModuleClass {
         name: "set_gates",
         arg_type: "ReplicateCommandSetGatesArg",
         help: "replaces the list of output gates",
-        mt_safe: false,
+        mt_safe: true,
     }],
-    drop_reasons: &["no_gates"],
-    mt_safe: false,
+    drop_reasons: &["no_gates", "no_buffer"],
+    mt_safe: true,
     create: |_, arg| {
         let mut a = Args::new(arg, "ReplicateArg")?;
         let gates = parse_gates(a.list("gates")?, "ReplicateArg", true)?;

@@ -67,7 +67,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: MAX_GATES,
     commands: &[],
     drop_reasons: &["gate_out_of_range", "too_short"],
-    mt_safe: false,
+    mt_safe: true,
     create: |init, arg| {
         let mut a = Args::new(arg, "SplitArg")?;
         let size = a

@@ -226,7 +226,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         },
     ],
     drop_reasons: &["denied", "no_match", "too_short", "not_ipv4", "bad_ip_header"],
-    mt_safe: false,
+    mt_safe: true,
     create: |_, arg| {
         let rules = parse_rules(arg, "ACLArg")?;
         Ok(Instance::Exclusive(Box::new(Acl { rules })))

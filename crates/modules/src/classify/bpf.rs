@@ -546,6 +546,38 @@ impl SharedModule for Bpf {
                     .unwrap_or_else(|e| e.into_inner())
                     .clear();
             }
+            "delete" => {
+                // As BESS: each listed filter removes the first installed one with the same
+                // priority, gate and expression; ones not installed are ignored.
+                let msg = "BPFArg";
+                let mut a = Args::new(arg, msg)?;
+                let list = a.list("filters")?;
+                a.finish()?;
+                let mut del = Vec::with_capacity(list.len());
+                for (i, f) in list.iter().enumerate() {
+                    let m = format!("{msg}.filters[{i}]");
+                    let mut a = Args::new(f, &m)?;
+                    let priority = a.int("priority", i64::MIN, i64::MAX)?.unwrap_or(0);
+                    let expr = a.str("filter")?.unwrap_or("").to_string();
+                    let gate = a.int("gate", 0, MAX_GATES as i64 - 1)?.unwrap_or(0) as u16;
+                    a.finish()?;
+                    del.push((priority, gate, expr));
+                }
+                let mut filters = self.filters.write().unwrap_or_else(|e| e.into_inner());
+                for (priority, gate, expr) in del {
+                    if let Some(i) = filters
+                        .iter()
+                        .position(|f| f.priority == priority && f.gate == gate && f.expr == expr)
+                    {
+                        filters.remove(i);
+                    }
+                }
+            }
+            "get_initial_arg" => {
+                // As BESS: the installed filters (in priority order), a BPFArg.
+                Args::new(arg, "EmptyArg")?.finish()?;
+                return Ok(self.info());
+            }
             _ => return Err(Error::invalid(format!("unknown command '{cmd}'"))),
         }
         Ok(Value::Null)
@@ -594,10 +626,22 @@ pub static CLASS: ModuleClass = ModuleClass {
             mt_safe: false,
         },
         CommandSpec {
+            name: "delete",
+            arg_type: "BPFArg",
+            help: "removes, for each filter given, the first installed one with its priority, gate and expression",
+            mt_safe: false,
+        },
+        CommandSpec {
             name: "clear",
             arg_type: "EmptyArg",
             help: "removes all filters",
             mt_safe: false,
+        },
+        CommandSpec {
+            name: "get_initial_arg",
+            arg_type: "EmptyArg",
+            help: "returns a BPFArg of the installed filters, highest priority first",
+            mt_safe: true,
         },
     ],
     drop_reasons: &[],
@@ -830,6 +874,42 @@ mod tests {
 
     fn filters(f: Vec<Value>) -> Value {
         Value::map().with("filters", Value::List(f))
+    }
+
+    #[test]
+    fn delete_and_get_initial_arg() {
+        let mut h = Harness::new();
+        let all = filters(vec![
+            filter(1, "ip", 1),
+            filter(10, "udp dst port 53", 2),
+            filter(5, "tcp", 3),
+        ]);
+        h.add(&CLASS, "bpf", &all).unwrap();
+        // Highest priority first.
+        assert_eq!(
+            h.command("bpf", "get_initial_arg", &Value::map()).unwrap(),
+            filters(vec![
+                filter(10, "udp dst port 53", 2),
+                filter(5, "tcp", 3),
+                filter(1, "ip", 1),
+            ])
+        );
+        // Only an exact (priority, gate, expression) match is removed; others are ignored.
+        h.command(
+            "bpf",
+            "delete",
+            &filters(vec![filter(10, "udp dst port 53", 2), filter(5, "tcp", 9)]),
+        )
+        .unwrap();
+        let caps: Vec<_> = (0..4).map(|g| h.capture("bpf", g)).collect();
+        let (dns, web, _) = sample_flows();
+        h.inject("bpf", 0, &[dns.clone(), web.clone()]);
+        assert_eq!(caps[1].take_data(), vec![dns], "dns now matches only 'ip'");
+        assert_eq!(caps[3].take_data(), vec![web]);
+        assert!(caps[2].is_empty());
+        assert!(h
+            .command("bpf", "delete", &filters(vec![filter(1, "ip", 9000)]))
+            .is_err());
     }
 
     #[test]

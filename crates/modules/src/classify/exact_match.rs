@@ -5,11 +5,16 @@ use bessemer_core::{
     Result, Value, MAX_BURST,
 };
 
+use std::collections::HashMap;
+
 use super::table::{
     check_field_count, check_gate, field_data, fields_value, hash_words, key_words, parse_fields,
-    process_batch, resolve_gate, shared_command, split, FlatTable, Matcher, RuleClassifier,
-    DROP_TOO_SHORT,
+    process_batch, resolve_gate, shared_command, split, FlatTable, IntOrder, Matcher,
+    RuleClassifier, ValueFields, DROP_TOO_SHORT,
 };
+
+/// Rule key (masked key words) -> the bytes the rule writes (the fork's values).
+type Actions = HashMap<Vec<u64>, Vec<u8>>;
 
 /// Multi-field exact-match classifier.
 pub struct ExactMatch {
@@ -19,6 +24,14 @@ pub struct ExactMatch {
     /// Per-byte mask over the whole key (zero outside fields).
     mask: [u8; 64],
     table: FlatTable,
+    /// Fields written on a hit (omec-project fork's `values`), and each rule's bytes.
+    values: ValueFields,
+    actions: Actions,
+    /// The `masksv` given (reported back by get_initial_arg; writes ignore them, as in the
+    /// fork).
+    masksv: Vec<Vec<u8>>,
+    /// Most rules (the fork's `entries`; 0 = no limit).
+    entries: u64,
 }
 
 impl ExactMatch {
@@ -52,7 +65,7 @@ impl ExactMatch {
 
 impl RuleClassifier for ExactMatch {
     const CLASS: &'static str = "ExactMatch";
-    type Rules = FlatTable;
+    type Rules = (FlatTable, Actions);
 
     fn matcher(&self) -> &Matcher {
         &self.matcher
@@ -64,6 +77,7 @@ impl RuleClassifier for ExactMatch {
         let mut a = Args::new(arg, what)?;
         let gate = check_gate(a.uint("gate", u64::MAX)?, &format!("{what}.gate"))?;
         let fields = a.list("fields")?;
+        let values = a.list("values")?;
         a.finish()?;
         if fields.is_empty() {
             return Err(Error::invalid(format!(
@@ -71,12 +85,28 @@ impl RuleClassifier for ExactMatch {
             )));
         }
         let key = self.rule_key(fields, what)?;
+        let action = self
+            .values
+            .rule_bytes(values, what, "values", IntOrder::BigForOffsets)?;
+        if self.entries != 0
+            && self.table.get(&key).is_none()
+            && self.table.len() as u64 >= self.entries
+        {
+            return Err(Error::new(
+                libc::ENOSPC,
+                format!("{what}: the table is full ({} entries)", self.entries),
+            ));
+        }
         self.table.insert(&key, gate as u32);
+        if !self.values.is_empty() {
+            self.actions.insert(key, action);
+        }
         Ok(())
     }
 
     fn rules_value(&self) -> Vec<Value> {
-        let mut rules: Vec<(u16, Vec<Vec<u8>>)> = self
+        type Row = (u16, Vec<Vec<u8>>, Option<Vec<u8>>);
+        let mut rules: Vec<Row> = self
             .table
             .iter()
             .map(|(k, g)| {
@@ -90,30 +120,37 @@ impl RuleClassifier for ExactMatch {
                     .iter()
                     .map(|f| bytes[f.pos..f.pos + f.size].to_vec())
                     .collect();
-                (g as u16, vals)
+                (g as u16, vals, self.actions.get(k).cloned())
             })
             .collect();
         // Sorted by gate, then values, as BESS returns them.
         rules.sort();
         rules
             .into_iter()
-            .map(|(g, vals)| {
-                Value::map().with("gate", g as u64).with(
+            .map(|(g, vals, action)| {
+                let v = Value::map().with("gate", g as u64).with(
                     "fields",
                     Value::List(
                         vals.into_iter()
                             .map(|b| Value::map().with("value_bin", b))
                             .collect(),
                     ),
-                )
+                );
+                match action {
+                    Some(a) => v.with("values", self.values.value_list(&a)),
+                    None => v,
+                }
             })
             .collect()
     }
-    fn take_rules(&mut self) -> FlatTable {
-        std::mem::replace(&mut self.table, FlatTable::new(self.matcher.words))
+    fn take_rules(&mut self) -> (FlatTable, Actions) {
+        (
+            std::mem::replace(&mut self.table, FlatTable::new(self.matcher.words)),
+            std::mem::take(&mut self.actions),
+        )
     }
-    fn put_rules(&mut self, rules: FlatTable) {
-        self.table = rules;
+    fn put_rules(&mut self, rules: (FlatTable, Actions)) {
+        (self.table, self.actions) = rules;
     }
     /// The batch path for keys of `W` words: build keys, hash and prefetch every packet's
     /// slot, then look up (the loads overlap), then split.
@@ -135,14 +172,29 @@ impl RuleClassifier for ExactMatch {
             }
         }
         let def = self.matcher.default_gate;
+        let mut hits = 0u64;
         for i in 0..n {
             let found = if status[i] == 0 {
                 self.table.get_n(&keys[i], hashes[i])
             } else {
                 None
             };
+            if found.is_some() {
+                hits |= 1 << i;
+            }
             let found = found.map(|g| g as u16);
             resolve_gate(found, def, &mut status[i], &mut gates[i]);
+        }
+        if hits != 0 && !self.values.is_empty() {
+            // The fork's values: a hit writes its rule's bytes into the packet.
+            let offs = self.values.offsets(ctx);
+            for (i, p) in batch.pkts_mut().iter_mut().enumerate() {
+                if hits >> i & 1 == 1 {
+                    if let Some(a) = self.actions.get(&keys[i][..]) {
+                        self.values.apply(p, &offs, a);
+                    }
+                }
+            }
         }
         split(ctx, batch, &gates, &status);
     }
@@ -172,10 +224,12 @@ impl Module for ExactMatch {
                 if self.table.remove(&key).is_none() {
                     return Err(Error::not_found("rule doesn't exist"));
                 }
+                self.actions.remove(&key);
             }
             "clear" => {
                 Args::new(arg, "EmptyArg")?.finish()?;
                 self.table.clear();
+                self.actions.clear();
             }
             "get_initial_arg" => {
                 Args::new(arg, "EmptyArg")?.finish()?;
@@ -191,6 +245,20 @@ impl Module for ExactMatch {
                         })
                         .collect();
                     v = v.with("masks", Value::List(masks));
+                }
+                if !self.values.is_empty() {
+                    v = v.with("values", fields_value(&self.values.fields));
+                }
+                if !self.masksv.is_empty() {
+                    let m = self
+                        .masksv
+                        .iter()
+                        .map(|b| Value::map().with("value_bin", b.clone()))
+                        .collect();
+                    v = v.with("masksv", Value::List(m));
+                }
+                if self.entries != 0 {
+                    v = v.with("entries", self.entries);
                 }
                 return Ok(v);
             }
@@ -213,6 +281,9 @@ fn create(init: &mut bessemer_core::InitContext, arg: &Value) -> Result<Instance
     let mut a = Args::new(arg, what)?;
     let fields = a.list("fields")?;
     let masks = a.list("masks")?;
+    let values = a.list("values")?;
+    let masksv = a.list("masksv")?;
+    let entries = a.uint("entries", u32::MAX as u64)?.unwrap_or(0);
     a.finish()?;
     check_field_count(fields, what)?;
     if !masks.is_empty() && masks.len() != fields.len() {
@@ -239,11 +310,30 @@ fn create(init: &mut bessemer_core::InitContext, arg: &Value) -> Result<Instance
         .map(|f| Some(mask[f.pos..f.pos + f.size].to_vec()))
         .collect();
     let matcher = Matcher::new(parsed, &field_masks);
+    let values = ValueFields::parse(values, what, init)?;
+    if !masksv.is_empty() && masksv.len() != values.fields.len() {
+        return Err(Error::invalid(format!(
+            "{what}.masksv: must provide masks for all values (or none)"
+        )));
+    }
+    let masksv = masksv
+        .iter()
+        .zip(&values.fields)
+        .enumerate()
+        .map(|(i, (m, f))| {
+            field_data(m, f.size, &format!("{what}.masksv[{i}]"))
+                .map(|b| b.unwrap_or_else(|| vec![0; f.size]))
+        })
+        .collect::<Result<Vec<_>>>()?;
     Ok(Instance::Exclusive(Box::new(ExactMatch {
         table: FlatTable::new(matcher.words),
         matcher,
         masks_given: !masks.is_empty(),
         mask,
+        values,
+        actions: HashMap::new(),
+        masksv,
+        entries,
     })))
 }
 
@@ -258,6 +348,10 @@ pub static CLASS: ModuleClass = ModuleClass {
         "masks: [{value_bin: bytes | value_int: uint64}] — one per field (or none): bits that count; all-zero or absent = all bits",
         "values and masks: value_bin = the bytes as they appear in the packet or attribute; value_int = big-endian number of num_bytes bytes",
         "no match goes to the default gate (initially none: dropped, counted no_match); packets too short for a field take the default gate",
+        "values: [Field] — (omec-project fork) fields written on a hit: each rule's add carries values: [FieldData], one per value field;",
+        "  value_int is big-endian for offsets, host order (little-endian) for attributes, as the fork; a field past the packet end is skipped",
+        "masksv: [FieldData] — (fork) masks of the values: checked and reported back, not applied to writes (as the fork)",
+        "entries: uint64 — (fork) table capacity: adding a new rule beyond it fails with ENOSPC (0 = no limit)",
     ],
     igates: 1,
     ogates: bessemer_core::module::MAX_GATES,
@@ -266,13 +360,13 @@ pub static CLASS: ModuleClass = ModuleClass {
             name: "get_initial_arg",
             arg_type: "EmptyArg",
             help: "returns the ExactMatchArg the module was built from",
-            mt_safe: false,
+            mt_safe: true,
         },
         CommandSpec {
             name: "get_runtime_config",
             arg_type: "EmptyArg",
             help: "returns an ExactMatchConfig: default gate and all rules",
-            mt_safe: false,
+            mt_safe: true,
         },
         CommandSpec {
             name: "set_runtime_config",
@@ -302,11 +396,11 @@ pub static CLASS: ModuleClass = ModuleClass {
             name: "set_default_gate",
             arg_type: "ExactMatchCommandSetDefaultGateArg",
             help: "sets the gate for packets that match no rule (8192 = drop)",
-            mt_safe: false,
+            mt_safe: true,
         },
     ],
     drop_reasons: &["no_match", "too_short", "rule_drop"],
-    mt_safe: false,
+    mt_safe: true,
     create,
 };
 
@@ -314,7 +408,7 @@ pub static CLASS: ModuleClass = ModuleClass {
 mod tests {
     use super::super::table::test_util::{bin, int, off};
     use super::*;
-    use bessemer_core::testing::Harness;
+    use bessemer_core::testing::{CaptureHandle, Harness};
     use proptest::prelude::*;
 
     fn add(fields: Vec<Value>, gate: u64) -> Value {
@@ -331,6 +425,146 @@ mod tests {
         p[26..30].copy_from_slice(&src);
         p[30..34].copy_from_slice(&dst);
         p
+    }
+
+    fn attr(name: &str, n: i64) -> Value {
+        Value::map().with("attr_name", name).with("num_bytes", n)
+    }
+
+    /// ExactMatch on the IPv4 destination writing values (the omec fork's `values`): the
+    /// source address at offset 26 and a 2-byte attribute `tag`, which a second ExactMatch
+    /// downstream classifies on.
+    fn values_pipeline(extra: Value) -> (Harness, Vec<CaptureHandle>) {
+        let mut h = Harness::new();
+        let mut arg = Value::map()
+            .with("fields", Value::List(vec![off(30, 4)]))
+            .with("values", Value::List(vec![off(26, 4), attr("tag", 2)]));
+        if let Value::Map(m) = extra {
+            for (k, v) in m {
+                arg = arg.with(&k, v);
+            }
+        }
+        h.add(&CLASS, "em", &arg).unwrap();
+        h.add(
+            &CLASS,
+            "by_tag",
+            &Value::map().with("fields", Value::List(vec![attr("tag", 2)])),
+        )
+        .unwrap();
+        h.connect("em", 0, "by_tag", 0).unwrap();
+        for (t, g) in [(0x0102u64, 1u64), (0x0201, 2), (0, 3)] {
+            h.command(
+                "by_tag",
+                "add",
+                &Value::map()
+                    .with("gate", g)
+                    .with("fields", Value::List(vec![int(t)])),
+            )
+            .unwrap();
+        }
+        let caps = (1..=3).map(|g| h.capture("by_tag", g)).collect();
+        (h, caps)
+    }
+
+    #[test]
+    fn values_are_written_on_a_hit_as_the_fork_does() {
+        let (mut h, caps) = values_pipeline(Value::map());
+        // Offset values: value_int big-endian; attribute values: value_int in host order,
+        // so tag 0x0102 is stored as bytes 02 01 (matched by_tag as 0x0201).
+        h.command(
+            "em",
+            "add",
+            &Value::map()
+                .with("gate", 0)
+                .with("fields", Value::List(vec![bin(&[10, 0, 0, 2])]))
+                .with("values", Value::List(vec![int(0xc0a8_0001), int(0x0102)])),
+        )
+        .unwrap();
+        h.command(
+            "em",
+            "add",
+            &Value::map()
+                .with("gate", 0)
+                .with("fields", Value::List(vec![bin(&[10, 0, 0, 3])]))
+                .with(
+                    "values",
+                    Value::List(vec![bin(&[1, 2, 3, 4]), bin(&[0x01, 0x02])]),
+                ),
+        )
+        .unwrap();
+        h.command("em", "set_default_gate", &Value::map().with("gate", 0))
+            .unwrap();
+        let p2 = pkt(0x0800, [10, 0, 0, 1], [10, 0, 0, 2]);
+        let p3 = pkt(0x0800, [10, 0, 0, 1], [10, 0, 0, 3]);
+        let miss = pkt(0x0800, [10, 0, 0, 1], [10, 0, 0, 9]);
+        h.inject("em", 0, &[p2.clone(), p3.clone(), miss.clone()]);
+        let mut want2 = p2;
+        want2[26..30].copy_from_slice(&[192, 168, 0, 1]);
+        let mut want3 = p3;
+        want3[26..30].copy_from_slice(&[1, 2, 3, 4]);
+        assert_eq!(caps[1].take_data(), vec![want2], "tag bytes 02 01");
+        assert_eq!(caps[0].take_data(), vec![want3], "tag bytes 01 02");
+        assert_eq!(caps[2].take_data(), vec![miss], "a miss writes nothing");
+        // A rule must carry one value per value field.
+        let e = h
+            .command(
+                "em",
+                "add",
+                &Value::map()
+                    .with("gate", 0)
+                    .with("fields", Value::List(vec![bin(&[10, 0, 0, 4])])),
+            )
+            .unwrap_err();
+        assert!(e.msg.contains("incorrect number of values"), "{}", e.msg);
+    }
+
+    #[test]
+    fn entries_caps_the_table_and_masksv_are_reported() {
+        let extra = Value::map().with("entries", 2).with(
+            "masksv",
+            Value::List(vec![int(0xffff_ffff), bin(&[0xff, 0x00])]),
+        );
+        let (mut h, _caps) = values_pipeline(extra);
+        let rule = |last: u8| {
+            Value::map()
+                .with("gate", 0)
+                .with("fields", Value::List(vec![bin(&[10, 0, 0, last])]))
+                .with("values", Value::List(vec![int(1), bin(&[1, 2])]))
+        };
+        h.command("em", "add", &rule(1)).unwrap();
+        h.command("em", "add", &rule(2)).unwrap();
+        h.command("em", "add", &rule(2)).unwrap(); // replacing one is fine
+        let e = h.command("em", "add", &rule(3)).unwrap_err();
+        assert_eq!(e.code, libc::ENOSPC, "{}", e.msg);
+        let init = h.command("em", "get_initial_arg", &Value::map()).unwrap();
+        assert_eq!(init.get("entries").and_then(Value::as_i64), Some(2));
+        assert_eq!(
+            init.get("values").unwrap(),
+            &Value::List(vec![off(26, 4), attr("tag", 2)])
+        );
+        assert_eq!(
+            init.get("masksv").unwrap(),
+            &Value::List(vec![bin(&[0xff; 4]), bin(&[0xff, 0x00])])
+        );
+        // The runtime config carries each rule's values; a fresh module restores them.
+        let cfg = h
+            .command("em", "get_runtime_config", &Value::map())
+            .unwrap();
+        let (mut fresh, caps) = values_pipeline(Value::map());
+        fresh.command("em", "set_runtime_config", &cfg).unwrap();
+        assert_eq!(
+            fresh
+                .command("em", "get_runtime_config", &Value::map())
+                .unwrap(),
+            cfg
+        );
+        let p = pkt(0x0800, [10, 0, 0, 9], [10, 0, 0, 1]);
+        fresh.inject("em", 0, std::slice::from_ref(&p));
+        let mut want = p;
+        want[26..30].copy_from_slice(&[0, 0, 0, 1]);
+        // Tag bytes 01 02: by_tag's rule 0x0102, gate 1.
+        assert_eq!(caps[0].take_data(), vec![want]);
+        assert!(caps[1].is_empty() && caps[2].is_empty());
     }
 
     #[test]

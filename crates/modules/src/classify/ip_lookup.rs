@@ -369,7 +369,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         },
     ],
     drop_reasons: &["no_match", "too_short", "not_ipv4", "bad_ipv4_header", "rule_drop"],
-    mt_safe: false,
+    mt_safe: true,
     create: |_, arg| {
         let what = "IPLookupArg";
         let mut a = Args::new(arg, what)?;

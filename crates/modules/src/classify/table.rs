@@ -3,7 +3,7 @@
 
 use crate::util::Verdict;
 use bessemer_core::module::MAX_GATES;
-use bessemer_core::{Error, Result, Value};
+use bessemer_core::{AttrOffset, Error, Result, Value};
 
 /// BESS's DROP_GATE: a rule or default gate with this id drops the packet.
 pub const DROP_GATE: u16 = MAX_GATES;
@@ -392,6 +392,17 @@ pub fn parse_field(
     pos: usize,
     init: &mut bessemer_core::InitContext,
 ) -> Result<MatchField> {
+    parse_field_mode(v, what, pos, init, bessemer_core::AccessMode::Read)
+}
+
+/// As [`parse_field`], declaring attribute fields with access `mode`.
+pub fn parse_field_mode(
+    v: &Value,
+    what: &str,
+    pos: usize,
+    init: &mut bessemer_core::InitContext,
+    mode: bessemer_core::AccessMode,
+) -> Result<MatchField> {
     let mut a = bessemer_core::Args::new(v, what)?;
     let attr = a.str("attr_name")?.filter(|s| !s.is_empty());
     let offset = a.int("offset", 0, MAX_OFFSET)?;
@@ -415,7 +426,7 @@ pub fn parse_field(
             let id = init.add_attr(bessemer_core::AttrSpec {
                 name: name.to_string(),
                 size,
-                mode: bessemer_core::AccessMode::Read,
+                mode,
             })?;
             (None, id)
         }
@@ -557,6 +568,132 @@ pub fn parse_fields(
         parsed.push(mf);
     }
     Ok(parsed)
+}
+
+/// How a rule's `value_int` becomes the bytes a value field writes (the omec-project fork
+/// differs between its classes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IntOrder {
+    /// ExactMatch: big-endian for packet offsets, little-endian (host order) for attributes.
+    BigForOffsets,
+    /// WildcardMatch: little-endian (host order) for both.
+    Little,
+}
+
+/// The fields a classifier writes into a packet when a rule matches: the omec-project fork's
+/// `values` (ExactMatchArg.values, WildcardMatchArg.values), each rule carrying the bytes to
+/// write.
+#[derive(Clone, Debug, Default)]
+pub struct ValueFields {
+    /// The fields, laid out one after another in a rule's value bytes.
+    pub fields: Vec<MatchField>,
+    /// Total bytes of a rule's values.
+    pub size: usize,
+}
+
+impl ValueFields {
+    /// Parses the `values` list (Field messages) of argument `what`; attribute fields are
+    /// declared written.
+    pub fn parse(
+        list: &[Value],
+        what: &str,
+        init: &mut bessemer_core::InitContext,
+    ) -> Result<ValueFields> {
+        if list.len() > MAX_FIELDS {
+            return Err(Error::invalid(format!(
+                "{what}.values: at most {MAX_FIELDS} values"
+            )));
+        }
+        let mut fields = Vec::with_capacity(list.len());
+        let mut pos = 0;
+        for (i, f) in list.iter().enumerate() {
+            let mf = parse_field_mode(
+                f,
+                &format!("{what}.values[{i}]"),
+                pos,
+                init,
+                bessemer_core::AccessMode::Write,
+            )?;
+            pos += mf.size;
+            fields.push(mf);
+        }
+        Ok(ValueFields { fields, size: pos })
+    }
+
+    /// True when the classifier writes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.fields.is_empty()
+    }
+
+    /// The bytes a rule writes, from its FieldData list `list` (field `name` of message
+    /// `what`): one per value field, `value_bin` as given, `value_int` in `order`.
+    pub fn rule_bytes(
+        &self,
+        list: &[Value],
+        what: &str,
+        name: &str,
+        order: IntOrder,
+    ) -> Result<Vec<u8>> {
+        if list.len() != self.fields.len() {
+            return Err(Error::invalid(format!(
+                "{what}.{name}: rule has incorrect number of values. Need {}, has {}",
+                self.fields.len(),
+                list.len()
+            )));
+        }
+        let mut out = Vec::with_capacity(self.size);
+        for (i, (v, f)) in list.iter().zip(&self.fields).enumerate() {
+            let w = format!("{what}.{name}[{i}]");
+            let mut b = field_data(v, f.size, &w)?
+                .ok_or_else(|| Error::invalid(format!("{w}: value_bin or value_int required")))?;
+            let little = match order {
+                IntOrder::Little => true,
+                IntOrder::BigForOffsets => f.offset.is_none(),
+            };
+            if little && v.get("value_int").is_some() {
+                b.reverse();
+            }
+            out.extend_from_slice(&b);
+        }
+        Ok(out)
+    }
+
+    /// The attribute offsets of the value fields for this batch.
+    pub fn offsets(&self, ctx: &bessemer_core::Context) -> [AttrOffset; MAX_FIELDS] {
+        let mut offs = [AttrOffset::NoWrite; MAX_FIELDS];
+        for (o, f) in offs.iter_mut().zip(&self.fields) {
+            if f.offset.is_none() {
+                *o = ctx.attr(f.attr_id);
+            }
+        }
+        offs
+    }
+
+    /// Writes a rule's value bytes into a packet: at its data offsets (a field beyond the
+    /// packet's end is skipped) and into its attributes.
+    pub fn apply(&self, p: &mut bessemer_core::Packet, offs: &[AttrOffset], bytes: &[u8]) {
+        for (f, &o) in self.fields.iter().zip(offs) {
+            let v = &bytes[f.pos..f.pos + f.size];
+            match f.offset {
+                Some(off) => {
+                    if let Some(d) = p.data_mut().get_mut(off..off + f.size) {
+                        d.copy_from_slice(v);
+                    }
+                }
+                None => p.set_attr(o, v),
+            }
+        }
+    }
+
+    /// A rule's value bytes as a FieldData list (value_bin).
+    pub fn value_list(&self, bytes: &[u8]) -> Value {
+        Value::List(
+            self.fields
+                .iter()
+                .map(|f| Value::map().with("value_bin", bytes[f.pos..f.pos + f.size].to_vec()))
+                .collect(),
+        )
+    }
 }
 
 /// The key length in 64-bit words of `fields` laid out by [`parse_fields`].

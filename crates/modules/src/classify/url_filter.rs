@@ -219,6 +219,8 @@ fn parse_seg(d: &[u8]) -> std::result::Result<Option<Seg<'_>>, usize> {
 pub struct UrlFilter {
     /// Lower-case host → blacklisted path prefixes.
     blacklist: HashMap<Vec<u8>, Vec<Vec<u8>>>,
+    /// The entries as given (host, path), sorted, for get_runtime_config.
+    rules: std::collections::BTreeSet<(String, String)>,
     flows: HashMap<FlowKey, Flow>,
     spare: Vec<Vec<u8>>,
     block_cycles: u64,
@@ -230,6 +232,7 @@ impl UrlFilter {
     fn new(block_cycles: u64, idle_cycles: u64) -> UrlFilter {
         UrlFilter {
             blacklist: HashMap::new(),
+            rules: std::collections::BTreeSet::new(),
             flows: HashMap::with_capacity(MAX_FLOWS),
             spare: Vec::new(),
             block_cycles,
@@ -254,15 +257,36 @@ impl UrlFilter {
                     "{m}.host: '{host}' must be a host name of 1..255 characters"
                 )));
             }
-            new.push((
-                host.to_ascii_lowercase().into_bytes(),
-                path.as_bytes().to_vec(),
-            ));
+            new.push((host.to_string(), path.to_string()));
         }
         for (h, p) in new {
-            self.blacklist.entry(h).or_default().push(p);
+            if self.rules.insert((h.clone(), p.clone())) {
+                self.blacklist
+                    .entry(h.to_ascii_lowercase().into_bytes())
+                    .or_default()
+                    .push(p.into_bytes());
+            }
         }
         Ok(())
+    }
+
+    fn clear(&mut self) {
+        self.blacklist.clear();
+        self.rules.clear();
+    }
+
+    /// The UrlFilterConfig: every entry, sorted by host, then path (as BESS lists them).
+    fn runtime_config(&self) -> Value {
+        let list = self
+            .rules
+            .iter()
+            .map(|(h, p)| {
+                Value::map()
+                    .with("host", h.as_str())
+                    .with("path", p.as_str())
+            })
+            .collect();
+        Value::map().with("blacklist", Value::List(list))
     }
 
     fn release(&mut self, key: &FlowKey) {
@@ -357,6 +381,8 @@ struct Reply {
     seq: u32,
     ack: u32,
     flags: u8,
+    /// IPv4 identification: BESS uses 1 for the 403 and 2 for the RSTs.
+    ip_id: u16,
 }
 
 /// Writes Ethernet + IPv4 (no options, TTL 64) + TCP (no options, window 0) + `body` into
@@ -375,6 +401,10 @@ fn build_reply(r: &Reply, body: &[u8], out: &mut [u8]) {
         r.src.to_be_bytes(),
         r.dst.to_be_bytes(),
     );
+    out[18..20].copy_from_slice(&r.ip_id.to_be_bytes());
+    out[24..26].fill(0);
+    let c = checksum::ipv4_header(&out[14..34]);
+    out[24..26].copy_from_slice(&c.to_be_bytes());
     let tcp = &mut out[34..54];
     tcp.fill(0);
     tcp[0..2].copy_from_slice(&r.sport.to_be_bytes());
@@ -428,6 +458,7 @@ impl Module for UrlFilter {
                         seq: seg.seq,
                         ack: seg.ack,
                         flags: TCP_RST | TCP_ACK,
+                        ip_id: 2,
                     };
                     let forbidden = Reply {
                         eth_dst: seg.eth_src,
@@ -439,10 +470,12 @@ impl Module for UrlFilter {
                         seq: seg.ack,
                         ack: seg.seq,
                         flags: TCP_ACK,
+                        ip_id: 1,
                     };
                     let to_client = Reply {
                         seq: seg.ack.wrapping_add(HTTP_403_BODY.len() as u32),
                         flags: TCP_RST | TCP_ACK,
+                        ip_id: 2,
                         ..forbidden
                     };
                     ctx.drop_packet(pkt, DROP_BLOCKED);
@@ -467,7 +500,23 @@ impl Module for UrlFilter {
             "add" => self.add(arg, "UrlFilterArg")?,
             "clear" => {
                 Args::new(arg, "EmptyArg")?.finish()?;
-                self.blacklist.clear();
+                self.clear();
+            }
+            "get_initial_arg" => {
+                // As BESS: empty, the blacklist being runtime configuration.
+                Args::new(arg, "EmptyArg")?.finish()?;
+                return Ok(Value::map());
+            }
+            "get_runtime_config" => {
+                Args::new(arg, "EmptyArg")?.finish()?;
+                return Ok(self.runtime_config());
+            }
+            "set_runtime_config" => {
+                // Checked whole before anything changes.
+                let mut fresh = UrlFilter::new(self.block_cycles, self.idle_cycles);
+                fresh.add(arg, "UrlFilterConfig")?;
+                self.blacklist = fresh.blacklist;
+                self.rules = fresh.rules;
             }
             _ => return Err(Error::invalid(format!("unknown command '{cmd}'"))),
         }
@@ -499,11 +548,30 @@ pub static CLASS: ModuleClass = ModuleClass {
         "  (case-insensitive) and whose path starts with path is blocked (empty path: whole host)",
         "  in/out gate 0: client → server traffic, inspected; gate 1: server → client, passed.",
         "  A match drops the packet, blocks the flow for 10 s, sends a RST on gate 0 and an",
-        "  HTTP 403 plus a RST on gate 1. Streams are reassembled from the SYN on (first 4 KiB).",
+        "  HTTP 403 plus a RST on gate 1 (IPv4 id 1 for the 403, 2 for the RSTs, as BESS).",
+        "  Streams are reassembled from the SYN on (first 4 KiB).",
     ],
     igates: 2,
     ogates: 2,
     commands: &[
+        CommandSpec {
+            name: "get_initial_arg",
+            arg_type: "EmptyArg",
+            help: "returns an empty UrlFilterArg (the blacklist is runtime configuration)",
+            mt_safe: true,
+        },
+        CommandSpec {
+            name: "get_runtime_config",
+            arg_type: "EmptyArg",
+            help: "returns a UrlFilterConfig: every blacklist entry, sorted by host then path",
+            mt_safe: true,
+        },
+        CommandSpec {
+            name: "set_runtime_config",
+            arg_type: "UrlFilterConfig",
+            help: "replaces the blacklist",
+            mt_safe: false,
+        },
         CommandSpec {
             name: "add",
             arg_type: "UrlFilterArg",
@@ -595,17 +663,17 @@ mod tests {
         h.inject("uf", 0, &[syn.clone(), ack.clone(), get]);
         // RST to the server, after the packets that passed.
         let rst_server = hex(
-            "02000000000b02000000000a0800450000280000000040063af50a0000015db8d822\
+            "02000000000b02000000000a0800450000280002000040063af30a0000015db8d822\
                               9c400050000003e90000138850140000bbf30000",
         );
         assert_eq!(g0.take_data(), vec![syn, ack, rst_server]);
         let mut forbidden = hex(
-            "02000000000a02000000000b08004500005a0000000040063ac35db8d8220a000001\
+            "02000000000a02000000000b08004500005a0001000040063ac25db8d8220a000001\
                                  00509c4000001388000003e950100000bf200000",
         );
         forbidden.extend_from_slice(HTTP_403_BODY);
         let rst_client = hex(
-            "02000000000a02000000000b0800450000280000000040063af55db8d8220a000001\
+            "02000000000a02000000000b0800450000280002000040063af35db8d8220a000001\
                               00509c40000013ba000003e950140000bbc10000",
         );
         assert_eq!(g1.take_data(), vec![forbidden, rst_client]);
@@ -617,6 +685,79 @@ mod tests {
         h.inject("uf", 0, std::slice::from_ref(&other));
         assert_eq!(g0.take_data(), vec![other]);
         assert!(g1.is_empty());
+    }
+
+    #[test]
+    fn runtime_config_round_trips_to_a_fresh_module() {
+        let (mut h, g0, g1) = setup(&[
+            ("example.com", "/secret"),
+            ("Another.org", "/"),
+            ("example.com", "/admin"),
+        ]);
+        assert_eq!(
+            h.command("uf", "get_initial_arg", &Value::map()).unwrap(),
+            Value::map()
+        );
+        let cfg = h
+            .command("uf", "get_runtime_config", &Value::map())
+            .unwrap();
+        // Sorted by host, then path; hosts as given.
+        assert_eq!(
+            cfg,
+            blacklist(&[
+                ("Another.org", "/"),
+                ("example.com", "/admin"),
+                ("example.com", "/secret"),
+            ])
+        );
+        let run = |h: &mut Harness| {
+            h.inject("uf", 0, &[seg(1000, TCP_SYN, &[]), seg(1001, PSH_ACK, REQ)]);
+        };
+        run(&mut h);
+        let (a0, a1) = (g0.take_data(), g1.take_data());
+        assert_eq!(a1.len(), 2, "blocked: 403 and RST to the client");
+        let mut fresh = Harness::new();
+        fresh.add(&CLASS, "uf", &Value::map()).unwrap();
+        let (f0, f1) = (fresh.capture("uf", 0), fresh.capture("uf", 1));
+        fresh.command("uf", "set_runtime_config", &cfg).unwrap();
+        assert_eq!(
+            fresh
+                .command("uf", "get_runtime_config", &Value::map())
+                .unwrap(),
+            cfg
+        );
+        run(&mut fresh);
+        assert_eq!(f0.take_data(), a0);
+        assert_eq!(f1.take_data(), a1);
+        // set_runtime_config replaces: an empty config passes everything.
+        fresh
+            .command("uf", "set_runtime_config", &Value::map())
+            .unwrap();
+        fresh.inject(
+            "uf",
+            0,
+            &[
+                seg_from(40002, 5000, 0, TCP_SYN, &[]),
+                seg_from(40002, 5001, 0, PSH_ACK, REQ),
+            ],
+        );
+        let bad = Value::map().with(
+            "blacklist",
+            Value::List(vec![Value::map().with("host", "")]),
+        );
+        assert!(fresh.command("uf", "set_runtime_config", &bad).is_err());
+        assert_eq!(
+            fresh
+                .command("uf", "get_runtime_config", &Value::map())
+                .unwrap(),
+            blacklist(&[])
+        );
+        assert_eq!(
+            f0.len(),
+            2,
+            "the request passes once the blacklist is empty"
+        );
+        assert!(f1.is_empty());
     }
 
     #[test]

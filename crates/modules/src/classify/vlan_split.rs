@@ -39,7 +39,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: MAX_GATES,
     commands: &[],
     drop_reasons: &["too_short"],
-    mt_safe: false,
+    mt_safe: true,
     create: |_, arg| {
         Args::new(arg, "VLANSplitArg")?.finish()?;
         Ok(Instance::Exclusive(Box::new(VlanSplit)))

@@ -7,8 +7,8 @@ use bessemer_core::{
 
 use super::table::{
     check_field_count, check_gate, field_data, fields_value, hash_words, key_words, parse_fields,
-    process_batch, resolve_gate, shared_command, split, FlatTable, Matcher, RuleClassifier,
-    DROP_TOO_SHORT,
+    process_batch, resolve_gate, shared_command, split, FlatTable, IntOrder, Matcher,
+    RuleClassifier, ValueFields, DROP_TOO_SHORT,
 };
 
 /// Most distinct masks (tuples). BESS allows 8; Bessemer allows more.
@@ -18,6 +18,8 @@ pub const MAX_TUPLES: usize = 32;
 struct RuleData {
     priority: i32,
     gate: u16,
+    /// The bytes the rule writes (the fork's `valuesv`), laid out as `values`.
+    vals: [u8; 64],
 }
 
 pub(crate) struct Tuple {
@@ -48,6 +50,10 @@ pub struct WildcardMatch {
     /// Tuples in lookup order: highest max priority first, later-created first on ties.
     tuples: Vec<Tuple>,
     next_seq: u64,
+    /// Fields written when a rule matches (omec-project fork's `values`).
+    values: ValueFields,
+    /// Most rules (the fork's `entries`; 0 = no limit).
+    entries: u64,
 }
 
 type KeyMask = ([u64; 8], [u64; 8]);
@@ -115,9 +121,28 @@ impl RuleClassifier for WildcardMatch {
             .unwrap_or(0) as i32;
         let values = a.list("values")?;
         let masks = a.list("masks")?;
+        let valuesv = a.list("valuesv")?;
         a.finish()?;
         let (key, mask) = self.key_mask(values, masks, what)?;
+        let bytes = self
+            .values
+            .rule_bytes(valuesv, what, "valuesv", IntOrder::Little)?;
+        let mut vals = [0u8; 64];
+        vals[..bytes.len()].copy_from_slice(&bytes);
         let w = self.matcher.words;
+        if self.entries != 0 {
+            let exists = self
+                .tuples
+                .iter()
+                .any(|t| t.mask[..w] == mask[..w] && t.table.get(&key[..w]).is_some());
+            let n: usize = self.tuples.iter().map(|t| t.table.len()).sum();
+            if !exists && n as u64 >= self.entries {
+                return Err(Error::new(
+                    libc::ENOSPC,
+                    format!("{what}: the table is full ({} entries)", self.entries),
+                ));
+            }
+        }
         let idx = match self.tuples.iter().position(|t| t.mask[..w] == mask[..w]) {
             Some(i) => i,
             None => {
@@ -140,7 +165,11 @@ impl RuleClassifier for WildcardMatch {
             }
         };
         let t = &mut self.tuples[idx];
-        let d = RuleData { priority, gate };
+        let d = RuleData {
+            priority,
+            gate,
+            vals,
+        };
         match t.table.get(&key[..w]) {
             Some(i) => t.data[i as usize] = d,
             None => {
@@ -163,7 +192,7 @@ impl RuleClassifier for WildcardMatch {
     }
 
     fn rules_value(&self) -> Vec<Value> {
-        type Row = (i32, u16, Vec<Vec<u8>>, Vec<Vec<u8>>);
+        type Row = (i32, u16, Vec<Vec<u8>>, Vec<Vec<u8>>, [u8; 64]);
         let bytes = |w: &[u64]| {
             let mut b = [0u8; 64];
             for (c, x) in b.chunks_exact_mut(8).zip(w) {
@@ -183,7 +212,7 @@ impl RuleClassifier for WildcardMatch {
             let mb = split(&bytes(&t.mask));
             for (k, i) in t.table.iter() {
                 let d = t.data[i as usize];
-                rows.push((d.priority, d.gate, mb.clone(), split(&bytes(k))));
+                rows.push((d.priority, d.gate, mb.clone(), split(&bytes(k)), d.vals));
             }
         }
         // Priority, gate, masks, values: BESS's order.
@@ -196,12 +225,17 @@ impl RuleClassifier for WildcardMatch {
             )
         };
         rows.into_iter()
-            .map(|(p, g, m, v)| {
-                Value::map()
+            .map(|(p, g, m, v, vals)| {
+                let r = Value::map()
                     .with("gate", g as u64)
                     .with("priority", p as i64)
                     .with("values", list(v))
-                    .with("masks", list(m))
+                    .with("masks", list(m));
+                if self.values.is_empty() {
+                    r
+                } else {
+                    r.with("valuesv", self.values.value_list(&vals))
+                }
             })
             .collect()
     }
@@ -224,9 +258,9 @@ impl RuleClassifier for WildcardMatch {
                 None => status[i] = (DROP_TOO_SHORT + 1) as u8,
             }
         }
-        // Best (priority, tuple seq, gate) per packet; seq 0 = no match yet.
-        let mut best = [(i32::MIN, 0u64, 0u16); MAX_BURST];
-        for t in &self.tuples {
+        // Best (priority, tuple seq, gate, rule) per packet; seq 0 = no match yet.
+        let mut best = [(i32::MIN, 0u64, 0u16, (0usize, 0u32)); MAX_BURST];
+        for (ti, t) in self.tuples.iter().enumerate() {
             let mask: &[u64; W] = t.mask[..W].try_into().unwrap();
             for i in 0..n {
                 let b = best[i];
@@ -240,7 +274,7 @@ impl RuleClassifier for WildcardMatch {
                 if let Some(x) = t.table.get_near(&mk, hash_words(&mk)) {
                     let d = t.data[x as usize];
                     if b.1 == 0 || d.priority > b.0 || (d.priority == b.0 && t.seq > b.1) {
-                        best[i] = (d.priority, t.seq, d.gate);
+                        best[i] = (d.priority, t.seq, d.gate, (ti, x));
                     }
                 }
             }
@@ -250,6 +284,17 @@ impl RuleClassifier for WildcardMatch {
         for i in 0..n {
             let found = (best[i].1 != 0).then_some(best[i].2);
             resolve_gate(found, def, &mut status[i], &mut gates[i]);
+        }
+        if !self.values.is_empty() {
+            // The fork writes a matched rule's values when its gate is not the default gate.
+            let offs = self.values.offsets(ctx);
+            for (i, p) in batch.pkts_mut().iter_mut().enumerate() {
+                let (_, seq, gate, (ti, x)) = best[i];
+                if seq != 0 && gate != def {
+                    let d = &self.tuples[ti].data[x as usize];
+                    self.values.apply(p, &offs, &d.vals);
+                }
+            }
         }
         split(ctx, batch, &gates, &status);
     }
@@ -296,7 +341,14 @@ impl Module for WildcardMatch {
             }
             "get_initial_arg" => {
                 Args::new(arg, "EmptyArg")?.finish()?;
-                return Ok(Value::map().with("fields", fields_value(&self.matcher.fields)));
+                let mut v = Value::map().with("fields", fields_value(&self.matcher.fields));
+                if !self.values.is_empty() {
+                    v = v.with("values", fields_value(&self.values.fields));
+                }
+                if self.entries != 0 {
+                    v = v.with("entries", self.entries);
+                }
+                return Ok(v);
             }
             _ => return Err(Error::invalid(format!("unknown command '{cmd}'"))),
         }
@@ -313,13 +365,18 @@ fn create(init: &mut bessemer_core::InitContext, arg: &Value) -> Result<Instance
     let what = "WildcardMatchArg";
     let mut a = Args::new(arg, what)?;
     let fields = a.list("fields")?;
+    let values = a.list("values")?;
+    let entries = a.uint("entries", u32::MAX as u64)?.unwrap_or(0);
     a.finish()?;
     check_field_count(fields, what)?;
     let parsed = parse_fields(fields, what, init, |_, _| Ok(()))?;
+    let values = ValueFields::parse(values, what, init)?;
     Ok(Instance::Exclusive(Box::new(WildcardMatch {
         matcher: Matcher::new(parsed, &[]),
         tuples: Vec::new(),
         next_seq: 0,
+        values,
+        entries,
     })))
 }
 
@@ -334,6 +391,9 @@ pub static CLASS: ModuleClass = ModuleClass {
         "rules (add): values and masks, one FieldData per field: value_bin = bytes as in the packet, value_int = big-endian number",
         "the matching rule of highest priority wins (equal priorities: the rule whose mask was added later); up to 32 distinct masks",
         "no match goes to the default gate (initially none: dropped, counted no_match); packets too short for a field take the default gate",
+        "values: [Field] — (omec-project fork) fields written when a rule whose gate is not the default gate matches; each add",
+        "  carries valuesv: [FieldData], one per value field (value_int in host order, little-endian, as the fork); a field past the packet end is skipped",
+        "entries: uint64 — (fork) most rules: adding a new rule beyond it fails with ENOSPC (0 = no limit)",
     ],
     igates: 1,
     ogates: bessemer_core::module::MAX_GATES,
@@ -342,13 +402,13 @@ pub static CLASS: ModuleClass = ModuleClass {
             name: "get_initial_arg",
             arg_type: "EmptyArg",
             help: "returns the WildcardMatchArg the module was built from",
-            mt_safe: false,
+            mt_safe: true,
         },
         CommandSpec {
             name: "get_runtime_config",
             arg_type: "EmptyArg",
             help: "returns a WildcardMatchConfig: default gate and all rules",
-            mt_safe: false,
+            mt_safe: true,
         },
         CommandSpec {
             name: "set_runtime_config",
@@ -378,11 +438,11 @@ pub static CLASS: ModuleClass = ModuleClass {
             name: "set_default_gate",
             arg_type: "WildcardMatchCommandSetDefaultGateArg",
             help: "sets the gate for packets that match no rule (8192 = drop)",
-            mt_safe: false,
+            mt_safe: true,
         },
     ],
     drop_reasons: &["no_match", "too_short", "rule_drop"],
-    mt_safe: false,
+    mt_safe: true,
     create,
 };
 
@@ -413,6 +473,78 @@ mod tests {
 
     fn fields() -> Value {
         Value::map().with("fields", Value::List(vec![off(30, 4), off(36, 2)]))
+    }
+
+    #[test]
+    fn values_are_written_when_the_rule_gate_is_not_the_default() {
+        let mut h = Harness::new();
+        let arg = Value::map()
+            .with("fields", Value::List(vec![off(30, 4)]))
+            .with("values", Value::List(vec![off(26, 4)]))
+            .with("entries", 3);
+        h.add(&CLASS, "wm", &arg).unwrap();
+        h.command("wm", "set_default_gate", &Value::map().with("gate", 0))
+            .unwrap();
+        let add = |dst: [u8; 4], gate: u64, v: Value| {
+            Value::map()
+                .with("gate", gate)
+                .with("priority", 1)
+                .with("values", Value::List(vec![bin(&dst)]))
+                .with("masks", Value::List(vec![bin(&[0xff; 4])]))
+                .with("valuesv", Value::List(vec![v]))
+        };
+        // value_int in host order (the fork): 0x0a000063 is written as 63 00 00 0a.
+        h.command("wm", "add", &add([10, 0, 0, 2], 1, int(0x0a00_0063)))
+            .unwrap();
+        h.command("wm", "add", &add([10, 0, 0, 3], 1, bin(&[1, 2, 3, 4])))
+            .unwrap();
+        // A rule whose gate is the default gate writes nothing (as the fork).
+        h.command("wm", "add", &add([10, 0, 0, 4], 0, bin(&[9, 9, 9, 9])))
+            .unwrap();
+        let e = h
+            .command("wm", "add", &add([10, 0, 0, 5], 1, int(1)))
+            .unwrap_err();
+        assert_eq!(e.code, libc::ENOSPC, "{}", e.msg);
+        let e = h
+            .command(
+                "wm",
+                "add",
+                &add([10, 0, 0, 2], 1, int(1)).with("valuesv", Value::List(vec![])),
+            )
+            .unwrap_err();
+        assert!(e.msg.contains("valuesv"), "{}", e.msg);
+        let (g0, g1) = (h.capture("wm", 0), h.capture("wm", 1));
+        let ps = [
+            pkt([10, 0, 0, 2], 1),
+            pkt([10, 0, 0, 3], 1),
+            pkt([10, 0, 0, 4], 1),
+            pkt([10, 0, 0, 9], 1),
+        ];
+        h.inject("wm", 0, &ps);
+        let mut w2 = ps[0].clone();
+        w2[26..30].copy_from_slice(&[0x63, 0, 0, 0x0a]);
+        let mut w3 = ps[1].clone();
+        w3[26..30].copy_from_slice(&[1, 2, 3, 4]);
+        assert_eq!(g1.take_data(), vec![w2, w3]);
+        assert_eq!(g0.take_data(), vec![ps[2].clone(), ps[3].clone()]);
+        // get_initial_arg and the runtime config carry the values; a fresh module restores.
+        let init = h.command("wm", "get_initial_arg", &Value::map()).unwrap();
+        assert_eq!(init.get("values").unwrap(), &Value::List(vec![off(26, 4)]));
+        assert_eq!(init.get("entries").and_then(Value::as_i64), Some(3));
+        let cfg = h
+            .command("wm", "get_runtime_config", &Value::map())
+            .unwrap();
+        let mut f = Harness::new();
+        f.add(&CLASS, "wm", &arg).unwrap();
+        f.command("wm", "set_runtime_config", &cfg).unwrap();
+        let (f0, f1) = (f.capture("wm", 0), f.capture("wm", 1));
+        f.inject("wm", 0, &ps);
+        let mut w2 = ps[0].clone();
+        w2[26..30].copy_from_slice(&[0x63, 0, 0, 0x0a]);
+        let mut w3 = ps[1].clone();
+        w3[26..30].copy_from_slice(&[1, 2, 3, 4]);
+        assert_eq!(f1.take_data(), vec![w2, w3]);
+        assert_eq!(f0.len(), 2);
     }
 
     #[test]

@@ -48,7 +48,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: 1,
     commands: &[],
     drop_reasons: &["no_headroom"],
-    mt_safe: false,
+    mt_safe: true,
     create: |init, arg: &Value| {
         Args::new(arg, "EtherEncapArg")?.finish()?;
         add_attrs(

@@ -39,7 +39,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: 1,
     commands: &[],
     drop_reasons: &["too_short"],
-    mt_safe: false,
+    mt_safe: true,
     create: |_, arg: &Value| {
         let mut a = Args::new(arg, "GenericDecapArg")?;
         let bytes = a.uint("bytes", MAX_DECAP)?.unwrap_or(0) as usize;

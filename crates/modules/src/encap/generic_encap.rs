@@ -189,7 +189,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: 1,
     commands: &[],
     drop_reasons: &["no_headroom"],
-    mt_safe: false,
+    mt_safe: true,
     create,
 };
 

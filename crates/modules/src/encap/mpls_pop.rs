@@ -97,7 +97,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         mt_safe: false,
     }],
     drop_reasons: &["too_short"],
-    mt_safe: false,
+    mt_safe: true,
     create: |_, arg| {
         let (remove, ty) = parse(arg, "MplsPopArg")?;
         Ok(Instance::Exclusive(Box::new(MplsPop {

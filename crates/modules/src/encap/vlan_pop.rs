@@ -36,7 +36,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: 1,
     commands: &[],
     drop_reasons: &["too_short"],
-    mt_safe: false,
+    mt_safe: true,
     create: |_, arg: &Value| {
         Args::new(arg, "VLANPopArg")?.finish()?;
         Ok(Instance::Exclusive(Box::new(VlanPop)))

@@ -83,7 +83,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         mt_safe: false,
     }],
     drop_reasons: &["too_short", "no_headroom"],
-    mt_safe: false,
+    mt_safe: true,
     create: |_, arg| {
         Ok(Instance::Exclusive(Box::new(VlanPush {
             tci: parse_tci(arg)?,

@@ -110,7 +110,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: 1,
     commands: &[],
     drop_reasons: &["too_short", "not_vxlan", "malformed", "fragment"],
-    mt_safe: false,
+    mt_safe: true,
     create: |init, arg: &Value| {
         Args::new(arg, "VXLANDecapArg")?.finish()?;
         add_attrs(

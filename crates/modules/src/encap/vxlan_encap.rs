@@ -101,7 +101,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: 1,
     commands: &[],
     drop_reasons: &["too_short", "no_headroom"],
-    mt_safe: false,
+    mt_safe: true,
     create: |init, arg: &Value| {
         let mut a = Args::new(arg, "VXLANEncapArg")?;
         let port = a.uint("dstport", u64::MAX)?.unwrap_or(0);

@@ -69,7 +69,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         name: "set_burst",
         arg_type: "PortIncCommandSetBurstArg",
         help: "sets packets received per task run (1..32)",
-        mt_safe: false,
+        mt_safe: true,
     }],
     drop_reasons: &[],
     mt_safe: false,

@@ -44,6 +44,6 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: 0,
     commands: &[],
     drop_reasons: &["tx_failed"],
-    mt_safe: false,
+    mt_safe: true,
     create,
 };

@@ -1,99 +1,120 @@
 //! Measure: latency and jitter histograms of packets marked by Timestamp.
 use bessemer_core::{
-    tsc, AccessMode, Args, AttrOffset, CommandSpec, Context, Error, Instance, Module, ModuleClass,
+    AccessMode, Args, AttrOffset, CommandSpec, Context, Error, Instance, Module, ModuleClass,
     PacketBatch, Result, Value,
 };
 
 use super::timestamp::{now_ns, parse_place, MARKER, MARK_SIZE};
 use crate::util::FastRng;
 
-/// A fixed-resolution histogram of nanosecond values.
+/// A fixed-resolution histogram of nanosecond values, as BESS's `utils/histogram.h`: bucket
+/// i counts values in [i x width, (i + 1) x width) and stands for i x width; one more bucket
+/// counts values beyond the range.
 #[derive(Clone, Debug)]
 pub struct Histogram {
+    /// `num_buckets` buckets plus the above-range bucket.
     buckets: Vec<u64>,
     resolution: u64,
-    count: u64,
-    above: u64,
-    min: u64,
-    max: u64,
-    total: u128,
+}
+
+/// What a histogram summary reports (BESS's `Histogram::Summary`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// Samples, those above the range included.
+    pub count: u64,
+    /// Samples beyond the range.
+    pub above_range: u64,
+    /// Representative value of the lowest non-empty bucket.
+    pub min: u64,
+    /// Representative value of the highest non-empty bucket (the range end when above).
+    pub max: u64,
+    /// total / count.
+    pub avg: u64,
+    /// Sum of the representative values of all samples.
+    pub total: u64,
+    /// For each percentile X: the smallest representative value whose cumulative share of
+    /// samples reaches X.
+    pub percentiles: Vec<u64>,
 }
 
 impl Histogram {
-    /// Buckets of `resolution` ns up to `max_ns`.
-    pub fn new(max_ns: u64, resolution: u64) -> Histogram {
-        let resolution = resolution.max(1);
+    /// `num_buckets` buckets of `resolution` ns.
+    pub fn new(num_buckets: u64, resolution: u64) -> Histogram {
         Histogram {
-            buckets: vec![0; (max_ns / resolution + 1) as usize],
-            resolution,
-            count: 0,
-            above: 0,
-            min: u64::MAX,
-            max: 0,
-            total: 0,
+            buckets: vec![0; num_buckets as usize + 1],
+            resolution: resolution.max(1),
         }
     }
 
     /// Records one value.
     #[inline]
     pub fn insert(&mut self, v: u64) {
-        let b = (v / self.resolution) as usize;
-        match self.buckets.get_mut(b) {
-            Some(x) => *x += 1,
-            None => self.above += 1,
-        }
-        self.count += 1;
-        self.min = self.min.min(v);
-        self.max = self.max.max(v);
-        self.total += v as u128;
+        let last = self.buckets.len() - 1;
+        let i = ((v / self.resolution) as usize).min(last);
+        self.buckets[i] += 1;
     }
 
-    /// The value below which `p` percent of samples fall (bucket upper bound).
-    pub fn percentile(&self, p: f64) -> u64 {
-        if self.count == 0 {
-            return 0;
-        }
-        let target = ((p / 100.0) * self.count as f64).ceil().max(1.0) as u64;
-        let mut seen = 0;
-        for (i, &c) in self.buckets.iter().enumerate() {
-            seen += c;
-            if seen >= target {
-                return ((i as u64 + 1) * self.resolution).min(self.max);
+    /// The summary with `percentiles` (sorted, within [0, 100]).
+    pub fn summarize(&self, percentiles: &[f64]) -> Summary {
+        let count: u64 = self.buckets.iter().sum();
+        let mut r = Summary {
+            count,
+            above_range: *self.buckets.last().unwrap(),
+            percentiles: vec![0; percentiles.len()],
+            ..Summary::default()
+        };
+        let (mut found_min, mut so_far, mut total) = (false, 0u64, 0u64);
+        let mut next = 0;
+        for (i, &freq) in self.buckets.iter().enumerate() {
+            let val = i as u64 * self.resolution;
+            total = total.wrapping_add(val.wrapping_mul(freq));
+            so_far += freq;
+            if freq == 0 {
+                continue;
+            }
+            if !found_min {
+                r.min = val;
+                found_min = true;
+            }
+            r.max = val;
+            while next < percentiles.len() {
+                // Not yet X percent of the samples (within an epsilon, as BESS compares).
+                let share = (so_far as f64 * 100.0) / count as f64;
+                if so_far < count && share < percentiles[next] + f64::EPSILON {
+                    break;
+                }
+                r.percentiles[next] = val;
+                next += 1;
             }
         }
-        self.max
+        r.avg = total.checked_div(count).unwrap_or(0);
+        r.total = total;
+        r
     }
 
     fn summary(&self, percentiles: &[f64]) -> Value {
-        let (min, avg) = if self.count == 0 {
-            (0, 0)
-        } else {
-            (self.min, (self.total / self.count as u128) as u64)
-        };
+        let s = self.summarize(percentiles);
         Value::map()
-            .with("count", self.count)
-            .with("above_range", self.above)
+            .with("count", s.count)
+            .with("above_range", s.above_range)
             .with("resolution_ns", self.resolution)
-            .with("min_ns", min)
-            .with("avg_ns", avg)
-            .with("max_ns", self.max)
-            .with("total_ns", self.total.min(u64::MAX as u128) as u64)
+            .with("min_ns", s.min)
+            .with("avg_ns", s.avg)
+            .with("max_ns", s.max)
+            .with("total_ns", s.total)
             .with(
                 "percentile_values_ns",
                 Value::List(
-                    percentiles
+                    s.percentiles
                         .iter()
-                        .map(|&p| Value::Int(self.percentile(p) as i64))
+                        .map(|&v| Value::Int(v as i64))
                         .collect(),
                 ),
             )
     }
 
     fn clear(&mut self) {
-        *self = Histogram::new(
-            (self.buckets.len() as u64 - 1) * self.resolution,
-            self.resolution,
-        );
+        self.buckets.fill(0);
     }
 }
 
@@ -105,8 +126,10 @@ pub struct Measure {
     jitter: Histogram,
     jitter_threshold: u64,
     last_latency: Option<u64>,
+    /// Every packet seen (BESS's pkt_cnt_).
     packets: u64,
-    bits: u64,
+    /// Bytes of the packets measured (timestamped; BESS's bytes_cnt_).
+    bytes: u64,
     rng: FastRng,
 }
 
@@ -114,6 +137,9 @@ impl Module for Measure {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         let now = now_ns(ctx.refresh_now());
         let attr = ctx.attr(0);
+        // As BESS: every packet counts in `packets`; only marked ones (with a time not in the
+        // future) in the bytes and the histograms.
+        self.packets += batch.len() as u64;
         for p in batch.pkts() {
             let t = match self.offset {
                 Some(off) => match p.data().get(off..off + MARK_SIZE) {
@@ -123,14 +149,19 @@ impl Module for Measure {
                     _ => continue,
                 },
                 None => match attr {
-                    AttrOffset::At(_) => u64::from_le_bytes(p.get_attr::<8>(attr)),
+                    AttrOffset::At(_) => match u64::from_le_bytes(p.get_attr::<8>(attr)) {
+                        0 => continue,
+                        t => t,
+                    },
                     _ => continue,
                 },
             };
-            let lat = now.saturating_sub(t);
+            if now < t {
+                continue;
+            }
+            let lat = now - t;
+            self.bytes += p.len() as u64;
             self.latency.insert(lat);
-            self.packets += 1;
-            self.bits += p.bits();
             if (self.rng.next_u64() >> 32) < self.jitter_threshold {
                 if let Some(prev) = self.last_latency {
                     self.jitter.insert(lat.abs_diff(prev));
@@ -146,24 +177,36 @@ impl Module for Measure {
             "get_summary" => {
                 let mut a = Args::new(arg, "MeasureCommandGetSummaryArg")?;
                 let clear = a.bool("clear")?.unwrap_or(false);
+                // As BESS's IsValidPercentiles: within [0, 100] and sorted.
                 let pct = |l: &[Value], f: &str| -> Result<Vec<f64>> {
-                    l.iter()
+                    let v: Vec<f64> = l
+                        .iter()
                         .map(|v| match v.as_f64() {
                             Some(x) if (0.0..=100.0).contains(&x) => Ok(x),
                             _ => Err(Error::invalid(format!(
-                                "MeasureCommandGetSummaryArg.{f}: {v:?} is not within [0, 100]"
+                                "MeasureCommandGetSummaryArg.{f}: invalid '{f}': {v:?} is not within [0, 100]"
                             ))),
                         })
-                        .collect()
+                        .collect::<Result<_>>()?;
+                    if v.windows(2).any(|w| w[0] > w[1]) {
+                        return Err(Error::invalid(format!(
+                            "MeasureCommandGetSummaryArg.{f}: invalid '{f}': not sorted"
+                        )));
+                    }
+                    Ok(v)
                 };
                 let lp = pct(a.list("latency_percentiles")?, "latency_percentiles")?;
                 let jp = pct(a.list("jitter_percentiles")?, "jitter_percentiles")?;
                 a.finish()?;
-                let ts = tsc::cycles_to_ns(tsc::rdtsc()) as f64 / 1e9;
+                // BESS: wall-clock seconds; bits of the measured bytes plus 24 bytes of
+                // framing overhead for every packet seen.
+                let ts = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0.0, |d| d.as_secs_f64());
                 let v = Value::map()
                     .with("timestamp", ts)
                     .with("packets", self.packets)
-                    .with("bits", self.bits)
+                    .with("bits", (self.bytes + self.packets * 24) * 8)
                     .with("latency", self.latency.summary(&lp))
                     .with("jitter", self.jitter.summary(&jp));
                 if clear {
@@ -190,7 +233,7 @@ impl Measure {
         self.latency.clear();
         self.jitter.clear();
         self.packets = 0;
-        self.bits = 0;
+        self.bytes = 0;
         self.last_latency = None;
     }
 }
@@ -202,11 +245,13 @@ pub static CLASS: ModuleClass = ModuleClass {
     help: "measures packet latency (paired with Timestamp module)",
     arg_type: "MeasureArg",
     arg_doc: &[
-        "offset: uint64 — where Timestamp put its mark (default 54)",
+        "offset: uint64 — where Timestamp put its mark (default 42)",
         "attr_name: string — or: the metadata attribute holding the time",
-        "jitter_sample_prob: double — share of packets sampled for jitter (default 1)",
+        "jitter_sample_prob: double — share of measured packets sampled for jitter (default 0.05)",
+        "get_summary: packets = every packet seen; bits = (bytes of measured packets + 24 x packets) x 8; timestamp = wall-clock seconds; latency/jitter over marked packets only",
         "latency_ns_max: uint64 — histogram range (default 100 ms)",
-        "latency_ns_resolution: uint32 — bucket width (default 100 ns)",
+        "latency_ns_resolution: uint32 — bucket width (default 100 ns); at most 5 000 000 buckets (else E2BIG)",
+        "summary min/max/avg/total/percentiles are bucket values (i x resolution), the range end for samples above it, as BESS",
     ],
     igates: 1,
     ogates: 1,
@@ -215,21 +260,24 @@ pub static CLASS: ModuleClass = ModuleClass {
             name: "get_summary",
             arg_type: "MeasureCommandGetSummaryArg",
             help: "latency and jitter summary with percentiles",
-            mt_safe: false,
+            mt_safe: true,
         },
         CommandSpec {
             name: "clear",
             arg_type: "EmptyArg",
             help: "resets the histograms",
-            mt_safe: false,
+            mt_safe: true,
         },
     ],
     drop_reasons: &[],
-    mt_safe: false,
+    mt_safe: true,
     create: |init, arg| {
         let mut a = Args::new(arg, "MeasureArg")?;
         let offset = parse_place(&mut a, init, AccessMode::Read, "MeasureArg")?;
-        let prob = a.float("jitter_sample_prob")?.unwrap_or(1.0);
+        let prob = a
+            .float("jitter_sample_prob")?
+            .filter(|&p| p != 0.0)
+            .unwrap_or(0.05);
         let max_ns = a
             .uint("latency_ns_max", 10_000_000_000)?
             .unwrap_or(100_000_000);
@@ -242,19 +290,23 @@ pub static CLASS: ModuleClass = ModuleClass {
                 "MeasureArg.jitter_sample_prob: {prob} is not within [0, 1]"
             )));
         }
-        if res == 0 || max_ns / res > 10_000_000 {
-            return Err(Error::invalid(
-                "MeasureArg: latency_ns_max / latency_ns_resolution must be 1..=10000000 buckets",
+        // As BESS: ceil(max / resolution) buckets, at most half of 10 million.
+        let res = res.max(1);
+        let buckets = max_ns.div_ceil(res);
+        if buckets > 5_000_000 {
+            return Err(Error::new(
+                libc::E2BIG,
+                "MeasureArg: excessive latency_ns_max / latency_ns_resolution",
             ));
         }
         Ok(Instance::Exclusive(Box::new(Measure {
             offset,
-            latency: Histogram::new(max_ns, res),
-            jitter: Histogram::new(max_ns, res),
+            latency: Histogram::new(buckets, res),
+            jitter: Histogram::new(buckets, res),
             jitter_threshold: (prob * (1u64 << 32) as f64) as u64,
             last_latency: None,
             packets: 0,
-            bits: 0,
+            bytes: 0,
             rng: FastRng::from_tsc(),
         })))
     },
@@ -266,15 +318,60 @@ mod tests {
     use bessemer_core::testing::Harness;
 
     #[test]
-    fn histogram_percentiles() {
-        let mut h = Histogram::new(1000, 10);
+    fn histogram_summarizes_as_bess() {
+        // 100 buckets of 10 ns: 5, 10, ..., 500 and one value beyond the range.
+        let mut h = Histogram::new(100, 10);
         for v in 1..=100 {
             h.insert(v * 5);
         }
         h.insert(5000);
-        assert_eq!(h.percentile(50.0), 260);
-        assert_eq!(h.above, 1);
-        assert_eq!(h.max, 5000);
+        let s = h.summarize(&[0.0, 50.0, 99.0, 100.0]);
+        // Bucket i stands for i x 10: 5 -> 0, 10 and 15 -> 10, ..., 500 -> 500.
+        let total: u64 = (1..=100u64).map(|v| (v * 5) / 10 * 10).sum::<u64>() + 1000;
+        assert_eq!(
+            s,
+            Summary {
+                count: 101,
+                above_range: 1,
+                min: 0,
+                max: 1000,
+                avg: total / 101,
+                total,
+                // 51 of 101 samples are <= bucket 250; 100 are <= bucket 500.
+                percentiles: vec![0, 250, 500, 1000],
+            }
+        );
+        assert_eq!(
+            Histogram::new(10, 10).summarize(&[50.0]),
+            Summary {
+                percentiles: vec![0],
+                ..Summary::default()
+            }
+        );
+    }
+
+    #[test]
+    fn literal_marks_unmarked_and_future_packets() {
+        let mut h = Harness::new();
+        h.add(&CLASS, "m", &Value::map().with("offset", 42))
+            .unwrap();
+        let c = h.capture("m", 0);
+        let mark = |t: u64| {
+            let mut p = vec![0u8; 64];
+            p[42..46].copy_from_slice(&[0x55, 0xbe, 0xc5, 0x54]);
+            p[46..54].copy_from_slice(&t.to_le_bytes());
+            p
+        };
+        // Marked at time 1 ns (latency = now - 1), marked in the far future (skipped),
+        // unmarked, and too short for the mark.
+        let pkts = vec![mark(1), mark(u64::MAX), vec![0u8; 64], vec![0u8; 40]];
+        h.inject("m", 0, &pkts);
+        assert_eq!(c.take_data(), pkts, "all forwarded unchanged");
+        let s = h.command("m", "get_summary", &Value::map()).unwrap();
+        assert_eq!(s.get("packets").unwrap().as_i64(), Some(4));
+        assert_eq!(s.get("bits").unwrap().as_i64(), Some((64 + 4 * 24) * 8));
+        let lat = s.get("latency").unwrap();
+        assert_eq!(lat.get("count").unwrap().as_i64(), Some(1));
     }
 
     #[test]
@@ -298,7 +395,12 @@ mod tests {
                     .with("clear", true),
             )
             .unwrap();
-        assert_eq!(s.get("packets").unwrap().as_i64(), Some(50));
+        // Every packet seen counts; bits are the measured packets' bytes plus 24 per packet.
+        assert_eq!(s.get("packets").unwrap().as_i64(), Some(51));
+        assert_eq!(
+            s.get("bits").unwrap().as_i64(),
+            Some((50 * 80 + 51 * 24) * 8)
+        );
         let lat = s.get("latency").unwrap();
         assert_eq!(lat.get("count").unwrap().as_i64(), Some(50));
         let max = lat.get("max_ns").unwrap().as_i64().unwrap();
@@ -307,6 +409,12 @@ mod tests {
         assert_eq!(pv.len(), 2);
         let s = h.command("m", "get_summary", &Value::map()).unwrap();
         assert_eq!(s.get("packets").unwrap().as_i64(), Some(0), "cleared");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        let ts = s.get("timestamp").unwrap().as_f64().unwrap();
+        assert!((now - ts).abs() < 60.0, "epoch seconds: {ts}");
         assert!(h
             .command(
                 "m",
@@ -317,5 +425,16 @@ mod tests {
                 )
             )
             .is_err());
+        let e = h
+            .command(
+                "m",
+                "get_summary",
+                &Value::map().with(
+                    "jitter_percentiles",
+                    Value::List(vec![Value::Float(90.0), Value::Float(50.0)]),
+                ),
+            )
+            .unwrap_err();
+        assert!(e.msg.contains("invalid 'jitter_percentiles'"), "{}", e.msg);
     }
 }

@@ -157,7 +157,7 @@ pub static CLASS: ModuleClass = ModuleClass {
             name: "set_burst",
             arg_type: "QueueCommandSetBurstArg",
             help: "packets dequeued per run",
-            mt_safe: false,
+            mt_safe: true,
         },
         CommandSpec {
             name: "set_size",
@@ -169,7 +169,7 @@ pub static CLASS: ModuleClass = ModuleClass {
             name: "get_status",
             arg_type: "QueueCommandGetStatusArg",
             help: "occupancy and counters",
-            mt_safe: false,
+            mt_safe: true,
         },
     ],
     drop_reasons: &["queue_full"],

@@ -55,7 +55,9 @@ impl ArpResponder {
         let Some(mac) = self.entries.get(&be32(arp, TPA)) else {
             return Verdict::Drop(DROP_NO_ENTRY);
         };
-        // The request becomes the reply in place: back to the sender, from the entry's MAC.
+        // The request becomes the reply in place, from the entry's MAC: as BESS's
+        // arp_responder.cc, the frame goes back to the request's Ethernet source and the ARP
+        // target is the request's ARP sender.
         let mut sender = [0u8; 10];
         sender.copy_from_slice(&arp[SHA..SHA + 10]);
         let target_ip: [u8; 4] = [arp[TPA], arp[TPA + 1], arp[TPA + 2], arp[TPA + 3]];
@@ -63,7 +65,7 @@ impl ArpResponder {
         arp[SHA..SHA + 6].copy_from_slice(mac);
         arp[SPA..SPA + 4].copy_from_slice(&target_ip);
         arp[THA..THA + 10].copy_from_slice(&sender);
-        eth[0..6].copy_from_slice(&sender[..6]);
+        eth.copy_within(6..12, 0);
         eth[6..12].copy_from_slice(mac);
         Verdict::Gate(0)
     }
@@ -203,6 +205,20 @@ mod tests {
         let p = ArpPacket::new_checked(&got[0][14..]).unwrap();
         assert_eq!(p.operation(), ArpOperation::Reply);
         assert_eq!(p.source_protocol_addr(), &[10, 0, 0, 1]);
+    }
+
+    #[test]
+    fn reply_goes_to_the_ethernet_source_not_the_arp_sender() {
+        let mut h = Harness::new();
+        h.add(&CLASS, "a", &Value::Null).unwrap();
+        h.command("a", "add", &entry("10.0.0.1", "52:54:00:12:34:56"))
+            .unwrap();
+        let c = h.capture("a", 0);
+        // Ethernet source 02:00:00:00:00:bb (a proxy), ARP sender 02:00:00:00:00:aa.
+        let req = "ffffffff ffff0200 000000bb 08060001 08000604 00010200 000000aa 0a000002 00000000 00000a00 00010000 00000000 00000000 00000000 00000000";
+        let rep = "02000000 00bb5254 00123456 08060001 08000604 00025254 00123456 0a000001 02000000 00aa0a00 00020000 00000000 00000000 00000000 00000000";
+        h.inject("a", 0, &[hex(req)]);
+        assert_eq!(c.take_data(), vec![hex(rep)]);
     }
 
     #[test]

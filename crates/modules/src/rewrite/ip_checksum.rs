@@ -67,15 +67,19 @@ pub static CLASS: ModuleClass = ModuleClass {
     arg_type: "IPChecksumArg",
     arg_doc: &[
         "verify: bool — check instead of compute: correct checksums (and non-IPv4 frames) leave on gate 0, wrong ones on gate 1",
+        "hw: bool — (omec-project fork) use NIC checksum offload: accepted, but checksums are always computed or verified in software here",
     ],
     igates: 1,
     ogates: 2,
     commands: &[],
     drop_reasons: &["too_short", "bad_ip_header"],
-    mt_safe: false,
+    mt_safe: true,
     create: |_, arg| {
         let mut a = Args::new(arg, "IPChecksumArg")?;
         let verify = a.bool("verify")?.unwrap_or(false);
+        // The omec-project fork's hardware offload: there is none here; checksums are
+        // computed (or verified) in software either way.
+        let _hw = a.bool("hw")?.unwrap_or(false);
         a.finish()?;
         Ok(Instance::Exclusive(Box::new(IpChecksum { verify })))
     },
@@ -165,5 +169,24 @@ mod tests {
             .add(&CLASS, "x", &Value::map().with("verify", "yes"))
             .unwrap_err();
         assert!(e.msg.contains("IPChecksumArg.verify"), "{}", e.msg);
+    }
+
+    #[test]
+    fn hw_is_accepted_and_computed_in_software() {
+        let mut h = Harness::new();
+        h.add(&CLASS, "c", &Value::map().with("hw", true)).unwrap();
+        let c0 = h.capture("c", 0);
+        h.inject("c", 0, &[GOOD0, VLAN0, BAD].map(hex));
+        assert_eq!(c0.take_data(), [GOOD, VLAN, GOOD].map(hex));
+        h.add(
+            &CLASS,
+            "v",
+            &Value::map().with("hw", true).with("verify", true),
+        )
+        .unwrap();
+        let (v0, v1) = (h.capture("v", 0), h.capture("v", 1));
+        h.inject("v", 0, &[GOOD, VLAN, GOOD, BAD].map(hex));
+        assert_eq!(v0.take_data(), [GOOD, VLAN, GOOD].map(hex));
+        assert_eq!(v1.take_data(), vec![hex(BAD)]);
     }
 }

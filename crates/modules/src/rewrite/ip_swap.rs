@@ -59,7 +59,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: 1,
     commands: &[],
     drop_reasons: &["too_short", "not_ipv4", "bad_ip_header"],
-    mt_safe: false,
+    mt_safe: true,
     create: |_, arg| {
         Args::new(arg, "EmptyArg")?.finish()?;
         Ok(Instance::Exclusive(Box::new(IpSwap)))

@@ -137,15 +137,19 @@ pub static CLASS: ModuleClass = ModuleClass {
     arg_type: "L4ChecksumArg",
     arg_doc: &[
         "verify: bool — check instead of compute: correct checksums leave on gate 0, wrong ones on gate 1; packets not checked (not TCP/UDP, fragments, IPv6 extension headers) always leave on gate 0",
+        "hw: bool — (omec-project fork) use NIC checksum offload: accepted, but checksums are always computed or verified in software here",
     ],
     igates: 1,
     ogates: 2,
     commands: &[],
     drop_reasons: &["too_short", "bad_ip_header", "bad_udp_length"],
-    mt_safe: false,
+    mt_safe: true,
     create: |_, arg| {
         let mut a = Args::new(arg, "L4ChecksumArg")?;
         let verify = a.bool("verify")?.unwrap_or(false);
+        // The omec-project fork's hardware offload: there is none here; checksums are
+        // computed (or verified) in software either way.
+        let _hw = a.bool("hw")?.unwrap_or(false);
         a.finish()?;
         Ok(Instance::Exclusive(Box::new(L4Checksum { verify })))
     },
@@ -276,6 +280,25 @@ mod tests {
         assert_eq!(h.drops("c", "bad_udp_length"), 2);
         assert_eq!(h.drops("c", "too_short"), 3);
         assert_eq!(h.drops("c", "bad_ip_header"), 1);
+    }
+
+    #[test]
+    fn hw_is_accepted_and_computed_in_software() {
+        let mut h = Harness::new();
+        h.add(&CLASS, "c", &Value::map().with("hw", true)).unwrap();
+        let c0 = h.capture("c", 0);
+        h.inject("c", 0, &[U40, T40, U60].map(hex));
+        assert_eq!(c0.take_data(), [U4, T4, U6].map(hex));
+        h.add(
+            &CLASS,
+            "v",
+            &Value::map().with("hw", true).with("verify", true),
+        )
+        .unwrap();
+        let (v0, v1) = (h.capture("v", 0), h.capture("v", 1));
+        h.inject("v", 0, &[U4, T4, U6, U4BAD].map(hex));
+        assert_eq!(v0.take_data(), [U4, T4, U6].map(hex));
+        assert_eq!(v1.take_data(), vec![hex(U4BAD)]);
     }
 }
 

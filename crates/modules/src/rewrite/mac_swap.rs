@@ -33,7 +33,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: 1,
     commands: &[],
     drop_reasons: &["too_short"],
-    mt_safe: false,
+    mt_safe: true,
     create: |_, arg| {
         Args::new(arg, "MACSwapArg")?.finish()?;
         Ok(Instance::Exclusive(Box::new(MacSwap)))

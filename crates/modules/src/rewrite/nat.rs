@@ -442,19 +442,19 @@ pub static CLASS: ModuleClass = ModuleClass {
             name: "get_initial_arg",
             arg_type: "EmptyArg",
             help: "returns the NATArg the module was created with",
-            mt_safe: false,
+            mt_safe: true,
         },
         CommandSpec {
             name: "get_runtime_config",
             arg_type: "EmptyArg",
             help: "returns the runtime configuration (empty)",
-            mt_safe: false,
+            mt_safe: true,
         },
         CommandSpec {
             name: "set_runtime_config",
             arg_type: "EmptyArg",
             help: "sets the runtime configuration (nothing to set)",
-            mt_safe: false,
+            mt_safe: true,
         },
     ],
     drop_reasons: &[

@@ -126,7 +126,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         CommandSpec { name: "clear", arg_type: "RandomUpdateCommandClearArg", help: "removes all fields", mt_safe: false },
     ],
     drop_reasons: &["too_short"],
-    mt_safe: false,
+    mt_safe: true,
     create: |_, arg| {
         let mut a = Args::new(arg, "RandomUpdateArg")?;
         let fields = parse_fields(a.list("fields")?, "RandomUpdateArg")?;

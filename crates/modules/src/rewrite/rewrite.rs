@@ -128,7 +128,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         },
     ],
     drop_reasons: &[],
-    mt_safe: false,
+    mt_safe: true,
     create: |_, arg| {
         let mut a = Args::new(arg, "RewriteArg")?;
         let templates = parse_templates(a.list("templates")?, "RewriteArg")?;

@@ -166,7 +166,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: 1,
     commands: &[],
     drop_reasons: &["too_short"],
-    mt_safe: false,
+    mt_safe: true,
     create: |init, arg| {
         let mut a = Args::new(arg, "SetMetadataArg")?;
         let list = a.list("attrs")?;

@@ -166,23 +166,23 @@ pub static CLASS: ModuleClass = ModuleClass {
             name: "get_initial_arg",
             arg_type: "EmptyArg",
             help: "returns the StaticNATArg the module was created with",
-            mt_safe: false,
+            mt_safe: true,
         },
         CommandSpec {
             name: "get_runtime_config",
             arg_type: "EmptyArg",
             help: "returns the runtime configuration (empty)",
-            mt_safe: false,
+            mt_safe: true,
         },
         CommandSpec {
             name: "set_runtime_config",
             arg_type: "EmptyArg",
             help: "sets the runtime configuration (nothing to set)",
-            mt_safe: false,
+            mt_safe: true,
         },
     ],
     drop_reasons: &["too_short", "not_ipv4", "bad_ip_header"],
-    mt_safe: false,
+    mt_safe: true,
     create: |_, arg| {
         let pairs = parse(arg)?;
         Ok(Instance::Exclusive(Box::new(StaticNat { pairs })))

@@ -125,7 +125,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         },
     ],
     drop_reasons: &["too_short"],
-    mt_safe: false,
+    mt_safe: true,
     create: |_, arg| {
         let mut a = Args::new(arg, "UpdateArg")?;
         let fields = parse_fields(a.list("fields")?, "UpdateArg")?;
