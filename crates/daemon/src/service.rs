@@ -29,13 +29,7 @@ pub const VERSION: &str = concat!("bessemer ", env!("CARGO_PKG_VERSION"));
 pub const MAX_NAME_LEN: usize = 1024;
 
 /// Port driver names BESS has (those Bessemer lacks are refused with ENOTSUP).
-const BESS_DRIVERS: &[&str] = &[
-    "PMDPort",
-    "PCAPPort",
-    "UnixSocketPort",
-    "VPort",
-    "ZeroCopyVPort",
-];
+const BESS_DRIVERS: &[&str] = &["PCAPPort", "UnixSocketPort", "VPort", "ZeroCopyVPort"];
 
 /// The engine shared by the RPC handlers.
 pub type SharedEngine = Arc<Mutex<Engine>>;

@@ -90,7 +90,7 @@ async fn every_rpc_answers_an_empty_request() {
         assert_eq!(err(&r.error, "my_hook").code, libc::ENOTSUP);
         let r = c
             .create_port(pb::CreatePortRequest {
-                driver: "PMDPort".into(),
+                driver: "ZeroCopyVPort".into(),
                 ..Default::default()
             })
             .await
