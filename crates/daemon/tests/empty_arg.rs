@@ -61,7 +61,10 @@ async fn empty_arg_stands_for_the_expected_message_with_defaults() {
             &mut c,
             "q",
             "get_status",
-            Some(any("QueueCommandGetStatusArg", &pb::QueueCommandGetStatusArg {})),
+            Some(any(
+                "QueueCommandGetStatusArg",
+                &pb::QueueCommandGetStatusArg {},
+            )),
         )
         .await;
         ok(&typed.error);
@@ -77,7 +80,10 @@ async fn empty_arg_stands_for_the_expected_message_with_defaults() {
             &mut c,
             "q",
             "set_size",
-            Some(any("QueueCommandSetSizeArg", &pb::QueueCommandSetSizeArg { size: 0 })),
+            Some(any(
+                "QueueCommandSetSizeArg",
+                &pb::QueueCommandSetSizeArg { size: 0 },
+            )),
         )
         .await;
         let r = cmd(&mut c, "q", "set_size", empty()).await;
