@@ -95,10 +95,12 @@ pub enum CaptureFormat {
 
 /// Writes every packet crossing the gate to a named pipe, in pcap or pcapng format. Writes
 /// never block the worker: a packet the pipe has no room for is skipped and counted, and a
-/// reader that goes away detaches the hook's output.
+/// reader that goes away detaches the hook's output (or, with `reconnect`, the next reader
+/// that opens the FIFO gets a new header and the packets from then on).
 pub struct CaptureHook {
     path: String,
     format: CaptureFormat,
+    reconnect: bool,
     fd: AtomicI32,
     /// Held while writing (records stay whole when several workers share the hook); when no
     /// FIFO is open, when to try opening it again (never, once the reader went away).
@@ -112,9 +114,10 @@ pub struct CaptureHook {
 enum Retry {
     /// At the next batch.
     Now,
-    /// At the first batch after this time (a deferred FIFO without a reader yet).
+    /// At the first batch after this time (a deferred FIFO without a reader yet, or a
+    /// reconnecting hook whose reader went away).
     At(Instant),
-    /// Never: the reader went away.
+    /// Never: the reader went away (and the hook does not reconnect).
     Never,
 }
 
@@ -124,11 +127,19 @@ const MAX_RECORD: usize = libc::PIPE_BUF;
 
 impl CaptureHook {
     /// Opens `fifo` for writing `format`. With `defer`, a FIFO that has no reader yet is
-    /// opened later (retried at most once a millisecond); without it that is an error.
-    pub fn open(fifo: &str, format: CaptureFormat, defer: bool) -> Result<CaptureHook> {
+    /// opened later (retried at most once a millisecond); without it that is an error. With
+    /// `reconnect`, a FIFO whose reader went away is reopened the same way (BESS's
+    /// `TcpdumpArg.reconnect`).
+    pub fn open(
+        fifo: &str,
+        format: CaptureFormat,
+        defer: bool,
+        reconnect: bool,
+    ) -> Result<CaptureHook> {
         let h = CaptureHook {
             path: fifo.to_string(),
             format,
+            reconnect,
             fd: AtomicI32::new(-1),
             retry: Mutex::new(Retry::Now),
             written: AtomicU64::new(0),
@@ -272,11 +283,16 @@ impl GateHook for CaptureHook {
             }
             self.skipped.fetch_add(1, Ordering::Relaxed);
             if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EPIPE) {
-                // The reader is gone: stop writing (the hook stays until removed).
+                // The reader is gone: stop writing (the hook stays until removed), or wait
+                // for the next one.
                 self.close();
                 self.skipped
                     .fetch_add((batch.len() - i - 1) as u64, Ordering::Relaxed);
-                *retry = Retry::Never;
+                *retry = if self.reconnect {
+                    Retry::At(Instant::now() + std::time::Duration::from_millis(1))
+                } else {
+                    Retry::Never
+                };
                 return;
             }
         }
@@ -320,7 +336,7 @@ mod tests {
         let _ = std::fs::remove_file(&fifo);
         mkfifo(&fifo);
         let fs = fifo.to_str().unwrap().to_string();
-        let e = CaptureHook::open(&fs, CaptureFormat::Pcap, false)
+        let e = CaptureHook::open(&fs, CaptureFormat::Pcap, false, false)
             .err()
             .unwrap();
         assert_eq!(e.code, libc::ENXIO, "{}", e.msg);
@@ -331,7 +347,7 @@ mod tests {
             .custom_flags_nonblock()
             .open(&fifo)
             .unwrap();
-        let hook = CaptureHook::open(&fs, CaptureFormat::Pcap, false).unwrap();
+        let hook = CaptureHook::open(&fs, CaptureFormat::Pcap, false, false).unwrap();
         let pool = PacketPool::new("hooktest", 64, crate::mem::PagePolicy::Plain).unwrap();
         let mut cache = pool.cache();
         let mut b = PacketBatch::new();
@@ -370,7 +386,7 @@ mod tests {
             .custom_flags_nonblock()
             .open(&fifo)
             .unwrap();
-        let hook = CaptureHook::open(&fs, CaptureFormat::Pcapng, false).unwrap();
+        let hook = CaptureHook::open(&fs, CaptureFormat::Pcapng, false, false).unwrap();
         assert_eq!(hook.class_name(), "PcapNg");
         let pool = PacketPool::new("hookngtest", 64, crate::mem::PagePolicy::Plain).unwrap();
         let mut cache = pool.cache();
@@ -390,6 +406,48 @@ mod tests {
         for (i, f) in frames.iter().enumerate() {
             assert_eq!(bytes[f.data.clone()], vec![i as u8 + 1; 60 + i]);
             assert_eq!(f.orig_len as usize, 60 + i);
+        }
+        cache.free_bulk(&mut b);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn reconnecting_hook_serves_the_next_reader_with_a_new_header() {
+        let dir = std::env::temp_dir().join(format!("bessemer-hookrc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("r.fifo");
+        let _ = std::fs::remove_file(&fifo);
+        mkfifo(&fifo);
+        let fs = fifo.to_str().unwrap().to_string();
+        let open_reader = || {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags_nonblock()
+                .open(&fifo)
+                .unwrap()
+        };
+        let pool = PacketPool::new("hookrctest", 64, crate::mem::PagePolicy::Plain).unwrap();
+        let mut cache = pool.cache();
+        let mut b = PacketBatch::new();
+        assert_eq!(cache.alloc_bulk(&mut b, 2, 60), 2);
+        for (reconnect, want_second) in [(true, 2), (false, 0)] {
+            let reader = open_reader();
+            let hook = CaptureHook::open(&fs, CaptureFormat::Pcap, false, reconnect).unwrap();
+            hook.on_batch(&b);
+            drop(reader);
+            // The write that meets the closed pipe detaches the FIFO.
+            hook.on_batch(&b);
+            let mut second = open_reader();
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            hook.on_batch(&b);
+            let mut bytes = Vec::new();
+            let _ = second.read_to_end(&mut bytes);
+            if want_second == 0 {
+                assert!(bytes.is_empty(), "a non-reconnecting hook wrote again");
+            } else {
+                let recs = pcap::parse(&bytes).unwrap();
+                assert_eq!(recs.len(), want_second);
+            }
         }
         cache.free_bulk(&mut b);
         std::fs::remove_dir_all(&dir).unwrap();

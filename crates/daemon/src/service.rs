@@ -757,13 +757,18 @@ fn configure_gate_hook(e: &mut Engine, h: pb::GateHookInfo, enable: bool) -> Res
     // written to (or closed) a pipe a reader already has open.
     let arg = convert::any_to_value(h.arg.as_ref(), Some(class.arg), &what)?;
     let mut a = bessemer_core::Args::new(&arg, class.arg)?;
-    let (bits, fifo, defer) = if class.name == "Track" {
-        (a.bool("bits")?.unwrap_or(false), String::new(), false)
+    let (bits, fifo, defer, reconnect) = if class.name == "Track" {
+        (
+            a.bool("bits")?.unwrap_or(false),
+            String::new(),
+            false,
+            false,
+        )
     } else {
         let fifo = a.str("fifo")?.unwrap_or_default().to_string();
         let defer = a.bool("defer")?.unwrap_or(false);
-        let _reconnect = a.bool("reconnect")?;
-        (false, fifo, defer)
+        let reconnect = a.bool("reconnect")?.unwrap_or(false);
+        (false, fifo, defer, reconnect)
     };
     a.finish()?;
     if class.name != "Track" && fifo.is_empty() {
@@ -786,7 +791,7 @@ fn configure_gate_hook(e: &mut Engine, h: pb::GateHookInfo, enable: bool) -> Res
             .unwrap_or_default()
     } else {
         if let Some((m, g)) = taken(&h.hook_name) {
-            return Err(Error::busy(format!(
+            return Err(Error::exists(format!(
                 "gate {g} of module '{m}' already has a hook named '{}'",
                 h.hook_name
             )));
@@ -795,8 +800,18 @@ fn configure_gate_hook(e: &mut Engine, h: pb::GateHookInfo, enable: bool) -> Res
     };
     let hook: Arc<dyn GateHook> = match class.name {
         "Track" => Arc::new(TrackHook { bits }),
-        "TcpDump" => Arc::new(CaptureHook::open(&fifo, CaptureFormat::Pcap, defer)?),
-        _ => Arc::new(CaptureHook::open(&fifo, CaptureFormat::Pcapng, defer)?),
+        "TcpDump" => Arc::new(CaptureHook::open(
+            &fifo,
+            CaptureFormat::Pcap,
+            defer,
+            reconnect,
+        )?),
+        _ => Arc::new(CaptureHook::open(
+            &fifo,
+            CaptureFormat::Pcapng,
+            defer,
+            reconnect,
+        )?),
     };
     for (m, gates) in &places {
         for &g in gates {

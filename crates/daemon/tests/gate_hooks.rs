@@ -210,7 +210,7 @@ async fn tcpdump_hook_streams_pcap_and_bad_requests_are_refused() {
             true,
         )
         .await;
-        assert_eq!(err(&r.error, "already has a hook").code, libc::EBUSY);
+        assert_eq!(err(&r.error, "already has a hook").code, libc::EEXIST);
         let l = c
             .list_gate_hooks(pb::EmptyRequest {})
             .await
