@@ -508,6 +508,58 @@ async fn pcapng_hook_as_pybess_sends_it_is_read_back_by_us_and_tcpdump() {
             .unwrap()
             .into_inner();
         assert!(l.hooks.is_empty(), "{:?}", l.hooks);
+
+        // The lowercase alias, with a name of the client's: listed under BESS's name; a
+        // new header starts the stream again.
+        let r = named_hook(
+            &mut c,
+            "pcapng",
+            "mine",
+            "src",
+            Gate::Ogate(0),
+            Some(any(
+                "PcapngArg",
+                &pb::PcapngArg {
+                    fifo: fifo_s.clone(),
+                    defer: false,
+                    reconnect: false,
+                },
+            )),
+            true,
+        )
+        .await;
+        ok(&r.error);
+        assert_eq!(r.name, "mine");
+        let l = c
+            .list_gate_hooks(pb::EmptyRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            (
+                l.hooks[0].class_name.as_str(),
+                l.hooks[0].hook_name.as_str()
+            ),
+            ("PcapNg", "mine")
+        );
+        // Past what the first hook left in the pipe, the second one's stream: a header and
+        // whole packet blocks (Source's packets are zeros, so the magic cannot be data).
+        let shb = |b: &[u8]| b.windows(4).position(|w| w == [0x0a, 0x0d, 0x0d, 0x0a]);
+        let more = read_fifo(&mut reader, |b| {
+            shb(b).is_some_and(|at| whole_blocks(&b[at..]).len() >= 48 + 2 * 92)
+        })
+        .await;
+        let at = shb(&more).unwrap();
+        let frames = bessemer_core::pcap::read(whole_blocks(&more[at..])).unwrap();
+        assert!(frames.len() >= 2 && frames.iter().all(|f| f.orig_len == 60));
+        let r = hook(&mut c, "pcapng", "src", Gate::Ogate(0), None, false).await;
+        ok(&r.error);
+        let l = c
+            .list_gate_hooks(pb::EmptyRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(l.hooks.is_empty(), "{:?}", l.hooks);
     })
     .await;
     let _ = std::fs::remove_dir_all(&dir);
