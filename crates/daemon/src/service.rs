@@ -734,7 +734,7 @@ fn configure_gate_hook(e: &mut Engine, h: pb::GateHookInfo, enable: bool) -> Res
                 let was_track = v.class == "Track";
                 e.remove_hook(m, dir, Some(g), &v.name.clone())?;
                 removed += 1;
-                if was_track && !on_after(e, m, g) {
+                if was_track && !has_track_hook(e, m, g) {
                     e.track_gate(m, Some(g), false)?;
                 }
             }
@@ -837,7 +837,7 @@ fn hooks_on<'a>(
 }
 
 /// Whether an output gate still has a Track hook.
-fn on_after(e: &Engine, module: &str, gate: u16) -> bool {
+fn has_track_hook(e: &Engine, module: &str, gate: u16) -> bool {
     use bessemer_core::hook::GateDir;
     e.graph().hooks().iter().any(|p| {
         p.module == module && p.dir == GateDir::Out && p.gate == gate && p.class == "Track"
