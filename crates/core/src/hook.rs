@@ -1,5 +1,6 @@
 //! Gate hooks (BESS's `GateHook`): observers that see every batch crossing a gate, installed
-//! and removed at run time (`tcpdump`, `track`). A gate without hooks pays one length check.
+//! and removed at run time (BESS's classes `Track`, `TcpDump`, `PcapNg`). A gate without hooks
+//! pays one length check.
 
 use crate::batch::PacketBatch;
 use crate::error::{Error, Result};
@@ -11,7 +12,7 @@ use std::time::Instant;
 
 /// Something called with each batch that crosses a gate, before the next module runs.
 pub trait GateHook: Send + Sync + 'static {
-    /// The hook class name, e.g. "tcpdump".
+    /// The hook class name, e.g. "TcpDump".
     fn class_name(&self) -> &'static str;
     /// Sees a batch (read-only).
     fn on_batch(&self, batch: &PacketBatch);
@@ -62,11 +63,44 @@ pub(crate) fn run_hooks(hooks: &[NamedHook], batch: &PacketBatch) {
     }
 }
 
-/// Writes every packet crossing the gate to a named pipe in pcap format (BESS's `tcpdump`
-/// hook, read by `tcpdump -r FIFO`). Writes never block the worker: a packet the pipe has no
-/// room for is skipped and counted, and a reader that goes away detaches the hook's output.
-pub struct TcpdumpHook {
+/// BESS's `Track` hook. Packet and batch counts are kept on every connected output gate
+/// whether or not it has one (BESS installs a `Track` on each at connect time); this marker
+/// stands for a hook a client enabled, and the gate counts bytes while one with `bits` is on.
+pub struct TrackHook {
+    /// Whether it asked for byte counting (`TrackArg.bits`).
+    pub bits: bool,
+}
+
+impl GateHook for TrackHook {
+    fn class_name(&self) -> &'static str {
+        "Track"
+    }
+
+    fn on_batch(&self, _batch: &PacketBatch) {}
+
+    fn desc(&self) -> String {
+        format!("bits={}", self.bits)
+    }
+}
+
+/// The file format a [`CaptureHook`] writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CaptureFormat {
+    /// Classic pcap (BESS's `TcpDump` hook, read by `tcpdump -r FIFO`).
+    Pcap,
+    /// pcapng: a section header, one Ethernet interface, enhanced packet blocks (BESS's
+    /// `PcapNg` hook, read by `tshark -r FIFO`).
+    Pcapng,
+}
+
+/// Writes every packet crossing the gate to a named pipe, in pcap or pcapng format. Writes
+/// never block the worker: a packet the pipe has no room for is skipped and counted, and a
+/// reader that goes away detaches the hook's output (or, with `reconnect`, the next reader
+/// that opens the FIFO gets a new header and the packets from then on).
+pub struct CaptureHook {
     path: String,
+    format: CaptureFormat,
+    reconnect: bool,
     fd: AtomicI32,
     /// Held while writing (records stay whole when several workers share the hook); when no
     /// FIFO is open, when to try opening it again (never, once the reader went away).
@@ -80,9 +114,10 @@ pub struct TcpdumpHook {
 enum Retry {
     /// At the next batch.
     Now,
-    /// At the first batch after this time (a deferred FIFO without a reader yet).
+    /// At the first batch after this time (a deferred FIFO without a reader yet, or a
+    /// reconnecting hook whose reader went away).
     At(Instant),
-    /// Never: the reader went away.
+    /// Never: the reader went away (and the hook does not reconnect).
     Never,
 }
 
@@ -90,12 +125,21 @@ enum Retry {
 /// reader never sees half a record.
 const MAX_RECORD: usize = libc::PIPE_BUF;
 
-impl TcpdumpHook {
-    /// Opens `fifo` for writing. With `defer`, a FIFO that has no reader yet is opened later
-    /// (retried at most once a millisecond); without it that is an error.
-    pub fn open(fifo: &str, defer: bool) -> Result<TcpdumpHook> {
-        let h = TcpdumpHook {
+impl CaptureHook {
+    /// Opens `fifo` for writing `format`. With `defer`, a FIFO that has no reader yet is
+    /// opened later (retried at most once a millisecond); without it that is an error. With
+    /// `reconnect`, a FIFO whose reader went away is reopened the same way (BESS's
+    /// `TcpdumpArg.reconnect`).
+    pub fn open(
+        fifo: &str,
+        format: CaptureFormat,
+        defer: bool,
+        reconnect: bool,
+    ) -> Result<CaptureHook> {
+        let h = CaptureHook {
             path: fifo.to_string(),
+            format,
+            reconnect,
             fd: AtomicI32::new(-1),
             retry: Mutex::new(Retry::Now),
             written: AtomicU64::new(0),
@@ -131,7 +175,10 @@ impl TcpdumpHook {
                 format!("cannot open fifo '{}': {why}", self.path),
             ));
         }
-        let hdr = pcap::file_header();
+        let hdr = match self.format {
+            CaptureFormat::Pcap => pcap::file_header().to_vec(),
+            CaptureFormat::Pcapng => pcap::pcapng_header(pcap::PCAPNG_SNAPLEN),
+        };
         // SAFETY: fd is open; hdr is a live buffer.
         let n = unsafe { libc::write(fd, hdr.as_ptr().cast(), hdr.len()) };
         if n != hdr.len() as isize {
@@ -139,7 +186,7 @@ impl TcpdumpHook {
             unsafe { libc::close(fd) };
             return Err(Error::new(
                 libc::EIO,
-                format!("cannot write the pcap header to '{}'", self.path),
+                format!("cannot write the capture header to '{}'", self.path),
             ));
         }
         self.fd.store(fd, Ordering::Release);
@@ -165,15 +212,18 @@ impl TcpdumpHook {
     }
 }
 
-impl Drop for TcpdumpHook {
+impl Drop for CaptureHook {
     fn drop(&mut self) {
         self.close();
     }
 }
 
-impl GateHook for TcpdumpHook {
+impl GateHook for CaptureHook {
     fn class_name(&self) -> &'static str {
-        "tcpdump"
+        match self.format {
+            CaptureFormat::Pcap => "TcpDump",
+            CaptureFormat::Pcapng => "PcapNg",
+        }
     }
 
     fn on_batch(&self, batch: &PacketBatch) {
@@ -198,32 +248,51 @@ impl GateHook for TcpdumpHook {
         let ts = pcap::Timestamp::now();
         for (i, p) in batch.pkts().iter().enumerate() {
             let data = p.data();
-            let cap = data.len().min(MAX_RECORD - pcap::RECORD_HEADER_LEN);
-            let hdr = pcap::record_header(ts, cap as u32, data.len() as u32);
-            let iov = [
-                libc::iovec {
-                    iov_base: hdr.as_ptr() as *mut libc::c_void,
-                    iov_len: hdr.len(),
-                },
-                libc::iovec {
-                    iov_base: data.as_ptr() as *mut libc::c_void,
-                    iov_len: cap,
-                },
-            ];
-            let len = hdr.len() + cap;
-            // SAFETY: fd is open while we hold the lock; both buffers live across the call.
-            let n = unsafe { libc::writev(fd, iov.as_ptr(), 2) };
+            let zeros = [0u8; 4];
+            let (n, len) = match self.format {
+                CaptureFormat::Pcap => {
+                    let cap = data.len().min(MAX_RECORD - pcap::RECORD_HEADER_LEN);
+                    let hdr = pcap::record_header(ts, cap as u32, data.len() as u32);
+                    let iov = [iovec(&hdr), iovec(&data[..cap])];
+                    // SAFETY: fd is open while we hold the lock; the buffers live across
+                    // the call.
+                    let n = unsafe { libc::writev(fd, iov.as_ptr(), iov.len() as i32) };
+                    (n, hdr.len() + cap)
+                }
+                CaptureFormat::Pcapng => {
+                    let room =
+                        MAX_RECORD - pcap::PCAPNG_EPB_HEADER_LEN - pcap::PCAPNG_EPB_TRAILER_LEN - 3;
+                    let cap = data.len().min(room);
+                    let hdr = pcap::pcapng_epb_header(ts, cap as u32, data.len() as u32);
+                    let pad = &zeros[..pcap::pcapng_padding(cap)];
+                    let trailer = pcap::pcapng_epb_trailer(cap as u32);
+                    let iov = [
+                        iovec(&hdr),
+                        iovec(&data[..cap]),
+                        iovec(pad),
+                        iovec(&trailer),
+                    ];
+                    // SAFETY: as above.
+                    let n = unsafe { libc::writev(fd, iov.as_ptr(), iov.len() as i32) };
+                    (n, hdr.len() + cap + pad.len() + trailer.len())
+                }
+            };
             if n == len as isize {
                 self.written.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
             self.skipped.fetch_add(1, Ordering::Relaxed);
             if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EPIPE) {
-                // The reader is gone: stop writing (the hook stays until removed).
+                // The reader is gone: stop writing (the hook stays until removed), or wait
+                // for the next one.
                 self.close();
                 self.skipped
                     .fetch_add((batch.len() - i - 1) as u64, Ordering::Relaxed);
-                *retry = Retry::Never;
+                *retry = if self.reconnect {
+                    Retry::At(Instant::now() + std::time::Duration::from_millis(1))
+                } else {
+                    Retry::Never
+                };
                 return;
             }
         }
@@ -236,6 +305,14 @@ impl GateHook for TcpdumpHook {
             self.written(),
             self.skipped()
         )
+    }
+}
+
+/// An iovec over a byte slice (writev only reads through it).
+fn iovec(b: &[u8]) -> libc::iovec {
+    libc::iovec {
+        iov_base: b.as_ptr() as *mut libc::c_void,
+        iov_len: b.len(),
     }
 }
 
@@ -259,7 +336,9 @@ mod tests {
         let _ = std::fs::remove_file(&fifo);
         mkfifo(&fifo);
         let fs = fifo.to_str().unwrap().to_string();
-        let e = TcpdumpHook::open(&fs, false).err().unwrap();
+        let e = CaptureHook::open(&fs, CaptureFormat::Pcap, false, false)
+            .err()
+            .unwrap();
         assert_eq!(e.code, libc::ENXIO, "{}", e.msg);
         assert!(e.msg.contains("no reader"), "{}", e.msg);
         // Reader first (non-blocking open), then the hook.
@@ -268,7 +347,7 @@ mod tests {
             .custom_flags_nonblock()
             .open(&fifo)
             .unwrap();
-        let hook = TcpdumpHook::open(&fs, false).unwrap();
+        let hook = CaptureHook::open(&fs, CaptureFormat::Pcap, false, false).unwrap();
         let pool = PacketPool::new("hooktest", 64, crate::mem::PagePolicy::Plain).unwrap();
         let mut cache = pool.cache();
         let mut b = PacketBatch::new();
@@ -290,6 +369,86 @@ mod tests {
         assert_eq!(cache.alloc_bulk(&mut b, 2, 60), 2);
         hook.on_batch(&b);
         assert_eq!(hook.skipped(), 2);
+        cache.free_bulk(&mut b);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn pcapng_hook_writes_blocks_our_reader_takes() {
+        let dir = std::env::temp_dir().join(format!("bessemer-hookng-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("n.fifo");
+        let _ = std::fs::remove_file(&fifo);
+        mkfifo(&fifo);
+        let fs = fifo.to_str().unwrap().to_string();
+        let mut reader = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags_nonblock()
+            .open(&fifo)
+            .unwrap();
+        let hook = CaptureHook::open(&fs, CaptureFormat::Pcapng, false, false).unwrap();
+        assert_eq!(hook.class_name(), "PcapNg");
+        let pool = PacketPool::new("hookngtest", 64, crate::mem::PagePolicy::Plain).unwrap();
+        let mut cache = pool.cache();
+        let mut b = PacketBatch::new();
+        // Lengths that need 0..3 bytes of padding.
+        assert_eq!(cache.alloc_bulk(&mut b, 4, 60), 4);
+        for (i, p) in b.pkts_mut().iter_mut().enumerate() {
+            assert!(p.set_len(60 + i));
+            p.data_mut().fill(i as u8 + 1);
+        }
+        hook.on_batch(&b);
+        assert_eq!(hook.written(), 4);
+        let mut bytes = Vec::new();
+        let _ = reader.read_to_end(&mut bytes);
+        let frames = pcap::read(&bytes).unwrap();
+        assert_eq!(frames.len(), 4);
+        for (i, f) in frames.iter().enumerate() {
+            assert_eq!(bytes[f.data.clone()], vec![i as u8 + 1; 60 + i]);
+            assert_eq!(f.orig_len as usize, 60 + i);
+        }
+        cache.free_bulk(&mut b);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn reconnecting_hook_serves_the_next_reader_with_a_new_header() {
+        let dir = std::env::temp_dir().join(format!("bessemer-hookrc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("r.fifo");
+        let _ = std::fs::remove_file(&fifo);
+        mkfifo(&fifo);
+        let fs = fifo.to_str().unwrap().to_string();
+        let open_reader = || {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags_nonblock()
+                .open(&fifo)
+                .unwrap()
+        };
+        let pool = PacketPool::new("hookrctest", 64, crate::mem::PagePolicy::Plain).unwrap();
+        let mut cache = pool.cache();
+        let mut b = PacketBatch::new();
+        assert_eq!(cache.alloc_bulk(&mut b, 2, 60), 2);
+        for (reconnect, want_second) in [(true, 2), (false, 0)] {
+            let reader = open_reader();
+            let hook = CaptureHook::open(&fs, CaptureFormat::Pcap, false, reconnect).unwrap();
+            hook.on_batch(&b);
+            drop(reader);
+            // The write that meets the closed pipe detaches the FIFO.
+            hook.on_batch(&b);
+            let mut second = open_reader();
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            hook.on_batch(&b);
+            let mut bytes = Vec::new();
+            let _ = second.read_to_end(&mut bytes);
+            if want_second == 0 {
+                assert!(bytes.is_empty(), "a non-reconnecting hook wrote again");
+            } else {
+                let recs = pcap::parse(&bytes).unwrap();
+                assert_eq!(recs.len(), want_second);
+            }
+        }
         cache.free_bulk(&mut b);
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -1,7 +1,8 @@
-//! The classic pcap file format (microsecond timestamps, Ethernet link type): what tcpdump,
-//! Wireshark and tcpreplay read. Used by the `tcpdump` gate hook and the pcap port.
-//! [`read`] also takes what other tools write: either byte order, nanosecond timestamps and
-//! pcapng.
+//! Capture file formats: classic pcap (microsecond timestamps, Ethernet link type), what
+//! tcpdump, Wireshark and tcpreplay read, written by the `TcpDump` gate hook and the pcap
+//! port; and pcapng (one section, one Ethernet interface, enhanced packet blocks), written by
+//! the `PcapNg` gate hook. [`read`] takes both, and what other tools write: either byte order,
+//! nanosecond timestamps.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -105,6 +106,74 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<Record>, String> {
         at = start + caplen;
     }
     Ok(out)
+}
+
+/// Type of a pcapng Interface Description Block.
+const PCAPNG_IDB: u32 = 1;
+/// Type of a pcapng Enhanced Packet Block.
+const PCAPNG_EPB: u32 = 6;
+/// Snapshot length the `PcapNg` hook announces in its interface description (BESS's value).
+pub const PCAPNG_SNAPLEN: u32 = 1518;
+/// Size of an Enhanced Packet Block's header (type, length, interface, timestamp, lengths).
+pub const PCAPNG_EPB_HEADER_LEN: usize = 28;
+/// Size of an Enhanced Packet Block's trailer (its length again).
+pub const PCAPNG_EPB_TRAILER_LEN: usize = 4;
+
+/// The start of a pcapng stream in host byte order: a Section Header Block of unknown length
+/// and one Interface Description Block for Ethernet with microsecond timestamps (the default
+/// resolution), snapshot length `snaplen`.
+pub fn pcapng_header(snaplen: u32) -> Vec<u8> {
+    let mut h = Vec::with_capacity(48);
+    // Section Header Block: type, length, byte-order magic, version 1.0, section length -1.
+    h.extend_from_slice(&PCAPNG_SHB.to_ne_bytes());
+    h.extend_from_slice(&28u32.to_ne_bytes());
+    h.extend_from_slice(&PCAPNG_BOM.to_ne_bytes());
+    h.extend_from_slice(&1u16.to_ne_bytes());
+    h.extend_from_slice(&0u16.to_ne_bytes());
+    h.extend_from_slice(&(-1i64).to_ne_bytes());
+    h.extend_from_slice(&28u32.to_ne_bytes());
+    // Interface Description Block: link type, reserved, snapshot length.
+    h.extend_from_slice(&PCAPNG_IDB.to_ne_bytes());
+    h.extend_from_slice(&20u32.to_ne_bytes());
+    h.extend_from_slice(&(LINKTYPE_ETHERNET as u16).to_ne_bytes());
+    h.extend_from_slice(&0u16.to_ne_bytes());
+    h.extend_from_slice(&snaplen.to_ne_bytes());
+    h.extend_from_slice(&20u32.to_ne_bytes());
+    h
+}
+
+/// Padding after `caplen` stored bytes to the next multiple of four.
+pub fn pcapng_padding(caplen: usize) -> usize {
+    caplen.next_multiple_of(4) - caplen
+}
+
+/// The header of an Enhanced Packet Block (interface 0, microseconds since the epoch) for a
+/// frame of `orig_len` bytes of which `caplen` are stored. The block goes on with the stored
+/// bytes, [`pcapng_padding`] zero bytes and [`pcapng_epb_trailer`].
+pub fn pcapng_epb_header(ts: Timestamp, caplen: u32, orig_len: u32) -> [u8; PCAPNG_EPB_HEADER_LEN] {
+    let total = pcapng_block_len(caplen);
+    let units = ts.sec as u64 * 1_000_000 + ts.usec as u64;
+    let mut h = [0u8; PCAPNG_EPB_HEADER_LEN];
+    h[0..4].copy_from_slice(&PCAPNG_EPB.to_ne_bytes());
+    h[4..8].copy_from_slice(&total.to_ne_bytes());
+    // Interface 0.
+    h[12..16].copy_from_slice(&((units >> 32) as u32).to_ne_bytes());
+    h[16..20].copy_from_slice(&(units as u32).to_ne_bytes());
+    h[20..24].copy_from_slice(&caplen.to_ne_bytes());
+    h[24..28].copy_from_slice(&orig_len.to_ne_bytes());
+    h
+}
+
+/// The last four bytes of an Enhanced Packet Block storing `caplen` bytes.
+pub fn pcapng_epb_trailer(caplen: u32) -> [u8; PCAPNG_EPB_TRAILER_LEN] {
+    pcapng_block_len(caplen).to_ne_bytes()
+}
+
+fn pcapng_block_len(caplen: u32) -> u32 {
+    (PCAPNG_EPB_HEADER_LEN
+        + PCAPNG_EPB_TRAILER_LEN
+        + caplen as usize
+        + pcapng_padding(caplen as usize)) as u32
 }
 
 /// Magic number of a nanosecond-resolution pcap file.
@@ -517,5 +586,32 @@ mod tests {
         assert_eq!(recs[0].data, vec![1, 2, 3]);
         assert!(parse(&f[..f.len() - 1]).unwrap_err().contains("truncated"));
         assert!(parse(&[0u8; 24]).unwrap_err().contains("magic"));
+    }
+
+    #[test]
+    fn pcapng_written_here_reads_back() {
+        let mut f = pcapng_header(PCAPNG_SNAPLEN);
+        let ts = Timestamp {
+            sec: 1_700_000_000,
+            usec: 123_456,
+        };
+        let frames: [&[u8]; 3] = [&[1u8; 60], &[2u8; 61], &[]];
+        for d in frames {
+            f.extend_from_slice(&pcapng_epb_header(ts, d.len() as u32, d.len() as u32 + 4));
+            f.extend_from_slice(d);
+            f.extend(std::iter::repeat_n(0u8, pcapng_padding(d.len())));
+            f.extend_from_slice(&pcapng_epb_trailer(d.len() as u32));
+        }
+        assert_eq!(&f[0..4], &[0x0a, 0x0d, 0x0d, 0x0a]);
+        let got = read(&f).unwrap();
+        assert_eq!(got.len(), 3);
+        for (g, d) in got.iter().zip(frames) {
+            assert_eq!(&f[g.data.clone()], d);
+            assert_eq!(g.orig_len as usize, d.len() + 4);
+            assert_eq!(g.linktype, LINKTYPE_ETHERNET);
+            assert_eq!(g.ts_ns, 1_700_000_000_123_456_000);
+        }
+        // Blocks are whole multiples of four bytes.
+        assert_eq!(f.len() % 4, 0);
     }
 }

@@ -90,7 +90,7 @@ async fn every_rpc_answers_an_empty_request() {
         assert_eq!(err(&r.error, "my_hook").code, libc::ENOTSUP);
         let r = c
             .create_port(pb::CreatePortRequest {
-                driver: "PMDPort".into(),
+                driver: "ZeroCopyVPort".into(),
                 ..Default::default()
             })
             .await
@@ -112,7 +112,7 @@ async fn every_rpc_answers_an_empty_request() {
         let r = c
             .configure_gate_hook(pb::ConfigureGateHookRequest {
                 hook: Some(pb::GateHookInfo {
-                    class_name: "Track".into(),
+                    class_name: "Snoop".into(),
                     ..Default::default()
                 }),
                 enable: true,
@@ -120,9 +120,9 @@ async fn every_rpc_answers_an_empty_request() {
             .await
             .unwrap()
             .into_inner();
-        let e = err(&r.error, "Track");
+        let e = err(&r.error, "Snoop");
         assert_eq!(e.code, libc::ENOENT);
-        assert!(e.errmsg.contains("tcpdump"), "{}", e.errmsg);
+        assert!(e.errmsg.contains("TcpDump"), "{}", e.errmsg);
 
         // KillBess last: it answers, then the daemon exits 0.
         let r = c.kill_bess(pb::EmptyRequest {}).await;

@@ -10,6 +10,7 @@ pub mod netns;
 pub mod partial_csum;
 pub mod pcap_file_port;
 pub mod pcap_port;
+pub mod pmd_port;
 pub mod unix_socket_port;
 pub mod vnet;
 pub mod vport;
@@ -22,6 +23,7 @@ pub fn drivers() -> &'static [&'static PortDriver] {
         &af_packet_port::DRIVER,
         &af_xdp_port::DRIVER,
         &pcap_port::DRIVER,
+        &pmd_port::DRIVER,
         &pcap_file_port::DRIVER,
         &unix_socket_port::DRIVER,
         &vport::DRIVER,
