@@ -15,7 +15,9 @@ from .pybess_shim import BESS
 
 UDP_TEMPLATE = bytes.fromhex(
     # Ethernet 02:00:00:00:00:02 <- 02:00:00:00:00:01, IPv4
-    "020000000002" "020000000001" "0800"
+    "020000000002"
+    "020000000001"
+    "0800"
     # IPv4 10.0.0.1 -> 10.0.0.2, UDP, 46 bytes
     "4500002e00010000401166bb0a0000010a000002"
     # UDP 1234 -> 5678, 26 bytes, no checksum, 18 bytes of payload
@@ -133,7 +135,9 @@ def test_arp_responder_answers_to_the_requesters_ethernet_source(pybess):
         "ExactMatchCommandAddArg",
         {"gate": 1, "fields": [{"value_bin": bytes.fromhex(asker.replace(":", ""))}]},
     )
-    pybess.run_module_command("dst", "set_default_gate", "ExactMatchCommandSetDefaultGateArg", {"gate": 0})
+    pybess.run_module_command(
+        "dst", "set_default_gate", "ExactMatchCommandSetDefaultGateArg", {"gate": 0}
+    )
     pybess.create_module("Sink", "to_asker")
     pybess.create_module("Sink", "elsewhere")
     pybess.connect_modules("src", "rw")
@@ -148,7 +152,9 @@ def test_arp_responder_answers_to_the_requesters_ethernet_source(pybess):
 
 def test_l2forward_takes_3000_sequential_macs_at_the_default_size(pybess):
     pybess.create_module("L2Forward", "l2")  # BESS's default size and bucket
-    entries = [{"addr": f"02:00:00:00:{i >> 8:02x}:{i & 0xFF:02x}", "gate": i % 4} for i in range(3000)]
+    entries = [
+        {"addr": f"02:00:00:00:{i >> 8:02x}:{i & 0xFF:02x}", "gate": i % 4} for i in range(3000)
+    ]
     pybess.run_module_command("l2", "add", "L2ForwardCommandAddArg", {"entries": entries})
     addrs = [e["addr"] for e in entries[::500]]
     got = pybess.run_module_command("l2", "lookup", "L2ForwardCommandLookupArg", {"addrs": addrs})
