@@ -48,6 +48,24 @@ def test_omec_argument_fields_are_accepted(omec_pybess):
     assert a.type_url == "type.googleapis.com/bess.pb.ExactMatchArg"
 
 
+def test_command_arguments_of_another_type_are_taken_as_empty(pybess):
+    """BESS unpacks a command's Any into the declared type and ignores a mismatch (the
+    argument is then empty): the UPF's agent sends `ExactMatchCommandClearArg` etc. for
+    `clear`, whatever `GetMclassInfo` declares."""
+    fields = [{"offset": 30, "num_bytes": 4}]
+    pybess.create_module("ExactMatch", "em", {"fields": fields})
+    pybess.create_module("WildcardMatch", "wm", {"fields": fields})
+    pybess.create_module("IPLookup", "ipl")
+    pybess.create_module("BPF", "bpf")
+    for name, arg_type in (
+        ("em", "ExactMatchCommandClearArg"),
+        ("wm", "WildcardMatchCommandClearArg"),
+        ("ipl", "IPLookupCommandClearArg"),
+        ("bpf", "BPFCommandClearArg"),
+    ):
+        pybess.run_module_command(name, "clear", arg_type, {})
+
+
 # --- 7. commands -----------------------------------------------------------------------
 
 
