@@ -84,12 +84,17 @@ class Gate:
     def __rmul__(self, igate: int) -> Gate:
         return Gate(self.module, self.ogate, igate)
 
-    def __rshift__(self, other: Any) -> Module:
+    def __mul__(self, ogate: int) -> Gate:
+        # `0:m::Bypass():1` / `1:m:1`: the input gate came first, now the output gate.
+        return Gate(self.module, ogate, self.igate)
+
+    def __rshift__(self, other: Any) -> Module | Gate:
         dst = other if isinstance(other, Gate) else Gate(other, igate=0)
         self.module.bess.connect_modules(
             self.module.name, dst.module.name, self.ogate or 0, dst.igate or 0
         )
-        return dst.module
+        # A chain goes on from the output gate the destination named (`-> 1:m:1 -> x`).
+        return dst.module if dst.ogate is None else Gate(dst.module, ogate=dst.ogate)
 
 
 def _factory(bess: BESS, mclass: str):

@@ -99,7 +99,8 @@ def translate(source: str, filename: str = "<script>") -> str:
         if line_start and t.type == tokenize.NAME and t.string in ("def", "async"):
             in_def = True
         line_start = False
-        if in_def:
+        if in_def and not _is_error(t, "$"):
+            # `$VAR` still reads the environment in a `def` line (a default argument).
             i += 1
             continue
         # $VAR or $VAR!default

@@ -88,3 +88,10 @@ def test_errors_name_the_problem():
 def test_trailing_comma_in_module_args():
     s = run("m::Source(pkt_size=1,)\n")
     assert s["m"].kw == {"pkt_size": 1} and s["m"].name == "m"
+
+
+def test_env_var_in_a_def_line_is_translated():
+    s = run("def f(n=$N!'3') -> int:\n    return int(n)\n", env={})
+    assert s["f"]() == 3
+    s = run("def f(n=$N!'3') -> int:\n    return int(n)\n", env={"N": "7"})
+    assert s["f"]() == 7

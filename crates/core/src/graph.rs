@@ -884,6 +884,20 @@ impl Pipeline {
         Ok(matches!(n.ogates.get(gate as usize), Some(Some(g)) if g.track_bits))
     }
 
+    /// Resets the counters of one output gate (Track's `reset`); the gate must be connected.
+    pub fn reset_gate_stats(&self, module: &str, gate: u16) -> Result<()> {
+        let n = self.node(self.id_of(module)?);
+        let Some(Some(g)) = n.ogates.get(gate as usize) else {
+            return Err(Error::not_found(format!(
+                "output gate {gate} of module '{module}' is not connected"
+            )));
+        };
+        g.stats.packets.reset();
+        g.stats.batches.reset();
+        g.stats.bits.reset();
+        Ok(())
+    }
+
     /// Resets every gate and drop counter.
     pub fn reset_stats(&self) {
         for n in self.nodes.iter().flatten() {

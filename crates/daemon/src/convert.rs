@@ -45,9 +45,6 @@ pub fn full_name(name: &str) -> String {
     }
 }
 
-/// BESS's argument message with no fields, accepted wherever another message is expected.
-pub const EMPTY_ARG: &str = "bess.pb.EmptyArg";
-
 /// The message name of a type URL (the part after the last '/').
 pub fn type_name_of_url(url: &str) -> &str {
     url.rsplit('/').next().unwrap_or(url)
@@ -84,11 +81,13 @@ pub fn any_to_value(
     };
     if let Some(exp) = expected {
         let exp = full_name(exp);
-        if desc.full_name() == EMPTY_ARG && exp != EMPTY_ARG {
-            // pybess packs `EmptyArg` for a class whose `<Class>Arg` its protobuf module
-            // lacks, and BESS then initialises with the expected message's defaults: an
-            // EmptyArg stands for that message with no field set.
-            decode_value(&desc, &any.value)?;
+        if desc.full_name() != exp && any.value.is_empty() {
+            // BESS unpacks an Any of another type into the expected message and goes on with
+            // its defaults. pybess relies on it (it packs `EmptyArg` for a class whose
+            // `<Class>Arg` its protobuf module lacks), and so does the UPF's agent (it sends
+            // `ExactMatchCommandClearArg` where the command takes `EmptyArg`). An argument
+            // with no field set is taken that way; one carrying fields of another message
+            // is refused below, since BESS would silently drop what it says.
             return Ok(Value::map());
         }
         if desc.full_name() != exp {
@@ -362,6 +361,7 @@ const RESPONSE_OVERRIDES: &[(&str, &str, &str)] = &[
     ("UrlFilter", "get_runtime_config", "UrlFilterConfig"),
     ("NAT", "get_initial_arg", "NATArg"),
     ("StaticNAT", "get_initial_arg", "StaticNATArg"),
+    ("BPF", "get_initial_arg", "BPFArg"),
 ];
 
 /// The message a command's result is encoded as: the override table, then
@@ -467,14 +467,18 @@ mod tests {
         let e = any_to_value(Some(&any("bess.pb.Nope", vec![])), None, "Source").unwrap_err();
         assert_eq!(e.code, libc::EINVAL);
         assert!(e.msg.contains("bess.pb.Nope"), "{}", e.msg);
+        let queue = crate::pb::QueueArg {
+            size: 64,
+            ..Default::default()
+        };
         let e = any_to_value(
-            Some(&any("bess.pb.ExactMatchArg", vec![])),
+            Some(&any("bess.pb.QueueArg", queue.encode_to_vec())),
             Some("SourceArg"),
             "module class 'Source'",
         )
         .unwrap_err();
         assert!(
-            e.msg.contains("bess.pb.SourceArg") && e.msg.contains("bess.pb.ExactMatchArg"),
+            e.msg.contains("bess.pb.SourceArg") && e.msg.contains("bess.pb.QueueArg"),
             "{}",
             e.msg
         );
@@ -504,14 +508,26 @@ mod tests {
         )
         .unwrap();
         assert_eq!(v, Value::map());
-        // Other mismatched types are still refused.
+        // So is any other message with no field set (the UPF's `*CommandClearArg`)...
+        let v = any_to_value(
+            Some(&any("bess.pb.ExactMatchCommandClearArg", vec![])),
+            Some("EmptyArg"),
+            "command 'clear'",
+        )
+        .unwrap();
+        assert_eq!(v, Value::map());
+        // ...but one carrying fields of another message is refused, naming both.
+        let queue = crate::pb::QueueArg {
+            size: 64,
+            ..Default::default()
+        };
         let e = any_to_value(
-            Some(&any("bess.pb.SinkArg", vec![])),
+            Some(&any("bess.pb.QueueArg", queue.encode_to_vec())),
             Some("SourceArg"),
             "module class 'Source'",
         )
         .unwrap_err();
-        assert!(e.msg.contains("bess.pb.SinkArg"), "{}", e.msg);
+        assert!(e.msg.contains("bess.pb.QueueArg"), "{}", e.msg);
         // An EmptyArg that does not decode is still an error.
         let e = any_to_value(
             Some(&any("bess.pb.EmptyArg", vec![0xff, 0xff, 0xff])),

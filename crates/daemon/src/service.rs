@@ -191,6 +191,9 @@ fn wid_of(wid: i64) -> Result<usize> {
     Ok(wid as usize)
 }
 
+/// BESS's MAX_TASKS_PER_MODULE: task ids beyond it are EINVAL, missing ones below it ENOENT.
+const MAX_TASKS_PER_MODULE: usize = 32;
+
 /// A worker id where -1 means any worker (BESS's `Worker::kAnyWorker`).
 fn wid_or_any(wid: i64) -> Result<Option<usize>> {
     if wid == -1 {
@@ -448,6 +451,25 @@ fn find_tc(e: &Engine, name: &str) -> Result<(usize, TcInfo)> {
         .ok_or_else(|| Error::not_found(format!("traffic class '{name}' does not exist")))
 }
 
+/// BESS's AttachTc: a child of a `priority` class must say its priority, a child of a
+/// `weighted_fair` class its share (EINVAL otherwise).
+fn child_arg_given(e: &Engine, tc: &pb::TrafficClass) -> Result<()> {
+    use pb::traffic_class::Arg;
+    let (_, parent) = find_tc(e, &tc.parent)?;
+    match (parent.policy.name(), &tc.arg) {
+        ("priority", Some(Arg::Priority(_))) | ("weighted_fair", Some(Arg::Share(_))) => Ok(()),
+        ("priority", _) => Err(Error::invalid(format!(
+            "No priority specified (parent '{}' is a priority class)",
+            tc.parent
+        ))),
+        ("weighted_fair", _) => Err(Error::invalid(format!(
+            "No share specified (parent '{}' is a weighted_fair class)",
+            tc.parent
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// `Some(parent)` unless the parent is the worker's implicit root.
 fn parent_arg(e: &Engine, parent: Option<&str>) -> Option<String> {
     let p = parent?;
@@ -472,21 +494,32 @@ fn add_tc(e: &mut Engine, tc: pb::TrafficClass) -> Result<()> {
     let (wid, parent) = if tc.parent.is_empty() {
         (e.worker_for(want)?, None)
     } else {
-        let pw = e.tc_worker(&tc.parent)?;
-        if tc.wid > 0 && tc.wid as usize != pw {
+        if want.is_some() {
             return Err(Error::invalid(format!(
-                "traffic class '{name}': parent '{}' is on worker {pw}, not worker {}",
-                tc.parent, tc.wid
+                "traffic class '{name}': both 'parent' and 'wid' have been specified \
+                 (a class goes on its parent's worker; leave wid -1)"
             )));
         }
+        let pw = e.tc_worker(&tc.parent)?;
+        child_arg_given(e, &tc)?;
         (pw, parent_arg(e, Some(&tc.parent)))
     };
+    if find_tc(e, &name).is_ok() {
+        // BESS answers EINVAL, not EEXIST, for a traffic class name in use.
+        return Err(Error::invalid(format!("Name '{name}' already exists")));
+    }
     e.add_tc(wid, &name, policy, parent.as_deref(), priority, share)
 }
 
 fn update_tc_params(e: &mut Engine, tc: pb::TrafficClass) -> Result<()> {
     let name = need_name(&tc.name, "traffic class name")?;
     let (_, cur) = find_tc(e, &name)?;
+    if !matches!(cur.policy.name(), "rate_limit" | "weighted_fair") {
+        return Err(Error::invalid(format!(
+            "traffic class '{name}' is a {}: only 'rate_limit' and 'weighted_fair' can be updated",
+            cur.policy.name()
+        )));
+    }
     let policy = policy_of(&tc, Some(&cur.policy))?;
     if policy.name() != cur.policy.name() {
         return Err(Error::invalid(format!(
@@ -510,6 +543,12 @@ fn update_tc_parent(e: &mut Engine, tc: pb::TrafficClass) -> Result<()> {
     let parent = if tc.parent.is_empty() {
         None
     } else {
+        if tc.wid != -1 {
+            return Err(Error::invalid(
+                "both 'parent' and 'wid' have been specified (leave wid -1 with a parent)",
+            ));
+        }
+        child_arg_given(e, &tc)?;
         Some(tc.parent.clone())
     };
     if !tc.leaf_module_name.is_empty() {
@@ -519,8 +558,14 @@ fn update_tc_parent(e: &mut Engine, tc: pb::TrafficClass) -> Result<()> {
             Error::invalid(format!("task id {} is out of range", tc.leaf_module_taskid))
         })?;
         let tasks = e.graph().tasks_of(&module)?;
-        if idx >= tasks.len() {
+        if idx >= MAX_TASKS_PER_MODULE {
             return Err(Error::invalid(format!(
+                "'taskid' must be between 0 and {}",
+                MAX_TASKS_PER_MODULE - 1
+            )));
+        }
+        if idx >= tasks.len() {
+            return Err(Error::not_found(format!(
                 "module '{module}' has {} task(s); no task {idx}",
                 tasks.len()
             )));
@@ -901,10 +946,9 @@ fn gate_hook_command(e: &Engine, h: &pb::GateHookInfo, cmd: &str) -> Result<pb::
         })?;
     let cmd = truncate(cmd, 128);
     if place.class == "Track" && cmd == "reset" {
-        return Err(Error::unsupported(
-            "Track's 'reset' is not supported by Bessemer yet (ResetAll's counters are \
-             reset with the modules)",
-        ));
+        // Track's counters are the output gate's own (input-gate Track is refused).
+        e.graph().reset_gate_stats(&module, place.gate)?;
+        return Ok(pb::CommandResponse::default());
     }
     Err(Error::unsupported(format!(
         "'{}' does not support command '{cmd}'",
@@ -1239,7 +1283,15 @@ impl pb::bess_control_server::BessControl for Control {
         let wid = r.get_ref().wid;
         empty(
             "PauseWorker",
-            self.run(move |e| e.pause_worker(wid_of(wid)?)).await,
+            // As BESS: pausing a worker that does not exist does nothing.
+            self.run(move |e| {
+                let w = wid_of(wid)?;
+                if e.worker_state(w).is_err() {
+                    return Ok(());
+                }
+                e.pause_worker(w)
+            })
+            .await,
         )
     }
 
@@ -1252,6 +1304,9 @@ impl pb::bess_control_server::BessControl for Control {
             "ResumeWorker",
             self.run(move |e| {
                 let w = wid_of(wid)?;
+                if e.worker_state(w).is_err() {
+                    return Ok(());
+                }
                 e.resume_worker(w)?;
                 await_running(e, w);
                 Ok(())
@@ -1716,7 +1771,7 @@ impl pb::bess_control_server::BessControl for Control {
         let req = r.into_inner();
         let res = async {
             if req.mclass.is_empty() {
-                return Err(Error::not_found("module class (mclass) is empty"));
+                return Err(Error::invalid("Missing 'mclass' field"));
             }
             check_len(&req.mclass, "module class name")?;
             check_len(&req.name, "module name")?;

@@ -374,6 +374,7 @@ async fn traffic_classes() {
                 name: "prio".into(),
                 policy: "priority".into(),
                 parent: "rl".into(),
+                wid: -1,
                 ..Default::default()
             }))
             .await
@@ -421,7 +422,8 @@ async fn traffic_classes() {
                     leaf_module_taskid: 0,
                     parent: "prio".into(),
                     arg: Some(pb::traffic_class::Arg::Priority(3)),
-                    ..Default::default()
+                    wid: -1,
+                ..Default::default()
                 }),
             })
             .await

@@ -117,6 +117,7 @@ fn af_xdp_and_af_packet_vdevs_carry_traffic_both_ways() {
             .unwrap();
         e.connect(inc, 0, out, 0).unwrap();
     }
+    e.resume_all().unwrap();
     ping_ok(&h.a.name, &h.b_ip);
     ping_ok(&h.b.name, &h.a_ip);
     let data = pattern(1 << 20);

@@ -146,19 +146,27 @@ fn sharing_across_workers_is_reported_runs_safely_and_counts_exactly() {
         e.create_module(class("Source"), Some(src), &Value::map())
             .unwrap();
     }
-    // Measure allows one worker in BESS; as in BESS, the placement is not refused.
+    // Measure allows every worker in BESS, RoundRobin one; as in BESS, neither placement is
+    // refused, and the second is reported.
     e.create_module(class("Measure"), Some("m"), &Value::map())
         .unwrap();
+    e.create_module(
+        class("RoundRobin"),
+        Some("rr"),
+        &Value::map().with("gates", Value::List(vec![Value::Int(0)])),
+    )
+    .unwrap();
     e.create_module(class("Sink"), Some("sink"), &Value::Null)
         .unwrap();
-    e.connect("m", 0, "sink", 0).unwrap();
+    e.connect("m", 0, "rr", 0).unwrap();
+    e.connect("rr", 0, "sink", 0).unwrap();
     e.connect("a", 0, "m", 0).unwrap();
     e.connect("b", 0, "m", 0).unwrap();
     e.attach_task("a", 0, None, Some(0)).unwrap();
     e.attach_task("b", 0, None, Some(1)).unwrap();
     e.resume_all().unwrap();
     let v = e.constraint_violations();
-    assert_eq!(v, vec![("m".to_string(), vec![0, 1])], "{v:?}");
+    assert_eq!(v, vec![("rr".to_string(), vec![0, 1])], "{v:?}");
     assert!(eventually(
         || packets(&e, "a", 0) > 50_000 && packets(&e, "b", 0) > 50_000
     ));
@@ -167,6 +175,8 @@ fn sharing_across_workers_is_reported_runs_safely_and_counts_exactly() {
     let into_m = packets(&e, "a", 0) + packets(&e, "b", 0);
     let out_m = packets(&e, "m", 0);
     assert_eq!(into_m, out_m + e.graph().total_drops("m").unwrap());
+    let out_rr = packets(&e, "rr", 0);
+    assert_eq!(out_m, out_rr + e.graph().total_drops("rr").unwrap());
     let sum = e.command("m", "get_summary", &Value::map()).unwrap();
     let seen = sum.get("packets").and_then(|v| v.as_i64()).unwrap_or(-1) as u64;
     assert_eq!(seen, into_m, "Measure's own count is exact too: {sum:?}");

@@ -74,7 +74,10 @@ def test_get_initial_arg_returns_the_creation_argument(pybess):
     pybess.create_module("UrlFilter", "uf", {"blacklist": bl})
     got = pybess.run_module_command("uf", "get_initial_arg", "EmptyArg", {})
     assert type(got).__name__ == "UrlFilterArg"
-    assert [(u.host, u.path) for u in got.blacklist] == [("example.com", "/bad")]
+    # As BESS's url_filter.cc: empty, the blacklist is returned as runtime configuration.
+    assert list(got.blacklist) == []
+    cfg = pybess.run_module_command("uf", "get_runtime_config", "EmptyArg", {})
+    assert [(u.host, u.path) for u in cfg.blacklist] == [("example.com", "/bad")]
     pybess.create_module("ExactMatch", "em", {"fields": [{"offset": 30, "num_bytes": 4}]})
     got = pybess.run_module_command("em", "get_initial_arg", "EmptyArg", {})
     assert type(got).__name__ == "ExactMatchArg"

@@ -178,8 +178,8 @@ def _two_sources_into(b: BESS, mclass: str, arg: dict | None = None) -> None:
 @pytest.mark.parametrize(
     "mclass,arg",
     [
-        ("Measure", None),
-        ("ExactMatch", {"fields": [{"offset": 26, "num_bytes": 4}]}),
+        ("UrlFilter", None),
+        ("RoundRobin", {"gates": [0]}),
         ("NAT", {"ext_addrs": [{"ext_addr": "192.0.2.1"}]}),
     ],
 )
@@ -192,9 +192,18 @@ def test_single_worker_class_fed_by_two_workers_is_a_fatal_violation(pybess, mcl
         pybess.resume_all()  # pybess checks first and raises on a fatal violation
 
 
-@pytest.mark.parametrize("mclass", ["Sink", "Bypass", "Merge"])
-def test_classes_safe_on_every_worker_are_no_violation(pybess, mclass):
-    _two_sources_into(pybess, mclass)
+@pytest.mark.parametrize(
+    "mclass,arg",
+    [
+        ("Sink", None),
+        ("Bypass", None),
+        ("Merge", None),
+        ("Measure", None),
+        ("ExactMatch", {"fields": [{"offset": 26, "num_bytes": 4}]}),
+    ],
+)
+def test_classes_safe_on_every_worker_are_no_violation(pybess, mclass, arg):
+    _two_sources_into(pybess, mclass, arg)
     r = pybess.check_scheduling_constraints()
     assert list(r.modules) == [] and not r.fatal
     assert pybess.resume_all() is False
