@@ -4,6 +4,11 @@
 //! text, gate counts, argument message, command table and named drop reasons, plus a
 //! constructor. Adding a class is adding one file with one such descriptor and one line in the
 //! class registry (`bessemer_modules::classes()`).
+//!
+//! Each command table entry carries its handler ([`handler!`](crate::handler)); the core finds
+//! the entry by name and calls it. Each class's drop reasons are one enum declared with
+//! [`drop_reasons!`](crate::drop_reasons), whose variants are both counter index and printed
+//! name; the reasons every class has are [`CoreDrop`].
 
 use std::any::Any;
 
@@ -167,10 +172,10 @@ macro_rules! drop_reasons {
             #[inline(always)]
             fn index(self) -> usize {
                 #[allow(dead_code)]
-                enum Own { $($var),* }
+                enum __OwnReasons { $($var),* }
                 match self {
                     $name::$bvar(r) => $crate::module::DropReason::index(r),
-                    $( $name::$var => <$base>::NAMES.len() + Own::$var as usize, )*
+                    $( $name::$var => <$base>::NAMES.len() + __OwnReasons::$var as usize, )*
                 }
             }
             fn name(self) -> &'static str {
@@ -437,5 +442,40 @@ impl DropReason for CoreDrop {
     }
     fn name(self) -> &'static str {
         Self::NAMES[self.offset()]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{CoreDrop, DropReason};
+
+    crate::drop_reasons! {
+        /// Shared reasons.
+        pub enum Base { A = "a", B = "b" }
+    }
+
+    crate::drop_reasons! {
+        /// A class's own reasons after the embedded ones.
+        pub enum Own { Base(Base), C = "c", D = "d" }
+    }
+
+    #[test]
+    fn drop_reason_enums_give_index_and_name() {
+        assert_eq!(Base::NAMES, ["a", "b"]);
+        assert_eq!((Base::B.index(), Base::B.name()), (1, "b"));
+        assert_eq!(Own::NAMES, ["a", "b", "c", "d"]);
+        for (i, r) in [Own::Base(Base::A), Own::from(Base::B), Own::C, Own::D]
+            .into_iter()
+            .enumerate()
+        {
+            assert_eq!((r.index(), r.name()), (i, Own::NAMES[i]));
+        }
+        for (i, r) in [CoreDrop::Deadend, CoreDrop::Unhandled, CoreDrop::HopLimit]
+            .into_iter()
+            .enumerate()
+        {
+            assert_eq!(r.name(), CoreDrop::NAMES[i]);
+            assert!(r.index() > 1 << 32, "past any class's reasons");
+        }
     }
 }
