@@ -669,9 +669,19 @@ impl Engine {
         self.paused(|e| e.graph_mut().disconnect(from, ogate))
     }
 
-    /// Runs a module command with the workers paused.
+    /// Runs a module command: with the workers paused, except a command whose table entry is
+    /// `mt_safe` (BESS's THREAD_SAFE) on a [`SharedModule`](crate::SharedModule) instance,
+    /// which runs while the workers run.
     pub fn command(&mut self, module: &str, cmd: &str, arg: &Value) -> Result<Value> {
-        self.graph().id_of(module)?;
+        let spec = self.graph().command_spec(module, cmd)?;
+        if spec.mt_safe && self.graph().is_shared(module)? {
+            // BESS's THREAD_SAFE command on a module that guards its own state: the workers
+            // keep running it.
+            let mut ctx = std::mem::replace(&mut self.ctx, Context::new(usize::MAX, &self.pool));
+            let r = self.graph().command_shared(module, cmd, arg, &mut ctx);
+            self.ctx = ctx;
+            return r;
+        }
         self.paused(|e| {
             let mut ctx = std::mem::replace(&mut e.ctx, Context::new(usize::MAX, &e.pool));
             let r = e.graph_mut().command(module, cmd, arg, &mut ctx);

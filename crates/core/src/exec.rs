@@ -8,14 +8,11 @@
 use crate::batch::{PacketBatch, MAX_BURST};
 use crate::graph::{InstanceCell, Node, Pipeline};
 use crate::metadata::AttrOffset;
-use crate::module::{DROP_DEADEND, DROP_UNHANDLED};
+use crate::module::{CoreDrop, DropReason, CORE_BASE};
 use crate::packet::Packet;
 use crate::pool::{PacketPool, PoolCache};
 use crate::sched::{TaskId, TaskResult};
 
-/// Drop reason id every class has: packets still circling a graph loop after
-/// [`MAX_HOPS`] module runs in one task.
-pub const DROP_HOP_LIMIT: usize = usize::MAX - 2;
 /// Most module runs one task invocation may cause (bounds loops in the graph).
 pub const MAX_HOPS: usize = 4096;
 
@@ -184,14 +181,24 @@ impl Context {
     }
 
     #[inline(always)]
-    fn count_drop(&self, reason: usize, n: u64) {
+    fn count_drop(&self, reason: impl DropReason, n: u64) {
         let node = self.node();
         let k = node.class.drop_reasons.len();
-        let idx = match reason {
-            r if r < k => r,
-            DROP_DEADEND => k,
-            DROP_HOP_LIMIT => k + 2,
-            _ => k + 1,
+        let r = reason.index();
+        let idx = if r < k {
+            r
+        } else if r >= CORE_BASE {
+            k + (r - CORE_BASE)
+        } else {
+            // A reason enum of another class with more reasons than this one: a class bug.
+            debug_assert!(
+                false,
+                "module '{}' ({}) dropped under reason '{}', not one of its class's",
+                node.name,
+                node.class.name,
+                reason.name()
+            );
+            k + CoreDrop::Unhandled.offset()
         };
         node.drops[idx.min(node.drops.len() - 1)].add_by(n, node.multi);
     }
@@ -199,20 +206,20 @@ impl Context {
     /// Counts `n` packets dropped under `reason` that never existed as buffers (e.g. a
     /// source that could not allocate).
     #[inline(always)]
-    pub fn count_drops(&self, reason: usize, n: u64) {
+    pub fn count_drops(&self, reason: impl DropReason, n: u64) {
         self.count_drop(reason, n);
     }
 
     /// Drops a packet, counted under the class's drop reason `reason`.
     #[inline(always)]
-    pub fn drop_packet(&mut self, pkt: Packet, reason: usize) {
+    pub fn drop_packet(&mut self, pkt: Packet, reason: impl DropReason) {
         self.count_drop(reason, 1);
         self.cache.free(pkt);
     }
 
     /// Drops every packet of a batch under `reason`.
     #[inline(always)]
-    pub fn drop_batch(&mut self, batch: &mut PacketBatch, reason: usize) {
+    pub fn drop_batch(&mut self, batch: &mut PacketBatch, reason: impl DropReason) {
         if !batch.is_empty() {
             self.count_drop(reason, batch.len() as u64);
             self.cache.free_bulk(batch);
@@ -256,7 +263,7 @@ impl Context {
         }
         let node = self.node();
         let Some(Some(og)) = node.ogates.get(ogate as usize) else {
-            return self.drop_batch(batch, DROP_DEADEND);
+            return self.drop_batch(batch, CoreDrop::Deadend);
         };
         let n = batch.len();
         og.stats.packets.add_by(n as u64, node.multi);
@@ -309,6 +316,21 @@ impl Context {
         }
     }
 
+    /// Drops what the current module emitted or forwarded instead of running it downstream
+    /// (for commands run while workers run the graph), counted as `unhandled`.
+    pub(crate) fn discard_outputs(&mut self) {
+        while let Some(g) = self.touched.pop() {
+            if let Some(mut b) = self.staging[g as usize].take() {
+                self.drop_batch(&mut b, CoreDrop::Unhandled);
+                self.spare.push(b);
+            }
+        }
+        while let Some(mut p) = self.pending.pop() {
+            self.drop_batch(&mut p.batch, CoreDrop::Unhandled);
+            self.spare.push(p.batch);
+        }
+    }
+
     /// Runs pending batches until none is left.
     pub(crate) fn drain(&mut self, graph: &Pipeline) {
         let mut hops = 0;
@@ -331,7 +353,7 @@ impl Context {
             self.cur_node = node;
             hops += 1;
             if hops > MAX_HOPS {
-                self.drop_batch(&mut batch, DROP_HOP_LIMIT);
+                self.drop_batch(&mut batch, CoreDrop::HopLimit);
                 self.spare.push(batch);
                 continue;
             }
@@ -375,7 +397,7 @@ impl Context {
                 );
             }
             if !batch.is_empty() {
-                self.drop_batch(&mut batch, DROP_UNHANDLED);
+                self.drop_batch(&mut batch, CoreDrop::Unhandled);
             }
             self.spare.push(batch);
             self.flush_outputs(graph);

@@ -4,6 +4,7 @@
 //! The control thread changes the graph only while the workers that run it are paused; the
 //! workers read it without locks.
 
+use std::any::Any;
 use std::cell::UnsafeCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,7 +14,10 @@ use crate::error::{Error, Result};
 use crate::exec::Context;
 use crate::hook::{GateDir, GateHook, HookPlace, NamedHook};
 use crate::metadata::{assign_offsets, AttrOffset, AttrSpec, MetaModule};
-use crate::module::{InitContext, Instance, Module, ModuleClass, SharedModule, MAX_GATES};
+use crate::module::{
+    CommandSpec, CoreDrop, Handler, InitContext, Instance, Module, ModuleClass, SharedModule,
+    MAX_GATES,
+};
 use crate::sched::TaskId;
 use crate::value::Value;
 
@@ -296,7 +300,7 @@ impl Pipeline {
             ihooks: Vec::new(),
             attrs: init.attrs,
             offsets: vec![AttrOffset::NoRead; nattrs],
-            drops: (0..class.drop_reasons.len() + 3)
+            drops: (0..class.drop_reasons.len() + CoreDrop::NAMES.len())
                 .map(|_| Counter::default())
                 .collect(),
             tasks: tasks.clone(),
@@ -675,9 +679,9 @@ impl Pipeline {
             out.push((r.to_string(), n.drops[i].get()));
         }
         let k = n.class.drop_reasons.len();
-        out.push(("deadend".to_string(), n.drops[k].get()));
-        out.push(("unhandled".to_string(), n.drops[k + 1].get()));
-        out.push(("hop_limit".to_string(), n.drops[k + 2].get()));
+        for (i, r) in CoreDrop::NAMES.iter().enumerate() {
+            out.push((r.to_string(), n.drops[k + i].get()));
+        }
         Ok(out)
     }
 
@@ -705,10 +709,29 @@ impl Pipeline {
         ctx: &mut Context,
     ) -> Result<Value> {
         let id = self.id_of(name)?;
+        let spec = self.command_spec(name, cmd)?;
         let n = self.node(id);
-        if n.class.command(cmd).is_none() {
+        ctx.enter(self, id);
+        let r = match (&n.inst, spec.handler) {
+            // SAFETY: exclusive access: the caller paused every worker that can run it.
+            (InstanceCell::Exclusive(m), Handler::Exclusive(h)) => {
+                h(unsafe { &mut *m.get() }.as_mut() as &mut dyn Any, ctx, arg)
+            }
+            (InstanceCell::Shared(m), Handler::Shared(h)) => h(m.as_ref() as &dyn Any, ctx, arg),
+            _ => Err(handler_mismatch(name, n.class.name, cmd)),
+        };
+        ctx.flush_outputs(self);
+        ctx.drain(self);
+        r
+    }
+
+    /// The table entry of command `cmd` of module `name`; an unknown command is `EINVAL`,
+    /// naming the class and listing its commands.
+    pub fn command_spec(&self, name: &str, cmd: &str) -> Result<&'static CommandSpec> {
+        let n = self.node(self.id_of(name)?);
+        n.class.command(cmd).ok_or_else(|| {
             let known: Vec<&str> = n.class.commands.iter().map(|c| c.name).collect();
-            return Err(Error::invalid(format!(
+            Error::invalid(format!(
                 "module '{name}' ({}) has no command '{cmd}' (commands: {})",
                 n.class.name,
                 if known.is_empty() {
@@ -716,16 +739,40 @@ impl Pipeline {
                 } else {
                     known.join(", ")
                 }
+            ))
+        })
+    }
+
+    /// True if module `name` is a [`SharedModule`](crate::module::SharedModule) instance.
+    pub fn is_shared(&self, name: &str) -> Result<bool> {
+        let n = self.node(self.id_of(name)?);
+        Ok(matches!(n.inst, InstanceCell::Shared(_)))
+    }
+
+    /// Runs a thread-safe command (`mt_safe` table entry) of a shared instance while workers
+    /// may run it. Anything the handler emits is dropped as `unhandled`: only the control
+    /// thread runs here, so nothing may go downstream.
+    pub fn command_shared(
+        &self,
+        name: &str,
+        cmd: &str,
+        arg: &Value,
+        ctx: &mut Context,
+    ) -> Result<Value> {
+        let id = self.id_of(name)?;
+        let spec = self.command_spec(name, cmd)?;
+        let n = self.node(id);
+        let (InstanceCell::Shared(m), Handler::Shared(h), true) =
+            (&n.inst, spec.handler, spec.mt_safe)
+        else {
+            return Err(Error::invalid(format!(
+                "command '{cmd}' of module '{name}' ({}) needs the workers paused",
+                n.class.name
             )));
-        }
-        ctx.enter(self, id);
-        let r = match &n.inst {
-            // SAFETY: exclusive access: the caller paused every worker that can run it.
-            InstanceCell::Exclusive(m) => unsafe { (*m.get()).command(ctx, cmd, arg) },
-            InstanceCell::Shared(m) => m.command(ctx, cmd, arg),
         };
-        ctx.flush_outputs(self);
-        ctx.drain(self);
+        ctx.enter(self, id);
+        let r = h(m.as_ref() as &dyn Any, ctx, arg);
+        ctx.discard_outputs();
         r
     }
 
@@ -911,4 +958,11 @@ impl Pipeline {
             }
         }
     }
+}
+
+/// A class whose command entry's handler kind does not match its instance kind (a class bug).
+fn handler_mismatch(name: &str, class: &str, cmd: &str) -> Error {
+    Error::unsupported(format!(
+        "command '{cmd}' of module '{name}' ({class}) has a handler for the other kind of instance"
+    ))
 }

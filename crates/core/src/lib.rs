@@ -27,7 +27,10 @@ pub use engine::{Engine, EngineConfig};
 pub use error::{Error, Result};
 pub use exec::Context;
 pub use metadata::{AccessMode, AttrOffset, AttrSpec};
-pub use module::{CommandSpec, InitContext, Instance, Module, ModuleClass, SharedModule};
+pub use module::{
+    CommandSpec, CoreDrop, DropReason, Handler, InitContext, Instance, Module, ModuleClass,
+    SharedModule,
+};
 pub use packet::Packet;
 pub use pool::{PacketPool, PoolCache};
 pub use sched::TaskResult;

@@ -4,6 +4,13 @@
 //! text, gate counts, argument message, command table and named drop reasons, plus a
 //! constructor. Adding a class is adding one file with one such descriptor and one line in the
 //! class registry (`bessemer_modules::classes()`).
+//!
+//! Each command table entry carries its handler ([`handler!`](crate::handler)); the core finds
+//! the entry by name and calls it. Each class's drop reasons are one enum declared with
+//! [`drop_reasons!`](crate::drop_reasons), whose variants are both counter index and printed
+//! name; the reasons every class has are [`CoreDrop`].
+
+use std::any::Any;
 
 use crate::batch::PacketBatch;
 use crate::error::{Error, Result};
@@ -15,7 +22,67 @@ use crate::value::Value;
 /// Most gates a module may have in each direction (BESS's MAX_GATES).
 pub const MAX_GATES: u16 = 8192;
 
-/// One command of a module class (BESS's `Commands` table entry).
+/// A command handler bound to its table entry. The instance arrives as `dyn Any` and is
+/// downcast to the class's type by the handler ([`handler!`](crate::handler) writes that part).
+#[derive(Clone, Copy)]
+pub enum Handler {
+    /// Runs on an exclusive ([`Module`]) instance, with `&mut` access.
+    Exclusive(fn(&mut dyn Any, &mut Context, &Value) -> Result<Value>),
+    /// Runs on a [`SharedModule`] instance, with `&` access.
+    Shared(fn(&dyn Any, &mut Context, &Value) -> Result<Value>),
+}
+
+impl std::fmt::Debug for Handler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Handler::Exclusive(_) => "Handler::Exclusive",
+            Handler::Shared(_) => "Handler::Shared",
+        })
+    }
+}
+
+/// The instance a command handler runs on, as its class's type `T`. A table entry whose
+/// handler names another type is a class bug: it panics (the module tests call every command
+/// of every class).
+#[doc(hidden)]
+pub fn downcast_mut<T: Any>(m: &mut dyn Any) -> &mut T {
+    m.downcast_mut::<T>()
+        .expect("command handler bound to another module type")
+}
+
+/// As [`downcast_mut`], for shared instances.
+#[doc(hidden)]
+pub fn downcast_ref<T: Any>(m: &dyn Any) -> &T {
+    m.downcast_ref::<T>()
+        .expect("command handler bound to another module type")
+}
+
+/// A [`Handler`] calling a method (or closure) typed on the class's instance type:
+/// `handler!(Exclusive Source, Source::cmd_set_burst)` for a `fn(&mut Source, &mut Context,
+/// &Value) -> Result<Value>`, `handler!(Shared Queue, Queue::cmd_get_status)` for a
+/// `fn(&Queue, &mut Context, &Value) -> Result<Value>`.
+#[macro_export]
+macro_rules! handler {
+    (Exclusive $t:ty, $f:expr) => {
+        $crate::module::Handler::Exclusive(|m, ctx, arg| {
+            let f: fn(
+                &mut $t,
+                &mut $crate::Context,
+                &$crate::Value,
+            ) -> $crate::Result<$crate::Value> = $f;
+            f($crate::module::downcast_mut::<$t>(m), ctx, arg)
+        })
+    };
+    (Shared $t:ty, $f:expr) => {
+        $crate::module::Handler::Shared(|m, ctx, arg| {
+            let f: fn(&$t, &mut $crate::Context, &$crate::Value) -> $crate::Result<$crate::Value> =
+                $f;
+            f($crate::module::downcast_ref::<$t>(m), ctx, arg)
+        })
+    };
+}
+
+/// One command of a module class (BESS's `Commands` table entry), bound to its handler.
 #[derive(Clone, Copy, Debug)]
 pub struct CommandSpec {
     /// Command name, e.g. "add".
@@ -27,6 +94,122 @@ pub struct CommandSpec {
     /// BESS's `Command::THREAD_SAFE`: the command only reads, or changes state the module
     /// guards itself, so it may run while workers run the module.
     pub mt_safe: bool,
+    /// What runs the command.
+    pub handler: Handler,
+}
+
+/// A named reason a module drops packets: a variant of a class's drop-reason enum (declared
+/// with [`drop_reasons!`](crate::drop_reasons)), or one of the [`CoreDrop`] reasons every
+/// class has.
+pub trait DropReason: Copy {
+    /// Position of the reason in its class's `drop_reasons` (the counter index); the core
+    /// reasons use ids past any class's.
+    fn index(self) -> usize;
+    /// The printed name.
+    fn name(self) -> &'static str;
+}
+
+/// Declares a class's drop reasons as an enum whose variants give the counter index and the
+/// printed name, with `NAMES` (for [`ModuleClass::drop_reasons`]) and a [`DropReason`] impl:
+///
+/// ```ignore
+/// drop_reasons! {
+///     /// Why UpdateTTL drops.
+///     pub enum UpdateTtlDrop { TooShort = "too_short", TtlExpired = "ttl_expired" }
+/// }
+/// ```
+///
+/// A first variant of the form `Name(OtherReasons)` embeds another reason enum (e.g. the IPv4
+/// header errors several rewriters share): its reasons come first, under their own names, and
+/// `From<OtherReasons>` is implemented.
+#[macro_export]
+macro_rules! drop_reasons {
+    (
+        $(#[$m:meta])*
+        $vis:vis enum $name:ident {
+            $bvar:ident($base:ty),
+            $( $(#[$vm:meta])* $var:ident = $str:literal ),* $(,)?
+        }
+    ) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        $vis enum $name {
+            #[allow(missing_docs)]
+            $bvar($base),
+            $( $(#[$vm])* $var ),*
+        }
+
+        impl $name {
+            #[doc(hidden)]
+            const OWN: &'static [&'static str] = &[$($str),*];
+            /// The printed names, in counter order.
+            pub const NAMES: &'static [&'static str] = &{
+                let base = <$base>::NAMES;
+                let own = Self::OWN;
+                let mut out = [""; <$base>::NAMES.len() + Self::OWN.len()];
+                let mut i = 0;
+                while i < base.len() {
+                    out[i] = base[i];
+                    i += 1;
+                }
+                let mut j = 0;
+                while j < own.len() {
+                    out[i + j] = own[j];
+                    j += 1;
+                }
+                out
+            };
+        }
+
+        impl From<$base> for $name {
+            #[inline(always)]
+            fn from(r: $base) -> $name {
+                $name::$bvar(r)
+            }
+        }
+
+        impl $crate::module::DropReason for $name {
+            #[inline(always)]
+            fn index(self) -> usize {
+                #[allow(dead_code)]
+                enum __OwnReasons { $($var),* }
+                match self {
+                    $name::$bvar(r) => $crate::module::DropReason::index(r),
+                    $( $name::$var => <$base>::NAMES.len() + __OwnReasons::$var as usize, )*
+                }
+            }
+            fn name(self) -> &'static str {
+                Self::NAMES[$crate::module::DropReason::index(self)]
+            }
+        }
+    };
+    (
+        $(#[$m:meta])*
+        $vis:vis enum $name:ident {
+            $( $(#[$vm:meta])* $var:ident = $str:literal ),+ $(,)?
+        }
+    ) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        $vis enum $name {
+            $( $(#[$vm])* $var ),+
+        }
+
+        impl $name {
+            /// The printed names, in counter order.
+            pub const NAMES: &'static [&'static str] = &[$($str),+];
+        }
+
+        impl $crate::module::DropReason for $name {
+            #[inline(always)]
+            fn index(self) -> usize {
+                self as usize
+            }
+            fn name(self) -> &'static str {
+                Self::NAMES[self as usize]
+            }
+        }
+    };
 }
 
 /// A module class descriptor.
@@ -47,7 +230,8 @@ pub struct ModuleClass {
     pub ogates: u16,
     /// Commands the class accepts.
     pub commands: &'static [CommandSpec],
-    /// Named reasons a module of this class drops packets (index = reason id).
+    /// Named reasons a module of this class drops packets, in counter order: the `NAMES` of
+    /// the class's [`drop_reasons!`](crate::drop_reasons) enum.
     pub drop_reasons: &'static [&'static str],
     /// BESS's `max_allowed_workers_`: true if one instance may be run by several workers at
     /// once (BESS: `Worker::kMaxWorkers`), false if by one. A placement beyond it is reported by
@@ -164,12 +348,12 @@ impl InitContext {
 }
 
 /// A module instance run by one worker at a time.
-pub trait Module: Send + 'static {
+pub trait Module: Any + Send {
     /// Processes a batch arriving on input gate `igate`. Every packet must be emitted,
     /// forwarded, freed or dropped; any left in `batch` are dropped as "unhandled".
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, igate: u16) {
         let _ = igate;
-        ctx.drop_batch(batch, DROP_UNHANDLED);
+        ctx.drop_batch(batch, CoreDrop::Unhandled);
     }
 
     /// Runs one of the module's tasks (registered at init); returns what it did.
@@ -180,14 +364,6 @@ pub trait Module: Send + 'static {
             packets: 0,
             bits: 0,
         }
-    }
-
-    /// Handles a command from the class's command table.
-    fn command(&mut self, ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
-        let _ = (ctx, arg);
-        Err(Error::unsupported(format!(
-            "command '{cmd}' is not supported"
-        )))
     }
 
     /// One-line description for `ListModules` / `show module`.
@@ -207,18 +383,11 @@ pub trait Module: Send + 'static {
 }
 
 /// A module instance that several workers may run concurrently (`&self` entry points).
-pub trait SharedModule: Send + Sync + 'static {
+pub trait SharedModule: Any + Send + Sync {
     /// As [`Module::process_batch`].
     fn process_batch(&self, ctx: &mut Context, batch: &mut PacketBatch, igate: u16);
     /// As [`Module::run_task`].
     fn run_task(&self, ctx: &mut Context, arg: u64) -> TaskResult;
-    /// As [`Module::command`].
-    fn command(&self, ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
-        let _ = (ctx, arg);
-        Err(Error::unsupported(format!(
-            "command '{cmd}' is not supported"
-        )))
-    }
     /// As [`Module::desc`].
     fn desc(&self) -> String {
         String::new()
@@ -241,7 +410,72 @@ pub enum Instance {
     Shared(Box<dyn SharedModule>),
 }
 
-/// Drop reason id every class has: packets a module left unhandled.
-pub const DROP_UNHANDLED: usize = usize::MAX;
-/// Drop reason id every class has: packets sent to an unconnected output gate.
-pub const DROP_DEADEND: usize = usize::MAX - 1;
+/// The drop reasons every class has, counted after the class's own (in this order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CoreDrop {
+    /// Packets sent to an unconnected output gate.
+    Deadend,
+    /// Packets a module left unhandled.
+    Unhandled,
+    /// Packets still circling a graph loop after `exec::MAX_HOPS` module runs in one task.
+    HopLimit,
+}
+
+impl CoreDrop {
+    /// The printed names, in counter order (after the class's reasons).
+    pub const NAMES: &'static [&'static str] = &["deadend", "unhandled", "hop_limit"];
+
+    /// Counter offset past the class's own reasons.
+    #[inline(always)]
+    pub(crate) const fn offset(self) -> usize {
+        self as usize
+    }
+}
+
+/// Core reasons' ids: `CORE_BASE + offset`, past any class's reasons.
+pub(crate) const CORE_BASE: usize = usize::MAX - 3;
+
+impl DropReason for CoreDrop {
+    #[inline(always)]
+    fn index(self) -> usize {
+        CORE_BASE + self.offset()
+    }
+    fn name(self) -> &'static str {
+        Self::NAMES[self.offset()]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{CoreDrop, DropReason};
+
+    crate::drop_reasons! {
+        /// Shared reasons.
+        pub enum Base { A = "a", B = "b" }
+    }
+
+    crate::drop_reasons! {
+        /// A class's own reasons after the embedded ones.
+        pub enum Own { Base(Base), C = "c", D = "d" }
+    }
+
+    #[test]
+    fn drop_reason_enums_give_index_and_name() {
+        assert_eq!(Base::NAMES, ["a", "b"]);
+        assert_eq!((Base::B.index(), Base::B.name()), (1, "b"));
+        assert_eq!(Own::NAMES, ["a", "b", "c", "d"]);
+        for (i, r) in [Own::Base(Base::A), Own::from(Base::B), Own::C, Own::D]
+            .into_iter()
+            .enumerate()
+        {
+            assert_eq!((r.index(), r.name()), (i, Own::NAMES[i]));
+        }
+        for (i, r) in [CoreDrop::Deadend, CoreDrop::Unhandled, CoreDrop::HopLimit]
+            .into_iter()
+            .enumerate()
+        {
+            assert_eq!(r.name(), CoreDrop::NAMES[i]);
+            assert!(r.index() > 1 << 32, "past any class's reasons");
+        }
+    }
+}

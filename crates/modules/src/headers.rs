@@ -38,15 +38,17 @@ pub mod ip {
     pub const DST: usize = 16;
 }
 
-/// Why a frame is not a usable IPv4 packet.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Ipv4Error {
-    /// Shorter than the headers (or the IPv4 total length) say.
-    TooShort,
-    /// The EtherType is not IPv4.
-    NotIpv4,
-    /// Version is not 4, IHL below 5, or total length below the header length.
-    BadHeader,
+bessemer_core::drop_reasons! {
+    /// Why a frame is not a usable IPv4 packet; also the drop reasons (with their printed
+    /// names) the IPv4 rewriters share, embedded first in their own reason enums.
+    pub enum Ipv4Error {
+        /// Shorter than the headers (or the IPv4 total length) say.
+        TooShort = "too_short",
+        /// The EtherType is not IPv4.
+        NotIpv4 = "not_ipv4",
+        /// Version is not 4, IHL below 5, or total length below the header length.
+        BadHeader = "bad_ip_header",
+    }
 }
 
 /// A validated IPv4 packet inside a frame.

@@ -39,7 +39,7 @@ impl FastRng {
 
 use bessemer_core::module::MAX_GATES;
 use bessemer_core::sched::TaskResult;
-use bessemer_core::{AccessMode, AttrSpec, Error, InitContext, Result, Value};
+use bessemer_core::{AccessMode, AttrSpec, DropReason, Error, InitContext, Result, Value};
 
 /// What a task run that found nothing to do returns (its leaf may back off).
 pub const IDLE: TaskResult = TaskResult {
@@ -83,22 +83,23 @@ pub fn add_attrs(init: &mut InitContext, attrs: &[(&str, usize, AccessMode)]) ->
     Ok(())
 }
 
-/// What happens to one packet of a batch: out of an output gate, or dropped under a reason.
+/// What happens to one packet of a batch: out of an output gate, or dropped under one of the
+/// class's drop reasons `R`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub enum Verdict<R> {
     /// Sent out of this output gate.
     Gate(u16),
-    /// Dropped under this drop-reason index.
-    Drop(usize),
+    /// Dropped under this reason.
+    Drop(R),
 }
 
 /// Sends packet i of `batch` as `verdict(i)` says. A batch whose packets all go out of one
 /// gate is forwarded whole (no per-packet emit), which is the common case for classifiers.
 #[inline(always)]
-pub fn send_each(
+pub fn send_each<R: DropReason + PartialEq>(
     ctx: &mut bessemer_core::Context,
     batch: &mut bessemer_core::PacketBatch,
-    verdict: impl Fn(usize) -> Verdict,
+    verdict: impl Fn(usize) -> Verdict<R>,
 ) {
     let n = batch.len();
     if n == 0 {

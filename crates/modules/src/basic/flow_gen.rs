@@ -5,8 +5,8 @@ use std::collections::BinaryHeap;
 
 use bessemer_core::sched::TaskResult;
 use bessemer_core::{
-    Args, CommandSpec, Context, Error, InitContext, Instance, Module, ModuleClass, PacketBatch,
-    Result, Value, MAX_BURST,
+    handler, Args, CommandSpec, Context, Error, InitContext, Instance, Module, ModuleClass,
+    PacketBatch, Result, Value, MAX_BURST,
 };
 
 use crate::util::FastRng;
@@ -43,7 +43,12 @@ const OFF_TCP_DPORT: usize = 36;
 const OFF_TCP_SEQ: usize = 38;
 const OFF_TCP_FLAGS: usize = 47;
 
-const DROP_POOL_EXHAUSTED: usize = 0;
+bessemer_core::drop_reasons! {
+    /// Why FlowGen drops packets.
+    pub enum FlowGenDrop {
+        PoolExhausted = "pool_exhausted",
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Arrival {
@@ -443,6 +448,25 @@ impl FlowGen {
     }
 }
 
+impl FlowGen {
+    /// The `update` command.
+    fn cmd_update(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        self.update(arg)?;
+        Ok(Value::Null)
+    }
+
+    /// The `set_burst` command.
+    fn cmd_set_burst(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        let mut a = Args::new(arg, "FlowGenCommandSetBurstArg")?;
+        let b = a
+            .uint("burst", MAX_BURST as u64)?
+            .ok_or_else(|| Error::invalid("FlowGenCommandSetBurstArg.burst is required"))?;
+        a.finish()?;
+        self.burst = b as usize;
+        Ok(Value::Null)
+    }
+}
+
 impl Module for FlowGen {
     fn run_task(&mut self, ctx: &mut Context, _arg: u64) -> TaskResult {
         let now = now_ns(ctx);
@@ -455,7 +479,7 @@ impl Module for FlowGen {
         let mut batch = PacketBatch::new();
         let failed = self.generate(ctx, &mut batch, now);
         if failed > 0 {
-            ctx.count_drops(DROP_POOL_EXHAUSTED, failed);
+            ctx.count_drops(FlowGenDrop::PoolExhausted, failed);
         }
         let n = batch.len() as u64;
         ctx.forward(0, &mut batch);
@@ -464,22 +488,6 @@ impl Module for FlowGen {
             packets: n as u32,
             bits: (self.cfg.templ.len() as u64 + PKT_OVERHEAD) * n * 8,
         }
-    }
-
-    fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
-        match cmd {
-            "update" => self.update(arg)?,
-            "set_burst" => {
-                let mut a = Args::new(arg, "FlowGenCommandSetBurstArg")?;
-                let b = a
-                    .uint("burst", MAX_BURST as u64)?
-                    .ok_or_else(|| Error::invalid("FlowGenCommandSetBurstArg.burst is required"))?;
-                a.finish()?;
-                self.burst = b as usize;
-            }
-            _ => return Err(Error::invalid(format!("unknown command '{cmd}'"))),
-        }
-        Ok(Value::Null)
     }
 
     fn desc(&self) -> String {
@@ -602,15 +610,17 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "FlowGenArg",
             help: "changes template, pps, flow_rate, flow_duration, arrival, duration (others ignored)",
             mt_safe: false,
+            handler: handler!(Exclusive FlowGen, FlowGen::cmd_update),
         },
         CommandSpec {
             name: "set_burst",
             arg_type: "FlowGenCommandSetBurstArg",
             help: "packets per run at most (0..32)",
             mt_safe: true,
+            handler: handler!(Exclusive FlowGen, FlowGen::cmd_set_burst),
         },
     ],
-    drop_reasons: &["pool_exhausted"],
+    drop_reasons: FlowGenDrop::NAMES,
     mt_safe: false,
     create,
 };

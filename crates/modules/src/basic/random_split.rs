@@ -1,7 +1,8 @@
 //! RandomSplit: drops a share of packets and spreads the rest over gates at random.
 use bessemer_core::module::MAX_GATES;
 use bessemer_core::{
-    Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
+    handler, Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result,
+    Value,
 };
 
 use crate::util::{parse_gates, FastRng};
@@ -13,7 +14,12 @@ pub struct RandomSplit {
     rng: FastRng,
 }
 
-const DROP_RANDOM: usize = 0;
+bessemer_core::drop_reasons! {
+    /// Why RandomSplit drops packets.
+    pub enum RandomSplitDrop {
+        Random = "random_drop",
+    }
+}
 
 fn threshold(rate: Option<f64>, msg: &str) -> Result<u64> {
     let r = rate.unwrap_or(0.0);
@@ -25,36 +31,37 @@ fn threshold(rate: Option<f64>, msg: &str) -> Result<u64> {
     Ok((r * (1u64 << 32) as f64) as u64)
 }
 
+impl RandomSplit {
+    /// The `set_droprate` command.
+    fn cmd_set_droprate(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        let mut a = Args::new(arg, "RandomSplitCommandSetDroprateArg")?;
+        let t = threshold(a.float("drop_rate")?, "RandomSplitCommandSetDroprateArg")?;
+        a.finish()?;
+        self.drop_threshold = t;
+        Ok(Value::Null)
+    }
+
+    /// The `set_gates` command.
+    fn cmd_set_gates(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        let mut a = Args::new(arg, "RandomSplitCommandSetGatesArg")?;
+        let g = parse_gates(a.list("gates")?, "RandomSplitCommandSetGatesArg", false)?;
+        a.finish()?;
+        self.gates = g;
+        Ok(Value::Null)
+    }
+}
+
 impl Module for RandomSplit {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         let n = self.gates.len() as u64;
         for pkt in batch.drain() {
             let x = self.rng.next_u64();
             if (x & 0xffff_ffff) < self.drop_threshold {
-                ctx.drop_packet(pkt, DROP_RANDOM);
+                ctx.drop_packet(pkt, RandomSplitDrop::Random);
             } else {
                 ctx.emit(self.gates[(((x >> 32) * n) >> 32) as usize], pkt);
             }
         }
-    }
-
-    fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
-        match cmd {
-            "set_droprate" => {
-                let mut a = Args::new(arg, "RandomSplitCommandSetDroprateArg")?;
-                let t = threshold(a.float("drop_rate")?, "RandomSplitCommandSetDroprateArg")?;
-                a.finish()?;
-                self.drop_threshold = t;
-            }
-            "set_gates" => {
-                let mut a = Args::new(arg, "RandomSplitCommandSetGatesArg")?;
-                let g = parse_gates(a.list("gates")?, "RandomSplitCommandSetGatesArg", false)?;
-                a.finish()?;
-                self.gates = g;
-            }
-            _ => return Err(Error::invalid(format!("unknown command '{cmd}'"))),
-        }
-        Ok(Value::Null)
     }
 
     fn desc(&self) -> String {
@@ -84,15 +91,17 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "RandomSplitCommandSetDroprateArg",
             help: "changes drop_rate",
             mt_safe: false,
+            handler: handler!(Exclusive RandomSplit, RandomSplit::cmd_set_droprate),
         },
         CommandSpec {
             name: "set_gates",
             arg_type: "RandomSplitCommandSetGatesArg",
             help: "replaces the gate list",
             mt_safe: false,
+            handler: handler!(Exclusive RandomSplit, RandomSplit::cmd_set_gates),
         },
     ],
-    drop_reasons: &["random_drop"],
+    drop_reasons: RandomSplitDrop::NAMES,
     mt_safe: true,
     create: |_, arg| {
         let mut a = Args::new(arg, "RandomSplitArg")?;

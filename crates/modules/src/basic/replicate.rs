@@ -1,8 +1,8 @@
 //! Replicate: sends each packet out of every listed gate, each gate its own copy.
 use bessemer_core::module::MAX_GATES;
 use bessemer_core::{
-    Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, Packet, PacketBatch, Result,
-    Value,
+    handler, Args, CommandSpec, Context, Instance, Module, ModuleClass, Packet, PacketBatch,
+    Result, Value,
 };
 
 use crate::util::{gates_value, parse_gates};
@@ -27,36 +27,40 @@ fn copy_packet(ctx: &mut Context, pkt: &Packet) -> Option<Packet> {
     Some(c)
 }
 
-/// Drop reason: the pool had no buffer for a copy (that gate misses the packet).
-const DROP_NO_GATES: usize = 0;
-const DROP_NO_BUFFER: usize = 1;
+bessemer_core::drop_reasons! {
+    /// Why Replicate drops packets.
+    pub enum ReplicateDrop {
+        /// No gates to replicate to.
+        NoGates = "no_gates",
+        /// The pool had no buffer for a copy (that gate misses the packet).
+        NoBuffer = "no_buffer",
+    }
+}
+
+impl Replicate {
+    /// The `set_gates` command.
+    fn cmd_set_gates(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        let mut a = Args::new(arg, "ReplicateCommandSetGatesArg")?;
+        let gates = parse_gates(a.list("gates")?, "ReplicateCommandSetGatesArg", true)?;
+        a.finish()?;
+        self.gates = gates;
+        Ok(Value::Null)
+    }
+}
 
 impl Module for Replicate {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         let Some((&first, rest)) = self.gates.split_first() else {
-            return ctx.drop_batch(batch, DROP_NO_GATES);
+            return ctx.drop_batch(batch, ReplicateDrop::NoGates);
         };
         for pkt in batch.drain() {
             for &g in rest {
                 match copy_packet(ctx, &pkt) {
                     Some(c) => ctx.emit(g, c),
-                    None => ctx.count_drops(DROP_NO_BUFFER, 1),
+                    None => ctx.count_drops(ReplicateDrop::NoBuffer, 1),
                 }
             }
             ctx.emit(first, pkt);
-        }
-    }
-
-    fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
-        match cmd {
-            "set_gates" => {
-                let mut a = Args::new(arg, "ReplicateCommandSetGatesArg")?;
-                let gates = parse_gates(a.list("gates")?, "ReplicateCommandSetGatesArg", true)?;
-                a.finish()?;
-                self.gates = gates;
-                Ok(Value::Null)
-            }
-            _ => Err(Error::invalid(format!("unknown command '{cmd}'"))),
         }
     }
 
@@ -83,8 +87,9 @@ pub static CLASS: ModuleClass = ModuleClass {
         arg_type: "ReplicateCommandSetGatesArg",
         help: "replaces the list of output gates",
         mt_safe: true,
+        handler: handler!(Exclusive Replicate, Replicate::cmd_set_gates),
     }],
-    drop_reasons: &["no_gates", "no_buffer"],
+    drop_reasons: ReplicateDrop::NAMES,
     mt_safe: true,
     create: |_, arg| {
         let mut a = Args::new(arg, "ReplicateArg")?;

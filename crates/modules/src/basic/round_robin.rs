@@ -1,10 +1,19 @@
 //! RoundRobin: spreads packets (or whole batches) over output gates in turn.
 use bessemer_core::module::MAX_GATES;
 use bessemer_core::{
-    Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
+    handler, Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result,
+    Value,
 };
 
 use crate::util::{gates_value, parse_gates};
+
+bessemer_core::drop_reasons! {
+    /// Why RoundRobin drops packets.
+    pub enum RoundRobinDrop {
+        /// The module has no gates to send to.
+        NoGates = "no_gates",
+    }
+}
 
 /// Sends each packet (mode "packet") or batch (mode "batch") to the next gate in `gates`.
 pub struct RoundRobin {
@@ -23,11 +32,32 @@ fn parse_mode(mode: Option<&str>, msg: &str) -> Result<bool> {
     }
 }
 
+impl RoundRobin {
+    /// The `set_mode` command.
+    fn cmd_set_mode(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        let mut a = Args::new(arg, "RoundRobinCommandSetModeArg")?;
+        let mode = parse_mode(a.str("mode")?, "RoundRobinCommandSetModeArg")?;
+        a.finish()?;
+        self.per_packet = mode;
+        Ok(Value::Null)
+    }
+
+    /// The `set_gates` command.
+    fn cmd_set_gates(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        let mut a = Args::new(arg, "RoundRobinCommandSetGatesArg")?;
+        let gates = parse_gates(a.list("gates")?, "RoundRobinCommandSetGatesArg", false)?;
+        a.finish()?;
+        self.gates = gates;
+        self.next = 0;
+        Ok(Value::Null)
+    }
+}
+
 impl Module for RoundRobin {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         let n = self.gates.len();
         if n == 0 {
-            return ctx.drop_batch(batch, 0);
+            return ctx.drop_batch(batch, RoundRobinDrop::NoGates);
         }
         if self.per_packet {
             for pkt in batch.drain() {
@@ -39,26 +69,6 @@ impl Module for RoundRobin {
             self.next = (self.next + 1) % n;
             ctx.forward(g, batch);
         }
-    }
-
-    fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
-        match cmd {
-            "set_mode" => {
-                let mut a = Args::new(arg, "RoundRobinCommandSetModeArg")?;
-                let mode = parse_mode(a.str("mode")?, "RoundRobinCommandSetModeArg")?;
-                a.finish()?;
-                self.per_packet = mode;
-            }
-            "set_gates" => {
-                let mut a = Args::new(arg, "RoundRobinCommandSetGatesArg")?;
-                let gates = parse_gates(a.list("gates")?, "RoundRobinCommandSetGatesArg", false)?;
-                a.finish()?;
-                self.gates = gates;
-                self.next = 0;
-            }
-            _ => return Err(Error::invalid(format!("unknown command '{cmd}'"))),
-        }
-        Ok(Value::Null)
     }
 
     fn desc(&self) -> String {
@@ -92,15 +102,17 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "RoundRobinCommandSetModeArg",
             help: "'packet' or 'batch'",
             mt_safe: false,
+            handler: handler!(Exclusive RoundRobin, RoundRobin::cmd_set_mode),
         },
         CommandSpec {
             name: "set_gates",
             arg_type: "RoundRobinCommandSetGatesArg",
             help: "replaces the gate list",
             mt_safe: false,
+            handler: handler!(Exclusive RoundRobin, RoundRobin::cmd_set_gates),
         },
     ],
-    drop_reasons: &["no_gates"],
+    drop_reasons: RoundRobinDrop::NAMES,
     mt_safe: false,
     create: |_, arg| {
         let mut a = Args::new(arg, "RoundRobinArg")?;

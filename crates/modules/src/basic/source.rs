@@ -3,8 +3,8 @@ use crate::util::IDLE;
 use bessemer_core::packet::DATA_CAPACITY;
 use bessemer_core::sched::TaskResult;
 use bessemer_core::{
-    Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
-    MAX_BURST,
+    handler, Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result,
+    Value, MAX_BURST,
 };
 
 /// Generates `burst` packets of `pkt_size` bytes per run (contents are left as they are;
@@ -14,7 +14,35 @@ pub struct Source {
     burst: usize,
 }
 
-const DROP_POOL_EXHAUSTED: usize = 0;
+bessemer_core::drop_reasons! {
+    /// Why Source drops packets.
+    pub enum SourceDrop {
+        PoolExhausted = "pool_exhausted",
+    }
+}
+
+impl Source {
+    /// The `set_pkt_size` command.
+    fn cmd_set_pkt_size(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        let mut a = Args::new(arg, "SourceCommandSetPktSizeArg")?;
+        let v = a.int("pkt_size", 1, DATA_CAPACITY as i64)?;
+        a.finish()?;
+        self.pkt_size = v
+            .ok_or_else(|| Error::invalid("SourceCommandSetPktSizeArg.pkt_size is required"))?
+            as usize;
+        Ok(Value::Null)
+    }
+
+    /// The `set_burst` command.
+    fn cmd_set_burst(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        let mut a = Args::new(arg, "SourceCommandSetBurstArg")?;
+        let v = a.int("burst", 1, MAX_BURST as i64)?;
+        a.finish()?;
+        self.burst =
+            v.ok_or_else(|| Error::invalid("SourceCommandSetBurstArg.burst is required"))? as usize;
+        Ok(Value::Null)
+    }
+}
 
 impl Module for Source {
     fn run_task(&mut self, ctx: &mut Context, _arg: u64) -> TaskResult {
@@ -22,7 +50,7 @@ impl Module for Source {
         let n = ctx.alloc_bulk(&mut batch, self.burst, self.pkt_size);
         if n == 0 {
             // The pool is exhausted: the packets this run would have made are counted.
-            ctx.count_drops(DROP_POOL_EXHAUSTED, self.burst as u64);
+            ctx.count_drops(SourceDrop::PoolExhausted, self.burst as u64);
             return IDLE;
         }
         ctx.forward(0, &mut batch);
@@ -30,30 +58,6 @@ impl Module for Source {
             block: false,
             packets: n as u32,
             bits: (n * self.pkt_size * 8) as u64,
-        }
-    }
-
-    fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
-        match cmd {
-            "set_pkt_size" => {
-                let mut a = Args::new(arg, "SourceCommandSetPktSizeArg")?;
-                let v = a.int("pkt_size", 1, DATA_CAPACITY as i64)?;
-                a.finish()?;
-                self.pkt_size = v.ok_or_else(|| {
-                    Error::invalid("SourceCommandSetPktSizeArg.pkt_size is required")
-                })? as usize;
-                Ok(Value::Null)
-            }
-            "set_burst" => {
-                let mut a = Args::new(arg, "SourceCommandSetBurstArg")?;
-                let v = a.int("burst", 1, MAX_BURST as i64)?;
-                a.finish()?;
-                self.burst = v
-                    .ok_or_else(|| Error::invalid("SourceCommandSetBurstArg.burst is required"))?
-                    as usize;
-                Ok(Value::Null)
-            }
-            _ => Err(Error::invalid(format!("unknown command '{cmd}'"))),
         }
     }
 
@@ -86,15 +90,17 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "SourceCommandSetPktSizeArg",
             help: "changes the packet size",
             mt_safe: true,
+            handler: handler!(Exclusive Source, Source::cmd_set_pkt_size),
         },
         CommandSpec {
             name: "set_burst",
             arg_type: "SourceCommandSetBurstArg",
             help: "changes packets per run",
             mt_safe: true,
+            handler: handler!(Exclusive Source, Source::cmd_set_burst),
         },
     ],
-    drop_reasons: &["pool_exhausted"],
+    drop_reasons: SourceDrop::NAMES,
     mt_safe: false,
     create,
 };

@@ -12,8 +12,13 @@ pub struct Split {
     offset: Option<usize>,
 }
 
-const DROP_OUT_OF_RANGE: usize = 0;
-const DROP_TOO_SHORT: usize = 1;
+bessemer_core::drop_reasons! {
+    /// Why Split drops packets.
+    pub enum SplitDrop {
+        OutOfRange = "gate_out_of_range",
+        TooShort = "too_short",
+    }
+}
 
 impl Module for Split {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
@@ -23,7 +28,7 @@ impl Module for Split {
             match self.offset {
                 Some(off) => {
                     let Some(b) = pkt.data().get(off..off + self.size) else {
-                        ctx.drop_packet(pkt, DROP_TOO_SHORT);
+                        ctx.drop_packet(pkt, SplitDrop::TooShort);
                         continue;
                     };
                     buf[8 - self.size..].copy_from_slice(b);
@@ -37,7 +42,7 @@ impl Module for Split {
             }
             let v = u64::from_be_bytes(buf);
             if v >= MAX_GATES as u64 {
-                ctx.drop_packet(pkt, DROP_OUT_OF_RANGE);
+                ctx.drop_packet(pkt, SplitDrop::OutOfRange);
             } else {
                 ctx.emit(v as u16, pkt);
             }
@@ -66,7 +71,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     igates: 1,
     ogates: MAX_GATES,
     commands: &[],
-    drop_reasons: &["gate_out_of_range", "too_short"],
+    drop_reasons: SplitDrop::NAMES,
     mt_safe: true,
     create: |init, arg| {
         let mut a = Args::new(arg, "SplitArg")?;

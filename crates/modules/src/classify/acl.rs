@@ -1,16 +1,38 @@
 //! ACL: a first-match IPv4 access list over source/destination prefixes and ports.
 use bessemer_core::{
-    Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
+    handler, Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result,
+    Value,
 };
 
 use crate::checksum::{PROTO_TCP, PROTO_UDP};
 use crate::headers::{be16, be32, eth_ipv4, ip, Ipv4Error, PROTO_SCTP};
 
-const DROP_DENIED: usize = 0;
-const DROP_NO_MATCH: usize = 1;
-const DROP_TOO_SHORT: usize = 2;
-const DROP_NOT_IPV4: usize = 3;
-const DROP_BAD_IP_HEADER: usize = 4;
+bessemer_core::drop_reasons! {
+    /// Why ACL drops packets.
+    pub enum AclDrop {
+        /// The first matching rule drops.
+        Denied = "denied",
+        /// No rule matched.
+        NoMatch = "no_match",
+        /// As [`Ipv4Error::TooShort`] (or the L4 ports cut off).
+        TooShort = "too_short",
+        /// As [`Ipv4Error::NotIpv4`].
+        NotIpv4 = "not_ipv4",
+        /// As [`Ipv4Error::BadHeader`].
+        BadIpHeader = "bad_ip_header",
+    }
+}
+
+impl From<Ipv4Error> for AclDrop {
+    #[inline(always)]
+    fn from(e: Ipv4Error) -> AclDrop {
+        match e {
+            Ipv4Error::TooShort => AclDrop::TooShort,
+            Ipv4Error::NotIpv4 => AclDrop::NotIpv4,
+            Ipv4Error::BadHeader => AclDrop::BadIpHeader,
+        }
+    }
+}
 
 /// An IPv4 prefix; the empty string in a rule is 0.0.0.0/0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,22 +86,18 @@ pub(crate) struct Tuple {
     pub(crate) ports: Option<(u16, u16)>,
 }
 
-/// Why a frame has no IPv4 tuple (each a drop reason id).
-pub(crate) type ParseError = usize;
+/// Why a frame has no IPv4 tuple.
+pub(crate) type ParseError = Ipv4Error;
 
 /// Reads the IPv4 tuple of an untagged Ethernet frame through checked views.
 pub(crate) fn parse_tuple(d: &[u8]) -> std::result::Result<Tuple, ParseError> {
-    let ip = eth_ipv4(d).map_err(|e| match e {
-        Ipv4Error::TooShort => DROP_TOO_SHORT,
-        Ipv4Error::NotIpv4 => DROP_NOT_IPV4,
-        Ipv4Error::BadHeader => DROP_BAD_IP_HEADER,
-    })?;
+    let ip = eth_ipv4(d)?;
     let has_ports = matches!(ip.proto, PROTO_TCP | PROTO_UDP | PROTO_SCTP) && ip.has_l4_header();
     let ports = if has_ports {
         // The L4 header as far as the IPv4 total length goes.
         let l4 = &d[ip.l4()..ip.off + ip.total];
         if l4.len() < 4 {
-            return Err(DROP_TOO_SHORT);
+            return Err(Ipv4Error::TooShort);
         }
         Some((be16(l4, 0), be16(l4, 2)))
     } else {
@@ -158,37 +176,38 @@ fn parse_rules(arg: &Value, msg: &str) -> Result<Vec<Rule>> {
         .collect()
 }
 
+impl Acl {
+    /// The `add` command.
+    fn cmd_add(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        let new = parse_rules(arg, "ACLArg")?;
+        self.rules.extend(new);
+        Ok(Value::Null)
+    }
+
+    /// The `clear` command.
+    fn cmd_clear(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        Args::new(arg, "EmptyArg")?.finish()?;
+        self.rules.clear();
+        Ok(Value::Null)
+    }
+}
+
 impl Module for Acl {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         for pkt in batch.drain() {
             let t = match parse_tuple(pkt.data()) {
                 Ok(t) => t,
                 Err(reason) => {
-                    ctx.drop_packet(pkt, reason);
+                    ctx.drop_packet(pkt, AclDrop::from(reason));
                     continue;
                 }
             };
             match self.rules.iter().find(|r| r.matches(&t)) {
                 Some(r) if !r.drop => ctx.emit(0, pkt),
-                Some(_) => ctx.drop_packet(pkt, DROP_DENIED),
-                None => ctx.drop_packet(pkt, DROP_NO_MATCH),
+                Some(_) => ctx.drop_packet(pkt, AclDrop::Denied),
+                None => ctx.drop_packet(pkt, AclDrop::NoMatch),
             }
         }
-    }
-
-    fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
-        match cmd {
-            "add" => {
-                let new = parse_rules(arg, "ACLArg")?;
-                self.rules.extend(new);
-            }
-            "clear" => {
-                Args::new(arg, "EmptyArg")?.finish()?;
-                self.rules.clear();
-            }
-            _ => return Err(Error::invalid(format!("unknown command '{cmd}'"))),
-        }
-        Ok(Value::Null)
     }
 
     fn desc(&self) -> String {
@@ -217,15 +236,17 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "ACLArg",
             help: "appends rules (after the existing ones)",
             mt_safe: false,
+            handler: handler!(Exclusive Acl, Acl::cmd_add),
         },
         CommandSpec {
             name: "clear",
             arg_type: "EmptyArg",
             help: "removes all rules",
             mt_safe: false,
+            handler: handler!(Exclusive Acl, Acl::cmd_clear),
         },
     ],
-    drop_reasons: &["denied", "no_match", "too_short", "not_ipv4", "bad_ip_header"],
+    drop_reasons: AclDrop::NAMES,
     mt_safe: true,
     create: |_, arg| {
         let rules = parse_rules(arg, "ACLArg")?;

@@ -11,8 +11,8 @@ use std::sync::{Mutex, RwLock};
 use bessemer_core::module::MAX_GATES;
 use bessemer_core::sched::TaskResult;
 use bessemer_core::{
-    Args, CommandSpec, Context, Error, Instance, ModuleClass, PacketBatch, Result, SharedModule,
-    Value,
+    handler, Args, CommandSpec, Context, Error, Instance, ModuleClass, PacketBatch, Result,
+    SharedModule, Value,
 };
 
 /// One classic BPF instruction (`struct bpf_insn`).
@@ -510,6 +510,65 @@ impl Bpf {
     }
 }
 
+impl Bpf {
+    /// The `add` command.
+    fn cmd_add(&self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        let new = parse_filters(arg, "BPFArg")?;
+        add_sorted(
+            &mut self.filters.write().unwrap_or_else(|e| e.into_inner()),
+            new,
+        );
+        Ok(Value::Null)
+    }
+
+    /// The `clear` command.
+    fn cmd_clear(&self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        Args::new(arg, "EmptyArg")?.finish()?;
+        self.filters
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        Ok(Value::Null)
+    }
+
+    /// The `delete` command.
+    fn cmd_delete(&self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        // As BESS: each listed filter removes the first installed one with the same
+        // priority, gate and expression; ones not installed are ignored.
+        let msg = "BPFArg";
+        let mut a = Args::new(arg, msg)?;
+        let list = a.list("filters")?;
+        a.finish()?;
+        let mut del = Vec::with_capacity(list.len());
+        for (i, f) in list.iter().enumerate() {
+            let m = format!("{msg}.filters[{i}]");
+            let mut a = Args::new(f, &m)?;
+            let priority = a.int("priority", i64::MIN, i64::MAX)?.unwrap_or(0);
+            let expr = a.str("filter")?.unwrap_or("").to_string();
+            let gate = a.int("gate", 0, MAX_GATES as i64 - 1)?.unwrap_or(0) as u16;
+            a.finish()?;
+            del.push((priority, gate, expr));
+        }
+        let mut filters = self.filters.write().unwrap_or_else(|e| e.into_inner());
+        for (priority, gate, expr) in del {
+            if let Some(i) = filters
+                .iter()
+                .position(|f| f.priority == priority && f.gate == gate && f.expr == expr)
+            {
+                filters.remove(i);
+            }
+        }
+        Ok(Value::Null)
+    }
+
+    /// The `get_initial_arg` command.
+    fn cmd_get_initial_arg(&self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        // As BESS: the installed filters (in priority order), a BPFArg.
+        Args::new(arg, "EmptyArg")?.finish()?;
+        Ok(self.info())
+    }
+}
+
 impl SharedModule for Bpf {
     fn process_batch(&self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         let filters = self.filters();
@@ -528,59 +587,6 @@ impl SharedModule for Bpf {
 
     fn run_task(&self, _ctx: &mut Context, _arg: u64) -> TaskResult {
         IDLE
-    }
-
-    fn command(&self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
-        match cmd {
-            "add" => {
-                let new = parse_filters(arg, "BPFArg")?;
-                add_sorted(
-                    &mut self.filters.write().unwrap_or_else(|e| e.into_inner()),
-                    new,
-                );
-            }
-            "clear" => {
-                Args::new(arg, "EmptyArg")?.finish()?;
-                self.filters
-                    .write()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .clear();
-            }
-            "delete" => {
-                // As BESS: each listed filter removes the first installed one with the same
-                // priority, gate and expression; ones not installed are ignored.
-                let msg = "BPFArg";
-                let mut a = Args::new(arg, msg)?;
-                let list = a.list("filters")?;
-                a.finish()?;
-                let mut del = Vec::with_capacity(list.len());
-                for (i, f) in list.iter().enumerate() {
-                    let m = format!("{msg}.filters[{i}]");
-                    let mut a = Args::new(f, &m)?;
-                    let priority = a.int("priority", i64::MIN, i64::MAX)?.unwrap_or(0);
-                    let expr = a.str("filter")?.unwrap_or("").to_string();
-                    let gate = a.int("gate", 0, MAX_GATES as i64 - 1)?.unwrap_or(0) as u16;
-                    a.finish()?;
-                    del.push((priority, gate, expr));
-                }
-                let mut filters = self.filters.write().unwrap_or_else(|e| e.into_inner());
-                for (priority, gate, expr) in del {
-                    if let Some(i) = filters
-                        .iter()
-                        .position(|f| f.priority == priority && f.gate == gate && f.expr == expr)
-                    {
-                        filters.remove(i);
-                    }
-                }
-            }
-            "get_initial_arg" => {
-                // As BESS: the installed filters (in priority order), a BPFArg.
-                Args::new(arg, "EmptyArg")?.finish()?;
-                return Ok(self.info());
-            }
-            _ => return Err(Error::invalid(format!("unknown command '{cmd}'"))),
-        }
-        Ok(Value::Null)
     }
 
     fn desc(&self) -> String {
@@ -624,24 +630,28 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "BPFArg",
             help: "adds filters (all or none, if one does not compile)",
             mt_safe: false,
+            handler: handler!(Shared Bpf, Bpf::cmd_add),
         },
         CommandSpec {
             name: "delete",
             arg_type: "BPFArg",
             help: "removes, for each filter given, the first installed one with its priority, gate and expression",
             mt_safe: false,
+            handler: handler!(Shared Bpf, Bpf::cmd_delete),
         },
         CommandSpec {
             name: "clear",
             arg_type: "EmptyArg",
             help: "removes all filters",
             mt_safe: false,
+            handler: handler!(Shared Bpf, Bpf::cmd_clear),
         },
         CommandSpec {
             name: "get_initial_arg",
             arg_type: "EmptyArg",
             help: "returns a BPFArg of the installed filters, highest priority first",
             mt_safe: true,
+            handler: handler!(Shared Bpf, Bpf::cmd_get_initial_arg),
         },
     ],
     drop_reasons: &[],

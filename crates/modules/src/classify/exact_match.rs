@@ -1,16 +1,17 @@
 //! ExactMatch: sends each packet to the gate of the rule whose field values equal the
 //! packet's (masked) fields, from a hash table of up to millions of rules.
 use bessemer_core::{
-    Args, AttrOffset, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch,
-    Result, Value, MAX_BURST,
+    handler, Args, AttrOffset, CommandSpec, Context, Error, Instance, Module, ModuleClass,
+    PacketBatch, Result, Value, MAX_BURST,
 };
 
 use std::collections::HashMap;
 
 use super::table::{
-    check_field_count, check_gate, field_data, fields_value, hash_words, key_words, parse_fields,
-    process_batch, resolve_gate, shared_command, split, FlatTable, IntOrder, Matcher,
-    RuleClassifier, ValueFields, DROP_TOO_SHORT,
+    check_field_count, check_gate, cmd_add, cmd_get_runtime_config, cmd_set_default_gate,
+    cmd_set_runtime_config, field_data, fields_value, hash_words, key_words, parse_fields,
+    process_batch, resolve_gate, split, FlatTable, IntOrder, Matcher, RuleClassifier, TableDrop,
+    ValueFields,
 };
 
 /// Rule key (masked key words) -> the bytes the rule writes (the fork's values).
@@ -159,7 +160,7 @@ impl RuleClassifier for ExactMatch {
         let n = batch.len();
         let mut keys = [[0u64; W]; MAX_BURST];
         let mut hashes = [0u64; MAX_BURST];
-        let mut status = [0u8; MAX_BURST];
+        let mut status: [Option<TableDrop>; MAX_BURST] = [None; MAX_BURST];
         let mut gates = [0u16; MAX_BURST];
         for (i, p) in batch.pkts().iter().enumerate() {
             match self.matcher.keys.build::<W>(offs, p) {
@@ -168,13 +169,13 @@ impl RuleClassifier for ExactMatch {
                     hashes[i] = hash_words(&k);
                     self.table.prefetch(hashes[i]);
                 }
-                None => status[i] = (DROP_TOO_SHORT + 1) as u8,
+                None => status[i] = Some(TableDrop::TooShort),
             }
         }
         let def = self.matcher.default_gate;
         let mut hits = 0u64;
         for i in 0..n {
-            let found = if status[i] == 0 {
+            let found = if status[i].is_none() {
                 self.table.get_n(&keys[i], hashes[i])
             } else {
                 None
@@ -200,71 +201,68 @@ impl RuleClassifier for ExactMatch {
     }
 }
 
+impl ExactMatch {
+    /// The `delete` command.
+    fn cmd_delete(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        let what = "ExactMatchCommandDeleteArg";
+        let mut a = Args::new(arg, what)?;
+        let fields = a.list("fields")?;
+        a.finish()?;
+        if fields.is_empty() {
+            return Err(Error::invalid(format!(
+                "{what}.fields: argument must be a list"
+            )));
+        }
+        let key = self.rule_key(fields, what)?;
+        if self.table.remove(&key).is_none() {
+            return Err(Error::not_found("rule doesn't exist"));
+        }
+        self.actions.remove(&key);
+        Ok(Value::Null)
+    }
+
+    /// The `clear` command.
+    fn cmd_clear(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        Args::new(arg, "EmptyArg")?.finish()?;
+        self.table.clear();
+        self.actions.clear();
+        Ok(Value::Null)
+    }
+
+    /// The `get_initial_arg` command.
+    fn cmd_get_initial_arg(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        Args::new(arg, "EmptyArg")?.finish()?;
+        let mut v = Value::map().with("fields", fields_value(&self.matcher.fields));
+        if self.masks_given {
+            let masks = self
+                .matcher
+                .fields
+                .iter()
+                .map(|f| Value::map().with("value_bin", self.mask[f.pos..f.pos + f.size].to_vec()))
+                .collect();
+            v = v.with("masks", Value::List(masks));
+        }
+        if !self.values.is_empty() {
+            v = v.with("values", fields_value(&self.values.fields));
+        }
+        if !self.masksv.is_empty() {
+            let m = self
+                .masksv
+                .iter()
+                .map(|b| Value::map().with("value_bin", b.clone()))
+                .collect();
+            v = v.with("masksv", Value::List(m));
+        }
+        if self.entries != 0 {
+            v = v.with("entries", self.entries);
+        }
+        Ok(v)
+    }
+}
+
 impl Module for ExactMatch {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         process_batch(self, ctx, batch)
-    }
-
-    fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
-        if let Some(r) = shared_command(self, cmd, arg) {
-            return r;
-        }
-        match cmd {
-            "delete" => {
-                let what = "ExactMatchCommandDeleteArg";
-                let mut a = Args::new(arg, what)?;
-                let fields = a.list("fields")?;
-                a.finish()?;
-                if fields.is_empty() {
-                    return Err(Error::invalid(format!(
-                        "{what}.fields: argument must be a list"
-                    )));
-                }
-                let key = self.rule_key(fields, what)?;
-                if self.table.remove(&key).is_none() {
-                    return Err(Error::not_found("rule doesn't exist"));
-                }
-                self.actions.remove(&key);
-            }
-            "clear" => {
-                Args::new(arg, "EmptyArg")?.finish()?;
-                self.table.clear();
-                self.actions.clear();
-            }
-            "get_initial_arg" => {
-                Args::new(arg, "EmptyArg")?.finish()?;
-                let mut v = Value::map().with("fields", fields_value(&self.matcher.fields));
-                if self.masks_given {
-                    let masks = self
-                        .matcher
-                        .fields
-                        .iter()
-                        .map(|f| {
-                            Value::map()
-                                .with("value_bin", self.mask[f.pos..f.pos + f.size].to_vec())
-                        })
-                        .collect();
-                    v = v.with("masks", Value::List(masks));
-                }
-                if !self.values.is_empty() {
-                    v = v.with("values", fields_value(&self.values.fields));
-                }
-                if !self.masksv.is_empty() {
-                    let m = self
-                        .masksv
-                        .iter()
-                        .map(|b| Value::map().with("value_bin", b.clone()))
-                        .collect();
-                    v = v.with("masksv", Value::List(m));
-                }
-                if self.entries != 0 {
-                    v = v.with("entries", self.entries);
-                }
-                return Ok(v);
-            }
-            _ => return Err(Error::invalid(format!("unknown command '{cmd}'"))),
-        }
-        Ok(Value::Null)
     }
 
     fn desc(&self) -> String {
@@ -361,45 +359,52 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "EmptyArg",
             help: "returns the ExactMatchArg the module was built from",
             mt_safe: true,
+            handler: handler!(Exclusive ExactMatch, ExactMatch::cmd_get_initial_arg),
         },
         CommandSpec {
             name: "get_runtime_config",
             arg_type: "EmptyArg",
             help: "returns an ExactMatchConfig: default gate and all rules",
             mt_safe: true,
+            handler: handler!(Exclusive ExactMatch, cmd_get_runtime_config::<ExactMatch>),
         },
         CommandSpec {
             name: "set_runtime_config",
             arg_type: "ExactMatchConfig",
             help: "replaces the default gate and all rules",
             mt_safe: false,
+            handler: handler!(Exclusive ExactMatch, cmd_set_runtime_config::<ExactMatch>),
         },
         CommandSpec {
             name: "add",
             arg_type: "ExactMatchCommandAddArg",
             help: "adds (or replaces) a rule: field values -> gate (8192 = drop)",
             mt_safe: false,
+            handler: handler!(Exclusive ExactMatch, cmd_add::<ExactMatch>),
         },
         CommandSpec {
             name: "delete",
             arg_type: "ExactMatchCommandDeleteArg",
             help: "removes the rule with these field values",
             mt_safe: false,
+            handler: handler!(Exclusive ExactMatch, ExactMatch::cmd_delete),
         },
         CommandSpec {
             name: "clear",
             arg_type: "EmptyArg",
             help: "removes all rules",
             mt_safe: false,
+            handler: handler!(Exclusive ExactMatch, ExactMatch::cmd_clear),
         },
         CommandSpec {
             name: "set_default_gate",
             arg_type: "ExactMatchCommandSetDefaultGateArg",
             help: "sets the gate for packets that match no rule (8192 = drop)",
             mt_safe: true,
+            handler: handler!(Exclusive ExactMatch, cmd_set_default_gate::<ExactMatch>),
         },
     ],
-    drop_reasons: &["no_match", "too_short", "rule_drop"],
+    drop_reasons: TableDrop::NAMES,
     mt_safe: true,
     create,
 };

@@ -5,8 +5,8 @@ use std::sync::RwLock;
 use bessemer_core::module::MAX_GATES;
 use bessemer_core::sched::TaskResult;
 use bessemer_core::{
-    Args, CommandSpec, Context, Error, Instance, ModuleClass, PacketBatch, Result, SharedModule,
-    Value,
+    handler, Args, CommandSpec, Context, Error, Instance, ModuleClass, PacketBatch, Result,
+    SharedModule, Value,
 };
 
 use crate::hash::crc32c;
@@ -17,7 +17,12 @@ pub const MAX_HLB_GATES: usize = 16384;
 /// A gate id that drops the packet instead (BESS's DROP_GATE, which `gates` may name).
 pub const DROP_GATE: u16 = MAX_GATES;
 
-const DROP_DROP_GATE: usize = 0;
+bessemer_core::drop_reasons! {
+    /// Why HashLB drops packets.
+    pub enum HashLbDrop {
+        DropGate = "drop_gate",
+    }
+}
 
 /// Which header bytes feed the hash.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -130,6 +135,29 @@ fn reject_fields(a: &mut Args, msg: &str) -> Result<()> {
     Ok(())
 }
 
+impl HashLB {
+    /// The `set_mode` command.
+    fn cmd_set_mode(&self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        let msg = "HashLBCommandSetModeArg";
+        let mut a = Args::new(arg, msg)?;
+        let mode = Mode::parse(a.str("mode")?, msg)?;
+        reject_fields(&mut a, msg)?;
+        a.finish()?;
+        self.cfg.write().unwrap_or_else(|e| e.into_inner()).mode = mode;
+        Ok(Value::Null)
+    }
+
+    /// The `set_gates` command.
+    fn cmd_set_gates(&self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        let msg = "HashLBCommandSetGatesArg";
+        let mut a = Args::new(arg, msg)?;
+        let gates = parse_gates(a.list("gates")?, msg)?;
+        a.finish()?;
+        self.cfg.write().unwrap_or_else(|e| e.into_inner()).gates = gates;
+        Ok(Value::Null)
+    }
+}
+
 impl SharedModule for HashLB {
     fn process_batch(&self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         let cfg = self.cfg.read().unwrap_or_else(|e| e.into_inner());
@@ -137,7 +165,7 @@ impl SharedModule for HashLB {
         for pkt in batch.drain() {
             let g = gates[hash_range(flow_hash(mode, pkt.data()), gates.len())];
             if g == DROP_GATE {
-                ctx.drop_packet(pkt, DROP_DROP_GATE);
+                ctx.drop_packet(pkt, HashLbDrop::DropGate);
             } else {
                 ctx.emit(g, pkt);
             }
@@ -146,28 +174,6 @@ impl SharedModule for HashLB {
 
     fn run_task(&self, _ctx: &mut Context, _arg: u64) -> TaskResult {
         IDLE
-    }
-
-    fn command(&self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
-        match cmd {
-            "set_mode" => {
-                let msg = "HashLBCommandSetModeArg";
-                let mut a = Args::new(arg, msg)?;
-                let mode = Mode::parse(a.str("mode")?, msg)?;
-                reject_fields(&mut a, msg)?;
-                a.finish()?;
-                self.cfg.write().unwrap_or_else(|e| e.into_inner()).mode = mode;
-            }
-            "set_gates" => {
-                let msg = "HashLBCommandSetGatesArg";
-                let mut a = Args::new(arg, msg)?;
-                let gates = parse_gates(a.list("gates")?, msg)?;
-                a.finish()?;
-                self.cfg.write().unwrap_or_else(|e| e.into_inner()).gates = gates;
-            }
-            _ => return Err(Error::invalid(format!("unknown command '{cmd}'"))),
-        }
-        Ok(Value::Null)
     }
 
     fn desc(&self) -> String {
@@ -203,15 +209,17 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "HashLBCommandSetModeArg",
             help: "changes the mode (l2, l3, l4)",
             mt_safe: false,
+            handler: handler!(Shared HashLB, HashLB::cmd_set_mode),
         },
         CommandSpec {
             name: "set_gates",
             arg_type: "HashLBCommandSetGatesArg",
             help: "replaces the gate list",
             mt_safe: false,
+            handler: handler!(Shared HashLB, HashLB::cmd_set_gates),
         },
     ],
-    drop_reasons: &["drop_gate"],
+    drop_reasons: HashLbDrop::NAMES,
     mt_safe: true,
     create: |_, arg| {
         let msg = "HashLBArg";

@@ -5,18 +5,23 @@ use std::collections::HashMap;
 use std::net::Ipv4Addr;
 
 use bessemer_core::{
-    Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
-    MAX_BURST,
+    handler, Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result,
+    Value, MAX_BURST,
 };
 use smoltcp::wire::{EthernetFrame, EthernetProtocol, Ipv4Packet};
 
 use super::table::{check_gate, prefetch, DROP_GATE};
 
-const DROP_NO_MATCH: usize = 0;
-const DROP_TOO_SHORT: usize = 1;
-const DROP_NOT_IPV4: usize = 2;
-const DROP_BAD_HEADER: usize = 3;
-const DROP_RULE: usize = 4;
+bessemer_core::drop_reasons! {
+    /// Why IPLookup drops packets.
+    pub enum IpLookupDrop {
+        NoMatch = "no_match",
+        TooShort = "too_short",
+        NotIpv4 = "not_ipv4",
+        BadHeader = "bad_ipv4_header",
+        Rule = "rule_drop",
+    }
+}
 
 const VALID: u32 = 1 << 31;
 const EXT: u32 = 1 << 30;
@@ -235,15 +240,56 @@ fn parse_prefix(a: &mut Args, what: &str) -> Result<(u32, u8)> {
     Ok((addr, len))
 }
 
+impl IPLookup {
+    /// The `add` command.
+    fn cmd_add(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        let what = "IPLookupCommandAddArg";
+        let mut a = Args::new(arg, what)?;
+        let (prefix, len) = parse_prefix(&mut a, what)?;
+        let gate = check_gate(a.uint("gate", u64::MAX)?, &format!("{what}.gate"))?;
+        a.finish()?;
+        if len == 0 {
+            self.default_gate = gate;
+        } else {
+            self.lpm.add(prefix, len, gate)?;
+        }
+        Ok(Value::Null)
+    }
+
+    /// The `delete` command.
+    fn cmd_delete(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        let what = "IPLookupCommandDeleteArg";
+        let mut a = Args::new(arg, what)?;
+        let (prefix, len) = parse_prefix(&mut a, what)?;
+        a.finish()?;
+        if len == 0 {
+            self.default_gate = DROP_GATE;
+        } else if !self.lpm.delete(prefix, len) {
+            return Err(Error::not_found(format!(
+                "{what}: no rule for {}/{len}",
+                Ipv4Addr::from(prefix)
+            )));
+        }
+        Ok(Value::Null)
+    }
+
+    /// The `clear` command.
+    fn cmd_clear(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        Args::new(arg, "EmptyArg")?.finish()?;
+        self.lpm.clear();
+        Ok(Value::Null)
+    }
+}
+
 impl Module for IPLookup {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         let n = batch.len();
         let mut addrs = [0u32; MAX_BURST];
-        let mut status = [0u8; MAX_BURST]; // 0: routable, else drop reason + 1
+        let mut status = [None; MAX_BURST]; // None: routable, else the drop reason
         for (i, p) in batch.pkts().iter().enumerate() {
             let s = match EthernetFrame::new_checked(p.data()) {
-                Err(_) => DROP_TOO_SHORT + 1,
-                Ok(f) if f.ethertype() != EthernetProtocol::Ipv4 => DROP_NOT_IPV4 + 1,
+                Err(_) => Some(IpLookupDrop::TooShort),
+                Ok(f) if f.ethertype() != EthernetProtocol::Ipv4 => Some(IpLookupDrop::NotIpv4),
                 Ok(f) => match Ipv4Packet::new_checked(f.payload()) {
                     Err(_) => {
                         // Truncated (shorter than a header, or than its total length)
@@ -252,24 +298,24 @@ impl Module for IPLookup {
                         let total = pl.get(2..4).map(|b| u16::from_be_bytes([b[0], b[1]]));
                         match total {
                             Some(t) if pl.len() >= 20 && t as usize <= pl.len() => {
-                                DROP_BAD_HEADER + 1
+                                Some(IpLookupDrop::BadHeader)
                             }
-                            _ => DROP_TOO_SHORT + 1,
+                            _ => Some(IpLookupDrop::TooShort),
                         }
                     }
-                    Ok(ip) if ip.version() != 4 => DROP_NOT_IPV4 + 1,
+                    Ok(ip) if ip.version() != 4 => Some(IpLookupDrop::NotIpv4),
                     Ok(ip) => {
                         addrs[i] = u32::from(ip.dst_addr());
                         prefetch(&self.lpm.tbl24[(addrs[i] >> 8) as usize]);
-                        0
+                        None
                     }
                 },
             };
-            status[i] = s as u8;
+            status[i] = s;
         }
         // Second level: prefetch the group entries before reading them.
         for i in 0..n {
-            if status[i] == 0 {
+            if status[i].is_none() {
                 let e = self.lpm.tbl24[(addrs[i] >> 8) as usize];
                 if e & EXT != 0 {
                     let j = (e & PAYLOAD) as usize * 256 + (addrs[i] & 0xff) as usize;
@@ -280,53 +326,16 @@ impl Module for IPLookup {
         let def = self.default_gate;
         let mut gates = [0u16; MAX_BURST];
         for i in 0..n {
-            if status[i] == 0 {
+            if status[i].is_none() {
                 match self.lpm.lookup(addrs[i]) {
-                    Some(g) if g == DROP_GATE => status[i] = (DROP_RULE + 1) as u8,
+                    Some(g) if g == DROP_GATE => status[i] = Some(IpLookupDrop::Rule),
                     Some(g) => gates[i] = g,
-                    None if def == DROP_GATE => status[i] = (DROP_NO_MATCH + 1) as u8,
+                    None if def == DROP_GATE => status[i] = Some(IpLookupDrop::NoMatch),
                     None => gates[i] = def,
                 }
             }
         }
         super::table::split(ctx, batch, &gates, &status);
-    }
-
-    fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
-        match cmd {
-            "add" => {
-                let what = "IPLookupCommandAddArg";
-                let mut a = Args::new(arg, what)?;
-                let (prefix, len) = parse_prefix(&mut a, what)?;
-                let gate = check_gate(a.uint("gate", u64::MAX)?, &format!("{what}.gate"))?;
-                a.finish()?;
-                if len == 0 {
-                    self.default_gate = gate;
-                } else {
-                    self.lpm.add(prefix, len, gate)?;
-                }
-            }
-            "delete" => {
-                let what = "IPLookupCommandDeleteArg";
-                let mut a = Args::new(arg, what)?;
-                let (prefix, len) = parse_prefix(&mut a, what)?;
-                a.finish()?;
-                if len == 0 {
-                    self.default_gate = DROP_GATE;
-                } else if !self.lpm.delete(prefix, len) {
-                    return Err(Error::not_found(format!(
-                        "{what}: no rule for {}/{len}",
-                        Ipv4Addr::from(prefix)
-                    )));
-                }
-            }
-            "clear" => {
-                Args::new(arg, "EmptyArg")?.finish()?;
-                self.lpm.clear();
-            }
-            _ => return Err(Error::invalid(format!("unknown command '{cmd}'"))),
-        }
-        Ok(Value::Null)
     }
 
     fn desc(&self) -> String {
@@ -354,21 +363,24 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "IPLookupCommandAddArg",
             help: "adds (or updates) prefix/prefix_len -> gate (8192 = drop; /0 = default gate)",
             mt_safe: false,
+            handler: handler!(Exclusive IPLookup, IPLookup::cmd_add),
         },
         CommandSpec {
             name: "delete",
             arg_type: "IPLookupCommandDeleteArg",
             help: "removes prefix/prefix_len (/0 resets the default gate to drop)",
             mt_safe: false,
+            handler: handler!(Exclusive IPLookup, IPLookup::cmd_delete),
         },
         CommandSpec {
             name: "clear",
             arg_type: "EmptyArg",
             help: "removes all prefixes (the default gate stays)",
             mt_safe: false,
+            handler: handler!(Exclusive IPLookup, IPLookup::cmd_clear),
         },
     ],
-    drop_reasons: &["no_match", "too_short", "not_ipv4", "bad_ipv4_header", "rule_drop"],
+    drop_reasons: IpLookupDrop::NAMES,
     mt_safe: true,
     create: |_, arg| {
         let what = "IPLookupArg";

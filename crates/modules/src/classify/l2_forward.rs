@@ -2,16 +2,12 @@
 //! bucketed cuckoo hash table (each address has two candidate buckets of `bucket` slots).
 use crate::util::Verdict;
 use bessemer_core::{
-    Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
-    MAX_BURST,
+    handler, Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result,
+    Value, MAX_BURST,
 };
 
-use super::table::{check_gate, prefetch, DROP_GATE};
+use super::table::{check_gate, prefetch, TableDrop, DROP_GATE};
 use crate::headers::{mac_from_str, ETH_LEN};
-
-const DROP_NO_MATCH: usize = 0;
-const DROP_TOO_SHORT: usize = 1;
-const DROP_RULE: usize = 2;
 
 const OCC: u64 = 1 << 63;
 const ADDR: u64 = (1 << 48) - 1;
@@ -176,6 +172,119 @@ pub struct L2Forward {
     default_gate: u16,
 }
 
+impl L2Forward {
+    /// The `add` command.
+    fn cmd_add(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        let what = "L2ForwardCommandAddArg";
+        let mut a = Args::new(arg, what)?;
+        let entries = a.list("entries")?;
+        a.finish()?;
+        let mut parsed = Vec::new();
+        for (i, e) in entries.iter().enumerate() {
+            let w = format!("{what}.entries[{i}]");
+            let mut ea = Args::new(e, &w)?;
+            let addr = ea
+                .any("addr")
+                .ok_or_else(|| Error::invalid(format!("{w}.addr is required")))?;
+            let addr = mac_arg(addr, &format!("{w}.addr"))?;
+            let gate = ea.int("gate", 0, DROP_GATE as i64)?.unwrap_or(0) as u64;
+            let gate = check_gate(Some(gate), &format!("{w}.gate"))?;
+            ea.finish()?;
+            parsed.push((addr, gate));
+        }
+        // All or nothing: undo this call's additions on the first failure.
+        for (k, &(addr, gate)) in parsed.iter().enumerate() {
+            if let Err(e) = self.table.add(addr, gate) {
+                for &(done, _) in &parsed[..k] {
+                    self.table.delete(done);
+                }
+                return Err(e);
+            }
+        }
+        Ok(Value::Null)
+    }
+
+    /// The `delete` command.
+    fn cmd_delete(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        let what = "L2ForwardCommandDeleteArg";
+        let mut a = Args::new(arg, what)?;
+        let addrs = a.list("addrs")?;
+        a.finish()?;
+        let mut parsed = Vec::new();
+        for (i, v) in addrs.iter().enumerate() {
+            let addr = mac_arg(v, &format!("{what}.addrs[{i}]"))?;
+            if self.table.find(addr).is_none() {
+                return Err(Error::not_found(format!(
+                    "MAC address '{}' does not exist",
+                    mac_string(addr)
+                )));
+            }
+            parsed.push(addr);
+        }
+        for addr in parsed {
+            self.table.delete(addr);
+        }
+        Ok(Value::Null)
+    }
+
+    /// The `set_default_gate` command.
+    fn cmd_set_default_gate(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        let what = "L2ForwardCommandSetDefaultGateArg";
+        let mut a = Args::new(arg, what)?;
+        let g = a.int("gate", 0, DROP_GATE as i64)?.unwrap_or(0) as u64;
+        a.finish()?;
+        self.default_gate = check_gate(Some(g), &format!("{what}.gate"))?;
+        Ok(Value::Null)
+    }
+
+    /// The `lookup` command.
+    fn cmd_lookup(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        let what = "L2ForwardCommandLookupArg";
+        let mut a = Args::new(arg, what)?;
+        let addrs = a.list("addrs")?;
+        a.finish()?;
+        let mut gates = Vec::new();
+        for (i, v) in addrs.iter().enumerate() {
+            let addr = mac_arg(v, &format!("{what}.addrs[{i}]"))?;
+            let g = self.table.lookup(addr).ok_or_else(|| {
+                Error::not_found(format!("MAC address '{}' does not exist", mac_string(addr)))
+            })?;
+            gates.push(Value::Int(g as i64));
+        }
+        Ok(Value::map().with("gates", Value::List(gates)))
+    }
+
+    /// The `populate` command.
+    fn cmd_populate(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        let what = "L2ForwardCommandPopulateArg";
+        let mut a = Args::new(arg, what)?;
+        let base = a
+            .any("base")
+            .ok_or_else(|| Error::invalid(format!("{what}.base is required")))?;
+        let base = mac_arg(base, &format!("{what}.base"))?;
+        let count = a
+            .int("count", 0, MAX_TABLE_SIZE * MAX_BUCKET_SIZE)?
+            .unwrap_or(0);
+        let gate_count = a
+            .int("gate_count", 1, DROP_GATE as i64)?
+            .ok_or_else(|| Error::invalid(format!("{what}.gate_count is required (1..8192)")))?;
+        a.finish()?;
+        // Consecutive addresses counting up from base (as a 48-bit big-endian
+        // number); like BESS, entries that do not fit or exist are skipped.
+        let mut be = u64::from_be_bytes({
+            let b = base.to_le_bytes();
+            [0, 0, b[0], b[1], b[2], b[3], b[4], b[5]]
+        });
+        for i in 0..count {
+            let b = be.to_be_bytes();
+            let addr = u64::from_le_bytes([b[2], b[3], b[4], b[5], b[6], b[7], 0, 0]);
+            let _ = self.table.add(addr, (i % gate_count) as u16);
+            be = (be + 1) & ADDR;
+        }
+        Ok(Value::Null)
+    }
+}
+
 impl Module for L2Forward {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         let n = batch.len();
@@ -212,118 +321,11 @@ impl Module for L2Forward {
             };
         }
         crate::util::send_each(ctx, batch, |i| match gates[i] {
-            DROP_GATE if short >> i & 1 == 1 => Verdict::Drop(DROP_TOO_SHORT),
-            DROP_GATE if hit >> i & 1 == 1 => Verdict::Drop(DROP_RULE),
-            DROP_GATE => Verdict::Drop(DROP_NO_MATCH),
+            DROP_GATE if short >> i & 1 == 1 => Verdict::Drop(TableDrop::TooShort),
+            DROP_GATE if hit >> i & 1 == 1 => Verdict::Drop(TableDrop::Rule),
+            DROP_GATE => Verdict::Drop(TableDrop::NoMatch),
             g => Verdict::Gate(g),
         });
-    }
-
-    fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
-        match cmd {
-            "add" => {
-                let what = "L2ForwardCommandAddArg";
-                let mut a = Args::new(arg, what)?;
-                let entries = a.list("entries")?;
-                a.finish()?;
-                let mut parsed = Vec::new();
-                for (i, e) in entries.iter().enumerate() {
-                    let w = format!("{what}.entries[{i}]");
-                    let mut ea = Args::new(e, &w)?;
-                    let addr = ea
-                        .any("addr")
-                        .ok_or_else(|| Error::invalid(format!("{w}.addr is required")))?;
-                    let addr = mac_arg(addr, &format!("{w}.addr"))?;
-                    let gate = ea.int("gate", 0, DROP_GATE as i64)?.unwrap_or(0) as u64;
-                    let gate = check_gate(Some(gate), &format!("{w}.gate"))?;
-                    ea.finish()?;
-                    parsed.push((addr, gate));
-                }
-                // All or nothing: undo this call's additions on the first failure.
-                for (k, &(addr, gate)) in parsed.iter().enumerate() {
-                    if let Err(e) = self.table.add(addr, gate) {
-                        for &(done, _) in &parsed[..k] {
-                            self.table.delete(done);
-                        }
-                        return Err(e);
-                    }
-                }
-            }
-            "delete" => {
-                let what = "L2ForwardCommandDeleteArg";
-                let mut a = Args::new(arg, what)?;
-                let addrs = a.list("addrs")?;
-                a.finish()?;
-                let mut parsed = Vec::new();
-                for (i, v) in addrs.iter().enumerate() {
-                    let addr = mac_arg(v, &format!("{what}.addrs[{i}]"))?;
-                    if self.table.find(addr).is_none() {
-                        return Err(Error::not_found(format!(
-                            "MAC address '{}' does not exist",
-                            mac_string(addr)
-                        )));
-                    }
-                    parsed.push(addr);
-                }
-                for addr in parsed {
-                    self.table.delete(addr);
-                }
-            }
-            "set_default_gate" => {
-                let what = "L2ForwardCommandSetDefaultGateArg";
-                let mut a = Args::new(arg, what)?;
-                let g = a.int("gate", 0, DROP_GATE as i64)?.unwrap_or(0) as u64;
-                a.finish()?;
-                self.default_gate = check_gate(Some(g), &format!("{what}.gate"))?;
-            }
-            "lookup" => {
-                let what = "L2ForwardCommandLookupArg";
-                let mut a = Args::new(arg, what)?;
-                let addrs = a.list("addrs")?;
-                a.finish()?;
-                let mut gates = Vec::new();
-                for (i, v) in addrs.iter().enumerate() {
-                    let addr = mac_arg(v, &format!("{what}.addrs[{i}]"))?;
-                    let g = self.table.lookup(addr).ok_or_else(|| {
-                        Error::not_found(format!(
-                            "MAC address '{}' does not exist",
-                            mac_string(addr)
-                        ))
-                    })?;
-                    gates.push(Value::Int(g as i64));
-                }
-                return Ok(Value::map().with("gates", Value::List(gates)));
-            }
-            "populate" => {
-                let what = "L2ForwardCommandPopulateArg";
-                let mut a = Args::new(arg, what)?;
-                let base = a
-                    .any("base")
-                    .ok_or_else(|| Error::invalid(format!("{what}.base is required")))?;
-                let base = mac_arg(base, &format!("{what}.base"))?;
-                let count = a
-                    .int("count", 0, MAX_TABLE_SIZE * MAX_BUCKET_SIZE)?
-                    .unwrap_or(0);
-                let gate_count = a.int("gate_count", 1, DROP_GATE as i64)?.ok_or_else(|| {
-                    Error::invalid(format!("{what}.gate_count is required (1..8192)"))
-                })?;
-                a.finish()?;
-                // Consecutive addresses counting up from base (as a 48-bit big-endian
-                // number); like BESS, entries that do not fit or exist are skipped.
-                let mut be = u64::from_be_bytes({
-                    let b = base.to_le_bytes();
-                    [0, 0, b[0], b[1], b[2], b[3], b[4], b[5]]
-                });
-                for i in 0..count {
-                    let b = be.to_be_bytes();
-                    let addr = u64::from_le_bytes([b[2], b[3], b[4], b[5], b[6], b[7], 0, 0]);
-                    let _ = self.table.add(addr, (i % gate_count) as u16);
-                    be = (be + 1) & ADDR;
-                }
-            }
-            _ => return Err(Error::invalid(format!("unknown command '{cmd}'"))),
-        }
-        Ok(Value::Null)
     }
 
     fn desc(&self) -> String {
@@ -350,33 +352,38 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "L2ForwardCommandAddArg",
             help: "adds entries {addr, gate}; fails (adding none) if one exists or does not fit",
             mt_safe: false,
+            handler: handler!(Exclusive L2Forward, L2Forward::cmd_add),
         },
         CommandSpec {
             name: "delete",
             arg_type: "L2ForwardCommandDeleteArg",
             help: "removes addresses; fails (removing none) if one is absent",
             mt_safe: false,
+            handler: handler!(Exclusive L2Forward, L2Forward::cmd_delete),
         },
         CommandSpec {
             name: "set_default_gate",
             arg_type: "L2ForwardCommandSetDefaultGateArg",
             help: "sets the gate for unknown destinations (8192 = drop)",
             mt_safe: true,
+            handler: handler!(Exclusive L2Forward, L2Forward::cmd_set_default_gate),
         },
         CommandSpec {
             name: "lookup",
             arg_type: "L2ForwardCommandLookupArg",
             help: "returns the gate of each address (error if one is absent)",
             mt_safe: true,
+            handler: handler!(Exclusive L2Forward, L2Forward::cmd_lookup),
         },
         CommandSpec {
             name: "populate",
             arg_type: "L2ForwardCommandPopulateArg",
             help: "adds count consecutive addresses from base, gates round robin over gate_count",
             mt_safe: false,
+            handler: handler!(Exclusive L2Forward, L2Forward::cmd_populate),
         },
     ],
-    drop_reasons: &["no_match", "too_short", "rule_drop"],
+    drop_reasons: TableDrop::NAMES,
     mt_safe: true,
     create: |_, arg| {
         let what = "L2ForwardArg";

@@ -3,7 +3,7 @@
 
 use crate::util::Verdict;
 use bessemer_core::module::MAX_GATES;
-use bessemer_core::{AttrOffset, Error, Result, Value};
+use bessemer_core::{AttrOffset, Context, Error, Result, Value};
 
 /// BESS's DROP_GATE: a rule or default gate with this id drops the packet.
 pub const DROP_GATE: u16 = MAX_GATES;
@@ -789,23 +789,41 @@ pub(crate) fn process_batch<C: RuleClassifier>(
     }
 }
 
-/// The commands the classifiers share (`add`, `set_default_gate`, `get_runtime_config`,
-/// `set_runtime_config`); `None` for any other command.
-pub(crate) fn shared_command<C: RuleClassifier>(
+/// The `add` command the classifiers share (a handler for the class's command table).
+pub(crate) fn cmd_add<C: RuleClassifier>(
     c: &mut C,
-    cmd: &str,
+    _ctx: &mut Context,
     arg: &Value,
-) -> Option<Result<Value>> {
-    let class = C::CLASS;
-    Some(match cmd {
-        "add" => c
-            .add_rule(arg, &format!("{class}CommandAddArg"))
-            .map(|()| Value::Null),
-        "set_default_gate" => set_default_gate(c, arg).map(|()| Value::Null),
-        "get_runtime_config" => get_runtime_config(c, arg),
-        "set_runtime_config" => set_runtime_config(c, arg).map(|()| Value::Null),
-        _ => return None,
-    })
+) -> Result<Value> {
+    c.add_rule(arg, &format!("{}CommandAddArg", C::CLASS))
+        .map(|()| Value::Null)
+}
+
+/// The `set_default_gate` command the classifiers share.
+pub(crate) fn cmd_set_default_gate<C: RuleClassifier>(
+    c: &mut C,
+    _ctx: &mut Context,
+    arg: &Value,
+) -> Result<Value> {
+    set_default_gate(c, arg).map(|()| Value::Null)
+}
+
+/// The `get_runtime_config` command the classifiers share.
+pub(crate) fn cmd_get_runtime_config<C: RuleClassifier>(
+    c: &mut C,
+    _ctx: &mut Context,
+    arg: &Value,
+) -> Result<Value> {
+    get_runtime_config(c, arg)
+}
+
+/// The `set_runtime_config` command the classifiers share.
+pub(crate) fn cmd_set_runtime_config<C: RuleClassifier>(
+    c: &mut C,
+    _ctx: &mut Context,
+    arg: &Value,
+) -> Result<Value> {
+    set_runtime_config(c, arg).map(|()| Value::Null)
 }
 
 fn set_default_gate<C: RuleClassifier>(c: &mut C, arg: &Value) -> Result<()> {
@@ -846,47 +864,51 @@ fn set_runtime_config<C: RuleClassifier>(c: &mut C, arg: &Value) -> Result<()> {
     Ok(())
 }
 
-/// Drop reason of a field classifier (ExactMatch, WildcardMatch): no rule matched and there is
-/// no default gate.
-pub const DROP_NO_MATCH: usize = 0;
-/// Drop reason of a field classifier: the packet is too short for a field.
-pub const DROP_TOO_SHORT: usize = 1;
-/// Drop reason of a field classifier: the matching rule's gate is DROP_GATE.
-pub const DROP_RULE: usize = 2;
+bessemer_core::drop_reasons! {
+    /// Drop reasons of the table classifiers (ExactMatch, WildcardMatch, L2Forward).
+    pub enum TableDrop {
+        /// No rule matched and there is no default gate.
+        NoMatch = "no_match",
+        /// The packet is too short for a field.
+        TooShort = "too_short",
+        /// The matching rule's gate is DROP_GATE.
+        Rule = "rule_drop",
+    }
+}
 
 /// Where a packet of a field classifier goes: to the gate of the rule it matched (`found`),
 /// else to the default gate `def`, which packets too short for a field (`status` already
-/// DROP_TOO_SHORT + 1) take too; DROP_GATE drops it (under DROP_RULE or DROP_NO_MATCH).
-/// Sets `status` (0 or drop reason + 1, as [`split`] takes it) and `gate`.
+/// `Some(TooShort)`) take too; DROP_GATE drops it (under `Rule` or `NoMatch`).
+/// Sets `status` (`None` or the drop reason, as [`split`] takes it) and `gate`.
 #[inline(always)]
-pub fn resolve_gate(found: Option<u16>, def: u16, status: &mut u8, gate: &mut u16) {
+pub fn resolve_gate(found: Option<u16>, def: u16, status: &mut Option<TableDrop>, gate: &mut u16) {
     match found {
-        Some(DROP_GATE) => *status = (DROP_RULE + 1) as u8,
+        Some(DROP_GATE) => *status = Some(TableDrop::Rule),
         Some(g) => *gate = g,
         None if def == DROP_GATE => {
-            if *status == 0 {
-                *status = (DROP_NO_MATCH + 1) as u8;
+            if status.is_none() {
+                *status = Some(TableDrop::NoMatch);
             }
         }
         None => {
-            *status = 0;
+            *status = None;
             *gate = def;
         }
     }
 }
 
-/// Sends packet i out of `gates[i]`, or drops it under reason `status[i] - 1` when
-/// `status[i]` is not 0; a batch bound for one gate is forwarded whole.
+/// Sends packet i out of `gates[i]`, or drops it under reason `status[i]` when it is set; a
+/// batch bound for one gate is forwarded whole.
 #[inline(always)]
-pub fn split(
+pub fn split<R: bessemer_core::DropReason + PartialEq>(
     ctx: &mut bessemer_core::Context,
     batch: &mut bessemer_core::PacketBatch,
     gates: &[u16; bessemer_core::MAX_BURST],
-    status: &[u8; bessemer_core::MAX_BURST],
+    status: &[Option<R>; bessemer_core::MAX_BURST],
 ) {
     crate::util::send_each(ctx, batch, |i| match status[i] {
-        0 => Verdict::Gate(gates[i]),
-        s => Verdict::Drop(s as usize - 1),
+        None => Verdict::Gate(gates[i]),
+        Some(r) => Verdict::Drop(r),
     });
 }
 

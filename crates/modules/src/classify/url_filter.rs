@@ -9,18 +9,24 @@ use std::collections::HashMap;
 
 use crate::checksum;
 use bessemer_core::{
-    Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
+    handler, Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result,
+    Value,
 };
 use smoltcp::wire::TcpPacket;
 
 use crate::checksum::PROTO_TCP;
 use crate::headers::{be32, eth_ipv4, ip, put_ipv4_header, Ipv4Error};
 
-const DROP_BLOCKED: usize = 0;
-const DROP_TOO_SHORT: usize = 1;
-const DROP_BAD_IP_HEADER: usize = 2;
-const DROP_FRAGMENT: usize = 3;
-const DROP_BAD_TCP_HEADER: usize = 4;
+bessemer_core::drop_reasons! {
+    /// Why UrlFilter drops packets.
+    pub enum UrlFilterDrop {
+        Blocked = "blocked",
+        TooShort = "too_short",
+        BadIpHeader = "bad_ip_header",
+        Fragment = "fragment",
+        BadTcpHeader = "bad_tcp_header",
+    }
+}
 
 /// How long a matched flow stays blocked (BESS's TIME_OUT_NS).
 pub const BLOCK_NS: u64 = 10_000_000_000;
@@ -170,30 +176,30 @@ struct Seg<'a> {
 #[derive(Debug, PartialEq, Eq)]
 enum Verdict {
     Pass,
-    Drop(usize),
+    Drop(UrlFilterDrop),
     /// Drop it and answer: the request matched the blacklist.
     Block,
 }
 
-fn parse_seg(d: &[u8]) -> std::result::Result<Option<Seg<'_>>, usize> {
+fn parse_seg(d: &[u8]) -> std::result::Result<Option<Seg<'_>>, UrlFilterDrop> {
     let ip = match eth_ipv4(d) {
         Ok(ip) => ip,
         Err(Ipv4Error::NotIpv4) => return Ok(None),
-        Err(Ipv4Error::TooShort) => return Err(DROP_TOO_SHORT),
-        Err(Ipv4Error::BadHeader) => return Err(DROP_BAD_IP_HEADER),
+        Err(Ipv4Error::TooShort) => return Err(UrlFilterDrop::TooShort),
+        Err(Ipv4Error::BadHeader) => return Err(UrlFilterDrop::BadIpHeader),
     };
     if ip.proto != PROTO_TCP {
         return Ok(None);
     }
     if ip.is_fragment() {
-        return Err(DROP_FRAGMENT);
+        return Err(UrlFilterDrop::Fragment);
     }
     let tb = &d[ip.l4()..ip.off + ip.total];
     if tb.len() >= 20 && tb[12] >> 4 < 5 {
-        return Err(DROP_BAD_TCP_HEADER);
+        return Err(UrlFilterDrop::BadTcpHeader);
     }
     // Past this, only a header cut short remains.
-    let tcp = TcpPacket::new_checked(tb).map_err(|_| DROP_TOO_SHORT)?;
+    let tcp = TcpPacket::new_checked(tb).map_err(|_| UrlFilterDrop::TooShort)?;
     let mut eth_dst = [0u8; 6];
     let mut eth_src = [0u8; 6];
     eth_dst.copy_from_slice(&d[0..6]);
@@ -321,7 +327,7 @@ impl UrlFilter {
         let key = seg.key;
         if let Some(f) = self.flows.get(&key) {
             match f.blocked_until {
-                Some(t) if now < t => return Verdict::Drop(DROP_BLOCKED),
+                Some(t) if now < t => return Verdict::Drop(UrlFilterDrop::Blocked),
                 Some(_) => self.release(&key),
                 None => {}
             }
@@ -425,6 +431,44 @@ fn build_reply(r: &Reply, body: &[u8], out: &mut [u8]) {
     out[50..52].copy_from_slice(&c.to_be_bytes());
 }
 
+impl UrlFilter {
+    /// The `add` command.
+    fn cmd_add(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        self.add(arg, "UrlFilterArg")?;
+        Ok(Value::Null)
+    }
+
+    /// The `clear` command.
+    fn cmd_clear(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        Args::new(arg, "EmptyArg")?.finish()?;
+        self.clear();
+        Ok(Value::Null)
+    }
+
+    /// The `get_initial_arg` command.
+    fn cmd_get_initial_arg(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        // As BESS: empty, the blacklist being runtime configuration.
+        Args::new(arg, "EmptyArg")?.finish()?;
+        Ok(Value::map())
+    }
+
+    /// The `get_runtime_config` command.
+    fn cmd_get_runtime_config(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        Args::new(arg, "EmptyArg")?.finish()?;
+        Ok(self.runtime_config())
+    }
+
+    /// The `set_runtime_config` command.
+    fn cmd_set_runtime_config(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        // Checked whole before anything changes.
+        let mut fresh = UrlFilter::new(self.block_cycles, self.idle_cycles);
+        fresh.add(arg, "UrlFilterConfig")?;
+        self.blacklist = fresh.blacklist;
+        self.rules = fresh.rules;
+        Ok(Value::Null)
+    }
+}
+
 impl Module for UrlFilter {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, igate: u16) {
         if igate == 1 {
@@ -478,7 +522,7 @@ impl Module for UrlFilter {
                         ip_id: 2,
                         ..forbidden
                     };
-                    ctx.drop_packet(pkt, DROP_BLOCKED);
+                    ctx.drop_packet(pkt, UrlFilterDrop::Blocked);
                     for (gate, r, body) in [
                         (0, &to_server, &[][..]),
                         (1, &forbidden, HTTP_403_BODY),
@@ -493,34 +537,6 @@ impl Module for UrlFilter {
                 }
             }
         }
-    }
-
-    fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
-        match cmd {
-            "add" => self.add(arg, "UrlFilterArg")?,
-            "clear" => {
-                Args::new(arg, "EmptyArg")?.finish()?;
-                self.clear();
-            }
-            "get_initial_arg" => {
-                // As BESS: empty, the blacklist being runtime configuration.
-                Args::new(arg, "EmptyArg")?.finish()?;
-                return Ok(Value::map());
-            }
-            "get_runtime_config" => {
-                Args::new(arg, "EmptyArg")?.finish()?;
-                return Ok(self.runtime_config());
-            }
-            "set_runtime_config" => {
-                // Checked whole before anything changes.
-                let mut fresh = UrlFilter::new(self.block_cycles, self.idle_cycles);
-                fresh.add(arg, "UrlFilterConfig")?;
-                self.blacklist = fresh.blacklist;
-                self.rules = fresh.rules;
-            }
-            _ => return Err(Error::invalid(format!("unknown command '{cmd}'"))),
-        }
-        Ok(Value::Null)
     }
 
     fn desc(&self) -> String {
@@ -559,39 +575,38 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "EmptyArg",
             help: "returns an empty UrlFilterArg (the blacklist is runtime configuration)",
             mt_safe: true,
+            handler: handler!(Exclusive UrlFilter, UrlFilter::cmd_get_initial_arg),
         },
         CommandSpec {
             name: "get_runtime_config",
             arg_type: "EmptyArg",
             help: "returns a UrlFilterConfig: every blacklist entry, sorted by host then path",
             mt_safe: true,
+            handler: handler!(Exclusive UrlFilter, UrlFilter::cmd_get_runtime_config),
         },
         CommandSpec {
             name: "set_runtime_config",
             arg_type: "UrlFilterConfig",
             help: "replaces the blacklist",
             mt_safe: false,
+            handler: handler!(Exclusive UrlFilter, UrlFilter::cmd_set_runtime_config),
         },
         CommandSpec {
             name: "add",
             arg_type: "UrlFilterArg",
             help: "adds blacklist entries",
             mt_safe: false,
+            handler: handler!(Exclusive UrlFilter, UrlFilter::cmd_add),
         },
         CommandSpec {
             name: "clear",
             arg_type: "EmptyArg",
             help: "empties the blacklist",
             mt_safe: false,
+            handler: handler!(Exclusive UrlFilter, UrlFilter::cmd_clear),
         },
     ],
-    drop_reasons: &[
-        "blocked",
-        "too_short",
-        "bad_ip_header",
-        "fragment",
-        "bad_tcp_header",
-    ],
+    drop_reasons: UrlFilterDrop::NAMES,
     mt_safe: false,
     create: |_, arg| {
         let mut u = UrlFilter::new(
@@ -881,7 +896,7 @@ mod tests {
         let v = |u: &mut UrlFilter, p: &[u8], now| u.classify(&parse_seg(p).unwrap().unwrap(), now);
         assert_eq!(v(&mut u, &syn, 0), Verdict::Pass);
         assert_eq!(v(&mut u, &get, 10), Verdict::Block);
-        assert_eq!(v(&mut u, &get, 109), Verdict::Drop(DROP_BLOCKED));
+        assert_eq!(v(&mut u, &get, 109), Verdict::Drop(UrlFilterDrop::Blocked));
         // After the block the record is gone: without a new SYN the flow passes.
         assert_eq!(v(&mut u, &get, 110), Verdict::Pass);
         assert_eq!(v(&mut u, &syn, 111), Verdict::Pass);
@@ -994,7 +1009,7 @@ mod tests {
                 have[a..b].iter_mut().for_each(|h| *h = true);
                 let prefix = have.iter().take_while(|&&h| h).count();
                 let want = if blocked {
-                    Verdict::Drop(DROP_BLOCKED)
+                    Verdict::Drop(UrlFilterDrop::Blocked)
                 } else if prefix >= host_end {
                     blocked = true;
                     Verdict::Block

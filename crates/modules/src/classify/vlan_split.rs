@@ -5,7 +5,12 @@ use bessemer_core::{Args, Context, Instance, Module, ModuleClass, PacketBatch};
 
 use crate::headers::{outer_tag, strip_outer_tag, OuterTag};
 
-const DROP_TOO_SHORT: usize = 0;
+bessemer_core::drop_reasons! {
+    /// Why VLANSplit drops packets.
+    pub enum VlanSplitDrop {
+        TooShort = "too_short",
+    }
+}
 
 /// Tagged frames (TPID 0x8100 or 0x88a8) leave untagged by gate VID (the outer tag only is
 /// removed); untagged frames leave unchanged by gate 0.
@@ -16,7 +21,7 @@ impl Module for VlanSplit {
         for mut pkt in batch.drain() {
             match outer_tag(pkt.data()) {
                 OuterTag::Untagged => ctx.emit(0, pkt),
-                OuterTag::TooShort => ctx.drop_packet(pkt, DROP_TOO_SHORT),
+                OuterTag::TooShort => ctx.drop_packet(pkt, VlanSplitDrop::TooShort),
                 OuterTag::Tagged(tci) => {
                     strip_outer_tag(&mut pkt);
                     ctx.emit(tci & 0x0fff, pkt);
@@ -38,7 +43,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     igates: 1,
     ogates: MAX_GATES,
     commands: &[],
-    drop_reasons: &["too_short"],
+    drop_reasons: VlanSplitDrop::NAMES,
     mt_safe: true,
     create: |_, arg| {
         Args::new(arg, "VLANSplitArg")?.finish()?;

@@ -1,14 +1,15 @@
 //! WildcardMatch: rules of (values, masks, priority) -> gate, matched by tuple-space search:
 //! one exact-match table per distinct mask; the highest-priority matching rule wins.
 use bessemer_core::{
-    Args, AttrOffset, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch,
-    Result, Value, MAX_BURST,
+    handler, Args, AttrOffset, CommandSpec, Context, Error, Instance, Module, ModuleClass,
+    PacketBatch, Result, Value, MAX_BURST,
 };
 
 use super::table::{
-    check_field_count, check_gate, field_data, fields_value, hash_words, key_words, parse_fields,
-    process_batch, resolve_gate, shared_command, split, FlatTable, IntOrder, Matcher,
-    RuleClassifier, ValueFields, DROP_TOO_SHORT,
+    check_field_count, check_gate, cmd_add, cmd_get_runtime_config, cmd_set_default_gate,
+    cmd_set_runtime_config, field_data, fields_value, hash_words, key_words, parse_fields,
+    process_batch, resolve_gate, split, FlatTable, IntOrder, Matcher, RuleClassifier, TableDrop,
+    ValueFields,
 };
 
 /// Most distinct masks (tuples). BESS allows 8; Bessemer allows more.
@@ -251,11 +252,11 @@ impl RuleClassifier for WildcardMatch {
     fn run<const W: usize>(&self, ctx: &mut Context, batch: &mut PacketBatch, offs: &[AttrOffset]) {
         let n = batch.len();
         let mut keys = [[0u64; W]; MAX_BURST];
-        let mut status = [0u8; MAX_BURST];
+        let mut status: [Option<TableDrop>; MAX_BURST] = [None; MAX_BURST];
         for (i, p) in batch.pkts().iter().enumerate() {
             match self.matcher.keys.build::<W>(offs, p) {
                 Some(k) => keys[i] = k,
-                None => status[i] = (DROP_TOO_SHORT + 1) as u8,
+                None => status[i] = Some(TableDrop::TooShort),
             }
         }
         // Best (priority, tuple seq, gate, rule) per packet; seq 0 = no match yet.
@@ -264,7 +265,7 @@ impl RuleClassifier for WildcardMatch {
             let mask: &[u64; W] = t.mask[..W].try_into().unwrap();
             for i in 0..n {
                 let b = best[i];
-                if status[i] != 0 || t.max_priority < b.0 {
+                if status[i].is_some() || t.max_priority < b.0 {
                     continue;
                 }
                 let mut mk = [0u64; W];
@@ -300,59 +301,59 @@ impl RuleClassifier for WildcardMatch {
     }
 }
 
+impl WildcardMatch {
+    /// The `delete` command.
+    fn cmd_delete(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        let what = "WildcardMatchCommandDeleteArg";
+        let mut a = Args::new(arg, what)?;
+        let values = a.list("values")?;
+        let masks = a.list("masks")?;
+        a.finish()?;
+        let (key, mask) = self.key_mask(values, masks, what)?;
+        let w = self.matcher.words;
+        let Some(ti) = self.tuples.iter().position(|t| t.mask[..w] == mask[..w]) else {
+            return Err(Error::not_found(format!("{what}: no rule with this mask")));
+        };
+        let t = &mut self.tuples[ti];
+        let Some(i) = t.table.remove(&key[..w]) else {
+            return Err(Error::not_found(format!(
+                "{what}: no rule with these values"
+            )));
+        };
+        t.free.push(i);
+        if t.table.is_empty() {
+            self.tuples.remove(ti);
+        } else {
+            t.recompute_max();
+        }
+        self.sort_tuples();
+        Ok(Value::Null)
+    }
+
+    /// The `clear` command.
+    fn cmd_clear(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        Args::new(arg, "EmptyArg")?.finish()?;
+        self.tuples.clear();
+        Ok(Value::Null)
+    }
+
+    /// The `get_initial_arg` command.
+    fn cmd_get_initial_arg(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        Args::new(arg, "EmptyArg")?.finish()?;
+        let mut v = Value::map().with("fields", fields_value(&self.matcher.fields));
+        if !self.values.is_empty() {
+            v = v.with("values", fields_value(&self.values.fields));
+        }
+        if self.entries != 0 {
+            v = v.with("entries", self.entries);
+        }
+        Ok(v)
+    }
+}
+
 impl Module for WildcardMatch {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         process_batch(self, ctx, batch)
-    }
-
-    fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
-        if let Some(r) = shared_command(self, cmd, arg) {
-            return r;
-        }
-        match cmd {
-            "delete" => {
-                let what = "WildcardMatchCommandDeleteArg";
-                let mut a = Args::new(arg, what)?;
-                let values = a.list("values")?;
-                let masks = a.list("masks")?;
-                a.finish()?;
-                let (key, mask) = self.key_mask(values, masks, what)?;
-                let w = self.matcher.words;
-                let Some(ti) = self.tuples.iter().position(|t| t.mask[..w] == mask[..w]) else {
-                    return Err(Error::not_found(format!("{what}: no rule with this mask")));
-                };
-                let t = &mut self.tuples[ti];
-                let Some(i) = t.table.remove(&key[..w]) else {
-                    return Err(Error::not_found(format!(
-                        "{what}: no rule with these values"
-                    )));
-                };
-                t.free.push(i);
-                if t.table.is_empty() {
-                    self.tuples.remove(ti);
-                } else {
-                    t.recompute_max();
-                }
-                self.sort_tuples();
-            }
-            "clear" => {
-                Args::new(arg, "EmptyArg")?.finish()?;
-                self.tuples.clear();
-            }
-            "get_initial_arg" => {
-                Args::new(arg, "EmptyArg")?.finish()?;
-                let mut v = Value::map().with("fields", fields_value(&self.matcher.fields));
-                if !self.values.is_empty() {
-                    v = v.with("values", fields_value(&self.values.fields));
-                }
-                if self.entries != 0 {
-                    v = v.with("entries", self.entries);
-                }
-                return Ok(v);
-            }
-            _ => return Err(Error::invalid(format!("unknown command '{cmd}'"))),
-        }
-        Ok(Value::Null)
     }
 
     fn desc(&self) -> String {
@@ -403,45 +404,52 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "EmptyArg",
             help: "returns the WildcardMatchArg the module was built from",
             mt_safe: true,
+            handler: handler!(Exclusive WildcardMatch, WildcardMatch::cmd_get_initial_arg),
         },
         CommandSpec {
             name: "get_runtime_config",
             arg_type: "EmptyArg",
             help: "returns a WildcardMatchConfig: default gate and all rules",
             mt_safe: true,
+            handler: handler!(Exclusive WildcardMatch, cmd_get_runtime_config::<WildcardMatch>),
         },
         CommandSpec {
             name: "set_runtime_config",
             arg_type: "WildcardMatchConfig",
             help: "replaces the default gate and all rules",
             mt_safe: false,
+            handler: handler!(Exclusive WildcardMatch, cmd_set_runtime_config::<WildcardMatch>),
         },
         CommandSpec {
             name: "add",
             arg_type: "WildcardMatchCommandAddArg",
             help: "adds (or replaces) a rule: values/masks, priority -> gate (8192 = drop)",
             mt_safe: false,
+            handler: handler!(Exclusive WildcardMatch, cmd_add::<WildcardMatch>),
         },
         CommandSpec {
             name: "delete",
             arg_type: "WildcardMatchCommandDeleteArg",
             help: "removes the rule with these values and masks",
             mt_safe: false,
+            handler: handler!(Exclusive WildcardMatch, WildcardMatch::cmd_delete),
         },
         CommandSpec {
             name: "clear",
             arg_type: "EmptyArg",
             help: "removes all rules",
             mt_safe: false,
+            handler: handler!(Exclusive WildcardMatch, WildcardMatch::cmd_clear),
         },
         CommandSpec {
             name: "set_default_gate",
             arg_type: "WildcardMatchCommandSetDefaultGateArg",
             help: "sets the gate for packets that match no rule (8192 = drop)",
             mt_safe: true,
+            handler: handler!(Exclusive WildcardMatch, cmd_set_default_gate::<WildcardMatch>),
         },
     ],
-    drop_reasons: &["no_match", "too_short", "rule_drop"],
+    drop_reasons: TableDrop::NAMES,
     mt_safe: true,
     create,
 };

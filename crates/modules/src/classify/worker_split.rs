@@ -6,11 +6,16 @@ use bessemer_core::engine::MAX_WORKERS;
 use bessemer_core::module::MAX_GATES;
 use bessemer_core::sched::TaskResult;
 use bessemer_core::{
-    Args, CommandSpec, Context, Error, Instance, ModuleClass, PacketBatch, Result, SharedModule,
-    Value,
+    handler, Args, CommandSpec, Context, Error, Instance, ModuleClass, PacketBatch, Result,
+    SharedModule, Value,
 };
 
-const DROP_UNMAPPED: usize = 0;
+bessemer_core::drop_reasons! {
+    /// Why WorkerSplit drops packets.
+    pub enum WorkerSplitDrop {
+        Unmapped = "unmapped_worker",
+    }
+}
 
 /// Per-worker output gates; -1 means the worker's packets are dropped. Workers run it
 /// concurrently, so the table is atomics (written only by `reset`, with workers paused).
@@ -72,24 +77,24 @@ impl WorkerSplit {
     }
 }
 
+impl WorkerSplit {
+    /// The `reset` command.
+    fn cmd_reset(&self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        self.reset(arg, "WorkerSplitArg")?;
+        Ok(Value::Null)
+    }
+}
+
 impl SharedModule for WorkerSplit {
     fn process_batch(&self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         match self.gate_of(ctx.wid) {
             Some(g) => ctx.forward(g, batch),
-            None => ctx.drop_batch(batch, DROP_UNMAPPED),
+            None => ctx.drop_batch(batch, WorkerSplitDrop::Unmapped),
         }
     }
 
     fn run_task(&self, _ctx: &mut Context, _arg: u64) -> TaskResult {
         IDLE
-    }
-
-    fn command(&self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
-        match cmd {
-            "reset" => self.reset(arg, "WorkerSplitArg")?,
-            _ => return Err(Error::invalid(format!("unknown command '{cmd}'"))),
-        }
-        Ok(Value::Null)
     }
 
     fn info(&self) -> Value {
@@ -121,8 +126,9 @@ pub static CLASS: ModuleClass = ModuleClass {
         arg_type: "WorkerSplitArg",
         help: "replaces the worker → gate map",
         mt_safe: false,
+        handler: handler!(Shared WorkerSplit, WorkerSplit::cmd_reset),
     }],
-    drop_reasons: &["unmapped_worker"],
+    drop_reasons: WorkerSplitDrop::NAMES,
     mt_safe: true,
     create: |_, arg| {
         let ws = WorkerSplit {

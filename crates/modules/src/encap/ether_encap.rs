@@ -9,7 +9,12 @@ const ATTR_SRC: usize = 0;
 const ATTR_DST: usize = 1;
 const ATTR_TYPE: usize = 2;
 
-const DROP_NO_HEADROOM: usize = 0;
+bessemer_core::drop_reasons! {
+    /// Why EtherEncap drops packets.
+    pub enum EtherEncapDrop {
+        NoHeadroom = "no_headroom",
+    }
+}
 
 /// Prepends dst (`ether_dst`), src (`ether_src`) and EtherType (`ether_type`, stored in
 /// network order) read from each packet's metadata.
@@ -24,7 +29,7 @@ impl Module for EtherEncap {
             let t: [u8; 2] = p.get_attr(ty);
             // BESS leaves a packet without headroom unchanged; we drop and count it instead.
             let Some(h) = p.prepend(ETH_LEN) else {
-                return Some(DROP_NO_HEADROOM);
+                return Some(EtherEncapDrop::NoHeadroom);
             };
             h[0..6].copy_from_slice(&d);
             h[6..12].copy_from_slice(&s);
@@ -47,7 +52,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     igates: 1,
     ogates: 1,
     commands: &[],
-    drop_reasons: &["no_headroom"],
+    drop_reasons: EtherEncapDrop::NAMES,
     mt_safe: true,
     create: |init, arg: &Value| {
         Args::new(arg, "EtherEncapArg")?.finish()?;

@@ -6,7 +6,12 @@ use super::retain_or_drop;
 /// Largest `bytes` accepted (BESS's limit).
 pub const MAX_DECAP: u64 = 1024;
 
-const DROP_TOO_SHORT: usize = 0;
+bessemer_core::drop_reasons! {
+    /// Why GenericDecap drops packets.
+    pub enum GenericDecapDrop {
+        TooShort = "too_short",
+    }
+}
 
 /// Strips `bytes` bytes from the front of each packet. A packet shorter than that is dropped
 /// as `too_short` (BESS passes it on unchanged).
@@ -18,7 +23,9 @@ impl Module for GenericDecap {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         let n = self.bytes;
         if n > 0 {
-            retain_or_drop(ctx, batch, |p| (!p.adj(n)).then_some(DROP_TOO_SHORT));
+            retain_or_drop(ctx, batch, |p| {
+                (!p.adj(n)).then_some(GenericDecapDrop::TooShort)
+            });
         }
         ctx.forward(0, batch);
     }
@@ -38,7 +45,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     igates: 1,
     ogates: 1,
     commands: &[],
-    drop_reasons: &["too_short"],
+    drop_reasons: GenericDecapDrop::NAMES,
     mt_safe: true,
     create: |_, arg: &Value| {
         let mut a = Args::new(arg, "GenericDecapArg")?;

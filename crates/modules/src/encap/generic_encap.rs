@@ -11,7 +11,12 @@ pub const MAX_FIELDS: usize = 8;
 /// Largest field, in bytes (BESS's MAX_FIELD_SIZE).
 pub const MAX_FIELD_SIZE: usize = 8;
 
-const DROP_NO_HEADROOM: usize = 0;
+bessemer_core::drop_reasons! {
+    /// Why GenericEncap drops packets.
+    pub enum GenericEncapDrop {
+        NoHeadroom = "no_headroom",
+    }
+}
 
 #[derive(Clone, Copy, Debug)]
 enum Source {
@@ -137,7 +142,7 @@ impl Module for GenericEncap {
             }
             // BESS leaves a packet without headroom unchanged; we drop and count it instead.
             let Some(h) = p.prepend(size) else {
-                return Some(DROP_NO_HEADROOM);
+                return Some(GenericEncapDrop::NoHeadroom);
             };
             h.copy_from_slice(&hdr[..size]);
             None
@@ -188,7 +193,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     igates: 1,
     ogates: 1,
     commands: &[],
-    drop_reasons: &["no_headroom"],
+    drop_reasons: GenericEncapDrop::NAMES,
     mt_safe: true,
     create,
 };

@@ -11,7 +11,12 @@ const ATTR_PROTO: usize = 2;
 const ATTR_NEXTHOP: usize = 3;
 const ATTR_ETHER_TYPE: usize = 4;
 
-const DROP_NO_HEADROOM: usize = 0;
+bessemer_core::drop_reasons! {
+    /// Why IPEncap drops packets.
+    pub enum IpEncapDrop {
+        NoHeadroom = "no_headroom",
+    }
+}
 
 // A packet never exceeds its frame, so the IPv4 total length always fits in 16 bits.
 const _: () = assert!(bessemer_core::packet::FRAME_SIZE + IPV4_MIN_LEN <= u16::MAX as usize);
@@ -36,7 +41,7 @@ impl Module for IpEncap {
             let total = (p.len() + IPV4_MIN_LEN) as u16;
             // BESS leaves a packet without headroom unchanged; we drop and count it instead.
             let Some(h) = p.prepend(IPV4_MIN_LEN) else {
-                return Some(DROP_NO_HEADROOM);
+                return Some(IpEncapDrop::NoHeadroom);
             };
             put_ipv4_header(h, total, IPV4_DF, DEFAULT_TTL, pr, s, d);
             p.set_attr(nexthop, &d);
@@ -59,7 +64,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     igates: 1,
     ogates: 1,
     commands: &[],
-    drop_reasons: &["no_headroom"],
+    drop_reasons: IpEncapDrop::NAMES,
     mt_safe: true,
     create: |init, arg: &Value| {
         Args::new(arg, "IPEncapArg")?.finish()?;

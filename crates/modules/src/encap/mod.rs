@@ -28,10 +28,10 @@ pub static CLASSES: &[&ModuleClass] = &[
 /// modified), `Some(reason)` drops it under that reason. Kept packets stay in `batch`, so
 /// forwarding it afterwards still hands the input batch on without a copy.
 #[inline]
-pub(crate) fn retain_or_drop(
+pub(crate) fn retain_or_drop<R: bessemer_core::DropReason>(
     ctx: &mut Context,
     batch: &mut PacketBatch,
-    mut f: impl FnMut(&mut Packet) -> Option<usize>,
+    mut f: impl FnMut(&mut Packet) -> Option<R>,
 ) {
     let mut kept = PacketBatch::new();
     for mut p in batch.drain() {

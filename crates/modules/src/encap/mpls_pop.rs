@@ -1,6 +1,6 @@
 //! MPLSPop: removes the outer MPLS label of MPLS frames; other frames leave on gate 1.
 use bessemer_core::{
-    Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
+    handler, Args, CommandSpec, Context, Instance, Module, ModuleClass, PacketBatch, Result, Value,
 };
 
 use super::retain_or_drop;
@@ -10,7 +10,12 @@ use crate::headers::{be16, ETHERTYPE_IPV4, ETH_LEN, ETH_TYPE_OFF};
 pub const ETHERTYPE_MPLS: u16 = 0x8847;
 const LABEL_LEN: usize = 4;
 
-const DROP_TOO_SHORT: usize = 0;
+bessemer_core::drop_reasons! {
+    /// Why MPLSPop drops packets.
+    pub enum MplsPopDrop {
+        TooShort = "too_short",
+    }
+}
 
 /// Pops one MPLS label (regardless of the bottom-of-stack bit, as BESS) from frames with
 /// EtherType 0x8847 and sends them out of gate 0: either with the Ethernet header kept and
@@ -31,6 +36,16 @@ fn parse(arg: &Value, msg: &str) -> Result<(bool, u16)> {
     Ok((remove, ty))
 }
 
+impl MplsPop {
+    /// The `set` command.
+    fn cmd_set(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        let (remove, ty) = parse(arg, "MplsPopArg")?;
+        self.remove_eth_header = remove;
+        self.next_eth_type = ty.to_be_bytes();
+        Ok(Value::Null)
+    }
+}
+
 impl Module for MplsPop {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         let mut other = PacketBatch::new();
@@ -40,7 +55,7 @@ impl Module for MplsPop {
         let (remove, ty) = (self.remove_eth_header, self.next_eth_type);
         retain_or_drop(ctx, batch, |p| {
             if p.len() < ETH_LEN + LABEL_LEN {
-                return Some(DROP_TOO_SHORT);
+                return Some(MplsPopDrop::TooShort);
             }
             if remove {
                 p.adj(ETH_LEN + LABEL_LEN);
@@ -54,18 +69,6 @@ impl Module for MplsPop {
         });
         ctx.forward(0, batch);
         ctx.forward(1, &mut other);
-    }
-
-    fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
-        match cmd {
-            "set" => {
-                let (remove, ty) = parse(arg, "MplsPopArg")?;
-                self.remove_eth_header = remove;
-                self.next_eth_type = ty.to_be_bytes();
-                Ok(Value::Null)
-            }
-            _ => Err(Error::invalid(format!("unknown command '{cmd}'"))),
-        }
     }
 
     fn desc(&self) -> String {
@@ -95,8 +98,9 @@ pub static CLASS: ModuleClass = ModuleClass {
         arg_type: "MplsPopArg",
         help: "sets remove_eth_header and next_eth_type (absent fields take their defaults)",
         mt_safe: false,
+        handler: handler!(Exclusive MplsPop, MplsPop::cmd_set),
     }],
-    drop_reasons: &["too_short"],
+    drop_reasons: MplsPopDrop::NAMES,
     mt_safe: true,
     create: |_, arg| {
         let (remove, ty) = parse(arg, "MplsPopArg")?;

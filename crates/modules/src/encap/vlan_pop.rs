@@ -4,7 +4,12 @@ use bessemer_core::{Args, Context, Instance, Module, ModuleClass, PacketBatch, V
 use super::retain_or_drop;
 use crate::headers::{outer_tag, strip_outer_tag, OuterTag};
 
-const DROP_TOO_SHORT: usize = 0;
+bessemer_core::drop_reasons! {
+    /// Why VLANPop drops packets.
+    pub enum VlanPopDrop {
+        TooShort = "too_short",
+    }
+}
 
 /// Removes the outer tag (TPID 0x8100 or 0x88a8) after the MAC addresses; untagged frames
 /// pass unchanged, as in BESS. Frames shorter than an Ethernet header, or tagged frames too
@@ -15,7 +20,7 @@ impl Module for VlanPop {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         retain_or_drop(ctx, batch, |p| match outer_tag(p.data()) {
             OuterTag::Untagged => None,
-            OuterTag::TooShort => Some(DROP_TOO_SHORT),
+            OuterTag::TooShort => Some(VlanPopDrop::TooShort),
             OuterTag::Tagged(_) => {
                 strip_outer_tag(p);
                 None
@@ -35,7 +40,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     igates: 1,
     ogates: 1,
     commands: &[],
-    drop_reasons: &["too_short"],
+    drop_reasons: VlanPopDrop::NAMES,
     mt_safe: true,
     create: |_, arg: &Value| {
         Args::new(arg, "VLANPopArg")?.finish()?;

@@ -1,13 +1,18 @@
 //! VLANPush: inserts an 802.1Q (or, over an existing 802.1Q tag, 802.1ad) VLAN tag.
 use bessemer_core::{
-    Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
+    handler, Args, CommandSpec, Context, Instance, Module, ModuleClass, PacketBatch, Result, Value,
 };
 
 use super::retain_or_drop;
 use crate::headers::{be16, ETHERTYPE_QINQ, ETHERTYPE_VLAN, ETH_LEN, ETH_TYPE_OFF, VLAN_LEN};
 
-const DROP_TOO_SHORT: usize = 0;
-const DROP_NO_HEADROOM: usize = 1;
+bessemer_core::drop_reasons! {
+    /// Why VLANPush drops packets.
+    pub enum VlanPushDrop {
+        TooShort = "too_short",
+        NoHeadroom = "no_headroom",
+    }
+}
 
 /// Inserts a 4-byte tag with `tci` after the MAC addresses. Like BESS, the new tag's TPID is
 /// 0x88a8 when the frame already carries an 802.1Q (0x8100) tag, 0x8100 otherwise (so a
@@ -23,12 +28,20 @@ fn parse_tci(arg: &Value) -> Result<u16> {
     Ok(tci)
 }
 
+impl VlanPush {
+    /// The `set_tci` command.
+    fn cmd_set_tci(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        self.tci = parse_tci(arg)?;
+        Ok(Value::Null)
+    }
+}
+
 impl Module for VlanPush {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         let tci = self.tci.to_be_bytes();
         retain_or_drop(ctx, batch, |p| {
             if p.len() < ETH_LEN {
-                return Some(DROP_TOO_SHORT);
+                return Some(VlanPushDrop::TooShort);
             }
             let tpid = if be16(p.data(), ETH_TYPE_OFF) == ETHERTYPE_VLAN {
                 ETHERTYPE_QINQ
@@ -37,7 +50,7 @@ impl Module for VlanPush {
             };
             // BESS leaves a packet without headroom unchanged; we drop and count it instead.
             let Some(_) = p.prepend(VLAN_LEN) else {
-                return Some(DROP_NO_HEADROOM);
+                return Some(VlanPushDrop::NoHeadroom);
             };
             let d = p.data_mut();
             d.copy_within(VLAN_LEN..VLAN_LEN + 12, 0);
@@ -46,16 +59,6 @@ impl Module for VlanPush {
             None
         });
         ctx.forward(0, batch);
-    }
-
-    fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
-        match cmd {
-            "set_tci" => {
-                self.tci = parse_tci(arg)?;
-                Ok(Value::Null)
-            }
-            _ => Err(Error::invalid(format!("unknown command '{cmd}'"))),
-        }
     }
 
     fn desc(&self) -> String {
@@ -81,8 +84,9 @@ pub static CLASS: ModuleClass = ModuleClass {
         arg_type: "VLANPushArg",
         help: "changes the TCI of pushed tags",
         mt_safe: false,
+        handler: handler!(Exclusive VlanPush, VlanPush::cmd_set_tci),
     }],
-    drop_reasons: &["too_short", "no_headroom"],
+    drop_reasons: VlanPushDrop::NAMES,
     mt_safe: true,
     create: |_, arg| {
         Ok(Instance::Exclusive(Box::new(VlanPush {

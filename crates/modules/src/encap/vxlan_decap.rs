@@ -14,10 +14,15 @@ const ATTR_TUN_SRC: usize = 0;
 const ATTR_TUN_DST: usize = 1;
 const ATTR_TUN_ID: usize = 2;
 
-const DROP_TOO_SHORT: usize = 0;
-const DROP_NOT_VXLAN: usize = 1;
-const DROP_MALFORMED: usize = 2;
-const DROP_FRAGMENT: usize = 3;
+bessemer_core::drop_reasons! {
+    /// Why VXLANDecap drops packets.
+    pub enum VxlanDecapDrop {
+        TooShort = "too_short",
+        NotVxlan = "not_vxlan",
+        Malformed = "malformed",
+        Fragment = "fragment",
+    }
+}
 
 const UDP_LEN: usize = 8;
 const VXLAN_LEN: usize = 8;
@@ -32,33 +37,33 @@ struct Outer {
     vni: [u8; 4],
 }
 
-fn parse(d: &[u8]) -> Result<Outer, usize> {
+fn parse(d: &[u8]) -> Result<Outer, VxlanDecapDrop> {
     let ip = match eth_ipv4(d) {
         Ok(ip) => ip,
-        Err(Ipv4Error::TooShort) => return Err(DROP_TOO_SHORT),
-        Err(Ipv4Error::NotIpv4) => return Err(DROP_NOT_VXLAN),
+        Err(Ipv4Error::TooShort) => return Err(VxlanDecapDrop::TooShort),
+        Err(Ipv4Error::NotIpv4) => return Err(VxlanDecapDrop::NotVxlan),
         // Not version 4: not a VXLAN packet; a bad IHL or total length: malformed.
-        Err(Ipv4Error::BadHeader) if d[ETH_LEN] >> 4 != 4 => return Err(DROP_NOT_VXLAN),
-        Err(Ipv4Error::BadHeader) => return Err(DROP_MALFORMED),
+        Err(Ipv4Error::BadHeader) if d[ETH_LEN] >> 4 != 4 => return Err(VxlanDecapDrop::NotVxlan),
+        Err(Ipv4Error::BadHeader) => return Err(VxlanDecapDrop::Malformed),
     };
     if ip.proto != PROTO_UDP {
-        return Err(DROP_NOT_VXLAN);
+        return Err(VxlanDecapDrop::NotVxlan);
     }
     if ip.is_fragment() {
-        return Err(DROP_FRAGMENT);
+        return Err(VxlanDecapDrop::Fragment);
     }
     let l4 = &d[ip.l4()..ip.off + ip.total];
     if l4.len() < UDP_LEN + VXLAN_LEN {
-        return Err(DROP_TOO_SHORT);
+        return Err(VxlanDecapDrop::TooShort);
     }
-    let udp = UdpPacket::new_checked(l4).map_err(|_| DROP_MALFORMED)?;
+    let udp = UdpPacket::new_checked(l4).map_err(|_| VxlanDecapDrop::Malformed)?;
     let udp_len = udp.len() as usize;
     if udp_len < UDP_LEN + VXLAN_LEN {
-        return Err(DROP_MALFORMED);
+        return Err(VxlanDecapDrop::Malformed);
     }
     let vx = &l4[UDP_LEN..UDP_LEN + VXLAN_LEN];
     if vx[0] & VXLAN_FLAG_I == 0 {
-        return Err(DROP_NOT_VXLAN);
+        return Err(VxlanDecapDrop::NotVxlan);
     }
     Ok(Outer {
         strip: ip.l4() + UDP_LEN + VXLAN_LEN,
@@ -109,7 +114,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     igates: 1,
     ogates: 1,
     commands: &[],
-    drop_reasons: &["too_short", "not_vxlan", "malformed", "fragment"],
+    drop_reasons: VxlanDecapDrop::NAMES,
     mt_safe: true,
     create: |init, arg: &Value| {
         Args::new(arg, "VXLANDecapArg")?.finish()?;

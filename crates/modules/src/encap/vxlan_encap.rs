@@ -16,8 +16,13 @@ const ATTR_IP_SRC: usize = 3;
 const ATTR_IP_DST: usize = 4;
 const ATTR_IP_PROTO: usize = 5;
 
-const DROP_TOO_SHORT: usize = 0;
-const DROP_NO_HEADROOM: usize = 1;
+bessemer_core::drop_reasons! {
+    /// Why VXLANEncap drops packets.
+    pub enum VxlanEncapDrop {
+        TooShort = "too_short",
+        NoHeadroom = "no_headroom",
+    }
+}
 
 /// The IANA VXLAN port, BESS's default `dstport`.
 pub const VXLAN_PORT: u16 = 4789;
@@ -54,7 +59,7 @@ impl Module for VxlanEncap {
             // The source port hashes the inner Ethernet addresses: the inner frame must have
             // an Ethernet header (BESS reads the bytes regardless).
             if p.len() < ETH_LEN {
-                return Some(DROP_TOO_SHORT);
+                return Some(VxlanEncapDrop::TooShort);
             }
             let udp_len = (p.len() + UDP_LEN + VXLAN_LEN) as u16;
             let hash = crc32c(u32::MAX, &p.data()[..12]) | 0x00f0;
@@ -65,7 +70,7 @@ impl Module for VxlanEncap {
             let vni = u32::from_be_bytes(p.get_attr(tid));
             // BESS leaves a packet without headroom unchanged; we drop and count it instead.
             let Some(h) = p.prepend(UDP_LEN + VXLAN_LEN) else {
-                return Some(DROP_NO_HEADROOM);
+                return Some(VxlanEncapDrop::NoHeadroom);
             };
             // BESS stores the low 16 hash bits in host (little-endian) order.
             h[0..2].copy_from_slice(&(hash as u16).to_le_bytes());
@@ -100,7 +105,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     igates: 1,
     ogates: 1,
     commands: &[],
-    drop_reasons: &["too_short", "no_headroom"],
+    drop_reasons: VxlanEncapDrop::NAMES,
     mt_safe: true,
     create: |init, arg: &Value| {
         let mut a = Args::new(arg, "VXLANEncapArg")?;

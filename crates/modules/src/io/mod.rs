@@ -19,9 +19,13 @@ pub static CLASSES: &[&ModuleClass] = &[
     &queue_out::CLASS,
 ];
 
-/// Drop reason of the output modules: the driver could not take the packet (ring full,
-/// link down, peer gone).
-pub(crate) const DROP_TX_FAILED: usize = 0;
+bessemer_core::drop_reasons! {
+    /// Drop reasons of the output modules (PortOut, QueueOut).
+    pub enum TxDrop {
+        /// The driver could not take the packet (ring full, link down, peer gone).
+        TxFailed = "tx_failed",
+    }
+}
 
 /// One owned receive queue.
 pub(crate) struct Rx {
@@ -67,7 +71,7 @@ impl Tx {
         st.bytes.add((total - left) as u64);
         if !batch.is_empty() {
             st.dropped.add(batch.len() as u64);
-            ctx.drop_batch(batch, DROP_TX_FAILED);
+            ctx.drop_batch(batch, TxDrop::TxFailed);
         }
     }
 }

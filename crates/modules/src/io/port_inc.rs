@@ -2,7 +2,7 @@
 use super::{claim_all, parse_burst, port_name, queues_desc, Rx};
 use bessemer_core::sched::TaskResult;
 use bessemer_core::{
-    Args, CommandSpec, Context, Error, InitContext, Instance, Module, ModuleClass, Result, Value,
+    handler, Args, CommandSpec, Context, InitContext, Instance, Module, ModuleClass, Result, Value,
     MAX_BURST,
 };
 
@@ -12,19 +12,17 @@ pub struct PortInc {
     burst: usize,
 }
 
+impl PortInc {
+    /// The `set_burst` command.
+    fn cmd_set_burst(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        self.burst = parse_burst(arg, "PortIncCommandSetBurstArg")?;
+        Ok(Value::Null)
+    }
+}
+
 impl Module for PortInc {
     fn run_task(&mut self, ctx: &mut Context, arg: u64) -> TaskResult {
         self.queues[arg as usize].poll(ctx, self.burst)
-    }
-
-    fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
-        match cmd {
-            "set_burst" => {
-                self.burst = parse_burst(arg, "PortIncCommandSetBurstArg")?;
-                Ok(Value::Null)
-            }
-            _ => Err(Error::invalid(format!("unknown command '{cmd}'"))),
-        }
     }
 
     fn desc(&self) -> String {
@@ -70,6 +68,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         arg_type: "PortIncCommandSetBurstArg",
         help: "sets packets received per task run (1..32)",
         mt_safe: true,
+        handler: handler!(Exclusive PortInc, PortInc::cmd_set_burst),
     }],
     drop_reasons: &[],
     mt_safe: false,

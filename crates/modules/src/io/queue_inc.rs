@@ -2,7 +2,7 @@
 use super::{parse_burst, port_name, Rx};
 use bessemer_core::sched::TaskResult;
 use bessemer_core::{
-    Args, CommandSpec, Context, Error, InitContext, Instance, Module, ModuleClass, Result, Value,
+    handler, Args, CommandSpec, Context, InitContext, Instance, Module, ModuleClass, Result, Value,
     MAX_BURST,
 };
 
@@ -12,19 +12,17 @@ pub struct QueueInc {
     burst: usize,
 }
 
+impl QueueInc {
+    /// The `set_burst` command.
+    fn cmd_set_burst(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        self.burst = parse_burst(arg, "QueueIncCommandSetBurstArg")?;
+        Ok(Value::Null)
+    }
+}
+
 impl Module for QueueInc {
     fn run_task(&mut self, ctx: &mut Context, _arg: u64) -> TaskResult {
         self.rx.poll(ctx, self.burst)
-    }
-
-    fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
-        match cmd {
-            "set_burst" => {
-                self.burst = parse_burst(arg, "QueueIncCommandSetBurstArg")?;
-                Ok(Value::Null)
-            }
-            _ => Err(Error::invalid(format!("unknown command '{cmd}'"))),
-        }
     }
 
     fn desc(&self) -> String {
@@ -70,6 +68,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         arg_type: "QueueIncCommandSetBurstArg",
         help: "sets packets received per task run (1..32)",
         mt_safe: true,
+        handler: handler!(Exclusive QueueInc, QueueInc::cmd_set_burst),
     }],
     drop_reasons: &[],
     mt_safe: false,

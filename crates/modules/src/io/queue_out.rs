@@ -45,7 +45,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     igates: 1,
     ogates: 0,
     commands: &[],
-    drop_reasons: &["tx_failed"],
+    drop_reasons: super::TxDrop::NAMES,
     mt_safe: false,
     create,
 };

@@ -2,7 +2,8 @@
 use std::time::{Duration, Instant};
 
 use bessemer_core::{
-    Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
+    handler, Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result,
+    Value,
 };
 
 /// Hex-dumps one packet per `interval` to standard output.
@@ -35,6 +36,16 @@ pub fn hexdump(bytes: &[u8]) -> String {
     s
 }
 
+impl Dump {
+    /// The `set_interval` command.
+    fn cmd_set_interval(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        let mut a = Args::new(arg, "DumpArg")?;
+        self.interval = interval(a.float("interval")?, "DumpArg")?;
+        a.finish()?;
+        Ok(Value::Null)
+    }
+}
+
 impl Module for Dump {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         if let Some(p) = batch.pkts().first() {
@@ -62,18 +73,6 @@ impl Module for Dump {
         ctx.forward(0, batch);
     }
 
-    fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
-        match cmd {
-            "set_interval" => {
-                let mut a = Args::new(arg, "DumpArg")?;
-                self.interval = interval(a.float("interval")?, "DumpArg")?;
-                a.finish()?;
-                Ok(Value::Null)
-            }
-            _ => Err(Error::invalid(format!("unknown command '{cmd}'"))),
-        }
-    }
-
     fn desc(&self) -> String {
         format!(
             "every {:.1} s, {} dumped",
@@ -97,6 +96,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         arg_type: "DumpArg",
         help: "changes the interval",
         mt_safe: false,
+        handler: handler!(Exclusive Dump, Dump::cmd_set_interval),
     }],
     drop_reasons: &[],
     mt_safe: false,

@@ -1,7 +1,7 @@
 //! Measure: latency and jitter histograms of packets marked by Timestamp.
 use bessemer_core::{
-    AccessMode, Args, AttrOffset, CommandSpec, Context, Error, Instance, Module, ModuleClass,
-    PacketBatch, Result, Value,
+    handler, AccessMode, Args, AttrOffset, CommandSpec, Context, Error, Instance, Module,
+    ModuleClass, PacketBatch, Result, Value,
 };
 
 use super::timestamp::{now_ns, parse_place, MARKER, MARK_SIZE};
@@ -133,6 +133,57 @@ pub struct Measure {
     rng: FastRng,
 }
 
+impl Measure {
+    /// The `get_summary` command.
+    fn cmd_get_summary(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        let mut a = Args::new(arg, "MeasureCommandGetSummaryArg")?;
+        let clear = a.bool("clear")?.unwrap_or(false);
+        // As BESS's IsValidPercentiles: within [0, 100] and sorted.
+        let pct = |l: &[Value], f: &str| -> Result<Vec<f64>> {
+            let v: Vec<f64> = l
+                .iter()
+                .map(|v| match v.as_f64() {
+                    Some(x) if (0.0..=100.0).contains(&x) => Ok(x),
+                    _ => Err(Error::invalid(format!(
+                        "MeasureCommandGetSummaryArg.{f}: invalid '{f}': {v:?} is not within [0, 100]"
+                    ))),
+                })
+                .collect::<Result<_>>()?;
+            if v.windows(2).any(|w| w[0] > w[1]) {
+                return Err(Error::invalid(format!(
+                    "MeasureCommandGetSummaryArg.{f}: invalid '{f}': not sorted"
+                )));
+            }
+            Ok(v)
+        };
+        let lp = pct(a.list("latency_percentiles")?, "latency_percentiles")?;
+        let jp = pct(a.list("jitter_percentiles")?, "jitter_percentiles")?;
+        a.finish()?;
+        // BESS: wall-clock seconds; bits of the measured bytes plus 24 bytes of
+        // framing overhead for every packet seen.
+        let ts = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        let v = Value::map()
+            .with("timestamp", ts)
+            .with("packets", self.packets)
+            .with("bits", (self.bytes + self.packets * 24) * 8)
+            .with("latency", self.latency.summary(&lp))
+            .with("jitter", self.jitter.summary(&jp));
+        if clear {
+            self.clear();
+        }
+        Ok(v)
+    }
+
+    /// The `clear` command.
+    fn cmd_clear(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        Args::new(arg, "EmptyArg")?.finish()?;
+        self.clear();
+        Ok(Value::Null)
+    }
+}
+
 impl Module for Measure {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         let now = now_ns(ctx.refresh_now());
@@ -170,57 +221,6 @@ impl Module for Measure {
             }
         }
         ctx.forward(0, batch);
-    }
-
-    fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
-        match cmd {
-            "get_summary" => {
-                let mut a = Args::new(arg, "MeasureCommandGetSummaryArg")?;
-                let clear = a.bool("clear")?.unwrap_or(false);
-                // As BESS's IsValidPercentiles: within [0, 100] and sorted.
-                let pct = |l: &[Value], f: &str| -> Result<Vec<f64>> {
-                    let v: Vec<f64> = l
-                        .iter()
-                        .map(|v| match v.as_f64() {
-                            Some(x) if (0.0..=100.0).contains(&x) => Ok(x),
-                            _ => Err(Error::invalid(format!(
-                                "MeasureCommandGetSummaryArg.{f}: invalid '{f}': {v:?} is not within [0, 100]"
-                            ))),
-                        })
-                        .collect::<Result<_>>()?;
-                    if v.windows(2).any(|w| w[0] > w[1]) {
-                        return Err(Error::invalid(format!(
-                            "MeasureCommandGetSummaryArg.{f}: invalid '{f}': not sorted"
-                        )));
-                    }
-                    Ok(v)
-                };
-                let lp = pct(a.list("latency_percentiles")?, "latency_percentiles")?;
-                let jp = pct(a.list("jitter_percentiles")?, "jitter_percentiles")?;
-                a.finish()?;
-                // BESS: wall-clock seconds; bits of the measured bytes plus 24 bytes of
-                // framing overhead for every packet seen.
-                let ts = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0.0, |d| d.as_secs_f64());
-                let v = Value::map()
-                    .with("timestamp", ts)
-                    .with("packets", self.packets)
-                    .with("bits", (self.bytes + self.packets * 24) * 8)
-                    .with("latency", self.latency.summary(&lp))
-                    .with("jitter", self.jitter.summary(&jp));
-                if clear {
-                    self.clear();
-                }
-                Ok(v)
-            }
-            "clear" => {
-                Args::new(arg, "EmptyArg")?.finish()?;
-                self.clear();
-                Ok(Value::Null)
-            }
-            _ => Err(Error::invalid(format!("unknown command '{cmd}'"))),
-        }
     }
 
     fn desc(&self) -> String {
@@ -261,12 +261,14 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "MeasureCommandGetSummaryArg",
             help: "latency and jitter summary with percentiles",
             mt_safe: true,
+            handler: handler!(Exclusive Measure, Measure::cmd_get_summary),
         },
         CommandSpec {
             name: "clear",
             arg_type: "EmptyArg",
             help: "resets the histograms",
             mt_safe: true,
+            handler: handler!(Exclusive Measure, Measure::cmd_clear),
         },
     ],
     drop_reasons: &[],

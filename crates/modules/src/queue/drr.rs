@@ -4,8 +4,8 @@ use std::collections::{HashMap, VecDeque};
 use crate::headers::{ethertype, ETHERTYPE_IPV4, ETH_LEN};
 use bessemer_core::sched::TaskResult;
 use bessemer_core::{
-    Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, Packet, PacketBatch, Result,
-    Value,
+    handler, Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, Packet, PacketBatch,
+    Result, Value,
 };
 
 /// Flows tracked by default (BESS's kDefaultNumFlows).
@@ -23,10 +23,15 @@ const INITIAL_FLOW_QUEUE: usize = 64;
 /// Most flows accepted as `num_flows` (bounds the memory reserved at init).
 const MAX_NUM_FLOWS: u64 = 1 << 20;
 
-const DROP_TOO_SHORT: usize = 0;
-const DROP_MALFORMED: usize = 1;
-const DROP_FLOW_QUEUE_FULL: usize = 2;
-const DROP_TOO_MANY_FLOWS: usize = 3;
+bessemer_core::drop_reasons! {
+    /// Why DRR drops packets.
+    pub enum DrrDrop {
+        TooShort = "too_short",
+        Malformed = "malformed",
+        FlowQueueFull = "flow_queue_full",
+        TooManyFlows = "too_many_flows",
+    }
+}
 
 /// The 5-tuple; non-IPv4 frames all share the zero key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -41,20 +46,20 @@ struct FlowId {
 /// The flow of a frame, or a drop reason. Ports are read whenever the first 4 bytes of the
 /// IPv4 payload are present and the packet is not a non-first fragment (BESS reads them for
 /// every packet, assuming an L4 header); otherwise they are 0.
-fn flow_id(d: &[u8]) -> std::result::Result<FlowId, usize> {
+fn flow_id(d: &[u8]) -> std::result::Result<FlowId, DrrDrop> {
     if d.len() < ETH_LEN {
-        return Err(DROP_TOO_SHORT);
+        return Err(DrrDrop::TooShort);
     }
     if ethertype(d) != Some(ETHERTYPE_IPV4) {
         return Ok(FlowId::default());
     }
     let ip = &d[ETH_LEN..];
     if ip.len() < 20 {
-        return Err(DROP_TOO_SHORT);
+        return Err(DrrDrop::TooShort);
     }
     let ihl = ((ip[0] & 0x0f) as usize) * 4;
     if ip[0] >> 4 != 4 || ihl < 20 {
-        return Err(DROP_MALFORMED);
+        return Err(DrrDrop::Malformed);
     }
     let mut id = FlowId {
         proto: ip[9],
@@ -237,6 +242,37 @@ impl Drr {
     }
 }
 
+impl Drr {
+    /// The `set_quantum_size` command.
+    fn cmd_set_quantum_size(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        let mut a = Args::new(arg, "DRRQuantumArg")?;
+        let q = a.uint("quantum", u32::MAX as u64)?.unwrap_or(0);
+        a.finish()?;
+        if q == 0 {
+            return Err(Error::invalid(
+                "DRRQuantumArg.quantum: quantum size must be at least 1",
+            ));
+        }
+        self.quantum = q;
+        Ok(Value::Null)
+    }
+
+    /// The `set_max_flow_queue_size` command.
+    fn cmd_set_max_flow_queue_size(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        let mut a = Args::new(arg, "DRRMaxFlowQueueSizeArg")?;
+        let q = a.uint("max_queue_size", u32::MAX as u64)?.unwrap_or(0);
+        a.finish()?;
+        if q == 0 {
+            return Err(Error::invalid(
+                "DRRMaxFlowQueueSizeArg.max_queue_size: max queue size must be at least 1",
+            ));
+        }
+        // Packets already queued beyond a lowered limit stay and drain normally.
+        self.max_queue = q as usize;
+        Ok(Value::Null)
+    }
+}
+
 impl Module for Drr {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         let now = now_ns(ctx);
@@ -251,7 +287,7 @@ impl Module for Drr {
             let i = match self.map.get(&id) {
                 Some(&i) => i,
                 None if self.map.len() >= self.max_flows => {
-                    ctx.drop_packet(p, DROP_TOO_MANY_FLOWS);
+                    ctx.drop_packet(p, DrrDrop::TooManyFlows);
                     continue;
                 }
                 None => self.add_flow(id, now),
@@ -259,7 +295,7 @@ impl Module for Drr {
             let max_queue = self.max_queue;
             let f = self.flow(i);
             if f.queue.len() >= max_queue {
-                ctx.drop_packet(p, DROP_FLOW_QUEUE_FULL);
+                ctx.drop_packet(p, DrrDrop::FlowQueueFull);
                 continue;
             }
             f.queue.push_back(p);
@@ -278,36 +314,6 @@ impl Module for Drr {
             packets: n as u32,
             bits: (bytes + n as u64 * PACKET_OVERHEAD) * 8,
         }
-    }
-
-    fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
-        match cmd {
-            "set_quantum_size" => {
-                let mut a = Args::new(arg, "DRRQuantumArg")?;
-                let q = a.uint("quantum", u32::MAX as u64)?.unwrap_or(0);
-                a.finish()?;
-                if q == 0 {
-                    return Err(Error::invalid(
-                        "DRRQuantumArg.quantum: quantum size must be at least 1",
-                    ));
-                }
-                self.quantum = q;
-            }
-            "set_max_flow_queue_size" => {
-                let mut a = Args::new(arg, "DRRMaxFlowQueueSizeArg")?;
-                let q = a.uint("max_queue_size", u32::MAX as u64)?.unwrap_or(0);
-                a.finish()?;
-                if q == 0 {
-                    return Err(Error::invalid(
-                        "DRRMaxFlowQueueSizeArg.max_queue_size: max queue size must be at least 1",
-                    ));
-                }
-                // Packets already queued beyond a lowered limit stay and drain normally.
-                self.max_queue = q as usize;
-            }
-            _ => return Err(Error::invalid(format!("unknown command '{cmd}'"))),
-        }
-        Ok(Value::Null)
     }
 
     fn desc(&self) -> String {
@@ -377,15 +383,17 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "DRRQuantumArg",
             help: "changes the quantum (bytes per round, at least 1)",
             mt_safe: false,
+            handler: handler!(Exclusive Drr, Drr::cmd_set_quantum_size),
         },
         CommandSpec {
             name: "set_max_flow_queue_size",
             arg_type: "DRRMaxFlowQueueSizeArg",
             help: "changes the per-flow queue limit (at least 1)",
             mt_safe: false,
+            handler: handler!(Exclusive Drr, Drr::cmd_set_max_flow_queue_size),
         },
     ],
-    drop_reasons: &["too_short", "malformed", "flow_queue_full", "too_many_flows"],
+    drop_reasons: DrrDrop::NAMES,
     mt_safe: false,
     create,
 };

@@ -4,12 +4,17 @@ use std::sync::RwLock;
 
 use bessemer_core::sched::TaskResult;
 use bessemer_core::{
-    Args, CommandSpec, Context, Error, Instance, ModuleClass, Packet, PacketBatch, Result,
+    handler, Args, CommandSpec, Context, Error, Instance, ModuleClass, Packet, PacketBatch, Result,
     SharedModule, Value, MAX_BURST,
 };
 use crossbeam_queue::ArrayQueue;
 
-const DROP_FULL: usize = 0;
+bessemer_core::drop_reasons! {
+    /// Why Queue drops packets.
+    pub enum QueueDrop {
+        Full = "queue_full",
+    }
+}
 
 /// Packets enqueued on the input gate (any worker) are dequeued by the queue's own task
 /// (its worker) and sent out of gate 0. When full, arriving packets are dropped and counted
@@ -34,6 +39,56 @@ fn check_size(size: u64, msg: &str) -> Result<usize> {
     Ok(size as usize)
 }
 
+impl Queue {
+    /// The `set_burst` command.
+    fn cmd_set_burst(&self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        let mut a = Args::new(arg, "QueueCommandSetBurstArg")?;
+        let b = a
+            .int("burst", 1, MAX_BURST as i64)?
+            .ok_or_else(|| Error::invalid("QueueCommandSetBurstArg.burst is required"))?;
+        a.finish()?;
+        self.burst.store(b as usize, Ordering::Relaxed);
+        Ok(Value::Null)
+    }
+
+    /// The `set_size` command.
+    fn cmd_set_size(&self, ctx: &mut Context, arg: &Value) -> Result<Value> {
+        let mut a = Args::new(arg, "QueueCommandSetSizeArg")?;
+        let size = check_size(
+            a.uint("size", u64::MAX)?.unwrap_or(0),
+            "QueueCommandSetSizeArg",
+        )?;
+        a.finish()?;
+        let mut ring = self.ring.write().unwrap();
+        if ring.len() > size {
+            return Err(Error::busy(format!(
+                "queue holds {} packets, more than the new size {size}",
+                ring.len()
+            )));
+        }
+        let new = ArrayQueue::new(size);
+        while let Some(p) = ring.pop() {
+            if let Err(p) = new.push(p) {
+                ctx.drop_packet(p, QueueDrop::Full);
+            }
+        }
+        *ring = new;
+        Ok(Value::Null)
+    }
+
+    /// The `get_status` command.
+    fn cmd_get_status(&self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        Args::new(arg, "QueueCommandGetStatusArg")?.finish()?;
+        let ring = self.ring.read().unwrap();
+        Ok(Value::map()
+            .with("count", ring.len())
+            .with("size", ring.capacity())
+            .with("enqueued", self.enqueued.load(Ordering::Relaxed))
+            .with("dequeued", self.dequeued.load(Ordering::Relaxed))
+            .with("dropped", self.dropped.load(Ordering::Relaxed)))
+    }
+}
+
 impl SharedModule for Queue {
     fn process_batch(&self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         let ring = self.ring.read().unwrap();
@@ -43,7 +98,7 @@ impl SharedModule for Queue {
                 Ok(()) => ok += 1,
                 Err(p) => {
                     self.dropped.fetch_add(1, Ordering::Relaxed);
-                    ctx.drop_packet(p, DROP_FULL);
+                    ctx.drop_packet(p, QueueDrop::Full);
                 }
             }
         }
@@ -69,54 +124,6 @@ impl SharedModule for Queue {
             block: n == 0,
             packets: n,
             bits,
-        }
-    }
-
-    fn command(&self, ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
-        match cmd {
-            "set_burst" => {
-                let mut a = Args::new(arg, "QueueCommandSetBurstArg")?;
-                let b = a
-                    .int("burst", 1, MAX_BURST as i64)?
-                    .ok_or_else(|| Error::invalid("QueueCommandSetBurstArg.burst is required"))?;
-                a.finish()?;
-                self.burst.store(b as usize, Ordering::Relaxed);
-                Ok(Value::Null)
-            }
-            "set_size" => {
-                let mut a = Args::new(arg, "QueueCommandSetSizeArg")?;
-                let size = check_size(
-                    a.uint("size", u64::MAX)?.unwrap_or(0),
-                    "QueueCommandSetSizeArg",
-                )?;
-                a.finish()?;
-                let mut ring = self.ring.write().unwrap();
-                if ring.len() > size {
-                    return Err(Error::busy(format!(
-                        "queue holds {} packets, more than the new size {size}",
-                        ring.len()
-                    )));
-                }
-                let new = ArrayQueue::new(size);
-                while let Some(p) = ring.pop() {
-                    if let Err(p) = new.push(p) {
-                        ctx.drop_packet(p, DROP_FULL);
-                    }
-                }
-                *ring = new;
-                Ok(Value::Null)
-            }
-            "get_status" => {
-                Args::new(arg, "QueueCommandGetStatusArg")?.finish()?;
-                let ring = self.ring.read().unwrap();
-                Ok(Value::map()
-                    .with("count", ring.len())
-                    .with("size", ring.capacity())
-                    .with("enqueued", self.enqueued.load(Ordering::Relaxed))
-                    .with("dequeued", self.dequeued.load(Ordering::Relaxed))
-                    .with("dropped", self.dropped.load(Ordering::Relaxed)))
-            }
-            _ => Err(Error::invalid(format!("unknown command '{cmd}'"))),
         }
     }
 
@@ -158,21 +165,24 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "QueueCommandSetBurstArg",
             help: "packets dequeued per run",
             mt_safe: true,
+            handler: handler!(Shared Queue, Queue::cmd_set_burst),
         },
         CommandSpec {
             name: "set_size",
             arg_type: "QueueCommandSetSizeArg",
             help: "changes the capacity",
             mt_safe: false,
+            handler: handler!(Shared Queue, Queue::cmd_set_size),
         },
         CommandSpec {
             name: "get_status",
             arg_type: "QueueCommandGetStatusArg",
             help: "occupancy and counters",
             mt_safe: true,
+            handler: handler!(Shared Queue, Queue::cmd_get_status),
         },
     ],
-    drop_reasons: &["queue_full"],
+    drop_reasons: QueueDrop::NAMES,
     mt_safe: true,
     create: |init, arg| {
         let mut a = Args::new(arg, "QueueArg")?;

@@ -4,15 +4,21 @@ use std::collections::HashMap;
 use super::headers::{ipv4_string, parse_ipv4, parse_mac, process_each, Verdict};
 use crate::headers::{be32, ethertype, ETHERTYPE_ARP, ETH_LEN};
 use bessemer_core::{
-    Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
+    handler, Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result,
+    Value,
 };
 use smoltcp::wire::{ArpHardware, ArpOperation, ArpPacket, EthernetProtocol};
 
-const DROP_TOO_SHORT: usize = 0;
-const DROP_NOT_ARP: usize = 1;
-const DROP_UNSUPPORTED: usize = 2;
-const DROP_ARP_REPLY: usize = 3;
-const DROP_NO_ENTRY: usize = 4;
+bessemer_core::drop_reasons! {
+    /// Why ArpResponder drops packets.
+    pub enum ArpResponderDrop {
+        TooShort = "too_short",
+        NotArp = "not_arp",
+        Unsupported = "unsupported",
+        ArpReply = "arp_reply",
+        NoEntry = "no_entry",
+    }
+}
 
 /// Offsets inside an Ethernet/IPv4 ARP packet.
 const OPER: usize = 6;
@@ -30,30 +36,30 @@ pub struct ArpResponder {
 }
 
 impl ArpResponder {
-    fn one(&self, d: &mut [u8]) -> Verdict {
+    fn one(&self, d: &mut [u8]) -> Verdict<ArpResponderDrop> {
         match ethertype(d) {
-            None => return Verdict::Drop(DROP_TOO_SHORT),
+            None => return Verdict::Drop(ArpResponderDrop::TooShort),
             Some(ETHERTYPE_ARP) => {}
-            Some(_) => return Verdict::Drop(DROP_NOT_ARP),
+            Some(_) => return Verdict::Drop(ArpResponderDrop::NotArp),
         }
         let (eth, arp) = d.split_at_mut(ETH_LEN);
         let Ok(p) = ArpPacket::new_checked(&*arp) else {
-            return Verdict::Drop(DROP_TOO_SHORT);
+            return Verdict::Drop(ArpResponderDrop::TooShort);
         };
         if p.hardware_type() != ArpHardware::Ethernet
             || p.protocol_type() != EthernetProtocol::Ipv4
             || p.hardware_len() != 6
             || p.protocol_len() != 4
         {
-            return Verdict::Drop(DROP_UNSUPPORTED);
+            return Verdict::Drop(ArpResponderDrop::Unsupported);
         }
         match p.operation() {
             ArpOperation::Request => {}
-            ArpOperation::Reply => return Verdict::Drop(DROP_ARP_REPLY),
-            _ => return Verdict::Drop(DROP_UNSUPPORTED),
+            ArpOperation::Reply => return Verdict::Drop(ArpResponderDrop::ArpReply),
+            _ => return Verdict::Drop(ArpResponderDrop::Unsupported),
         }
         let Some(mac) = self.entries.get(&be32(arp, TPA)) else {
-            return Verdict::Drop(DROP_NO_ENTRY);
+            return Verdict::Drop(ArpResponderDrop::NoEntry);
         };
         // The request becomes the reply in place, from the entry's MAC: as BESS's
         // arp_responder.cc, the frame goes back to the request's Ethernet source and the ARP
@@ -85,16 +91,16 @@ impl ArpResponder {
     }
 }
 
+impl ArpResponder {
+    /// The `add` command.
+    fn cmd_add(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        self.add(arg).map(|_| Value::Null)
+    }
+}
+
 impl Module for ArpResponder {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         process_each(ctx, batch, |d| self.one(d));
-    }
-
-    fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
-        match cmd {
-            "add" => self.add(arg).map(|_| Value::Null),
-            _ => Err(Error::invalid(format!("unknown command '{cmd}'"))),
-        }
     }
 
     fn desc(&self) -> String {
@@ -140,8 +146,9 @@ pub static CLASS: ModuleClass = ModuleClass {
         arg_type: "ArpResponderArg",
         help: "answers requests for ip with mac_addr (replaces an existing entry)",
         mt_safe: false,
+        handler: handler!(Exclusive ArpResponder, ArpResponder::cmd_add),
     }],
-    drop_reasons: &["too_short", "not_arp", "unsupported", "arp_reply", "no_entry"],
+    drop_reasons: ArpResponderDrop::NAMES,
     mt_safe: false,
     create: |_, arg| {
         Args::new(arg, "EmptyArg")?.finish()?;

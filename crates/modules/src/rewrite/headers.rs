@@ -1,32 +1,33 @@
 //! Per-packet verdicts and argument parsing shared by this kind's classes (the header layout
 //! and checks are in [`crate::headers`]).
 
-use bessemer_core::{Context, PacketBatch, MAX_BURST};
+use bessemer_core::{Context, DropReason, PacketBatch, MAX_BURST};
 
 pub use crate::util::Verdict;
 
 /// Per-packet verdicts of one batch, filled while the batch is processed in place.
-pub type Verdicts = [Verdict; MAX_BURST];
-
-/// A verdict array with every packet going out of gate 0.
-pub const ALL_GATE0: Verdicts = [Verdict::Gate(0); MAX_BURST];
+pub type Verdicts<R> = [Verdict<R>; MAX_BURST];
 
 /// Sends every packet of `batch` as `v` says; a batch whose packets all go out of one gate is
 /// forwarded whole (no per-packet emit).
 #[inline]
-pub fn dispatch(ctx: &mut Context, batch: &mut PacketBatch, v: &Verdicts) {
+pub fn dispatch<R: DropReason + PartialEq>(
+    ctx: &mut Context,
+    batch: &mut PacketBatch,
+    v: &Verdicts<R>,
+) {
     crate::util::send_each(ctx, batch, |i| v[i]);
 }
 
 /// Runs `f` on the bytes of every packet of `batch`, then sends each packet as the verdict `f`
 /// returned for it says (see [`dispatch`]).
 #[inline(always)]
-pub fn process_each(
+pub fn process_each<R: DropReason + PartialEq>(
     ctx: &mut Context,
     batch: &mut PacketBatch,
-    mut f: impl FnMut(&mut [u8]) -> Verdict,
+    mut f: impl FnMut(&mut [u8]) -> Verdict<R>,
 ) {
-    let mut v = ALL_GATE0;
+    let mut v = [Verdict::Gate(0); MAX_BURST];
     for (i, p) in batch.pkts_mut().iter_mut().enumerate() {
         v[i] = f(p.data_mut());
     }
@@ -40,7 +41,7 @@ pub fn on_long_enough(
     ctx: &mut Context,
     batch: &mut PacketBatch,
     min_len: usize,
-    reason: usize,
+    reason: impl DropReason,
     f: impl FnOnce(&mut Context, &mut PacketBatch),
 ) {
     let mut short = PacketBatch::new();
@@ -68,20 +69,17 @@ pub fn parse_mac(s: &str, field: &str) -> bessemer_core::Result<[u8; 6]> {
         .ok_or_else(|| bessemer_core::Error::invalid(format!("{field}: invalid MAC address '{s}'")))
 }
 
-/// The commands of a class with no runtime configuration (the NAT classes, as in BESS):
-/// `get_initial_arg` answers `initial_arg()`; `get_runtime_config` answers an empty message
-/// and `set_runtime_config` accepts one.
-pub fn no_runtime_config_command(
-    cmd: &str,
+/// Checks that a command argument is an empty message (`EmptyArg`).
+pub fn check_empty(arg: &bessemer_core::Value) -> bessemer_core::Result<()> {
+    bessemer_core::Args::new(arg, "EmptyArg")?.finish()
+}
+
+/// The runtime-configuration commands of a class with no runtime configuration (the NAT
+/// classes, as in BESS): `get_runtime_config` answers an empty message and
+/// `set_runtime_config` accepts one.
+pub fn no_runtime_config(
     arg: &bessemer_core::Value,
-    initial_arg: impl FnOnce() -> bessemer_core::Value,
 ) -> bessemer_core::Result<bessemer_core::Value> {
-    bessemer_core::Args::new(arg, "EmptyArg")?.finish()?;
-    match cmd {
-        "get_initial_arg" => Ok(initial_arg()),
-        "get_runtime_config" | "set_runtime_config" => Ok(bessemer_core::Value::map()),
-        _ => Err(bessemer_core::Error::invalid(format!(
-            "unknown command '{cmd}'"
-        ))),
-    }
+    check_empty(arg)?;
+    Ok(bessemer_core::Value::map())
 }

@@ -4,8 +4,13 @@ use crate::checksum;
 use crate::headers::{l3_after_tags, put16, ETHERTYPE_IPV4, L3};
 use bessemer_core::{Args, Context, Instance, Module, ModuleClass, PacketBatch};
 
-const DROP_TOO_SHORT: usize = 0;
-const DROP_BAD_IP_HEADER: usize = 1;
+bessemer_core::drop_reasons! {
+    /// Why IPChecksum drops packets.
+    pub enum IpChecksumDrop {
+        TooShort = "too_short",
+        BadIpHeader = "bad_ip_header",
+    }
+}
 /// Gate for packets whose checksum is correct, or that are not IPv4.
 const FORWARD_GATE: u16 = 0;
 /// Gate for IPv4 packets whose checksum is wrong (verify mode).
@@ -18,22 +23,22 @@ pub struct IpChecksum {
 }
 
 impl IpChecksum {
-    fn one(&self, d: &mut [u8]) -> Verdict {
+    fn one(&self, d: &mut [u8]) -> Verdict<IpChecksumDrop> {
         let off = match l3_after_tags(d) {
-            L3::TooShort => return Verdict::Drop(DROP_TOO_SHORT),
+            L3::TooShort => return Verdict::Drop(IpChecksumDrop::TooShort),
             L3::OtherTags => return Verdict::Gate(FORWARD_GATE),
             L3::At(off, ETHERTYPE_IPV4) => off,
             L3::At(..) => return Verdict::Gate(FORWARD_GATE),
         };
         let Some(&vihl) = d.get(off) else {
-            return Verdict::Drop(DROP_TOO_SHORT);
+            return Verdict::Drop(IpChecksumDrop::TooShort);
         };
         let hlen = (vihl & 0x0f) as usize * 4;
         if vihl >> 4 != 4 || hlen < 20 {
-            return Verdict::Drop(DROP_BAD_IP_HEADER);
+            return Verdict::Drop(IpChecksumDrop::BadIpHeader);
         }
         let Some(hdr) = d.get_mut(off..off + hlen) else {
-            return Verdict::Drop(DROP_TOO_SHORT);
+            return Verdict::Drop(IpChecksumDrop::TooShort);
         };
         if self.verify {
             if checksum::verify_ipv4_header(hdr) {
@@ -72,7 +77,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     igates: 1,
     ogates: 2,
     commands: &[],
-    drop_reasons: &["too_short", "bad_ip_header"],
+    drop_reasons: IpChecksumDrop::NAMES,
     mt_safe: true,
     create: |_, arg| {
         let mut a = Args::new(arg, "IPChecksumArg")?;

@@ -4,19 +4,6 @@ use crate::checksum::{PROTO_TCP, PROTO_UDP};
 use crate::headers::{eth_ipv4, ip, Ipv4Error};
 use bessemer_core::{Args, Context, Instance, Module, ModuleClass, PacketBatch};
 
-const DROP_TOO_SHORT: usize = 0;
-const DROP_NOT_IPV4: usize = 1;
-const DROP_BAD_IP_HEADER: usize = 2;
-
-/// Drop reason for a frame that is not a well-formed IPv4 packet.
-pub(crate) fn ipv4_drop(e: Ipv4Error) -> usize {
-    match e {
-        Ipv4Error::TooShort => DROP_TOO_SHORT,
-        Ipv4Error::NotIpv4 => DROP_NOT_IPV4,
-        Ipv4Error::BadHeader => DROP_BAD_IP_HEADER,
-    }
-}
-
 /// Swaps addresses (and TCP/UDP ports) of IPv4 packets. Both swaps leave the IPv4 and L4
 /// checksums valid: the ones'-complement sum does not depend on the order of the words.
 pub struct IpSwap;
@@ -26,12 +13,12 @@ impl Module for IpSwap {
         process_each(ctx, batch, |d| {
             let info = match eth_ipv4(d) {
                 Ok(info) => info,
-                Err(e) => return Verdict::Drop(ipv4_drop(e)),
+                Err(e) => return Verdict::Drop(e),
             };
             let has_ports =
                 (info.proto == PROTO_TCP || info.proto == PROTO_UDP) && info.has_l4_header();
             if has_ports && info.l4_len() < 4 {
-                return Verdict::Drop(DROP_TOO_SHORT);
+                return Verdict::Drop(Ipv4Error::TooShort);
             }
             let a = info.off + ip::SRC;
             let (src, dst) = d[a..a + 8].split_at_mut(4);
@@ -58,7 +45,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     igates: 1,
     ogates: 1,
     commands: &[],
-    drop_reasons: &["too_short", "not_ipv4", "bad_ip_header"],
+    drop_reasons: Ipv4Error::NAMES,
     mt_safe: true,
     create: |_, arg| {
         Args::new(arg, "EmptyArg")?.finish()?;

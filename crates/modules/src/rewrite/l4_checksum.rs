@@ -7,9 +7,14 @@ use crate::headers::{
 use bessemer_core::{Args, Context, Instance, Module, ModuleClass, PacketBatch};
 use smoltcp::wire::Ipv6Packet;
 
-const DROP_TOO_SHORT: usize = 0;
-const DROP_BAD_IP_HEADER: usize = 1;
-const DROP_BAD_UDP_LENGTH: usize = 2;
+bessemer_core::drop_reasons! {
+    /// Why L4Checksum drops packets.
+    pub enum L4ChecksumDrop {
+        TooShort = "too_short",
+        BadIpHeader = "bad_ip_header",
+        BadUdpLength = "bad_udp_length",
+    }
+}
 /// Gate for packets whose checksum is correct or was written, and packets not checked.
 const FORWARD_GATE: u16 = 0;
 /// Gate for TCP/UDP packets whose checksum is wrong (verify mode).
@@ -34,20 +39,20 @@ impl L4Checksum {
         proto: u8,
         pseudo: u64,
         v6: bool,
-    ) -> Verdict {
+    ) -> Verdict<L4ChecksumDrop> {
         let (len, csum_off) = if proto == PROTO_TCP {
             if seg_len < 20 {
-                return Verdict::Drop(DROP_TOO_SHORT);
+                return Verdict::Drop(L4ChecksumDrop::TooShort);
             }
             (seg_len, TCP_CSUM_OFFSET)
         } else {
             if seg_len < 8 {
-                return Verdict::Drop(DROP_TOO_SHORT);
+                return Verdict::Drop(L4ChecksumDrop::TooShort);
             }
             // The UDP checksum covers the datagram as its length field says.
             let ulen = be16(d, l4 + 4) as usize;
             if ulen < 8 || ulen > seg_len {
-                return Verdict::Drop(DROP_BAD_UDP_LENGTH);
+                return Verdict::Drop(L4ChecksumDrop::BadUdpLength);
             }
             (ulen, UDP_CSUM_OFFSET)
         };
@@ -72,9 +77,9 @@ impl L4Checksum {
         }
     }
 
-    fn one(&self, d: &mut [u8]) -> Verdict {
+    fn one(&self, d: &mut [u8]) -> Verdict<L4ChecksumDrop> {
         let (off, ethertype) = match l3_after_tags(d) {
-            L3::TooShort => return Verdict::Drop(DROP_TOO_SHORT),
+            L3::TooShort => return Verdict::Drop(L4ChecksumDrop::TooShort),
             L3::OtherTags => return Verdict::Gate(FORWARD_GATE),
             L3::At(off, t) => (off, t),
         };
@@ -82,8 +87,8 @@ impl L4Checksum {
             ETHERTYPE_IPV4 => {
                 let info = match ipv4_at(d, off) {
                     Ok(i) => i,
-                    Err(Ipv4Error::BadHeader) => return Verdict::Drop(DROP_BAD_IP_HEADER),
-                    Err(_) => return Verdict::Drop(DROP_TOO_SHORT),
+                    Err(Ipv4Error::BadHeader) => return Verdict::Drop(L4ChecksumDrop::BadIpHeader),
+                    Err(_) => return Verdict::Drop(L4ChecksumDrop::TooShort),
                 };
                 // A fragment's checksum covers the reassembled datagram: not checkable here.
                 if info.is_fragment() || (info.proto != PROTO_TCP && info.proto != PROTO_UDP) {
@@ -96,13 +101,13 @@ impl L4Checksum {
             }
             ETHERTYPE_IPV6 => {
                 let Some(buf) = d.get(off..) else {
-                    return Verdict::Drop(DROP_TOO_SHORT);
+                    return Verdict::Drop(L4ChecksumDrop::TooShort);
                 };
                 let Ok(p) = Ipv6Packet::new_checked(buf) else {
-                    return Verdict::Drop(DROP_TOO_SHORT);
+                    return Verdict::Drop(L4ChecksumDrop::TooShort);
                 };
                 if p.version() != 6 {
-                    return Verdict::Drop(DROP_BAD_IP_HEADER);
+                    return Verdict::Drop(L4ChecksumDrop::BadIpHeader);
                 }
                 let nh: u8 = p.next_header().into();
                 if nh != PROTO_TCP && nh != PROTO_UDP {
@@ -142,7 +147,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     igates: 1,
     ogates: 2,
     commands: &[],
-    drop_reasons: &["too_short", "bad_ip_header", "bad_udp_length"],
+    drop_reasons: L4ChecksumDrop::NAMES,
     mt_safe: true,
     create: |_, arg| {
         let mut a = Args::new(arg, "L4ChecksumArg")?;

@@ -3,7 +3,12 @@ use super::headers::{process_each, Verdict};
 use crate::headers::ETH_LEN;
 use bessemer_core::{Args, Context, Instance, Module, ModuleClass, PacketBatch};
 
-const DROP_TOO_SHORT: usize = 0;
+bessemer_core::drop_reasons! {
+    /// Why MACSwap drops packets.
+    pub enum MacSwapDrop {
+        TooShort = "too_short",
+    }
+}
 
 /// Swaps the two MAC addresses of every frame; frames shorter than an Ethernet header are
 /// dropped (BESS would read past them).
@@ -13,7 +18,7 @@ impl Module for MacSwap {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         process_each(ctx, batch, |d| {
             if d.len() < ETH_LEN {
-                return Verdict::Drop(DROP_TOO_SHORT);
+                return Verdict::Drop(MacSwapDrop::TooShort);
             }
             let (dst, rest) = d.split_at_mut(6);
             dst.swap_with_slice(&mut rest[..6]);
@@ -32,7 +37,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     igates: 1,
     ogates: 1,
     commands: &[],
-    drop_reasons: &["too_short"],
+    drop_reasons: MacSwapDrop::NAMES,
     mt_safe: true,
     create: |_, arg| {
         Args::new(arg, "MACSwapArg")?.finish()?;

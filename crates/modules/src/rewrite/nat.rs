@@ -14,21 +14,35 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use super::headers::{ipv4_string, no_runtime_config_command, parse_ipv4, process_each, Verdict};
-use super::ip_swap::ipv4_drop;
+use super::headers::{
+    check_empty, ipv4_string, no_runtime_config, parse_ipv4, process_each, Verdict,
+};
 use crate::checksum::{self, PROTO_TCP, PROTO_UDP, TCP_CSUM_OFFSET, UDP_CSUM_OFFSET};
-use crate::headers::{be16, be32, eth_ipv4, ip, put16, put32, PROTO_ICMP};
+use crate::headers::{be16, be32, eth_ipv4, ip, put16, put32, Ipv4Error, PROTO_ICMP};
 use crate::util::FastRng;
 use bessemer_core::{
-    Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
+    handler, Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result,
+    Value,
 };
 
-const DROP_TOO_SHORT: usize = 0;
-const DROP_FRAGMENT: usize = 3;
-const DROP_UNSUPPORTED: usize = 4;
-const DROP_NO_MAPPING: usize = 5;
-const DROP_NO_FREE_PORT: usize = 6;
-const DROP_ZERO_PORT: usize = 7;
+bessemer_core::drop_reasons! {
+    /// Why NAT drops: the IPv4 header errors, then the translation's own.
+    pub enum NatDrop {
+        Ipv4(Ipv4Error),
+        /// An IPv4 fragment (not translated, as BESS).
+        Fragment = "fragment",
+        /// Not TCP, UDP or an ICMP query.
+        Unsupported = "unsupported_protocol",
+        /// Inbound packet with no live mapping.
+        NoMapping = "no_mapping",
+        /// No free external port for a new flow.
+        NoFreePort = "no_free_port",
+        /// Outbound TCP/UDP flow from port 0.
+        ZeroPort = "zero_port",
+    }
+}
+
+const DROP_TOO_SHORT: NatDrop = NatDrop::Ipv4(Ipv4Error::TooShort);
 
 /// How long an idle mapping lives (BESS's kTimeOutNs, RFC 4787 REQ-5-c).
 pub const TIMEOUT_NS: u64 = 300 * 1_000_000_000;
@@ -213,10 +227,10 @@ impl Nat {
     }
 
     /// Checks the frame and finds the endpoint field; Err is a drop reason.
-    fn classify(d: &[u8], inbound: bool) -> std::result::Result<(usize, Flow), usize> {
-        let info = eth_ipv4(d).map_err(ipv4_drop)?;
+    fn classify(d: &[u8], inbound: bool) -> std::result::Result<(usize, Flow), NatDrop> {
+        let info = eth_ipv4(d).map_err(NatDrop::from)?;
         if info.is_fragment() {
-            return Err(DROP_FRAGMENT);
+            return Err(NatDrop::Fragment);
         }
         let l4 = info.l4();
         let flow = match info.proto {
@@ -235,14 +249,14 @@ impl Nat {
                     return Err(DROP_TOO_SHORT);
                 }
                 if !icmp_query(d[l4]) {
-                    return Err(DROP_UNSUPPORTED);
+                    return Err(NatDrop::Unsupported);
                 }
                 Flow {
                     proto: PROTO_ICMP,
                     port_off: l4 + ICMP_IDENT,
                 }
             }
-            _ => return Err(DROP_UNSUPPORTED),
+            _ => return Err(NatDrop::Unsupported),
         };
         Ok((info.off, flow))
     }
@@ -269,7 +283,7 @@ impl Nat {
         }
     }
 
-    fn outbound(&mut self, d: &mut [u8], now: u64) -> Verdict {
+    fn outbound(&mut self, d: &mut [u8], now: u64) -> Verdict<NatDrop> {
         let (off, flow) = match Self::classify(d, false) {
             Ok(x) => x,
             Err(r) => return Verdict::Drop(r),
@@ -283,11 +297,11 @@ impl Nat {
             }
             None => {
                 if flow.proto != PROTO_ICMP && key_port(int) == 0 {
-                    return Verdict::Drop(DROP_ZERO_PORT);
+                    return Verdict::Drop(NatDrop::ZeroPort);
                 }
                 match self.create(int, now) {
                     Some(ext) => ext,
-                    None => return Verdict::Drop(DROP_NO_FREE_PORT),
+                    None => return Verdict::Drop(NatDrop::NoFreePort),
                 }
             }
         };
@@ -295,18 +309,18 @@ impl Nat {
         Verdict::Gate(1)
     }
 
-    fn inbound(&mut self, d: &mut [u8], now: u64) -> Verdict {
+    fn inbound(&mut self, d: &mut [u8], now: u64) -> Verdict<NatDrop> {
         let (off, flow) = match Self::classify(d, true) {
             Ok(x) => x,
             Err(r) => return Verdict::Drop(r),
         };
         let ext = key(be32(d, off + ip::DST), be16(d, flow.port_off), flow.proto);
         let Some(&int) = self.rev.get(&ext) else {
-            return Verdict::Drop(DROP_NO_MAPPING);
+            return Verdict::Drop(NatDrop::NoMapping);
         };
         match self.fwd.get(&int) {
             Some(f) if f.ext == ext && !self.expired(f, now) => {}
-            _ => return Verdict::Drop(DROP_NO_MAPPING),
+            _ => return Verdict::Drop(NatDrop::NoMapping),
         }
         Self::stamp(d, off, off + ip::DST, &flow, int);
         Verdict::Gate(0)
@@ -412,10 +426,6 @@ impl Module for Nat {
         });
     }
 
-    fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
-        no_runtime_config_command(cmd, arg, || self.initial_arg())
-    }
-
     fn desc(&self) -> String {
         format!("{} entries", self.fwd.len())
     }
@@ -443,30 +453,27 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "EmptyArg",
             help: "returns the NATArg the module was created with",
             mt_safe: true,
+            handler: handler!(Exclusive Nat, |m, _, arg| {
+                check_empty(arg)?;
+                Ok(m.initial_arg())
+            }),
         },
         CommandSpec {
             name: "get_runtime_config",
             arg_type: "EmptyArg",
             help: "returns the runtime configuration (empty)",
             mt_safe: true,
+            handler: handler!(Exclusive Nat, |_, _, arg| no_runtime_config(arg)),
         },
         CommandSpec {
             name: "set_runtime_config",
             arg_type: "EmptyArg",
             help: "sets the runtime configuration (nothing to set)",
             mt_safe: true,
+            handler: handler!(Exclusive Nat, |_, _, arg| no_runtime_config(arg)),
         },
     ],
-    drop_reasons: &[
-        "too_short",
-        "not_ipv4",
-        "bad_ip_header",
-        "fragment",
-        "unsupported_protocol",
-        "no_mapping",
-        "no_free_port",
-        "zero_port",
-    ],
+    drop_reasons: NatDrop::NAMES,
     mt_safe: false,
     create: |_, arg| {
         let ext = parse(arg)?;

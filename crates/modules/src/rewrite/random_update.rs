@@ -1,6 +1,7 @@
 //! RandomUpdate: writes random values within ranges at packet offsets.
 use bessemer_core::{
-    Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
+    handler, Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result,
+    Value,
 };
 
 use super::headers::on_long_enough;
@@ -22,7 +23,12 @@ pub struct RandomUpdate {
     rng: FastRng,
 }
 
-const DROP_TOO_SHORT: usize = 0;
+bessemer_core::drop_reasons! {
+    /// Why RandomUpdate drops packets.
+    pub enum RandomUpdateDrop {
+        TooShort = "too_short",
+    }
+}
 
 fn parse_fields(list: &[Value], msg: &str) -> Result<Vec<Field>> {
     if list.len() > 16 {
@@ -71,40 +77,48 @@ impl RandomUpdate {
     }
 }
 
+impl RandomUpdate {
+    /// The `add` command.
+    fn cmd_add(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        let mut a = Args::new(arg, "RandomUpdateArg")?;
+        let new = parse_fields(a.list("fields")?, "RandomUpdateArg")?;
+        a.finish()?;
+        if self.fields.len() + new.len() > 16 {
+            return Err(Error::invalid("RandomUpdate holds at most 16 fields"));
+        }
+        let mut all = self.fields.clone();
+        all.extend(new);
+        self.set(all);
+        Ok(Value::Null)
+    }
+
+    /// The `clear` command.
+    fn cmd_clear(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        Args::new(arg, "RandomUpdateCommandClearArg")?.finish()?;
+        self.set(Vec::new());
+        Ok(Value::Null)
+    }
+}
+
 impl Module for RandomUpdate {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         let (fields, rng) = (&self.fields, &mut self.rng);
-        on_long_enough(ctx, batch, self.min_len, DROP_TOO_SHORT, |_, batch| {
-            for p in batch.pkts_mut() {
-                let d = p.data_mut();
-                for f in fields {
-                    let v = f.min + rng.below(f.span);
-                    d[f.offset..f.offset + f.size].copy_from_slice(&v.to_be_bytes()[8 - f.size..]);
+        on_long_enough(
+            ctx,
+            batch,
+            self.min_len,
+            RandomUpdateDrop::TooShort,
+            |_, batch| {
+                for p in batch.pkts_mut() {
+                    let d = p.data_mut();
+                    for f in fields {
+                        let v = f.min + rng.below(f.span);
+                        d[f.offset..f.offset + f.size]
+                            .copy_from_slice(&v.to_be_bytes()[8 - f.size..]);
+                    }
                 }
-            }
-        });
-    }
-
-    fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
-        match cmd {
-            "add" => {
-                let mut a = Args::new(arg, "RandomUpdateArg")?;
-                let new = parse_fields(a.list("fields")?, "RandomUpdateArg")?;
-                a.finish()?;
-                if self.fields.len() + new.len() > 16 {
-                    return Err(Error::invalid("RandomUpdate holds at most 16 fields"));
-                }
-                let mut all = self.fields.clone();
-                all.extend(new);
-                self.set(all);
-            }
-            "clear" => {
-                Args::new(arg, "RandomUpdateCommandClearArg")?.finish()?;
-                self.set(Vec::new());
-            }
-            _ => return Err(Error::invalid(format!("unknown command '{cmd}'"))),
-        }
-        Ok(Value::Null)
+            },
+        );
     }
 
     fn desc(&self) -> String {
@@ -122,10 +136,10 @@ pub static CLASS: ModuleClass = ModuleClass {
     igates: 1,
     ogates: 1,
     commands: &[
-        CommandSpec { name: "add", arg_type: "RandomUpdateArg", help: "adds fields", mt_safe: false },
-        CommandSpec { name: "clear", arg_type: "RandomUpdateCommandClearArg", help: "removes all fields", mt_safe: false },
+        CommandSpec { name: "add", arg_type: "RandomUpdateArg", help: "adds fields", mt_safe: false, handler: handler!(Exclusive RandomUpdate, RandomUpdate::cmd_add) },
+        CommandSpec { name: "clear", arg_type: "RandomUpdateCommandClearArg", help: "removes all fields", mt_safe: false, handler: handler!(Exclusive RandomUpdate, RandomUpdate::cmd_clear) },
     ],
-    drop_reasons: &["too_short"],
+    drop_reasons: RandomUpdateDrop::NAMES,
     mt_safe: true,
     create: |_, arg| {
         let mut a = Args::new(arg, "RandomUpdateArg")?;

@@ -1,7 +1,8 @@
 //! Rewrite: replaces packet contents with templates, in round robin.
 use bessemer_core::packet::DATA_CAPACITY;
 use bessemer_core::{
-    Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
+    handler, Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result,
+    Value,
 };
 
 /// Most templates one Rewrite holds (BESS's kNumSlots).
@@ -52,6 +53,30 @@ fn parse_templates(list: &[Value], msg: &str) -> Result<Vec<Vec<u8>>> {
         .collect()
 }
 
+impl Rewrite {
+    /// The `add` command.
+    fn cmd_add(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        let mut a = Args::new(arg, "RewriteArg")?;
+        let t = parse_templates(a.list("templates")?, "RewriteArg")?;
+        a.finish()?;
+        if self.templates.len() + t.len() > MAX_TEMPLATES {
+            return Err(Error::no_mem(format!(
+                "Rewrite holds at most {MAX_TEMPLATES} templates"
+            )));
+        }
+        self.templates.extend(t.into_iter().map(Template::new));
+        Ok(Value::Null)
+    }
+
+    /// The `clear` command.
+    fn cmd_clear(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        Args::new(arg, "RewriteCommandClearArg")?.finish()?;
+        self.templates.clear();
+        self.next = 0;
+        Ok(Value::Null)
+    }
+}
+
 impl Module for Rewrite {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         match self.templates.len() {
@@ -76,29 +101,6 @@ impl Module for Rewrite {
         ctx.forward(0, batch);
     }
 
-    fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
-        match cmd {
-            "add" => {
-                let mut a = Args::new(arg, "RewriteArg")?;
-                let t = parse_templates(a.list("templates")?, "RewriteArg")?;
-                a.finish()?;
-                if self.templates.len() + t.len() > MAX_TEMPLATES {
-                    return Err(Error::no_mem(format!(
-                        "Rewrite holds at most {MAX_TEMPLATES} templates"
-                    )));
-                }
-                self.templates.extend(t.into_iter().map(Template::new));
-            }
-            "clear" => {
-                Args::new(arg, "RewriteCommandClearArg")?.finish()?;
-                self.templates.clear();
-                self.next = 0;
-            }
-            _ => return Err(Error::invalid(format!("unknown command '{cmd}'"))),
-        }
-        Ok(Value::Null)
-    }
-
     fn desc(&self) -> String {
         format!("{} templates", self.templates.len())
     }
@@ -119,12 +121,14 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "RewriteArg",
             help: "appends templates",
             mt_safe: false,
+            handler: handler!(Exclusive Rewrite, Rewrite::cmd_add),
         },
         CommandSpec {
             name: "clear",
             arg_type: "RewriteCommandClearArg",
             help: "removes all templates",
             mt_safe: false,
+            handler: handler!(Exclusive Rewrite, Rewrite::cmd_clear),
         },
     ],
     drop_reasons: &[],

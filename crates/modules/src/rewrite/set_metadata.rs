@@ -21,7 +21,12 @@ pub struct SetMetadata {
     attrs: Vec<Attr>,
 }
 
-const DROP_TOO_SHORT: usize = 0;
+bessemer_core::drop_reasons! {
+    /// Why SetMetadata drops packets.
+    pub enum SetMetadataDrop {
+        TooShort = "too_short",
+    }
+}
 
 fn parse_attr(v: &Value, i: usize, init: &mut bessemer_core::InitContext) -> Result<Attr> {
     let m = format!("SetMetadataArg.attrs[{i}]");
@@ -125,7 +130,7 @@ impl Module for SetMetadata {
             .max()
             .unwrap_or(0);
         let attrs = &self.attrs;
-        on_long_enough(ctx, batch, need, DROP_TOO_SHORT, |ctx, batch| {
+        on_long_enough(ctx, batch, need, SetMetadataDrop::TooShort, |ctx, batch| {
             for (id, a) in attrs.iter().enumerate() {
                 let off = ctx.attr(id);
                 for p in batch.pkts_mut() {
@@ -165,7 +170,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     igates: 1,
     ogates: 1,
     commands: &[],
-    drop_reasons: &["too_short"],
+    drop_reasons: SetMetadataDrop::NAMES,
     mt_safe: true,
     create: |init, arg| {
         let mut a = Args::new(arg, "SetMetadataArg")?;

@@ -4,15 +4,15 @@
 //! leaves on output gate 1; input gate 1 carries external → internal traffic (destination
 //! addresses rewritten), which leaves on output gate 0, as BESS. Packets whose address is in
 //! no range pass untranslated on the same gates.
-use super::headers::{ipv4_string, no_runtime_config_command, parse_ipv4, process_each, Verdict};
-use super::ip_swap::ipv4_drop;
-use crate::checksum::{self, PROTO_TCP, PROTO_UDP, TCP_CSUM_OFFSET, UDP_CSUM_OFFSET};
-use crate::headers::{be32, eth_ipv4, ip, put32};
-use bessemer_core::{
-    Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
+use super::headers::{
+    check_empty, ipv4_string, no_runtime_config, parse_ipv4, process_each, Verdict,
 };
-
-const DROP_TOO_SHORT: usize = 0;
+use crate::checksum::{self, PROTO_TCP, PROTO_UDP, TCP_CSUM_OFFSET, UDP_CSUM_OFFSET};
+use crate::headers::{be32, eth_ipv4, ip, put32, Ipv4Error};
+use bessemer_core::{
+    handler, Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result,
+    Value,
+};
 
 #[derive(Clone, Copy, Debug)]
 struct Pair {
@@ -27,11 +27,11 @@ pub struct StaticNat {
 }
 
 impl StaticNat {
-    fn one(&self, d: &mut [u8], outbound: bool) -> Verdict {
+    fn one(&self, d: &mut [u8], outbound: bool) -> Verdict<Ipv4Error> {
         let gate = if outbound { 1 } else { 0 };
         let info = match eth_ipv4(d) {
             Ok(i) => i,
-            Err(e) => return Verdict::Drop(ipv4_drop(e)),
+            Err(e) => return Verdict::Drop(e),
         };
         let addr_off = info.off + if outbound { ip::SRC } else { ip::DST };
         let old = be32(d, addr_off);
@@ -54,7 +54,7 @@ impl StaticNat {
             _ => None,
         };
         if l4_csum.is_some_and(|c| c + 2 > info.off + info.total) {
-            return Verdict::Drop(DROP_TOO_SHORT);
+            return Verdict::Drop(Ipv4Error::TooShort);
         }
         let inc = checksum::increment32(old, new);
         put32(d, addr_off, new);
@@ -140,10 +140,6 @@ impl Module for StaticNat {
         process_each(ctx, batch, |d| self.one(d, igate == 0));
     }
 
-    fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
-        no_runtime_config_command(cmd, arg, || self.initial_arg())
-    }
-
     fn desc(&self) -> String {
         format!("{} pairs", self.pairs.len())
     }
@@ -167,21 +163,27 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "EmptyArg",
             help: "returns the StaticNATArg the module was created with",
             mt_safe: true,
+            handler: handler!(Exclusive StaticNat, |m, _, arg| {
+                check_empty(arg)?;
+                Ok(m.initial_arg())
+            }),
         },
         CommandSpec {
             name: "get_runtime_config",
             arg_type: "EmptyArg",
             help: "returns the runtime configuration (empty)",
             mt_safe: true,
+            handler: handler!(Exclusive StaticNat, |_, _, arg| no_runtime_config(arg)),
         },
         CommandSpec {
             name: "set_runtime_config",
             arg_type: "EmptyArg",
             help: "sets the runtime configuration (nothing to set)",
             mt_safe: true,
+            handler: handler!(Exclusive StaticNat, |_, _, arg| no_runtime_config(arg)),
         },
     ],
-    drop_reasons: &["too_short", "not_ipv4", "bad_ip_header"],
+    drop_reasons: Ipv4Error::NAMES,
     mt_safe: true,
     create: |_, arg| {
         let pairs = parse(arg)?;

@@ -1,7 +1,8 @@
 //! Update: writes constant values at packet offsets.
 use super::headers::on_long_enough;
 use bessemer_core::{
-    Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
+    handler, Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result,
+    Value,
 };
 
 /// One field to set: `size` bytes (1..8) of `value`, big-endian, at `offset`.
@@ -18,7 +19,12 @@ pub struct Update {
     min_len: usize,
 }
 
-const DROP_TOO_SHORT: usize = 0;
+bessemer_core::drop_reasons! {
+    /// Why Update drops packets.
+    pub enum UpdateDrop {
+        TooShort = "too_short",
+    }
+}
 /// Most fields one Update holds (BESS's limit).
 pub const MAX_FIELDS: usize = 16;
 
@@ -62,36 +68,43 @@ impl Update {
     }
 }
 
+impl Update {
+    /// The `add` command.
+    fn cmd_add(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        let mut a = Args::new(arg, "UpdateArg")?;
+        let new = parse_fields(a.list("fields")?, "UpdateArg")?;
+        a.finish()?;
+        let mut all = self.fields.clone();
+        all.extend(new);
+        self.set(all)?;
+        Ok(Value::Null)
+    }
+
+    /// The `clear` command.
+    fn cmd_clear(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        Args::new(arg, "UpdateCommandClearArg")?.finish()?;
+        self.set(Vec::new())?;
+        Ok(Value::Null)
+    }
+}
+
 impl Module for Update {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         let fields = &self.fields;
-        on_long_enough(ctx, batch, self.min_len, DROP_TOO_SHORT, |_, batch| {
-            for p in batch.pkts_mut() {
-                let d = p.data_mut();
-                for f in fields {
-                    d[f.offset..f.offset + f.size].copy_from_slice(&f.value[8 - f.size..]);
+        on_long_enough(
+            ctx,
+            batch,
+            self.min_len,
+            UpdateDrop::TooShort,
+            |_, batch| {
+                for p in batch.pkts_mut() {
+                    let d = p.data_mut();
+                    for f in fields {
+                        d[f.offset..f.offset + f.size].copy_from_slice(&f.value[8 - f.size..]);
+                    }
                 }
-            }
-        });
-    }
-
-    fn command(&mut self, _ctx: &mut Context, cmd: &str, arg: &Value) -> Result<Value> {
-        match cmd {
-            "add" => {
-                let mut a = Args::new(arg, "UpdateArg")?;
-                let new = parse_fields(a.list("fields")?, "UpdateArg")?;
-                a.finish()?;
-                let mut all = self.fields.clone();
-                all.extend(new);
-                self.set(all)?;
-            }
-            "clear" => {
-                Args::new(arg, "UpdateCommandClearArg")?.finish()?;
-                self.set(Vec::new())?;
-            }
-            _ => return Err(Error::invalid(format!("unknown command '{cmd}'"))),
-        }
-        Ok(Value::Null)
+            },
+        );
     }
 
     fn desc(&self) -> String {
@@ -116,15 +129,17 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "UpdateArg",
             help: "adds fields",
             mt_safe: false,
+            handler: handler!(Exclusive Update, Update::cmd_add),
         },
         CommandSpec {
             name: "clear",
             arg_type: "UpdateCommandClearArg",
             help: "removes all fields",
             mt_safe: false,
+            handler: handler!(Exclusive Update, Update::cmd_clear),
         },
     ],
-    drop_reasons: &["too_short"],
+    drop_reasons: UpdateDrop::NAMES,
     mt_safe: true,
     create: |_, arg| {
         let mut a = Args::new(arg, "UpdateArg")?;

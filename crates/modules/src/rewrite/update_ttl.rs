@@ -1,11 +1,17 @@
 //! UpdateTTL: decrements the IPv4 TTL, updating the header checksum incrementally.
 use super::headers::{process_each, Verdict};
-use super::ip_swap::ipv4_drop;
 use crate::checksum;
-use crate::headers::{be16, eth_ipv4, ip, put16};
+use crate::headers::{be16, eth_ipv4, ip, put16, Ipv4Error};
 use bessemer_core::{Args, Context, Instance, Module, ModuleClass, PacketBatch};
 
-const DROP_TTL_EXPIRED: usize = 3;
+bessemer_core::drop_reasons! {
+    /// Why UpdateTTL drops: the IPv4 header errors, then an expiring TTL.
+    pub enum UpdateTtlDrop {
+        Ipv4(Ipv4Error),
+        /// TTL 0 or 1 on arrival.
+        TtlExpired = "ttl_expired",
+    }
+}
 
 /// Decrements the TTL of IPv4 packets; packets arriving with TTL 0 or 1 are dropped (as BESS:
 /// they would leave with TTL 0).
@@ -16,11 +22,11 @@ impl Module for UpdateTtl {
         process_each(ctx, batch, |d| {
             let off = match eth_ipv4(d) {
                 Ok(info) => info.off,
-                Err(e) => return Verdict::Drop(ipv4_drop(e)),
+                Err(e) => return Verdict::Drop(e.into()),
             };
             let ttl = d[off + ip::TTL];
             if ttl <= 1 {
-                return Verdict::Drop(DROP_TTL_EXPIRED);
+                return Verdict::Drop(UpdateTtlDrop::TtlExpired);
             }
             // TTL shares a 16-bit checksum word with the protocol byte.
             let old = be16(d, off + ip::TTL);
@@ -43,7 +49,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     igates: 1,
     ogates: 1,
     commands: &[],
-    drop_reasons: &["too_short", "not_ipv4", "bad_ip_header", "ttl_expired"],
+    drop_reasons: UpdateTtlDrop::NAMES,
     mt_safe: true,
     create: |_, arg| {
         Args::new(arg, "EmptyArg")?.finish()?;
