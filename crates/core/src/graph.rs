@@ -725,13 +725,13 @@ impl Pipeline {
         r
     }
 
-    /// The table entry of command `cmd` of module `name`; an unknown command is `EINVAL`,
-    /// naming the class and listing its commands.
+    /// The table entry of command `cmd` of module `name`; an unknown command is `ENOTSUP`
+    /// (as BESS's `RunCommand`), naming the class and listing its commands.
     pub fn command_spec(&self, name: &str, cmd: &str) -> Result<&'static CommandSpec> {
         let n = self.node(self.id_of(name)?);
         n.class.command(cmd).ok_or_else(|| {
             let known: Vec<&str> = n.class.commands.iter().map(|c| c.name).collect();
-            Error::invalid(format!(
+            Error::unsupported(format!(
                 "module '{name}' ({}) has no command '{cmd}' (commands: {})",
                 n.class.name,
                 if known.is_empty() {

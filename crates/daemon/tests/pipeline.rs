@@ -423,7 +423,7 @@ async fn traffic_classes() {
                     parent: "prio".into(),
                     arg: Some(pb::traffic_class::Arg::Priority(3)),
                     wid: -1,
-                ..Default::default()
+                    ..Default::default()
                 }),
             })
             .await
