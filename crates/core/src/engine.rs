@@ -576,17 +576,20 @@ impl Engine {
             .map_err(|e| Error::invalid(e.to_string()))
     }
 
-    /// Creates a module. Its tasks are orphans until attached or until the workers resume
-    /// (BESS's `RegisterTask`); the resume that places the first of them launches worker 0
-    /// when no worker exists. Returns its name.
+    /// Creates a module. It is built (argument parsed, tables allocated) while the workers
+    /// run and inserted with them paused, as BESS does, so a large table does not stall
+    /// traffic. Its tasks are orphans until attached or until the workers resume (BESS's
+    /// `RegisterTask`); the resume that places the first of them launches worker 0 when no
+    /// worker exists. Returns its name.
     pub fn create_module(
         &mut self,
         class: &'static ModuleClass,
         name: Option<&str>,
         arg: &Value,
     ) -> Result<String> {
+        let built = self.graph().build_module(class, name, arg)?;
         self.paused(|e| {
-            let (id, tasks) = e.graph_mut().add_module(class, name, arg)?;
+            let (id, tasks) = e.graph_mut().insert_module(built)?;
             let name = e.graph().name_of(id).to_string();
             for (i, t) in tasks.iter().enumerate() {
                 e.places.insert(

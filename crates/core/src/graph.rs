@@ -105,6 +105,21 @@ pub(crate) enum InstanceCell {
     Shared(Box<dyn SharedModule>),
 }
 
+/// A module instance constructed but not yet in the graph (see [`Pipeline::build_module`]).
+pub struct BuiltModule {
+    class: &'static ModuleClass,
+    name: String,
+    init: InitContext,
+    inst: Instance,
+}
+
+impl BuiltModule {
+    /// The instance name it will have.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
 /// One module instance in the graph.
 pub struct Node {
     pub(crate) name: String,
@@ -246,6 +261,19 @@ impl Pipeline {
         name: Option<&str>,
         arg: &Value,
     ) -> Result<(u32, Vec<TaskId>)> {
+        let built = self.build_module(class, name, arg)?;
+        self.insert_module(built)
+    }
+
+    /// Constructs a module instance (parses its argument, allocates its tables) without
+    /// changing the graph, so it can run while workers run the graph (BESS builds a module
+    /// before it takes the workers' barrier). [`Pipeline::insert_module`] adds it.
+    pub fn build_module(
+        &self,
+        class: &'static ModuleClass,
+        name: Option<&str>,
+        arg: &Value,
+    ) -> Result<BuiltModule> {
         let name = match name {
             Some(n) if !n.is_empty() => {
                 if !valid_name(n) {
@@ -267,6 +295,26 @@ impl Pipeline {
             e.msg = format!("{} '{}': {}", class.name, name, e.msg);
             e
         })?;
+        Ok(BuiltModule {
+            class,
+            name,
+            init,
+            inst,
+        })
+    }
+
+    /// Adds a module made by [`Pipeline::build_module`] (with the workers that run the graph
+    /// paused). Returns its id and the task ids it registered.
+    pub fn insert_module(&mut self, built: BuiltModule) -> Result<(u32, Vec<TaskId>)> {
+        let BuiltModule {
+            class,
+            name,
+            init,
+            inst,
+        } = built;
+        if self.by_name.contains_key(&name) {
+            return Err(Error::exists(format!("module '{name}' already exists")));
+        }
         let inst = match inst {
             Instance::Exclusive(m) => InstanceCell::Exclusive(UnsafeCell::new(m)),
             Instance::Shared(m) => InstanceCell::Shared(m),
