@@ -129,9 +129,9 @@ pub struct Engine {
     ctx: Context,
     workers: Vec<Option<Worker>>,
     places: HashMap<TaskId, TaskPlace>,
-    /// Tasks on no worker yet, in creation order, each with the worker asked for (None: any).
-    /// BESS's orphan list: they are placed when the workers resume.
-    orphans: Vec<(TaskId, Option<usize>)>,
+    /// Tasks on no worker yet, in creation order (BESS's orphan list): they are placed when
+    /// the workers resume.
+    orphans: Vec<TaskId>,
     /// Where the round-robin choice of a worker for "any worker" continues (BESS's
     /// `get_next_active_worker`).
     next_worker: usize,
@@ -311,8 +311,8 @@ impl Engine {
         w
     }
 
-    /// Places every orphan task (BESS's `attach_orphans`): on the worker it asked for if that
-    /// exists, else on the next worker round-robin; worker 0 is launched if none exists.
+    /// Places every orphan task (BESS's `attach_orphans`) on the next worker round-robin;
+    /// worker 0 is launched if none exists.
     pub fn attach_orphans(&mut self) -> Result<()> {
         if self.orphans.is_empty() {
             return Ok(());
@@ -321,14 +321,10 @@ impl Engine {
             self.add_worker(0, self.default_core)?;
         }
         let orphans = std::mem::take(&mut self.orphans);
-        let mut targets = Vec::with_capacity(orphans.len());
-        for (t, want) in &orphans {
-            let w = match want {
-                Some(w) if self.worker(*w).is_ok() => *w,
-                _ => self.next_active_worker(),
-            };
-            targets.push((*t, w));
-        }
+        let targets: Vec<(TaskId, usize)> = orphans
+            .iter()
+            .map(|&t| (t, self.next_active_worker()))
+            .collect();
         let r = self.paused(|e| {
             for &(t, w) in &targets {
                 e.place_task(t, w, None)?;
@@ -339,7 +335,7 @@ impl Engine {
             // Whatever was not placed stays an orphan.
             self.orphans = orphans
                 .into_iter()
-                .filter(|(t, _)| self.places.get(t).is_none_or(|p| p.wid.is_none()))
+                .filter(|t| self.places.get(t).is_none_or(|p| p.wid.is_none()))
                 .collect();
         }
         r
@@ -599,14 +595,14 @@ impl Engine {
                         leaf: leaf_name(&name, i),
                     },
                 );
-                e.orphans.push((*t, None));
+                e.orphans.push(*t);
             }
             Ok(name)
         })
     }
 
     fn unplace_task(&mut self, t: TaskId) {
-        self.orphans.retain(|(o, _)| *o != t);
+        self.orphans.retain(|&o| o != t);
         if let Some(TaskPlace { wid: Some(w), leaf }) = self.places.remove(&t) {
             if let Ok(tree) = self.tree_mut(w) {
                 tree.detach_task(t);
@@ -751,7 +747,7 @@ impl Engine {
         };
         self.paused(|e| {
             e.place_task(t, target, parent)?;
-            e.orphans.retain(|(o, _)| *o != t);
+            e.orphans.retain(|&o| o != t);
             Ok(())
         })
     }
