@@ -192,3 +192,19 @@ proptest! {
         prop_assert_eq!(h.in_use(), 0);
     }
 }
+
+#[test]
+fn copies_the_pool_cannot_hold_are_counted_as_no_buffer_and_nothing_leaks() {
+    let mut h = Harness::new();
+    let all: Vec<i64> = (0..200).collect();
+    h.add(class("Replicate"), "r", &gates(&all)).unwrap();
+    let c0 = h.capture("r", 0);
+    // 32 packets × 199 copies is more than the 4096-buffer pool holds at once.
+    h.inject("r", 0, &vec![udp_frame(); 32]);
+    assert_eq!(c0.take_data().len(), 32, "the originals go out of gate 0");
+    let short = h.drops("r", "no_buffer");
+    assert!(short > 0, "no copy failed");
+    // Every copy that was made went to an unconnected gate (a dead end); none is lost.
+    assert_eq!(h.drops("r", "deadend") + short, 32 * 199);
+    assert_eq!(h.in_use(), 0);
+}
