@@ -1,6 +1,7 @@
 //! Port RPCs: drivers, creating and destroying ports, their configuration, statistics and
 //! link status.
 
+use bessemer_core::mac::{format_mac, parse_mac};
 use bessemer_core::{Error, Result};
 use tonic::Request;
 
@@ -68,7 +69,7 @@ pub(super) async fn list_ports(ctl: &Control) -> RpcResult<pb::ListPortsResponse
                     .map(|p| pb::list_ports_response::Port {
                         name: p.name().to_string(),
                         driver: p.driver().name.to_string(),
-                        mac_addr: mac_string(&p.port().conf().mac_addr),
+                        mac_addr: format_mac(&p.port().conf().mac_addr),
                         num_inc_q: p.num_inc_q() as u64,
                         num_out_q: p.num_out_q() as u64,
                         size_inc_q: 0,
@@ -110,7 +111,7 @@ pub(super) async fn create_port(
             Ok(pb::CreatePortResponse {
                 error: None,
                 name: h.name().to_string(),
-                mac_addr: mac_string(&h.port().conf().mac_addr),
+                mac_addr: format_mac(&h.port().conf().mac_addr),
             })
         })
         .await
@@ -147,7 +148,12 @@ pub(super) async fn set_port_conf(
                 mac_addr: if c.mac_addr.is_empty() {
                     cur.mac_addr
                 } else {
-                    parse_mac(&c.mac_addr)?
+                    parse_mac(&c.mac_addr).ok_or_else(|| {
+                        Error::invalid(format!(
+                            "'{}' is not a MAC address (aa:bb:cc:dd:ee:ff)",
+                            truncate(&c.mac_addr, 64)
+                        ))
+                    })?
                 },
                 mtu: if c.mtu == 0 { cur.mtu } else { c.mtu },
                 admin_up: c.admin_up,
@@ -174,7 +180,7 @@ pub(super) async fn get_port_conf(
             Ok(pb::GetPortConfResponse {
                 error: None,
                 conf: Some(pb::PortConf {
-                    mac_addr: mac_string(&c.mac_addr),
+                    mac_addr: format_mac(&c.mac_addr),
                     mtu: c.mtu,
                     admin_up: c.admin_up,
                 }),
@@ -255,29 +261,4 @@ fn find_driver(name: &str) -> Result<&'static bessemer_core::port::PortDriver> {
             ))
         }
     })
-}
-
-fn mac_string(m: &[u8; 6]) -> String {
-    m.iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
-}
-
-fn parse_mac(s: &str) -> Result<[u8; 6]> {
-    let parts: Vec<&str> = s.split(':').collect();
-    let bad = || {
-        Error::invalid(format!(
-            "'{}' is not a MAC address (aa:bb:cc:dd:ee:ff)",
-            truncate(s, 64)
-        ))
-    };
-    if parts.len() != 6 {
-        return Err(bad());
-    }
-    let mut m = [0u8; 6];
-    for (i, p) in parts.iter().enumerate() {
-        m[i] = u8::from_str_radix(p, 16).map_err(|_| bad())?;
-    }
-    Ok(m)
 }
