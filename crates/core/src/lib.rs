@@ -10,6 +10,7 @@ pub mod error;
 pub mod exec;
 pub mod graph;
 pub mod hook;
+pub mod mac;
 pub mod mem;
 pub mod metadata;
 pub mod module;

@@ -285,3 +285,65 @@ async fn two_thousand_modules() {
     })
     .await;
 }
+
+/// SetPortConf reads MAC addresses as BESS does: six octets of one or two hex digits; other
+/// forms are EINVAL and leave the port as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn port_mac_addresses() {
+    let d = Daemon::start("hostile-mac", &[]);
+    bounded(async {
+        let mut c = d.client().await;
+        let port = format!("mac{}", std::process::id());
+        let r = c
+            .create_port(pb::CreatePortRequest {
+                name: port.clone(),
+                driver: "UnixSocketPort".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        ok(&r.error);
+        let created = r.mac_addr;
+        let set = |mac: &str| pb::SetPortConfRequest {
+            name: port.clone(),
+            conf: Some(pb::PortConf {
+                mac_addr: mac.into(),
+                mtu: 0,
+                admin_up: true,
+            }),
+        };
+        let get = pb::GetPortConfRequest { name: port.clone() };
+        for bad in [
+            "0aa:bb:cc:dd:ee:ff",
+            "+a:bb:cc:dd:ee:ff",
+            "aa:bb:cc:dd:ee",
+            "aa:bb:cc:dd:ee:ff:00",
+            "aa:bb:cc:dd:ee:",
+            " aa:bb:cc:dd:ee:ff",
+            "aa-bb-cc-dd-ee-ff",
+        ] {
+            let r = c.set_port_conf(set(bad)).await.unwrap().into_inner();
+            let e = err(&r.error, "is not a MAC address (aa:bb:cc:dd:ee:ff)");
+            assert_eq!(e.code, libc::EINVAL, "{bad:?}");
+            assert!(e.errmsg.contains(&format!("'{bad}'")), "{}", e.errmsg);
+            let r = c.get_port_conf(get.clone()).await.unwrap().into_inner();
+            assert_eq!(r.conf.unwrap().mac_addr, created, "{bad:?} changed the MAC");
+        }
+        // A well-formed address passes the parser and reaches the driver, which (for this
+        // driver) refuses any configuration change.
+        for good in ["2:0:A:bB:c:dd", "aa:bb:cc:dd:ee:ff"] {
+            let r = c.set_port_conf(set(good)).await.unwrap().into_inner();
+            let e = err(&r.error, "cannot be changed");
+            assert_eq!(e.code, libc::ENOTSUP, "{good:?}: {}", e.errmsg);
+        }
+        let r = c
+            .destroy_port(pb::DestroyPortRequest { name: port })
+            .await
+            .unwrap()
+            .into_inner();
+        ok(&r.error);
+        alive(&mut c).await;
+    })
+    .await;
+}

@@ -266,23 +266,6 @@ pub fn put_ipv4_header(
     put16(h, ip::CSUM, c);
 }
 
-/// Parses a MAC address "aa:bb:cc:dd:ee:ff" (six parts of 1 or 2 hex digits).
-pub fn mac_from_str(s: &str) -> Option<[u8; 6]> {
-    let mut out = [0u8; 6];
-    let mut parts = s.split(':');
-    for b in out.iter_mut() {
-        let p = parts.next()?;
-        if p.is_empty() || p.len() > 2 {
-            return None;
-        }
-        *b = u8::from_str_radix(p, 16).ok()?;
-    }
-    if parts.next().is_some() {
-        return None;
-    }
-    Some(out)
-}
-
 /// Test helpers: hex literals and an independent checksum reference.
 #[cfg(test)]
 pub mod test_util {

@@ -7,7 +7,7 @@ use bessemer_core::{
 };
 
 use super::table::{check_gate, prefetch, TableDrop, DROP_GATE};
-use crate::headers::{mac_from_str, ETH_LEN};
+use crate::headers::ETH_LEN;
 
 const OCC: u64 = 1 << 63;
 const ADDR: u64 = (1 << 48) - 1;
@@ -142,9 +142,9 @@ impl MacTable {
     }
 }
 
-/// Parses "aa:bb:cc:dd:ee:ff" (1-2 hex digits per byte) into the table's address word.
+/// Parses "aa:bb:cc:dd:ee:ff" (1-2 hex digits per byte, as BESS) into the table's address word.
 fn parse_mac(s: &str) -> Option<u64> {
-    let mac = mac_from_str(s)?;
+    let mac = bessemer_core::mac::parse_mac(s)?;
     let mut b = [0u8; 8];
     b[..6].copy_from_slice(&mac);
     Some(u64::from_le_bytes(b))
@@ -152,10 +152,7 @@ fn parse_mac(s: &str) -> Option<u64> {
 
 fn mac_string(addr: u64) -> String {
     let b = addr.to_le_bytes();
-    format!(
-        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-        b[0], b[1], b[2], b[3], b[4], b[5]
-    )
+    bessemer_core::mac::format_mac(&[b[0], b[1], b[2], b[3], b[4], b[5]])
 }
 
 fn mac_arg(v: &Value, what: &str) -> Result<u64> {

@@ -115,11 +115,7 @@ impl Module for ArpResponder {
             Value::List(
                 e.into_iter()
                     .map(|(ip, m)| {
-                        let mac = m
-                            .iter()
-                            .map(|b| format!("{b:02x}"))
-                            .collect::<Vec<_>>()
-                            .join(":");
+                        let mac = bessemer_core::mac::format_mac(m);
                         Value::map()
                             .with("ip", ipv4_string(*ip))
                             .with("mac_addr", mac)
@@ -253,6 +249,11 @@ mod tests {
         assert!(e.msg.contains("ArpResponderArg.mac_addr"), "{}", e.msg);
         let e = h
             .command("a", "add", &entry("10.0.0.3", "02:00:00:00:00:0g"))
+            .unwrap_err();
+        assert!(e.msg.contains("ArpResponderArg.mac_addr"), "{}", e.msg);
+        // Octets are hex digits only: no sign.
+        let e = h
+            .command("a", "add", &entry("10.0.0.3", "+2:00:00:00:00:01"))
             .unwrap_err();
         assert!(e.msg.contains("ArpResponderArg.mac_addr"), "{}", e.msg);
         assert_eq!(

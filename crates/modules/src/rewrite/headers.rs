@@ -65,7 +65,7 @@ pub fn ipv4_string(a: u32) -> String {
 
 /// Parses a MAC address "aa:bb:cc:dd:ee:ff" for argument `field`.
 pub fn parse_mac(s: &str, field: &str) -> bessemer_core::Result<[u8; 6]> {
-    crate::headers::mac_from_str(s)
+    bessemer_core::mac::parse_mac(s)
         .ok_or_else(|| bessemer_core::Error::invalid(format!("{field}: invalid MAC address '{s}'")))
 }
 
