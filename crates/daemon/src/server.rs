@@ -97,20 +97,37 @@ async fn bind(listen: &Listen) -> Result<Listener, String> {
     }
 }
 
-/// Waits for SIGTERM, SIGINT or a KillBess request.
-async fn stop_requested(mut kill: watch::Receiver<bool>) {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    let term = async {
-        match term.as_mut() {
-            Some(s) => {
-                s.recv().await;
-            }
-            None => std::future::pending().await,
+/// SIGTERM and SIGINT handlers, installed before the daemon is reachable (pid file written,
+/// listener bound), so a signal sent as soon as it is stops it cleanly.
+struct StopSignals {
+    term: Option<tokio::signal::unix::Signal>,
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl StopSignals {
+    fn install() -> StopSignals {
+        use tokio::signal::unix::{signal, SignalKind};
+        StopSignals {
+            term: signal(SignalKind::terminate()).ok(),
+            int: signal(SignalKind::interrupt()).ok(),
         }
-    };
+    }
+}
+
+async fn next_signal(s: &mut Option<tokio::signal::unix::Signal>) {
+    match s.as_mut() {
+        Some(s) => {
+            s.recv().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// Waits for SIGTERM, SIGINT or a KillBess request.
+async fn stop_requested(mut sig: StopSignals, mut kill: watch::Receiver<bool>) {
     tokio::select! {
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
-        _ = term => tracing::info!("SIGTERM: shutting down"),
+        _ = next_signal(&mut sig.int) => tracing::info!("SIGINT: shutting down"),
+        _ = next_signal(&mut sig.term) => tracing::info!("SIGTERM: shutting down"),
         _ = kill.wait_for(|k| *k) => {}
     }
 }
@@ -118,7 +135,7 @@ async fn stop_requested(mut kill: watch::Receiver<bool>) {
 /// Runs the daemon until a signal or KillBess; then stops the engine (modules destroyed,
 /// workers joined) and removes the pid file. Errors name what failed.
 pub async fn run(settings: Settings) -> Result<(), String> {
-    let listener = bind(&settings.listen).await?;
+    let signals = StopSignals::install();
     let mut engine = Engine::new(settings.engine.clone())
         .map_err(|e| format!("cannot create the packet pool: {e}"))?;
     engine
@@ -130,10 +147,21 @@ pub async fn run(settings: Settings) -> Result<(), String> {
         "packet pool ready"
     );
     let engine = Arc::new(Mutex::new(engine));
+    // The pid file exists before a client can reach the daemon (a client that got an answer
+    // may signal it by that file).
     if let Some(p) = &settings.pid_file {
         std::fs::write(p, format!("{}\n", std::process::id()))
             .map_err(|e| format!("cannot write pid file {}: {e}", p.display()))?;
     }
+    let listener = match bind(&settings.listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            if let Some(p) = &settings.pid_file {
+                let _ = std::fs::remove_file(p);
+            }
+            return Err(e);
+        }
+    };
     let (kill_tx, kill_rx) = watch::channel(false);
     let svc = BessControlServer::new(Control::new(engine.clone(), kill_tx))
         .max_decoding_message_size(16 << 20);
@@ -158,7 +186,7 @@ pub async fn run(settings: Settings) -> Result<(), String> {
     let mut server = server;
     let served = tokio::select! {
         r = &mut server => Some(r),
-        _ = stop_requested(kill_rx) => None,
+        _ = stop_requested(signals, kill_rx) => None,
     };
     let result = match served {
         Some(r) => match r {
