@@ -3,7 +3,6 @@
 //! at the offsets this module returns, all inside the validated range.
 
 use bessemer_core::Packet;
-use smoltcp::wire::Ipv4Packet;
 
 /// Length of an untagged Ethernet header.
 pub const ETH_LEN: usize = 14;
@@ -26,16 +25,84 @@ pub const PROTO_ICMP: u8 = 1;
 /// IP protocol number of SCTP.
 pub const PROTO_SCTP: u8 = 132;
 
-/// Offsets inside an IPv4 header.
+/// Field offsets inside an Ethernet header.
+pub mod eth {
+    /// Destination MAC address.
+    pub const DST: usize = 0;
+    /// Source MAC address.
+    pub const SRC: usize = 6;
+    /// EtherType (or the TPID of an outer VLAN tag).
+    pub const TYPE: usize = super::ETH_TYPE_OFF;
+}
+
+/// Field offsets inside an IPv4 header.
 pub mod ip {
+    /// Version (high nibble) and IHL (low nibble).
+    pub const VER_IHL: usize = 0;
+    /// Total length.
+    pub const TOTAL_LEN: usize = 2;
+    /// Flags (high 3 bits) and fragment offset.
+    pub const FLAGS_FRAG: usize = 6;
     /// Time to live.
     pub const TTL: usize = 8;
+    /// Protocol.
+    pub const PROTO: usize = 9;
     /// Checksum.
     pub const CSUM: usize = 10;
     /// Source address.
     pub const SRC: usize = 12;
     /// Destination address.
     pub const DST: usize = 16;
+}
+
+/// Field offsets inside a UDP header (the ports are also those of TCP and SCTP).
+pub mod udp {
+    /// Source port.
+    pub const SRC_PORT: usize = 0;
+    /// Destination port.
+    pub const DST_PORT: usize = 2;
+    /// Length (header + payload).
+    pub const LEN: usize = 4;
+    /// Checksum.
+    pub const CSUM: usize = 6;
+    /// Header length.
+    pub const HEADER_LEN: usize = 8;
+}
+
+/// Field offsets inside a TCP header.
+pub mod tcp {
+    /// Checksum.
+    pub const CSUM: usize = 16;
+    /// Header length without options.
+    pub const HEADER_LEN: usize = 20;
+}
+
+/// Field offsets inside an ARP packet for Ethernet and IPv4.
+pub mod arp {
+    /// Hardware type.
+    pub const HTYPE: usize = 0;
+    /// Protocol type.
+    pub const PTYPE: usize = 2;
+    /// Hardware address length.
+    pub const HLEN: usize = 4;
+    /// Protocol address length.
+    pub const PLEN: usize = 5;
+    /// Operation.
+    pub const OPER: usize = 6;
+    /// Sender hardware address.
+    pub const SHA: usize = 8;
+    /// Sender protocol address.
+    pub const SPA: usize = 14;
+    /// Target hardware address.
+    pub const THA: usize = 18;
+    /// Target protocol address.
+    pub const TPA: usize = 24;
+    /// Length of an Ethernet/IPv4 ARP packet.
+    pub const LEN: usize = 28;
+    /// Operation code of a request.
+    pub const OPER_REQUEST: u16 = 1;
+    /// Operation code of a reply.
+    pub const OPER_REPLY: u16 = 2;
 }
 
 bessemer_core::drop_reasons! {
@@ -98,30 +165,16 @@ pub fn ethertype(d: &[u8]) -> Option<u16> {
         .map(|t| u16::from_be_bytes([t[0], t[1]]))
 }
 
-/// Validates the IPv4 header at `off` (the version, IHL, total length within the frame).
+/// Validates the IPv4 header at `off` (see [`Ipv4View::new_checked`]).
 #[inline]
 pub fn ipv4_at(d: &[u8], off: usize) -> Result<Ipv4Info, Ipv4Error> {
-    let Some(buf) = d.get(off..) else {
-        return Err(Ipv4Error::TooShort);
-    };
-    if buf.len() < 20 {
-        return Err(Ipv4Error::TooShort);
-    }
-    let ihl = (buf[0] & 0x0f) as usize * 4;
-    if buf[0] >> 4 != 4 || ihl < 20 {
-        return Err(Ipv4Error::BadHeader);
-    }
-    let total = u16::from_be_bytes([buf[2], buf[3]]) as usize;
-    if total < ihl {
-        return Err(Ipv4Error::BadHeader);
-    }
-    let p = Ipv4Packet::new_checked(buf).map_err(|_| Ipv4Error::TooShort)?;
+    let p = Ipv4View::new_checked(d.get(off..).ok_or(Ipv4Error::TooShort)?)?;
     Ok(Ipv4Info {
         off,
-        hlen: p.header_len() as usize,
-        total: p.total_len() as usize,
-        proto: p.next_header().into(),
-        frag_offset: p.frag_offset() / 8,
+        hlen: p.header_len(),
+        total: p.total_len(),
+        proto: p.protocol(),
+        frag_offset: p.frag_offset(),
         more_frags: p.more_frags(),
     })
 }
@@ -133,6 +186,602 @@ pub fn eth_ipv4(d: &[u8]) -> Result<Ipv4Info, Ipv4Error> {
         None => Err(Ipv4Error::TooShort),
         Some(ETHERTYPE_IPV4) => ipv4_at(d, ETH_LEN),
         Some(_) => Err(Ipv4Error::NotIpv4),
+    }
+}
+
+/// A buffer shorter than the header a view reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Truncated;
+
+impl From<Truncated> for Ipv4Error {
+    fn from(_: Truncated) -> Ipv4Error {
+        Ipv4Error::TooShort
+    }
+}
+
+#[inline(always)]
+fn rd16(b: &[u8], off: usize) -> u16 {
+    u16::from_be_bytes([b[off], b[off + 1]])
+}
+
+#[inline(always)]
+fn rd32(b: &[u8], off: usize) -> u32 {
+    u32::from_be_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
+}
+
+#[inline(always)]
+fn wr16(b: &mut [u8], off: usize, v: u16) {
+    b[off..off + 2].copy_from_slice(&v.to_be_bytes());
+}
+
+#[inline(always)]
+fn wr32(b: &mut [u8], off: usize, v: u32) {
+    b[off..off + 4].copy_from_slice(&v.to_be_bytes());
+}
+
+#[inline(always)]
+fn rd_arr<const N: usize>(b: &[u8], off: usize) -> [u8; N] {
+    let mut a = [0u8; N];
+    a.copy_from_slice(&b[off..off + N]);
+    a
+}
+
+/// An Ethernet frame (untagged header: MAC addresses and EtherType) whose length was checked
+/// once, by [`EthernetView::new_checked`]; its accessors cannot read out of bounds.
+#[derive(Clone, Copy, Debug)]
+pub struct EthernetView<T> {
+    buf: T,
+}
+
+impl<T: AsRef<[u8]>> EthernetView<T> {
+    /// A view of `buf`, or `Truncated` if it is shorter than an Ethernet header.
+    #[inline]
+    pub fn new_checked(buf: T) -> Result<Self, Truncated> {
+        if buf.as_ref().len() < ETH_LEN {
+            return Err(Truncated);
+        }
+        Ok(EthernetView { buf })
+    }
+    /// The whole frame.
+    #[inline]
+    pub fn into_inner(self) -> T {
+        self.buf
+    }
+    /// Destination MAC address.
+    #[inline]
+    pub fn dst(&self) -> [u8; 6] {
+        rd_arr(self.buf.as_ref(), eth::DST)
+    }
+    /// Source MAC address.
+    #[inline]
+    pub fn src(&self) -> [u8; 6] {
+        rd_arr(self.buf.as_ref(), eth::SRC)
+    }
+    /// EtherType (or the TPID of an outer VLAN tag).
+    #[inline]
+    pub fn ethertype(&self) -> u16 {
+        rd16(self.buf.as_ref(), eth::TYPE)
+    }
+    /// What follows the Ethernet header.
+    #[inline]
+    pub fn payload(&self) -> &[u8] {
+        &self.buf.as_ref()[ETH_LEN..]
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> EthernetView<T> {
+    /// Sets the destination MAC address.
+    #[inline]
+    pub fn set_dst(&mut self, a: [u8; 6]) {
+        self.buf.as_mut()[eth::DST..eth::DST + 6].copy_from_slice(&a);
+    }
+    /// Sets the source MAC address.
+    #[inline]
+    pub fn set_src(&mut self, a: [u8; 6]) {
+        self.buf.as_mut()[eth::SRC..eth::SRC + 6].copy_from_slice(&a);
+    }
+    /// Sets the EtherType.
+    #[inline]
+    pub fn set_ethertype(&mut self, t: u16) {
+        wr16(self.buf.as_mut(), eth::TYPE, t);
+    }
+    /// Swaps the source and destination MAC addresses.
+    #[inline]
+    pub fn swap_addrs(&mut self) {
+        let (dst, rest) = self.buf.as_mut().split_at_mut(eth::SRC);
+        dst.swap_with_slice(&mut rest[..6]);
+    }
+    /// What follows the Ethernet header, writable.
+    #[inline]
+    pub fn payload_mut(&mut self) -> &mut [u8] {
+        &mut self.buf.as_mut()[ETH_LEN..]
+    }
+}
+
+/// An IPv4 packet (from its header to the end of the frame, padding included) whose header
+/// was validated once by [`Ipv4View::new_checked`]: version 4, IHL ≥ 5, total length ≥ the
+/// header length, header and total length within the buffer. Its accessors cannot read out
+/// of bounds.
+#[derive(Clone, Copy, Debug)]
+pub struct Ipv4View<T> {
+    buf: T,
+}
+
+impl<T: AsRef<[u8]>> Ipv4View<T> {
+    /// Validates the IPv4 header at the start of `buf` (see [`Ipv4View`]).
+    #[inline]
+    pub fn new_checked(buf: T) -> Result<Self, Ipv4Error> {
+        let b = buf.as_ref();
+        if b.len() < IPV4_MIN_LEN {
+            return Err(Ipv4Error::TooShort);
+        }
+        let ihl = (b[ip::VER_IHL] & 0x0f) as usize * 4;
+        if b[ip::VER_IHL] >> 4 != 4 || ihl < IPV4_MIN_LEN {
+            return Err(Ipv4Error::BadHeader);
+        }
+        let total = rd16(b, ip::TOTAL_LEN) as usize;
+        if total < ihl {
+            return Err(Ipv4Error::BadHeader);
+        }
+        if b.len() < ihl || b.len() < total {
+            return Err(Ipv4Error::TooShort);
+        }
+        Ok(Ipv4View { buf })
+    }
+    /// The buffer the view was made from.
+    #[inline]
+    pub fn into_inner(self) -> T {
+        self.buf
+    }
+    /// Header length in bytes (IHL × 4, options included).
+    #[inline]
+    pub fn header_len(&self) -> usize {
+        (self.buf.as_ref()[ip::VER_IHL] & 0x0f) as usize * 4
+    }
+    /// Total length from the header (header + payload, frame padding excluded).
+    #[inline]
+    pub fn total_len(&self) -> usize {
+        rd16(self.buf.as_ref(), ip::TOTAL_LEN) as usize
+    }
+    /// Length of the payload (the L4 segment).
+    #[inline]
+    pub fn payload_len(&self) -> usize {
+        self.total_len() - self.header_len()
+    }
+    /// Protocol field.
+    #[inline]
+    pub fn protocol(&self) -> u8 {
+        self.buf.as_ref()[ip::PROTO]
+    }
+    /// Time to live.
+    #[inline]
+    pub fn ttl(&self) -> u8 {
+        self.buf.as_ref()[ip::TTL]
+    }
+    /// Header checksum field.
+    #[inline]
+    pub fn checksum(&self) -> u16 {
+        rd16(self.buf.as_ref(), ip::CSUM)
+    }
+    /// Source address.
+    #[inline]
+    pub fn src(&self) -> u32 {
+        rd32(self.buf.as_ref(), ip::SRC)
+    }
+    /// Destination address.
+    #[inline]
+    pub fn dst(&self) -> u32 {
+        rd32(self.buf.as_ref(), ip::DST)
+    }
+    /// Source address as bytes.
+    #[inline]
+    pub fn src_bytes(&self) -> [u8; 4] {
+        rd_arr(self.buf.as_ref(), ip::SRC)
+    }
+    /// Destination address as bytes.
+    #[inline]
+    pub fn dst_bytes(&self) -> [u8; 4] {
+        rd_arr(self.buf.as_ref(), ip::DST)
+    }
+    /// Fragment offset (in 8-byte units).
+    #[inline]
+    pub fn frag_offset(&self) -> u16 {
+        rd16(self.buf.as_ref(), ip::FLAGS_FRAG) & 0x1fff
+    }
+    /// More-fragments flag.
+    #[inline]
+    pub fn more_frags(&self) -> bool {
+        rd16(self.buf.as_ref(), ip::FLAGS_FRAG) & 0x2000 != 0
+    }
+    /// True for any fragment (first, middle or last).
+    #[inline]
+    pub fn is_fragment(&self) -> bool {
+        self.more_frags() || self.frag_offset() != 0
+    }
+    /// True if the L4 header is present (unfragmented packet or first fragment).
+    #[inline]
+    pub fn has_l4_header(&self) -> bool {
+        self.frag_offset() == 0
+    }
+    /// The header, options included.
+    #[inline]
+    pub fn header(&self) -> &[u8] {
+        &self.buf.as_ref()[..self.header_len()]
+    }
+    /// True if the header checksum verifies.
+    #[inline]
+    pub fn verify_checksum(&self) -> bool {
+        crate::checksum::verify_ipv4_header(self.header())
+    }
+    /// The payload as the total length says (frame padding excluded).
+    #[inline]
+    pub fn payload(&self) -> &[u8] {
+        &self.buf.as_ref()[self.header_len()..self.total_len()]
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4View<T> {
+    /// Sets the time to live (the checksum is left as is).
+    #[inline]
+    pub fn set_ttl(&mut self, ttl: u8) {
+        self.buf.as_mut()[ip::TTL] = ttl;
+    }
+    /// Sets the header checksum field.
+    #[inline]
+    pub fn set_checksum(&mut self, c: u16) {
+        wr16(self.buf.as_mut(), ip::CSUM, c);
+    }
+    /// Sets the source address (the checksums are left as they are).
+    #[inline]
+    pub fn set_src(&mut self, a: u32) {
+        wr32(self.buf.as_mut(), ip::SRC, a);
+    }
+    /// Sets the destination address (the checksums are left as they are).
+    #[inline]
+    pub fn set_dst(&mut self, a: u32) {
+        wr32(self.buf.as_mut(), ip::DST, a);
+    }
+    /// Swaps the source and destination addresses (the checksums stay valid).
+    #[inline]
+    pub fn swap_addrs(&mut self) {
+        let (src, dst) = self.buf.as_mut()[ip::SRC..ip::DST + 4].split_at_mut(4);
+        src.swap_with_slice(dst);
+    }
+    /// Decrements the TTL by one, updating the header checksum incrementally (RFC 1624); the
+    /// caller has checked that the TTL is above 0.
+    #[inline]
+    pub fn decrement_ttl(&mut self) {
+        // TTL shares a 16-bit checksum word with the protocol byte.
+        let old = rd16(self.buf.as_ref(), ip::TTL);
+        let new = old - 0x100;
+        self.set_ttl(self.ttl() - 1);
+        let hc = crate::checksum::update16(self.checksum(), old, new);
+        self.set_checksum(hc);
+    }
+    /// Adds a checksum `increment` (see [`crate::checksum::increment32`]) to the header
+    /// checksum.
+    #[inline]
+    pub fn apply_checksum_increment(&mut self, increment: u64) {
+        crate::checksum::apply_at(self.buf.as_mut(), ip::CSUM, increment);
+    }
+    /// Computes the header checksum and writes it.
+    #[inline]
+    pub fn fill_checksum(&mut self) {
+        let c = crate::checksum::ipv4_header(self.header());
+        self.set_checksum(c);
+    }
+    /// The payload as the total length says, writable.
+    #[inline]
+    pub fn payload_mut(&mut self) -> &mut [u8] {
+        let (h, t) = (self.header_len(), self.total_len());
+        &mut self.buf.as_mut()[h..t]
+    }
+}
+
+/// The ports shared by TCP, UDP and SCTP headers (their first 4 bytes), length checked once
+/// by [`PortsView::new_checked`].
+#[derive(Clone, Copy, Debug)]
+pub struct PortsView<T> {
+    buf: T,
+}
+
+impl<T: AsRef<[u8]>> PortsView<T> {
+    /// A view of the ports at the start of `buf`, or `Truncated` if it is shorter than 4 bytes.
+    #[inline]
+    pub fn new_checked(buf: T) -> Result<Self, Truncated> {
+        if buf.as_ref().len() < 4 {
+            return Err(Truncated);
+        }
+        Ok(PortsView { buf })
+    }
+    /// Source port.
+    #[inline]
+    pub fn src_port(&self) -> u16 {
+        rd16(self.buf.as_ref(), udp::SRC_PORT)
+    }
+    /// Destination port.
+    #[inline]
+    pub fn dst_port(&self) -> u16 {
+        rd16(self.buf.as_ref(), udp::DST_PORT)
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> PortsView<T> {
+    /// Sets the source port (the checksum is left as is).
+    #[inline]
+    pub fn set_src_port(&mut self, p: u16) {
+        wr16(self.buf.as_mut(), udp::SRC_PORT, p);
+    }
+    /// Sets the destination port (the checksum is left as is).
+    #[inline]
+    pub fn set_dst_port(&mut self, p: u16) {
+        wr16(self.buf.as_mut(), udp::DST_PORT, p);
+    }
+    /// Swaps the source and destination ports (the checksum stays valid).
+    #[inline]
+    pub fn swap_ports(&mut self) {
+        let (sp, dp) = self.buf.as_mut()[..4].split_at_mut(2);
+        sp.swap_with_slice(dp);
+    }
+}
+
+/// A UDP datagram whose header length (8 bytes) was checked once by [`UdpView::new_checked`].
+#[derive(Clone, Copy, Debug)]
+pub struct UdpView<T> {
+    buf: T,
+}
+
+impl<T: AsRef<[u8]>> UdpView<T> {
+    /// A view of the UDP header at the start of `buf`, or `Truncated` if it is shorter than 8
+    /// bytes.
+    #[inline]
+    pub fn new_checked(buf: T) -> Result<Self, Truncated> {
+        if buf.as_ref().len() < udp::HEADER_LEN {
+            return Err(Truncated);
+        }
+        Ok(UdpView { buf })
+    }
+    /// The buffer the view was made from.
+    #[inline]
+    pub fn into_inner(self) -> T {
+        self.buf
+    }
+    /// Source port.
+    #[inline]
+    pub fn src_port(&self) -> u16 {
+        rd16(self.buf.as_ref(), udp::SRC_PORT)
+    }
+    /// Destination port.
+    #[inline]
+    pub fn dst_port(&self) -> u16 {
+        rd16(self.buf.as_ref(), udp::DST_PORT)
+    }
+    /// Length field (header + payload).
+    #[inline]
+    pub fn length(&self) -> u16 {
+        rd16(self.buf.as_ref(), udp::LEN)
+    }
+    /// Checksum field.
+    #[inline]
+    pub fn checksum(&self) -> u16 {
+        rd16(self.buf.as_ref(), udp::CSUM)
+    }
+    /// What follows the header, to the end of the buffer.
+    #[inline]
+    pub fn payload(&self) -> &[u8] {
+        &self.buf.as_ref()[udp::HEADER_LEN..]
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> UdpView<T> {
+    /// Sets the source port.
+    #[inline]
+    pub fn set_src_port(&mut self, p: u16) {
+        wr16(self.buf.as_mut(), udp::SRC_PORT, p);
+    }
+    /// Sets the destination port.
+    #[inline]
+    pub fn set_dst_port(&mut self, p: u16) {
+        wr16(self.buf.as_mut(), udp::DST_PORT, p);
+    }
+    /// Sets the length field.
+    #[inline]
+    pub fn set_length(&mut self, l: u16) {
+        wr16(self.buf.as_mut(), udp::LEN, l);
+    }
+    /// Sets the checksum field.
+    #[inline]
+    pub fn set_checksum(&mut self, c: u16) {
+        wr16(self.buf.as_mut(), udp::CSUM, c);
+    }
+    /// Computes the checksum over the datagram as its length field says, with the pseudo
+    /// header sum `pseudo` (addresses and protocol, see [`crate::checksum::pseudo_v4`]), and
+    /// writes it (0 sent as 0xffff); false (nothing written) if the length field is below 8
+    /// or past the buffer.
+    #[inline]
+    pub fn fill_checksum(&mut self, pseudo: u64) -> bool {
+        let len = self.length() as usize;
+        if len < udp::HEADER_LEN || len > self.buf.as_ref().len() {
+            return false;
+        }
+        let pseudo = pseudo + len as u64;
+        let seg = &mut self.buf.as_mut()[..len];
+        let c = crate::checksum::udp_wire(crate::checksum::l4(pseudo, seg, udp::CSUM));
+        wr16(seg, udp::CSUM, c);
+        true
+    }
+}
+
+/// A TCP segment whose header length (20 bytes without options) was checked once by
+/// [`TcpView::new_checked`].
+#[derive(Clone, Copy, Debug)]
+pub struct TcpView<T> {
+    buf: T,
+}
+
+impl<T: AsRef<[u8]>> TcpView<T> {
+    /// A view of the TCP segment filling `buf`, or `Truncated` if it is shorter than 20 bytes.
+    #[inline]
+    pub fn new_checked(buf: T) -> Result<Self, Truncated> {
+        if buf.as_ref().len() < tcp::HEADER_LEN {
+            return Err(Truncated);
+        }
+        Ok(TcpView { buf })
+    }
+    /// The buffer the view was made from.
+    #[inline]
+    pub fn into_inner(self) -> T {
+        self.buf
+    }
+    /// Source port.
+    #[inline]
+    pub fn src_port(&self) -> u16 {
+        rd16(self.buf.as_ref(), udp::SRC_PORT)
+    }
+    /// Destination port.
+    #[inline]
+    pub fn dst_port(&self) -> u16 {
+        rd16(self.buf.as_ref(), udp::DST_PORT)
+    }
+    /// Checksum field.
+    #[inline]
+    pub fn checksum(&self) -> u16 {
+        rd16(self.buf.as_ref(), tcp::CSUM)
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> TcpView<T> {
+    /// Sets the source port.
+    #[inline]
+    pub fn set_src_port(&mut self, p: u16) {
+        wr16(self.buf.as_mut(), udp::SRC_PORT, p);
+    }
+    /// Sets the destination port.
+    #[inline]
+    pub fn set_dst_port(&mut self, p: u16) {
+        wr16(self.buf.as_mut(), udp::DST_PORT, p);
+    }
+    /// Sets the checksum field.
+    #[inline]
+    pub fn set_checksum(&mut self, c: u16) {
+        wr16(self.buf.as_mut(), tcp::CSUM, c);
+    }
+    /// Computes the checksum over the whole buffer (the segment) with the pseudo header sum
+    /// `pseudo` (addresses and protocol, see [`crate::checksum::pseudo_v4`]) and writes it.
+    #[inline]
+    pub fn fill_checksum(&mut self, pseudo: u64) {
+        let len = self.buf.as_ref().len();
+        let pseudo = pseudo + (len >> 16) as u64 + (len & 0xffff) as u64;
+        let c = crate::checksum::l4(pseudo, self.buf.as_ref(), tcp::CSUM);
+        self.set_checksum(c);
+    }
+}
+
+/// Why a buffer is not an Ethernet/IPv4 ARP packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArpError {
+    /// Shorter than the ARP header, or than the addresses its lengths announce.
+    Truncated,
+    /// Not Ethernet hardware addresses with IPv4 protocol addresses.
+    Unsupported,
+}
+
+/// An Ethernet/IPv4 ARP packet checked once by [`ArpView::new_checked`].
+#[derive(Clone, Copy, Debug)]
+pub struct ArpView<T> {
+    buf: T,
+}
+
+impl<T: AsRef<[u8]>> ArpView<T> {
+    /// Checks that `buf` holds the fixed ARP header and the addresses its lengths announce
+    /// (else `Truncated`), then that those are Ethernet and IPv4 addresses (else
+    /// `Unsupported`).
+    #[inline]
+    pub fn new_checked(buf: T) -> Result<Self, ArpError> {
+        let b = buf.as_ref();
+        if b.len() < arp::SHA {
+            return Err(ArpError::Truncated);
+        }
+        let (hl, pl) = (b[arp::HLEN] as usize, b[arp::PLEN] as usize);
+        if b.len() < arp::SHA + 2 * (hl + pl) {
+            return Err(ArpError::Truncated);
+        }
+        if rd16(b, arp::HTYPE) != 1 || rd16(b, arp::PTYPE) != ETHERTYPE_IPV4 || hl != 6 || pl != 4 {
+            return Err(ArpError::Unsupported);
+        }
+        Ok(ArpView { buf })
+    }
+    /// Operation (1 request, 2 reply).
+    #[inline]
+    pub fn operation(&self) -> u16 {
+        rd16(self.buf.as_ref(), arp::OPER)
+    }
+    /// Sender hardware address.
+    #[inline]
+    pub fn sha(&self) -> [u8; 6] {
+        rd_arr(self.buf.as_ref(), arp::SHA)
+    }
+    /// Sender protocol address.
+    #[inline]
+    pub fn spa(&self) -> [u8; 4] {
+        rd_arr(self.buf.as_ref(), arp::SPA)
+    }
+    /// Target hardware address.
+    #[inline]
+    pub fn tha(&self) -> [u8; 6] {
+        rd_arr(self.buf.as_ref(), arp::THA)
+    }
+    /// Target protocol address.
+    #[inline]
+    pub fn tpa(&self) -> [u8; 4] {
+        rd_arr(self.buf.as_ref(), arp::TPA)
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> ArpView<T> {
+    /// Sets the operation.
+    #[inline]
+    pub fn set_operation(&mut self, op: u16) {
+        wr16(self.buf.as_mut(), arp::OPER, op);
+    }
+    /// Sets the sender hardware address.
+    #[inline]
+    pub fn set_sha(&mut self, a: [u8; 6]) {
+        self.buf.as_mut()[arp::SHA..arp::SHA + 6].copy_from_slice(&a);
+    }
+    /// Sets the sender protocol address.
+    #[inline]
+    pub fn set_spa(&mut self, a: [u8; 4]) {
+        self.buf.as_mut()[arp::SPA..arp::SPA + 4].copy_from_slice(&a);
+    }
+    /// Sets the target hardware address.
+    #[inline]
+    pub fn set_tha(&mut self, a: [u8; 6]) {
+        self.buf.as_mut()[arp::THA..arp::THA + 6].copy_from_slice(&a);
+    }
+    /// Sets the target protocol address.
+    #[inline]
+    pub fn set_tpa(&mut self, a: [u8; 4]) {
+        self.buf.as_mut()[arp::TPA..arp::TPA + 4].copy_from_slice(&a);
+    }
+}
+
+/// The IPv4 packet of an untagged Ethernet frame: `NotIpv4` for another EtherType,
+/// `TooShort` for a frame shorter than an Ethernet header, else as [`Ipv4View::new_checked`].
+#[inline]
+pub fn ipv4_in_frame(d: &[u8]) -> Result<Ipv4View<&[u8]>, Ipv4Error> {
+    match EthernetView::new_checked(d)?.ethertype() {
+        ETHERTYPE_IPV4 => Ipv4View::new_checked(&d[ETH_LEN..]),
+        _ => Err(Ipv4Error::NotIpv4),
+    }
+}
+
+/// [`ipv4_in_frame`], writable.
+#[inline]
+pub fn ipv4_in_frame_mut(d: &mut [u8]) -> Result<Ipv4View<&mut [u8]>, Ipv4Error> {
+    match EthernetView::new_checked(&*d)?.ethertype() {
+        ETHERTYPE_IPV4 => Ipv4View::new_checked(&mut d[ETH_LEN..]),
+        _ => Err(Ipv4Error::NotIpv4),
     }
 }
 
@@ -319,5 +968,232 @@ pub mod test_util {
             IpProtocol::Icmp => Icmpv4Packet::new_checked(pl).unwrap().verify_checksum(),
             _ => true,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_util::{checksums_ok, hex};
+    use super::*;
+
+    // A UDP/IPv4 frame (10.0.0.1:1234 → 192.168.1.9:53, TTL 64, payload "abc") with valid
+    // checksums.
+    const UDP: &str = "02000000 00020200 00000001 08004500 001f0001 40004011 6f1b0a00 0001c0a8 010904d2 0035000b 6abc6162 63";
+    // A TCP/IPv4 SYN behind a 4-byte IP option, with valid checksums.
+    const TCP: &str = "02000000 00020200 00000001 08004600 002c0001 40004006 6c180a00 0001c0a8 01090101 01009c40 01bb0000 00010000 00005002 04004234 0000";
+    // An ARP request: who has 10.0.0.2, tell 10.0.0.1 (02:00:00:00:00:01).
+    const ARP: &str = "ffffffffffff 020000000001 0806 0001 0800 06 04 0001 020000000001 0a000001 000000000000 0a000002";
+
+    #[test]
+    fn truncated_buffers_are_refused_at_every_length() {
+        let udp = hex(UDP);
+        let tcp = hex(TCP);
+        let arp = hex(ARP);
+        for n in 0..ETH_LEN {
+            assert_eq!(EthernetView::new_checked(&udp[..n]).err(), Some(Truncated));
+            assert_eq!(ipv4_in_frame(&udp[..n]).err(), Some(Ipv4Error::TooShort));
+        }
+        for n in 0..udp.len() - ETH_LEN {
+            // Below the header, or below the total length.
+            assert_eq!(
+                Ipv4View::new_checked(&udp[ETH_LEN..ETH_LEN + n]).err(),
+                Some(Ipv4Error::TooShort),
+                "{n}"
+            );
+        }
+        let opt = &tcp[ETH_LEN..];
+        for n in IPV4_MIN_LEN..24 {
+            // The 4-byte option is cut.
+            assert_eq!(
+                Ipv4View::new_checked(&opt[..n]).err(),
+                Some(Ipv4Error::TooShort)
+            );
+        }
+        let seg = &udp[ETH_LEN + IPV4_MIN_LEN..];
+        for n in 0..4 {
+            assert!(PortsView::new_checked(&seg[..n]).is_err());
+        }
+        for n in 0..udp::HEADER_LEN {
+            assert!(UdpView::new_checked(&seg[..n]).is_err());
+        }
+        let seg = &tcp[ETH_LEN + 24..];
+        for n in 0..tcp::HEADER_LEN {
+            assert!(TcpView::new_checked(&seg[..n]).is_err());
+        }
+        let a = &arp[ETH_LEN..];
+        for n in 0..arp::LEN {
+            assert_eq!(
+                ArpView::new_checked(&a[..n]).err(),
+                Some(ArpError::Truncated)
+            );
+        }
+        assert!(EthernetView::new_checked(&udp[..ETH_LEN]).is_ok());
+        assert!(Ipv4View::new_checked(&udp[ETH_LEN..]).is_ok());
+        assert!(UdpView::new_checked(&udp[ETH_LEN + 20..ETH_LEN + 28]).is_ok());
+        assert!(TcpView::new_checked(&tcp[ETH_LEN + 24..ETH_LEN + 44]).is_ok());
+        assert!(ArpView::new_checked(&a[..arp::LEN]).is_ok());
+    }
+
+    #[test]
+    fn bad_headers_are_refused_by_reason() {
+        let udp = hex(UDP);
+        let mut v = udp.clone();
+        v[12] = 0x86;
+        assert_eq!(ipv4_in_frame(&v).err(), Some(Ipv4Error::NotIpv4));
+        for (i, b, want) in [
+            (14, 0x65, Ipv4Error::BadHeader), // version 6
+            (14, 0x44, Ipv4Error::BadHeader), // IHL 4
+            (17, 0x13, Ipv4Error::BadHeader), // total length 19 < 20
+            (17, 0x20, Ipv4Error::TooShort),  // total length past the frame
+            (14, 0x4f, Ipv4Error::BadHeader), // IHL 15: header longer than the total length
+        ] {
+            let mut v = udp.clone();
+            v[i] = b;
+            assert_eq!(ipv4_in_frame(&v).err(), Some(want), "byte {i} = {b:#x}");
+        }
+        let mut a = hex(ARP);
+        a[ETH_LEN + 1] = 6; // hardware type 6
+        assert_eq!(
+            ArpView::new_checked(&a[ETH_LEN..]).err(),
+            Some(ArpError::Unsupported)
+        );
+        let mut a = hex(ARP);
+        a[ETH_LEN + 4] = 0; // no hardware addresses: long enough, but not Ethernet
+        assert_eq!(
+            ArpView::new_checked(&a[ETH_LEN..]).err(),
+            Some(ArpError::Unsupported)
+        );
+    }
+
+    #[test]
+    fn getters_read_the_fields_of_literal_packets() {
+        let udp = hex(UDP);
+        let e = EthernetView::new_checked(&udp[..]).unwrap();
+        assert_eq!(e.dst(), [2, 0, 0, 0, 0, 2]);
+        assert_eq!(e.src(), [2, 0, 0, 0, 0, 1]);
+        assert_eq!(e.ethertype(), ETHERTYPE_IPV4);
+        let ip = ipv4_in_frame(&udp).unwrap();
+        assert_eq!(ip.header_len(), 20);
+        assert_eq!(ip.total_len(), 31);
+        assert_eq!(ip.protocol(), crate::checksum::PROTO_UDP);
+        assert_eq!(ip.ttl(), 64);
+        assert_eq!(ip.src(), 0x0a00_0001);
+        assert_eq!(ip.dst_bytes(), [192, 168, 1, 9]);
+        assert_eq!(ip.checksum(), 0x6f1b);
+        assert!(ip.verify_checksum());
+        assert!(!ip.is_fragment() && ip.has_l4_header());
+        let u = UdpView::new_checked(ip.payload()).unwrap();
+        assert_eq!((u.src_port(), u.dst_port(), u.length()), (1234, 53, 11));
+        assert_eq!(u.checksum(), 0x6abc);
+        assert_eq!(u.payload(), b"abc");
+
+        let tcp = hex(TCP);
+        let ip = ipv4_in_frame(&tcp).unwrap();
+        assert_eq!(ip.header_len(), 24);
+        assert_eq!(ip.payload_len(), 20);
+        let t = TcpView::new_checked(ip.payload()).unwrap();
+        assert_eq!((t.src_port(), t.dst_port()), (40000, 443));
+        assert_eq!(t.checksum(), 0x4234);
+
+        let a = hex(ARP);
+        let p = ArpView::new_checked(&a[ETH_LEN..]).unwrap();
+        assert_eq!(p.operation(), arp::OPER_REQUEST);
+        assert_eq!(p.sha(), [2, 0, 0, 0, 0, 1]);
+        assert_eq!(p.spa(), [10, 0, 0, 1]);
+        assert_eq!(p.tha(), [0; 6]);
+        assert_eq!(p.tpa(), [10, 0, 0, 2]);
+    }
+
+    #[test]
+    fn setters_round_trip() {
+        let mut f = hex(UDP);
+        let mut e = EthernetView::new_checked(&mut f[..]).unwrap();
+        e.set_dst([1, 2, 3, 4, 5, 6]);
+        e.set_src([7, 8, 9, 10, 11, 12]);
+        e.swap_addrs();
+        assert_eq!(e.dst(), [7, 8, 9, 10, 11, 12]);
+        assert_eq!(e.src(), [1, 2, 3, 4, 5, 6]);
+        e.set_ethertype(ETHERTYPE_ARP);
+        assert_eq!(e.ethertype(), ETHERTYPE_ARP);
+
+        let mut f = hex(UDP);
+        let mut ip = ipv4_in_frame_mut(&mut f).unwrap();
+        ip.set_ttl(7);
+        ip.set_src(0x0102_0304);
+        ip.set_dst(0x0506_0708);
+        ip.set_checksum(0xbeef);
+        assert_eq!(
+            (ip.ttl(), ip.src(), ip.dst()),
+            (7, 0x0102_0304, 0x0506_0708)
+        );
+        assert_eq!(ip.checksum(), 0xbeef);
+        ip.swap_addrs();
+        assert_eq!((ip.src(), ip.dst()), (0x0506_0708, 0x0102_0304));
+        let mut p = PortsView::new_checked(ip.payload_mut()).unwrap();
+        p.set_src_port(1);
+        p.set_dst_port(2);
+        p.swap_ports();
+        assert_eq!((p.src_port(), p.dst_port()), (2, 1));
+        let mut u = UdpView::new_checked(ip.payload_mut()).unwrap();
+        u.set_length(9);
+        u.set_checksum(0x1234);
+        assert_eq!((u.length(), u.checksum()), (9, 0x1234));
+
+        let mut a = hex(ARP);
+        let mut p = ArpView::new_checked(&mut a[ETH_LEN..]).unwrap();
+        p.set_operation(arp::OPER_REPLY);
+        p.set_sha([1; 6]);
+        p.set_spa([2; 4]);
+        p.set_tha([3; 6]);
+        p.set_tpa([4; 4]);
+        assert_eq!(p.operation(), arp::OPER_REPLY);
+        assert_eq!(
+            (p.sha(), p.spa(), p.tha(), p.tpa()),
+            ([1; 6], [2; 4], [3; 6], [4; 4])
+        );
+    }
+
+    #[test]
+    fn checksums_match_literal_packets() {
+        // Zeroed checksums are filled back to the literal values.
+        let want = hex(UDP);
+        let mut f = want.clone();
+        let mut ip = ipv4_in_frame_mut(&mut f).unwrap();
+        ip.set_checksum(0);
+        ip.fill_checksum();
+        let pseudo = crate::checksum::pseudo_v4(ip.src_bytes(), ip.dst_bytes(), ip.protocol(), 0);
+        let mut u = UdpView::new_checked(ip.payload_mut()).unwrap();
+        u.set_checksum(0);
+        assert!(u.fill_checksum(pseudo));
+        assert_eq!(f, want);
+
+        let want = hex(TCP);
+        let mut f = want.clone();
+        let mut ip = ipv4_in_frame_mut(&mut f).unwrap();
+        ip.set_checksum(0);
+        ip.fill_checksum();
+        let pseudo = crate::checksum::pseudo_v4(ip.src_bytes(), ip.dst_bytes(), ip.protocol(), 0);
+        let mut t = TcpView::new_checked(ip.payload_mut()).unwrap();
+        t.set_checksum(0);
+        t.fill_checksum(pseudo);
+        assert_eq!(f, want);
+
+        // TTL 64 → 63 with the incremental update: the literal TTL-63 packet.
+        let mut f = hex(UDP);
+        ipv4_in_frame_mut(&mut f).unwrap().decrement_ttl();
+        assert_eq!(
+            f,
+            hex("02000000 00020200 00000001 08004500 001f0001 40003f11 701b0a00 0001c0a8 010904d2 0035000b 6abc6162 63")
+        );
+        assert!(checksums_ok(&f, ETH_LEN));
+
+        // A UDP length field past the segment is refused.
+        let mut f = hex(UDP);
+        let mut ip = ipv4_in_frame_mut(&mut f).unwrap();
+        let mut u = UdpView::new_checked(ip.payload_mut()).unwrap();
+        u.set_length(12);
+        assert!(!u.fill_checksum(0));
+        u.set_length(7);
+        assert!(!u.fill_checksum(0));
     }
 }
