@@ -600,10 +600,10 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> UdpView<T> {
     /// or past the buffer.
     #[inline]
     pub fn fill_checksum(&mut self, pseudo: u64) -> bool {
-        let len = self.length() as usize;
-        if len < udp::HEADER_LEN || len > self.buf.as_ref().len() {
+        if !self.length_ok() {
             return false;
         }
+        let len = self.length() as usize;
         let pseudo = pseudo + len as u64;
         let seg = &mut self.buf.as_mut()[..len];
         let c = crate::checksum::udp_wire(crate::checksum::l4(pseudo, seg, udp::CSUM));
@@ -674,6 +674,230 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> TcpView<T> {
         let pseudo = pseudo + (len >> 16) as u64 + (len & 0xffff) as u64;
         let c = crate::checksum::l4(pseudo, self.buf.as_ref(), tcp::CSUM);
         self.set_checksum(c);
+    }
+}
+
+/// Which address field of an IPv4 header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AddrField {
+    /// The source address.
+    Src,
+    /// The destination address.
+    Dst,
+}
+
+impl AddrField {
+    #[inline(always)]
+    fn off(self) -> usize {
+        match self {
+            AddrField::Src => ip::SRC,
+            AddrField::Dst => ip::DST,
+        }
+    }
+}
+
+impl<T: AsRef<[u8]>> Ipv4View<T> {
+    /// The source or destination address.
+    #[inline]
+    pub fn addr(&self, f: AddrField) -> u32 {
+        rd32(self.buf.as_ref(), f.off())
+    }
+    /// Offset in the payload of the TCP or UDP checksum, for a packet carrying its L4
+    /// header (unfragmented or first fragment); None for other protocols and later
+    /// fragments.
+    #[inline]
+    fn l4_checksum_off(&self) -> Option<usize> {
+        match self.protocol() {
+            crate::checksum::PROTO_TCP if self.has_l4_header() => Some(tcp::CSUM),
+            crate::checksum::PROTO_UDP if self.has_l4_header() => Some(udp::CSUM),
+            _ => None,
+        }
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4View<T> {
+    /// Sets the source or destination address (the checksums are left as they are).
+    #[inline]
+    pub fn set_addr(&mut self, f: AddrField, a: u32) {
+        wr32(self.buf.as_mut(), f.off(), a);
+    }
+    /// Sets address `f` to `new`, updating the header checksum and, for a TCP or UDP packet
+    /// carrying its L4 header, the L4 checksum incrementally (the whole datagram's checksum
+    /// in a first fragment stays right; a zero UDP checksum stays zero). `Truncated`, with
+    /// nothing written, if the payload ends before the L4 checksum field.
+    #[inline]
+    pub fn rewrite_addr(&mut self, f: AddrField, new: u32) -> Result<(), Truncated> {
+        let l4_csum = self.l4_checksum_off();
+        if l4_csum.is_some_and(|c| c + 2 > self.payload_len()) {
+            return Err(Truncated);
+        }
+        let inc = crate::checksum::increment32(self.addr(f), new);
+        self.set_addr(f, new);
+        self.apply_checksum_increment(inc);
+        if let Some(c) = l4_csum {
+            let proto = self.protocol();
+            crate::checksum::apply_l4_at(self.payload_mut(), c, proto, inc);
+        }
+        Ok(())
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> UdpView<T> {
+    /// Adds a checksum `increment` to the checksum (a zero checksum, none computed, stays
+    /// zero; see [`crate::checksum::apply_l4_at`]).
+    #[inline]
+    pub fn apply_checksum_increment(&mut self, increment: u64) {
+        let p = crate::checksum::PROTO_UDP;
+        crate::checksum::apply_l4_at(self.buf.as_mut(), udp::CSUM, p, increment);
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> TcpView<T> {
+    /// Adds a checksum `increment` to the checksum.
+    #[inline]
+    pub fn apply_checksum_increment(&mut self, increment: u64) {
+        let p = crate::checksum::PROTO_TCP;
+        crate::checksum::apply_l4_at(self.buf.as_mut(), tcp::CSUM, p, increment);
+    }
+}
+
+/// Field offsets inside an ICMP header (query messages: echo, timestamp, information).
+pub mod icmp {
+    /// Type.
+    pub const TYPE: usize = 0;
+    /// Checksum.
+    pub const CSUM: usize = 2;
+    /// Identifier (query messages).
+    pub const IDENT: usize = 4;
+    /// Header length of a query message.
+    pub const HEADER_LEN: usize = 8;
+}
+
+/// An ICMP message whose 8-byte header was checked once by [`IcmpView::new_checked`].
+#[derive(Clone, Copy, Debug)]
+pub struct IcmpView<T> {
+    buf: T,
+}
+
+impl<T: AsRef<[u8]>> IcmpView<T> {
+    /// A view of the ICMP header at the start of `buf`, or `Truncated` if it is shorter than
+    /// 8 bytes.
+    #[inline]
+    pub fn new_checked(buf: T) -> Result<Self, Truncated> {
+        if buf.as_ref().len() < icmp::HEADER_LEN {
+            return Err(Truncated);
+        }
+        Ok(IcmpView { buf })
+    }
+    /// Type.
+    #[inline]
+    pub fn msg_type(&self) -> u8 {
+        self.buf.as_ref()[icmp::TYPE]
+    }
+    /// Checksum field.
+    #[inline]
+    pub fn checksum(&self) -> u16 {
+        rd16(self.buf.as_ref(), icmp::CSUM)
+    }
+    /// Identifier (of a query message).
+    #[inline]
+    pub fn ident(&self) -> u16 {
+        rd16(self.buf.as_ref(), icmp::IDENT)
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> IcmpView<T> {
+    /// Sets the checksum field.
+    #[inline]
+    pub fn set_checksum(&mut self, c: u16) {
+        wr16(self.buf.as_mut(), icmp::CSUM, c);
+    }
+    /// Sets the identifier, updating the checksum incrementally (ICMP has no pseudo header).
+    #[inline]
+    pub fn rewrite_ident(&mut self, id: u16) {
+        let c = crate::checksum::update16(self.checksum(), self.ident(), id);
+        wr16(self.buf.as_mut(), icmp::IDENT, id);
+        self.set_checksum(c);
+    }
+}
+
+/// An IPv4 header alone (options included) whose version, IHL and length were checked once
+/// by [`Ipv4Header::new_checked`]; unlike [`Ipv4View`], the total length is not looked at (the
+/// checksum modules, as BESS's, only read the header).
+#[derive(Clone, Copy, Debug)]
+pub struct Ipv4Header<T> {
+    buf: T,
+}
+
+impl<T: AsRef<[u8]>> Ipv4Header<T> {
+    /// Checks the header at the start of `buf`: `TooShort` if `buf` is empty, `BadHeader` for
+    /// a version other than 4 or an IHL below 5, `TooShort` if `buf` ends inside the header.
+    #[inline]
+    pub fn new_checked(buf: T) -> Result<Self, Ipv4Error> {
+        let b = buf.as_ref();
+        let Some(&vihl) = b.first() else {
+            return Err(Ipv4Error::TooShort);
+        };
+        let hlen = (vihl & 0x0f) as usize * 4;
+        if vihl >> 4 != 4 || hlen < IPV4_MIN_LEN {
+            return Err(Ipv4Error::BadHeader);
+        }
+        if b.len() < hlen {
+            return Err(Ipv4Error::TooShort);
+        }
+        Ok(Ipv4Header { buf })
+    }
+    /// Header length in bytes (IHL × 4, options included).
+    #[inline]
+    pub fn header_len(&self) -> usize {
+        (self.buf.as_ref()[ip::VER_IHL] & 0x0f) as usize * 4
+    }
+    /// True if the header checksum verifies.
+    #[inline]
+    pub fn verify_checksum(&self) -> bool {
+        crate::checksum::verify_ipv4_header(&self.buf.as_ref()[..self.header_len()])
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Header<T> {
+    /// Computes the header checksum and writes it.
+    #[inline]
+    pub fn fill_checksum(&mut self) {
+        let hlen = self.header_len();
+        let h = &mut self.buf.as_mut()[..hlen];
+        let c = crate::checksum::ipv4_header(h);
+        wr16(h, ip::CSUM, c);
+    }
+}
+
+impl<T: AsRef<[u8]>> UdpView<T> {
+    /// True if the length field is at least 8 and within the buffer.
+    #[inline]
+    pub fn length_ok(&self) -> bool {
+        let len = self.length() as usize;
+        (udp::HEADER_LEN..=self.buf.as_ref().len()).contains(&len)
+    }
+    /// True if the checksum over the datagram as its length field says, with the pseudo
+    /// header sum `pseudo` (addresses and protocol), verifies; false if the length field is
+    /// not [`length_ok`](Self::length_ok). A zero checksum (none computed) is not special here.
+    #[inline]
+    pub fn verify_checksum(&self, pseudo: u64) -> bool {
+        if !self.length_ok() {
+            return false;
+        }
+        let len = self.length() as usize;
+        crate::checksum::verify_l4(pseudo + len as u64, &self.buf.as_ref()[..len])
+    }
+}
+
+impl<T: AsRef<[u8]>> TcpView<T> {
+    /// True if the checksum over the whole buffer (the segment), with the pseudo header sum
+    /// `pseudo` (addresses and protocol), verifies.
+    #[inline]
+    pub fn verify_checksum(&self, pseudo: u64) -> bool {
+        let len = self.buf.as_ref().len();
+        let pseudo = pseudo + (len >> 16) as u64 + (len & 0xffff) as u64;
+        crate::checksum::verify_l4(pseudo, self.buf.as_ref())
     }
 }
 
