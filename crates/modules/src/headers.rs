@@ -71,6 +71,16 @@ pub mod udp {
 
 /// Field offsets inside a TCP header.
 pub mod tcp {
+    /// Sequence number.
+    pub const SEQ: usize = 4;
+    /// Acknowledgment number.
+    pub const ACK: usize = 8;
+    /// Data offset (high nibble, in 32-bit words).
+    pub const DATA_OFF: usize = 12;
+    /// Flags.
+    pub const FLAGS: usize = 13;
+    /// Window.
+    pub const WINDOW: usize = 14;
     /// Checksum.
     pub const CSUM: usize = 16;
     /// Header length without options.
@@ -478,6 +488,15 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4View<T> {
     }
 }
 
+impl<'a> Ipv4View<&'a [u8]> {
+    /// The payload as the total length says, borrowed for as long as the buffer.
+    #[inline]
+    pub fn into_payload(self) -> &'a [u8] {
+        let (h, t) = (self.header_len(), self.total_len());
+        &self.buf[h..t]
+    }
+}
+
 /// The ports shared by TCP, UDP and SCTP headers (their first 4 bytes), length checked once
 /// by [`PortsView::new_checked`].
 #[derive(Clone, Copy, Debug)]
@@ -647,6 +666,52 @@ impl<T: AsRef<[u8]>> TcpView<T> {
     #[inline]
     pub fn checksum(&self) -> u16 {
         rd16(self.buf.as_ref(), tcp::CSUM)
+    }
+}
+
+impl<T: AsRef<[u8]>> TcpView<T> {
+    /// Header length from the data offset field (options included; below 20 for a bad
+    /// header).
+    #[inline]
+    pub fn header_len(&self) -> usize {
+        (self.buf.as_ref()[tcp::DATA_OFF] >> 4) as usize * 4
+    }
+    /// Sequence number.
+    #[inline]
+    pub fn seq_number(&self) -> u32 {
+        rd32(self.buf.as_ref(), tcp::SEQ)
+    }
+    /// Acknowledgment number.
+    #[inline]
+    pub fn ack_number(&self) -> u32 {
+        rd32(self.buf.as_ref(), tcp::ACK)
+    }
+    /// The flags byte (CWR, ECE, URG, ACK, PSH, RST, SYN, FIN).
+    #[inline]
+    pub fn flags(&self) -> u8 {
+        self.buf.as_ref()[tcp::FLAGS]
+    }
+    /// What follows the header and its options, or None if the data offset is below 5 or
+    /// past the buffer.
+    #[inline]
+    pub fn payload(&self) -> Option<&[u8]> {
+        let hl = self.header_len();
+        if hl < tcp::HEADER_LEN {
+            return None;
+        }
+        self.buf.as_ref().get(hl..)
+    }
+}
+
+impl<'a> TcpView<&'a [u8]> {
+    /// [`payload`](Self::payload), borrowed for as long as the buffer.
+    #[inline]
+    pub fn into_payload(self) -> Option<&'a [u8]> {
+        let hl = self.header_len();
+        if hl < tcp::HEADER_LEN {
+            return None;
+        }
+        self.buf.get(hl..)
     }
 }
 
@@ -899,6 +964,63 @@ impl<T: AsRef<[u8]>> TcpView<T> {
         let pseudo = pseudo + (len >> 16) as u64 + (len & 0xffff) as u64;
         crate::checksum::verify_l4(pseudo, self.buf.as_ref())
     }
+}
+
+/// Field offsets inside a VXLAN header (RFC 7348).
+pub mod vxlan {
+    /// Flags (the I flag: the VNI is valid).
+    pub const FLAGS: usize = 0;
+    /// VNI (24 bits) followed by a reserved byte.
+    pub const VNI: usize = 4;
+    /// Header length.
+    pub const HEADER_LEN: usize = 8;
+    /// The I flag.
+    pub const FLAG_I: u8 = 0x08;
+}
+
+/// A VXLAN header whose length (8 bytes) was checked once by [`VxlanView::new_checked`].
+#[derive(Clone, Copy, Debug)]
+pub struct VxlanView<T> {
+    buf: T,
+}
+
+impl<T: AsRef<[u8]>> VxlanView<T> {
+    /// A view of the VXLAN header at the start of `buf`, or `Truncated` if it is shorter than
+    /// 8 bytes.
+    #[inline]
+    pub fn new_checked(buf: T) -> Result<Self, Truncated> {
+        if buf.as_ref().len() < vxlan::HEADER_LEN {
+            return Err(Truncated);
+        }
+        Ok(VxlanView { buf })
+    }
+    /// The flags byte.
+    #[inline]
+    pub fn flags(&self) -> u8 {
+        self.buf.as_ref()[vxlan::FLAGS]
+    }
+    /// The 24-bit VNI.
+    #[inline]
+    pub fn vni(&self) -> u32 {
+        rd32(self.buf.as_ref(), vxlan::VNI) >> 8
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> VxlanView<T> {
+    /// Writes a header with the I flag set, reserved fields zero and `vni`'s low 24 bits.
+    #[inline]
+    pub fn fill(&mut self, vni: u32) {
+        let b = self.buf.as_mut();
+        b[..vxlan::HEADER_LEN].fill(0);
+        b[vxlan::FLAGS] = vxlan::FLAG_I;
+        wr32(b, vxlan::VNI, vni << 8);
+    }
+}
+
+/// The IP version nibble of the L3 header starting `l3`, None if `l3` is empty.
+#[inline]
+pub fn ip_version(l3: &[u8]) -> Option<u8> {
+    l3.first().map(|b| b >> 4)
 }
 
 /// Why a buffer is not an Ethernet/IPv4 ARP packet.

@@ -5,7 +5,7 @@ use bessemer_core::{
 };
 
 use crate::checksum::{PROTO_TCP, PROTO_UDP};
-use crate::headers::{be16, be32, eth_ipv4, ip, Ipv4Error, PROTO_SCTP};
+use crate::headers::{ipv4_in_frame, Ipv4Error, PortsView, PROTO_SCTP};
 
 bessemer_core::drop_reasons! {
     /// Why ACL drops packets.
@@ -91,22 +91,20 @@ pub(crate) type ParseError = Ipv4Error;
 
 /// Reads the IPv4 tuple of an untagged Ethernet frame through checked views.
 pub(crate) fn parse_tuple(d: &[u8]) -> std::result::Result<Tuple, ParseError> {
-    let ip = eth_ipv4(d)?;
-    let has_ports = matches!(ip.proto, PROTO_TCP | PROTO_UDP | PROTO_SCTP) && ip.has_l4_header();
+    let ip = ipv4_in_frame(d)?;
+    let proto = ip.protocol();
+    let has_ports = matches!(proto, PROTO_TCP | PROTO_UDP | PROTO_SCTP) && ip.has_l4_header();
     let ports = if has_ports {
         // The L4 header as far as the IPv4 total length goes.
-        let l4 = &d[ip.l4()..ip.off + ip.total];
-        if l4.len() < 4 {
-            return Err(Ipv4Error::TooShort);
-        }
-        Some((be16(l4, 0), be16(l4, 2)))
+        let l4 = PortsView::new_checked(ip.payload())?;
+        Some((l4.src_port(), l4.dst_port()))
     } else {
         None
     };
     Ok(Tuple {
-        src: be32(d, ip.off + ip::SRC),
-        dst: be32(d, ip.off + ip::DST),
-        proto: ip.proto,
+        src: ip.src(),
+        dst: ip.dst(),
+        proto,
         ports,
     })
 }

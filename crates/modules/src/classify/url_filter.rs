@@ -12,10 +12,9 @@ use bessemer_core::{
     handler, Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result,
     Value,
 };
-use smoltcp::wire::TcpPacket;
 
 use crate::checksum::PROTO_TCP;
-use crate::headers::{be32, eth_ipv4, ip, put_ipv4_header, Ipv4Error};
+use crate::headers::{ipv4_in_frame, put_ipv4_header, tcp, EthernetView, Ipv4Error, TcpView};
 
 bessemer_core::drop_reasons! {
     /// Why UrlFilter drops packets.
@@ -182,42 +181,43 @@ enum Verdict {
 }
 
 fn parse_seg(d: &[u8]) -> std::result::Result<Option<Seg<'_>>, UrlFilterDrop> {
-    let ip = match eth_ipv4(d) {
+    let Ok(eth) = EthernetView::new_checked(d) else {
+        return Err(UrlFilterDrop::TooShort);
+    };
+    let ip = match ipv4_in_frame(d) {
         Ok(ip) => ip,
         Err(Ipv4Error::NotIpv4) => return Ok(None),
         Err(Ipv4Error::TooShort) => return Err(UrlFilterDrop::TooShort),
         Err(Ipv4Error::BadHeader) => return Err(UrlFilterDrop::BadIpHeader),
     };
-    if ip.proto != PROTO_TCP {
+    if ip.protocol() != PROTO_TCP {
         return Ok(None);
     }
     if ip.is_fragment() {
         return Err(UrlFilterDrop::Fragment);
     }
-    let tb = &d[ip.l4()..ip.off + ip.total];
-    if tb.len() >= 20 && tb[12] >> 4 < 5 {
+    let (src, dst) = (ip.src(), ip.dst());
+    let tcp = TcpView::new_checked(ip.into_payload()).map_err(|_| UrlFilterDrop::TooShort)?;
+    if tcp.header_len() < tcp::HEADER_LEN {
         return Err(UrlFilterDrop::BadTcpHeader);
     }
-    // Past this, only a header cut short remains.
-    let tcp = TcpPacket::new_checked(tb).map_err(|_| UrlFilterDrop::TooShort)?;
-    let mut eth_dst = [0u8; 6];
-    let mut eth_src = [0u8; 6];
-    eth_dst.copy_from_slice(&d[0..6]);
-    eth_src.copy_from_slice(&d[6..12]);
-    let hl = tcp.header_len() as usize;
+    // Past this, only a header cut short (options past the segment) remains.
+    let (sport, dport) = (tcp.src_port(), tcp.dst_port());
+    let (seq, ack, flags) = (tcp.seq_number(), tcp.ack_number(), tcp.flags());
+    let payload = tcp.into_payload().ok_or(UrlFilterDrop::TooShort)?;
     Ok(Some(Seg {
         key: FlowKey {
-            src: be32(d, ip.off + ip::SRC),
-            dst: be32(d, ip.off + ip::DST),
-            sport: tcp.src_port(),
-            dport: tcp.dst_port(),
+            src,
+            dst,
+            sport,
+            dport,
         },
-        eth_dst,
-        eth_src,
-        seq: tcp.seq_number().0 as u32,
-        ack: tcp.ack_number().0 as u32,
-        flags: tb[13],
-        payload: &tb[hl..],
+        eth_dst: eth.dst(),
+        eth_src: eth.src(),
+        seq,
+        ack,
+        flags,
+        payload,
     }))
 }
 
