@@ -3,8 +3,8 @@ use bessemer_core::{
     handler, Args, CommandSpec, Context, Instance, Module, ModuleClass, PacketBatch, Result, Value,
 };
 
-use super::retain_or_drop;
 use crate::headers::{be16, ETHERTYPE_IPV4, ETH_LEN, ETH_TYPE_OFF};
+use crate::util::{process_each, Verdict};
 
 /// EtherType of MPLS unicast.
 pub const ETHERTYPE_MPLS: u16 = 0x8847;
@@ -53,9 +53,9 @@ impl Module for MplsPop {
             p.len() < ETH_LEN || be16(p.data(), ETH_TYPE_OFF) == ETHERTYPE_MPLS
         });
         let (remove, ty) = (self.remove_eth_header, self.next_eth_type);
-        retain_or_drop(ctx, batch, |p| {
+        process_each(ctx, batch, |p| {
             if p.len() < ETH_LEN + LABEL_LEN {
-                return Some(MplsPopDrop::TooShort);
+                return Verdict::Drop(MplsPopDrop::TooShort);
             }
             if remove {
                 p.adj(ETH_LEN + LABEL_LEN);
@@ -65,9 +65,8 @@ impl Module for MplsPop {
                 d[LABEL_LEN + 12..LABEL_LEN + 14].copy_from_slice(&ty);
                 p.adj(LABEL_LEN);
             }
-            None
+            Verdict::Gate(0)
         });
-        ctx.forward(0, batch);
         ctx.forward(1, &mut other);
     }
 

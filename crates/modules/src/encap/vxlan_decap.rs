@@ -4,12 +4,12 @@ use bessemer_core::{
     AccessMode, Args, Context, Instance, Module, ModuleClass, Packet, PacketBatch, Value,
 };
 
-use super::retain_or_drop;
 use crate::checksum::PROTO_UDP;
 use crate::headers::{
     ip_version, ipv4_in_frame, udp, vxlan, Ipv4Error, UdpView, VxlanView, ETH_LEN,
 };
 use crate::util::add_attrs;
+use crate::util::{process_each, Verdict};
 
 const ATTR_TUN_SRC: usize = 0;
 const ATTR_TUN_DST: usize = 1;
@@ -85,19 +85,18 @@ impl Module for VxlanDecap {
             ctx.attr(ATTR_TUN_DST),
             ctx.attr(ATTR_TUN_ID),
         );
-        retain_or_drop(ctx, batch, |p: &mut Packet| {
+        process_each(ctx, batch, |p: &mut Packet| {
             let o = match parse(p.data()) {
                 Ok(o) => o,
-                Err(r) => return Some(r),
+                Err(r) => return Verdict::Drop(r),
             };
             p.set_attr(src, &o.src);
             p.set_attr(dst, &o.dst);
             p.set_attr(id, &o.vni);
             let ok = p.adj(o.strip);
             debug_assert!(ok, "parse checked the length");
-            None
+            Verdict::Gate(0)
         });
-        ctx.forward(0, batch);
     }
 }
 

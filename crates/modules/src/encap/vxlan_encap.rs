@@ -4,10 +4,10 @@ use bessemer_core::{
     AccessMode, Args, Context, Error, Instance, Module, ModuleClass, PacketBatch, Value,
 };
 
-use super::retain_or_drop;
 use crate::hash::crc32c;
 use crate::headers::ETH_LEN;
 use crate::util::add_attrs;
+use crate::util::{process_each, Verdict};
 
 const ATTR_TUN_SRC: usize = 0;
 const ATTR_TUN_DST: usize = 1;
@@ -55,11 +55,11 @@ impl Module for VxlanEncap {
             ctx.attr(ATTR_IP_PROTO),
         );
         let dstport = self.dstport;
-        retain_or_drop(ctx, batch, |p| {
+        process_each(ctx, batch, |p| {
             // The source port hashes the inner Ethernet addresses: the inner frame must have
             // an Ethernet header (BESS reads the bytes regardless).
             if p.len() < ETH_LEN {
-                return Some(VxlanEncapDrop::TooShort);
+                return Verdict::Drop(VxlanEncapDrop::TooShort);
             }
             let udp_len = (p.len() + UDP_LEN + VXLAN_LEN) as u16;
             let hash = crc32c(u32::MAX, &p.data()[..12]) | 0x00f0;
@@ -70,7 +70,7 @@ impl Module for VxlanEncap {
             let vni = u32::from_be_bytes(p.get_attr(tid));
             // BESS leaves a packet without headroom unchanged; we drop and count it instead.
             let Some(h) = p.prepend(UDP_LEN + VXLAN_LEN) else {
-                return Some(VxlanEncapDrop::NoHeadroom);
+                return Verdict::Drop(VxlanEncapDrop::NoHeadroom);
             };
             // BESS stores the low 16 hash bits in host (little-endian) order.
             h[0..2].copy_from_slice(&(hash as u16).to_le_bytes());
@@ -82,9 +82,8 @@ impl Module for VxlanEncap {
             p.set_attr(isrc, &s);
             p.set_attr(idst, &d);
             p.set_attr(iproto, &[IPPROTO_UDP]);
-            None
+            Verdict::Gate(0)
         });
-        ctx.forward(0, batch);
     }
 
     fn desc(&self) -> String {

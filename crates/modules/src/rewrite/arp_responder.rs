@@ -1,8 +1,9 @@
 //! ArpResponder: answers ARP requests for configured IPv4 → MAC entries.
 use std::collections::HashMap;
 
-use super::headers::{ipv4_string, parse_ipv4, parse_mac, process_each, Verdict};
+use super::headers::{ipv4_string, parse_ipv4, parse_mac};
 use crate::headers::{arp, ArpError, ArpView, EthernetView, ETHERTYPE_ARP};
+use crate::util::{process_each, Verdict};
 use bessemer_core::{
     handler, Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result,
     Value,
@@ -86,7 +87,7 @@ impl ArpResponder {
 
 impl Module for ArpResponder {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        process_each(ctx, batch, |d| self.one(d));
+        process_each(ctx, batch, |p| self.one(p.data_mut()));
     }
 
     fn desc(&self) -> String {

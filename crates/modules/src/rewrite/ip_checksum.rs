@@ -1,6 +1,6 @@
 //! IPChecksum: computes (or verifies) the IPv4 header checksum.
-use super::headers::{process_each, Verdict};
 use crate::headers::{l3_after_tags, Ipv4Error, Ipv4Header, ETHERTYPE_IPV4, L3};
+use crate::util::{process_each, Verdict};
 use bessemer_core::{Args, Context, Instance, Module, ModuleClass, PacketBatch};
 
 bessemer_core::drop_reasons! {
@@ -49,7 +49,7 @@ impl IpChecksum {
 
 impl Module for IpChecksum {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        process_each(ctx, batch, |d| self.one(d));
+        process_each(ctx, batch, |p| self.one(p.data_mut()));
     }
 
     fn desc(&self) -> String {

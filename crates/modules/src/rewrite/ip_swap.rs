@@ -1,7 +1,7 @@
 //! IPSwap: swaps the IPv4 source and destination addresses, and the TCP/UDP ports.
-use super::headers::{process_each, Verdict};
 use crate::checksum::{PROTO_TCP, PROTO_UDP};
 use crate::headers::{ipv4_in_frame_mut, Ipv4Error, PortsView};
+use crate::util::{process_each, Verdict};
 use bessemer_core::{Args, Context, Instance, Module, ModuleClass, PacketBatch};
 
 /// Swaps addresses (and TCP/UDP ports) of IPv4 packets. Both swaps leave the IPv4 and L4
@@ -10,8 +10,8 @@ pub struct IpSwap;
 
 impl Module for IpSwap {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        process_each(ctx, batch, |d| {
-            let mut ip = match ipv4_in_frame_mut(d) {
+        process_each(ctx, batch, |p| {
+            let mut ip = match ipv4_in_frame_mut(p.data_mut()) {
                 Ok(ip) => ip,
                 Err(e) => return Verdict::Drop(e),
             };

@@ -1,9 +1,9 @@
 //! L4Checksum: computes (or verifies) TCP and UDP checksums over IPv4 and IPv6.
-use super::headers::{process_each, Verdict};
 use crate::checksum::{self, PROTO_TCP, PROTO_UDP};
 use crate::headers::{
     l3_after_tags, Ipv4Error, Ipv4View, TcpView, UdpView, ETHERTYPE_IPV4, ETHERTYPE_IPV6, L3,
 };
+use crate::util::{process_each, Verdict};
 use bessemer_core::{Args, Context, Instance, Module, ModuleClass, PacketBatch};
 use smoltcp::wire::Ipv6Packet;
 
@@ -107,7 +107,7 @@ impl L4Checksum {
 
 impl Module for L4Checksum {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        process_each(ctx, batch, |d| self.one(d));
+        process_each(ctx, batch, |p| self.one(p.data_mut()));
     }
 
     fn desc(&self) -> String {

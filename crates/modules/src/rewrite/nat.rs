@@ -14,14 +14,13 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use super::headers::{
-    check_empty, ipv4_string, no_runtime_config, parse_ipv4, process_each, Verdict,
-};
+use super::headers::{check_empty, ipv4_string, no_runtime_config, parse_ipv4};
 use crate::checksum::{self, PROTO_TCP, PROTO_UDP};
 use crate::headers::{
     ipv4_in_frame_mut, AddrField, IcmpView, Ipv4Error, Ipv4View, TcpView, UdpView, PROTO_ICMP,
 };
 use crate::util::FastRng;
+use crate::util::{process_each, Verdict};
 use bessemer_core::{
     handler, Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result,
     Value,
@@ -435,11 +434,11 @@ fn parse(arg: &Value) -> Result<Vec<ExtAddr>> {
 impl Module for Nat {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, igate: u16) {
         let now = now(ctx);
-        process_each(ctx, batch, |d| {
+        process_each(ctx, batch, |p| {
             if igate == 0 {
-                self.outbound(d, now)
+                self.outbound(p.data_mut(), now)
             } else {
-                self.inbound(d, now)
+                self.inbound(p.data_mut(), now)
             }
         });
     }

@@ -4,10 +4,9 @@
 //! leaves on output gate 1; input gate 1 carries external → internal traffic (destination
 //! addresses rewritten), which leaves on output gate 0, as BESS. Packets whose address is in
 //! no range pass untranslated on the same gates.
-use super::headers::{
-    check_empty, ipv4_string, no_runtime_config, parse_ipv4, process_each, Verdict,
-};
+use super::headers::{check_empty, ipv4_string, no_runtime_config, parse_ipv4};
 use crate::headers::{ipv4_in_frame_mut, AddrField, Ipv4Error};
+use crate::util::{process_each, Verdict};
 use bessemer_core::{
     handler, Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result,
     Value,
@@ -128,7 +127,7 @@ fn parse(arg: &Value) -> Result<Vec<Pair>> {
 
 impl Module for StaticNat {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, igate: u16) {
-        process_each(ctx, batch, |d| self.one(d, igate == 0));
+        process_each(ctx, batch, |p| self.one(p.data_mut(), igate == 0));
     }
 
     fn desc(&self) -> String {

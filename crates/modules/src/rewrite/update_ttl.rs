@@ -1,6 +1,6 @@
 //! UpdateTTL: decrements the IPv4 TTL, updating the header checksum incrementally.
-use super::headers::{process_each, Verdict};
 use crate::headers::{ipv4_in_frame_mut, Ipv4Error};
+use crate::util::{process_each, Verdict};
 use bessemer_core::{Args, Context, Instance, Module, ModuleClass, PacketBatch};
 
 bessemer_core::drop_reasons! {
@@ -18,8 +18,8 @@ pub struct UpdateTtl;
 
 impl Module for UpdateTtl {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        process_each(ctx, batch, |d| {
-            let mut ip = match ipv4_in_frame_mut(d) {
+        process_each(ctx, batch, |p| {
+            let mut ip = match ipv4_in_frame_mut(p.data_mut()) {
                 Ok(ip) => ip,
                 Err(e) => return Verdict::Drop(e.into()),
             };
