@@ -41,6 +41,8 @@ pub mod ip {
     pub const VER_IHL: usize = 0;
     /// Total length.
     pub const TOTAL_LEN: usize = 2;
+    /// Identification.
+    pub const IDENT: usize = 4;
     /// Flags (high 3 bits) and fragment offset.
     pub const FLAGS_FRAG: usize = 6;
     /// Time to live.
@@ -441,6 +443,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4View<T> {
     pub fn set_checksum(&mut self, c: u16) {
         wr16(self.buf.as_mut(), ip::CSUM, c);
     }
+    /// Sets the identification field.
+    #[inline]
+    pub fn set_ident(&mut self, id: u16) {
+        wr16(self.buf.as_mut(), ip::IDENT, id);
+    }
     /// Sets the source address (the checksums are left as they are).
     #[inline]
     pub fn set_src(&mut self, a: u32) {
@@ -730,6 +737,26 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> TcpView<T> {
     #[inline]
     pub fn set_checksum(&mut self, c: u16) {
         wr16(self.buf.as_mut(), tcp::CSUM, c);
+    }
+    /// Sets the sequence number.
+    #[inline]
+    pub fn set_seq_number(&mut self, n: u32) {
+        wr32(self.buf.as_mut(), tcp::SEQ, n);
+    }
+    /// Sets the acknowledgment number.
+    #[inline]
+    pub fn set_ack_number(&mut self, n: u32) {
+        wr32(self.buf.as_mut(), tcp::ACK, n);
+    }
+    /// Sets the data offset to `len` bytes (a multiple of 4), the reserved bits to zero.
+    #[inline]
+    pub fn set_header_len(&mut self, len: usize) {
+        self.buf.as_mut()[tcp::DATA_OFF] = ((len / 4) as u8) << 4;
+    }
+    /// Sets the flags byte.
+    #[inline]
+    pub fn set_flags(&mut self, f: u8) {
+        self.buf.as_mut()[tcp::FLAGS] = f;
     }
     /// Computes the checksum over the whole buffer (the segment) with the pseudo header sum
     /// `pseudo` (addresses and protocol, see [`crate::checksum::pseudo_v4`]) and writes it.
@@ -1225,9 +1252,43 @@ pub fn outer_tag(d: &[u8]) -> OuterTag {
 /// addresses up over it.
 #[inline]
 pub fn strip_outer_tag(p: &mut Packet) {
-    p.data_mut().copy_within(0..ETH_TYPE_OFF, VLAN_LEN);
-    let ok = p.adj(VLAN_LEN);
+    let ok = remove_after_macs(p, VLAN_LEN, None);
     debug_assert!(ok, "outer_tag checked the length");
+}
+
+/// Removes the `n` bytes that follow the MAC addresses of `p` (a VLAN tag, an MPLS label
+/// with the EtherType before it) by moving the addresses up over them, then sets the
+/// shortened frame's EtherType to `ethertype` if given (else it is the 2 bytes that followed
+/// the removed ones). False, with `p` unchanged, if `p` is shorter than an Ethernet header
+/// and `n` more bytes.
+#[inline]
+pub fn remove_after_macs(p: &mut Packet, n: usize, ethertype: Option<u16>) -> bool {
+    if p.len() < ETH_LEN + n {
+        return false;
+    }
+    p.data_mut().copy_within(..eth::TYPE, n);
+    let ok = p.adj(n);
+    debug_assert!(ok, "the length was checked");
+    if let Some(t) = ethertype {
+        wr16(p.data_mut(), eth::TYPE, t);
+    }
+    true
+}
+
+/// Inserts a VLAN tag (`tpid`, then `tci`) after the MAC addresses of `p`, which holds an
+/// Ethernet header (callers check it with [`EthernetView`]). False, with `p` unchanged, if
+/// `p` has no headroom for it.
+#[inline]
+pub fn push_tag(p: &mut Packet, tpid: u16, tci: u16) -> bool {
+    debug_assert!(p.len() >= ETH_LEN, "callers check the Ethernet header");
+    if p.prepend(VLAN_LEN).is_none() {
+        return false;
+    }
+    let d = p.data_mut();
+    d.copy_within(VLAN_LEN..VLAN_LEN + eth::TYPE, 0);
+    wr16(d, eth::TYPE, tpid);
+    wr16(d, ETH_LEN, tci);
+    true
 }
 
 /// Length of an IPv4 header without options.

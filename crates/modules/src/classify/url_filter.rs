@@ -14,7 +14,10 @@ use bessemer_core::{
 };
 
 use crate::checksum::PROTO_TCP;
-use crate::headers::{ipv4_in_frame, put_ipv4_header, tcp, EthernetView, Ipv4Error, TcpView};
+use crate::headers::{
+    ipv4_in_frame, put_ipv4_header, tcp, EthernetView, Ipv4Error, Ipv4View, TcpView,
+    ETHERTYPE_IPV4, ETH_LEN, IPV4_MIN_LEN,
+};
 
 bessemer_core::drop_reasons! {
     /// Why UrlFilter drops packets.
@@ -392,43 +395,35 @@ struct Reply {
 }
 
 /// Writes Ethernet + IPv4 (no options, TTL 64) + TCP (no options, window 0) + `body` into
-/// `out`, with both checksums, as BESS's packet template does.
-fn build_reply(r: &Reply, body: &[u8], out: &mut [u8]) {
-    let total = (40 + body.len()) as u16;
-    out[0..6].copy_from_slice(&r.eth_dst);
-    out[6..12].copy_from_slice(&r.eth_src);
-    out[12..14].copy_from_slice(&[0x08, 0x00]);
-    put_ipv4_header(
-        &mut out[14..34],
-        total,
-        0,
-        64,
-        PROTO_TCP,
-        r.src.to_be_bytes(),
-        r.dst.to_be_bytes(),
-    );
-    out[18..20].copy_from_slice(&r.ip_id.to_be_bytes());
-    out[24..26].fill(0);
-    let c = checksum::ipv4_header(&out[14..34]);
-    out[24..26].copy_from_slice(&c.to_be_bytes());
-    let tcp = &mut out[34..54];
-    tcp.fill(0);
-    tcp[0..2].copy_from_slice(&r.sport.to_be_bytes());
-    tcp[2..4].copy_from_slice(&r.dport.to_be_bytes());
-    tcp[4..8].copy_from_slice(&r.seq.to_be_bytes());
-    tcp[8..12].copy_from_slice(&r.ack.to_be_bytes());
-    tcp[12] = 5 << 4;
-    tcp[13] = r.flags;
-    out[54..54 + body.len()].copy_from_slice(body);
-    let tcp_len = 20 + body.len();
-    let pseudo = checksum::pseudo_v4(
-        r.src.to_be_bytes(),
-        r.dst.to_be_bytes(),
-        checksum::PROTO_TCP,
-        tcp_len as u32,
-    );
-    let c = checksum::l4(pseudo, &out[34..34 + tcp_len], checksum::TCP_CSUM_OFFSET);
-    out[50..52].copy_from_slice(&c.to_be_bytes());
+/// `out`, with both checksums, as BESS's packet template does; None if `out` is not exactly
+/// that long.
+fn build_reply(r: &Reply, body: &[u8], out: &mut [u8]) -> Option<()> {
+    let tcp_len = tcp::HEADER_LEN + body.len();
+    if out.len() != ETH_LEN + IPV4_MIN_LEN + tcp_len {
+        return None;
+    }
+    let mut eth = EthernetView::new_checked(&mut *out).ok()?;
+    eth.set_dst(r.eth_dst);
+    eth.set_src(r.eth_src);
+    eth.set_ethertype(ETHERTYPE_IPV4);
+    let (src, dst) = (r.src.to_be_bytes(), r.dst.to_be_bytes());
+    let total = (IPV4_MIN_LEN + tcp_len) as u16;
+    put_ipv4_header(eth.payload_mut(), total, 0, 64, PROTO_TCP, src, dst);
+    let mut ip = Ipv4View::new_checked(eth.payload_mut()).ok()?;
+    ip.set_ident(r.ip_id);
+    ip.fill_checksum();
+    let seg = ip.payload_mut();
+    seg[..tcp::HEADER_LEN].fill(0);
+    seg[tcp::HEADER_LEN..].copy_from_slice(body);
+    let mut t = TcpView::new_checked(seg).ok()?;
+    t.set_src_port(r.sport);
+    t.set_dst_port(r.dport);
+    t.set_seq_number(r.seq);
+    t.set_ack_number(r.ack);
+    t.set_header_len(tcp::HEADER_LEN);
+    t.set_flags(r.flags);
+    t.fill_checksum(checksum::pseudo_v4(src, dst, PROTO_TCP, 0));
+    Some(())
 }
 
 impl UrlFilter {
@@ -529,9 +524,12 @@ impl Module for UrlFilter {
                         (1, &to_client, &[][..]),
                     ] {
                         // Without buffers the answer is skipped; the block still holds.
-                        if let Some(mut p) = ctx.alloc(54 + body.len()) {
-                            build_reply(r, body, p.data_mut());
-                            ctx.emit(gate, p);
+                        let len = ETH_LEN + IPV4_MIN_LEN + tcp::HEADER_LEN + body.len();
+                        if let Some(mut p) = ctx.alloc(len) {
+                            match build_reply(r, body, p.data_mut()) {
+                                Some(()) => ctx.emit(gate, p),
+                                None => ctx.free(p),
+                            }
                         }
                     }
                 }
