@@ -1,7 +1,7 @@
 //! EtherEncap: prepends an Ethernet header built from metadata attributes.
 use bessemer_core::{AccessMode, Args, Context, Instance, Module, ModuleClass, PacketBatch, Value};
 
-use crate::headers::ETH_LEN;
+use crate::headers::{EthernetView, ETH_LEN};
 use crate::util::add_attrs;
 use crate::util::{process_each, Verdict};
 
@@ -28,12 +28,15 @@ impl Module for EtherEncap {
             let d: [u8; 6] = p.get_attr(dst);
             let t: [u8; 2] = p.get_attr(ty);
             // BESS leaves a packet without headroom unchanged; we drop and count it instead.
-            let Some(h) = p.prepend(ETH_LEN) else {
+            let Some(mut eth) = p
+                .prepend(ETH_LEN)
+                .and_then(|h| EthernetView::new_checked(h).ok())
+            else {
                 return Verdict::Drop(EtherEncapDrop::NoHeadroom);
             };
-            h[0..6].copy_from_slice(&d);
-            h[6..12].copy_from_slice(&s);
-            h[12..14].copy_from_slice(&t);
+            eth.set_dst(d);
+            eth.set_src(s);
+            eth.set_ethertype(u16::from_be_bytes(t));
             Verdict::Gate(0)
         });
     }
