@@ -1,6 +1,12 @@
-//! Ethernet, VLAN and IPv4 header layout and checks shared by module classes. Lengths are
-//! validated once with smoltcp's checked views; afterwards the classes read and write fields
-//! at the offsets this module returns, all inside the validated range.
+//! Header layout, checks and views shared by module classes: Ethernet, VLAN tags, IPv4, UDP,
+//! TCP, ICMP, ARP and VXLAN.
+//!
+//! A view (`EthernetView`, `Ipv4View`, `UdpView`, ...) wraps a buffer (`&[u8]`, `&mut [u8]` or
+//! anything `AsRef<[u8]>` / `AsMut<[u8]>`); its `new_checked` constructor validates the
+//! lengths (and, for IPv4, the version, IHL and total length) once, so its field accessors
+//! cannot read out of bounds. Field offsets are the named constants of the `eth`, `ip`,
+//! `udp`, `tcp`, `icmp`, `arp` and `vxlan` modules here; classes read and write header fields
+//! only through the views (or the few frame-level helpers below), never at raw offsets.
 
 use bessemer_core::Packet;
 
@@ -39,6 +45,8 @@ pub mod eth {
 pub mod ip {
     /// Version (high nibble) and IHL (low nibble).
     pub const VER_IHL: usize = 0;
+    /// Type of service (DSCP and ECN).
+    pub const TOS: usize = 1;
     /// Total length.
     pub const TOTAL_LEN: usize = 2;
     /// Identification.
@@ -130,75 +138,11 @@ bessemer_core::drop_reasons! {
     }
 }
 
-/// A validated IPv4 packet inside a frame.
-#[derive(Clone, Copy, Debug)]
-pub struct Ipv4Info {
-    /// Offset of the IPv4 header in the frame.
-    pub off: usize,
-    /// Header length in bytes (IHL × 4, options included).
-    pub hlen: usize,
-    /// Total length from the header (header + payload, frame padding excluded).
-    pub total: usize,
-    /// Protocol field.
-    pub proto: u8,
-    /// Fragment offset (in 8-byte units).
-    pub frag_offset: u16,
-    /// More-fragments flag.
-    pub more_frags: bool,
-}
-
-impl Ipv4Info {
-    /// Offset of the L4 header in the frame.
-    #[inline]
-    pub fn l4(&self) -> usize {
-        self.off + self.hlen
-    }
-    /// Length of the L4 segment (IPv4 payload).
-    #[inline]
-    pub fn l4_len(&self) -> usize {
-        self.total - self.hlen
-    }
-    /// True for any fragment (first, middle or last).
-    #[inline]
-    pub fn is_fragment(&self) -> bool {
-        self.more_frags || self.frag_offset != 0
-    }
-    /// True if the L4 header is present (unfragmented packet or first fragment).
-    #[inline]
-    pub fn has_l4_header(&self) -> bool {
-        self.frag_offset == 0
-    }
-}
-
 /// The EtherType of an untagged frame, or None if it is shorter than an Ethernet header.
 #[inline]
-pub fn ethertype(d: &[u8]) -> Option<u16> {
+fn ethertype(d: &[u8]) -> Option<u16> {
     d.get(ETH_TYPE_OFF..ETH_LEN)
         .map(|t| u16::from_be_bytes([t[0], t[1]]))
-}
-
-/// Validates the IPv4 header at `off` (see [`Ipv4View::new_checked`]).
-#[inline]
-pub fn ipv4_at(d: &[u8], off: usize) -> Result<Ipv4Info, Ipv4Error> {
-    let p = Ipv4View::new_checked(d.get(off..).ok_or(Ipv4Error::TooShort)?)?;
-    Ok(Ipv4Info {
-        off,
-        hlen: p.header_len(),
-        total: p.total_len(),
-        proto: p.protocol(),
-        frag_offset: p.frag_offset(),
-        more_frags: p.more_frags(),
-    })
-}
-
-/// Validates an untagged Ethernet frame carrying IPv4.
-#[inline]
-pub fn eth_ipv4(d: &[u8]) -> Result<Ipv4Info, Ipv4Error> {
-    match ethertype(d) {
-        None => Err(Ipv4Error::TooShort),
-        Some(ETHERTYPE_IPV4) => ipv4_at(d, ETH_LEN),
-        Some(_) => Err(Ipv4Error::NotIpv4),
-    }
 }
 
 /// A buffer shorter than the header a view reads.
@@ -1050,6 +994,62 @@ pub fn ip_version(l3: &[u8]) -> Option<u8> {
     l3.first().map(|b| b >> 4)
 }
 
+/// The 20 fixed bytes of an IPv4 header, checked once by [`Ipv4Fixed::new_checked`]: present,
+/// version 4 and IHL ≥ 5. Neither the options nor the total length are looked at (DRR reads
+/// flows as leniently as BESS).
+#[derive(Clone, Copy, Debug)]
+pub struct Ipv4Fixed<T> {
+    buf: T,
+}
+
+impl<T: AsRef<[u8]>> Ipv4Fixed<T> {
+    /// `TooShort` if `buf` is shorter than 20 bytes, `BadHeader` for a version other than 4
+    /// or an IHL below 5.
+    #[inline]
+    pub fn new_checked(buf: T) -> Result<Self, Ipv4Error> {
+        let b = buf.as_ref();
+        if b.len() < IPV4_MIN_LEN {
+            return Err(Ipv4Error::TooShort);
+        }
+        let ihl = (b[ip::VER_IHL] & 0x0f) as usize * 4;
+        if b[ip::VER_IHL] >> 4 != 4 || ihl < IPV4_MIN_LEN {
+            return Err(Ipv4Error::BadHeader);
+        }
+        Ok(Ipv4Fixed { buf })
+    }
+    /// Header length from the IHL (the options may extend past the buffer).
+    #[inline]
+    pub fn header_len(&self) -> usize {
+        (self.buf.as_ref()[ip::VER_IHL] & 0x0f) as usize * 4
+    }
+    /// Protocol field.
+    #[inline]
+    pub fn protocol(&self) -> u8 {
+        self.buf.as_ref()[ip::PROTO]
+    }
+    /// Source address as bytes.
+    #[inline]
+    pub fn src_bytes(&self) -> [u8; 4] {
+        rd_arr(self.buf.as_ref(), ip::SRC)
+    }
+    /// Destination address as bytes.
+    #[inline]
+    pub fn dst_bytes(&self) -> [u8; 4] {
+        rd_arr(self.buf.as_ref(), ip::DST)
+    }
+    /// Fragment offset (in 8-byte units).
+    #[inline]
+    pub fn frag_offset(&self) -> u16 {
+        rd16(self.buf.as_ref(), ip::FLAGS_FRAG) & 0x1fff
+    }
+    /// What follows the header and its options in the buffer (total length not applied), or
+    /// None if the options extend past it.
+    #[inline]
+    pub fn after_header(&self) -> Option<&[u8]> {
+        self.buf.as_ref().get(self.header_len()..)
+    }
+}
+
 /// Why a buffer is not an Ethernet/IPv4 ARP packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ArpError {
@@ -1201,30 +1201,6 @@ pub fn l3_after_tags(d: &[u8]) -> L3 {
     L3::At(off, t)
 }
 
-/// Reads a big-endian u16 at `off` (callers have validated the range).
-#[inline]
-pub fn be16(d: &[u8], off: usize) -> u16 {
-    u16::from_be_bytes([d[off], d[off + 1]])
-}
-
-/// Reads a big-endian u32 at `off` (callers have validated the range).
-#[inline]
-pub fn be32(d: &[u8], off: usize) -> u32 {
-    u32::from_be_bytes([d[off], d[off + 1], d[off + 2], d[off + 3]])
-}
-
-/// Writes a big-endian u16 at `off`.
-#[inline]
-pub fn put16(d: &mut [u8], off: usize, v: u16) {
-    d[off..off + 2].copy_from_slice(&v.to_be_bytes());
-}
-
-/// Writes a big-endian u32 at `off`.
-#[inline]
-pub fn put32(d: &mut [u8], off: usize, v: u32) {
-    d[off..off + 4].copy_from_slice(&v.to_be_bytes());
-}
-
 /// The outer VLAN tag of a frame, as VLANPop and VLANSplit see it: an 802.1Q or 802.1ad TPID
 /// right after the MAC addresses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1243,7 +1219,7 @@ pub fn outer_tag(d: &[u8]) -> OuterTag {
     match ethertype(d) {
         None => OuterTag::TooShort,
         Some(ETHERTYPE_VLAN | ETHERTYPE_QINQ) if d.len() < ETH_LEN + VLAN_LEN => OuterTag::TooShort,
-        Some(ETHERTYPE_VLAN | ETHERTYPE_QINQ) => OuterTag::Tagged(be16(d, ETH_LEN)),
+        Some(ETHERTYPE_VLAN | ETHERTYPE_QINQ) => OuterTag::Tagged(rd16(d, ETH_LEN)),
         Some(_) => OuterTag::Untagged,
     }
 }
@@ -1308,18 +1284,18 @@ pub fn put_ipv4_header(
     dst: [u8; 4],
 ) {
     let h = &mut h[..IPV4_MIN_LEN];
-    h[0] = 0x45;
-    h[1] = 0;
-    put16(h, 2, total);
-    put16(h, 4, 0);
-    put16(h, 6, flags_frag);
+    h[ip::VER_IHL] = 0x45;
+    h[ip::TOS] = 0;
+    wr16(h, ip::TOTAL_LEN, total);
+    wr16(h, ip::IDENT, 0);
+    wr16(h, ip::FLAGS_FRAG, flags_frag);
     h[ip::TTL] = ttl;
-    h[9] = proto;
-    put16(h, ip::CSUM, 0);
+    h[ip::PROTO] = proto;
+    wr16(h, ip::CSUM, 0);
     h[ip::SRC..ip::SRC + 4].copy_from_slice(&src);
     h[ip::DST..ip::DST + 4].copy_from_slice(&dst);
     let c = crate::checksum::ipv4_header(h);
-    put16(h, ip::CSUM, c);
+    wr16(h, ip::CSUM, c);
 }
 
 /// Parses a MAC address "aa:bb:cc:dd:ee:ff" (six parts of 1 or 2 hex digits).

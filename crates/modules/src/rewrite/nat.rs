@@ -507,7 +507,9 @@ pub static CLASS: ModuleClass = ModuleClass {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::headers::be16;
+    fn be16(d: &[u8], off: usize) -> u16 {
+        u16::from_be_bytes([d[off], d[off + 1]])
+    }
     use crate::headers::test_util::{checksums_ok, hex};
     use bessemer_core::testing::Harness;
 
@@ -824,7 +826,9 @@ mod tests {
 #[cfg(test)]
 mod proptests {
     use super::*;
-    use crate::headers::be16;
+    fn be16(d: &[u8], off: usize) -> u16 {
+        u16::from_be_bytes([d[off], d[off + 1]])
+    }
     use crate::headers::test_util::checksums_ok;
     use bessemer_core::testing::Harness;
     use proptest::prelude::*;
