@@ -1579,4 +1579,151 @@ mod tests {
         u.set_length(7);
         assert!(!u.fill_checksum(0));
     }
+
+    // An ICMP echo request (id 7, seq 1, "ping") from 10.0.0.1 to 192.168.1.9.
+    const ICMP: &str = "02000000 00020200 00000001 08004500 00200001 40004001 6f2a0a00 0001c0a8 01090800 19270007 00017069 6e67";
+    // A VXLAN packet (VNI 0x123456) carrying a 14-byte inner Ethernet header.
+    const VXLAN_HDR: &str = "08000000 12345600";
+
+    #[test]
+    fn more_views_refuse_every_truncated_length() {
+        let icmp = hex(ICMP);
+        let seg = &icmp[ETH_LEN + IPV4_MIN_LEN..];
+        for n in 0..icmp::HEADER_LEN {
+            assert!(IcmpView::new_checked(&seg[..n]).is_err());
+        }
+        let vx = hex(VXLAN_HDR);
+        for n in 0..vxlan::HEADER_LEN {
+            assert!(VxlanView::new_checked(&vx[..n]).is_err());
+        }
+        let tcp = hex(TCP); // IHL 6
+        let l3 = &tcp[ETH_LEN..];
+        for n in 0..IPV4_MIN_LEN {
+            assert_eq!(
+                Ipv4Fixed::new_checked(&l3[..n]).err(),
+                Some(Ipv4Error::TooShort)
+            );
+        }
+        // The fixed view does not need the options; the header view does.
+        let fixed = Ipv4Fixed::new_checked(&l3[..IPV4_MIN_LEN]).unwrap();
+        assert_eq!(fixed.header_len(), 24);
+        assert!(fixed.after_header().is_none());
+        assert_eq!(fixed.protocol(), crate::checksum::PROTO_TCP);
+        assert_eq!(fixed.src_bytes(), [10, 0, 0, 1]);
+        for n in 0..24 {
+            assert_eq!(
+                Ipv4Header::new_checked(&l3[..n]).err(),
+                Some(Ipv4Error::TooShort),
+                "{n}"
+            );
+        }
+        assert!(Ipv4Header::new_checked(&l3[..24])
+            .unwrap()
+            .verify_checksum());
+        // Ipv4Header checks the version before the length, as IPChecksum always did.
+        assert_eq!(
+            Ipv4Header::new_checked(&[0x65u8][..]).err(),
+            Some(Ipv4Error::BadHeader)
+        );
+        assert_eq!(
+            Ipv4Fixed::new_checked(&[0x44u8; 20][..]).err(),
+            Some(Ipv4Error::BadHeader)
+        );
+    }
+
+    #[test]
+    fn icmp_vxlan_and_header_views_round_trip() {
+        let mut f = hex(ICMP);
+        let want_csum;
+        {
+            let mut ip = ipv4_in_frame_mut(&mut f).unwrap();
+            let mut i = IcmpView::new_checked(ip.payload_mut()).unwrap();
+            assert_eq!((i.msg_type(), i.ident(), i.checksum()), (8, 7, 0x1927));
+            i.rewrite_ident(0x1234);
+            assert_eq!(i.ident(), 0x1234);
+            want_csum = i.checksum();
+        }
+        assert!(checksums_ok(&f, ETH_LEN));
+        assert_ne!(want_csum, 0x1927);
+
+        let vx = hex(VXLAN_HDR);
+        let v = VxlanView::new_checked(&vx[..]).unwrap();
+        assert_eq!((v.flags(), v.vni()), (vxlan::FLAG_I, 0x123456));
+        let mut out = [0xffu8; 8];
+        VxlanView::new_checked(&mut out[..])
+            .unwrap()
+            .fill(0xab_123456);
+        assert_eq!(out.to_vec(), vx);
+
+        let mut f = hex(UDP);
+        let mut h = Ipv4Header::new_checked(&mut f[ETH_LEN..]).unwrap();
+        assert_eq!(h.header_len(), 20);
+        assert!(h.verify_checksum());
+        let mut g = hex(UDP);
+        g[ETH_LEN + ip::CSUM] ^= 0xff;
+        assert!(!Ipv4Header::new_checked(&g[ETH_LEN..])
+            .unwrap()
+            .verify_checksum());
+        h.fill_checksum();
+        assert_eq!(f, hex(UDP));
+    }
+
+    #[test]
+    fn rewrite_addr_keeps_both_checksums_and_refuses_a_cut_l4_header() {
+        for lit in [UDP, TCP] {
+            let mut f = hex(lit);
+            let mut ip = ipv4_in_frame_mut(&mut f).unwrap();
+            ip.rewrite_addr(AddrField::Src, 0xcb00_7101).unwrap();
+            ip.rewrite_addr(AddrField::Dst, 0x0808_0808).unwrap();
+            assert_eq!((ip.src(), ip.dst()), (0xcb00_7101, 0x0808_0808));
+            assert!(checksums_ok(&f, ETH_LEN), "{lit}");
+        }
+        // A zero UDP checksum (none computed) stays zero.
+        let mut f = hex(UDP);
+        let mut ip = ipv4_in_frame_mut(&mut f).unwrap();
+        UdpView::new_checked(ip.payload_mut())
+            .unwrap()
+            .set_checksum(0);
+        ip.rewrite_addr(AddrField::Src, 1).unwrap();
+        assert_eq!(UdpView::new_checked(ip.payload()).unwrap().checksum(), 0);
+        // TCP cut before the end of its checksum field: nothing written.
+        let t = hex("02000000 00020200 00000001 08004500 00250001 40004006 00000a00 0001c0a8 01099c40 01bb0000 00010000 00005002 040000");
+        let mut f = t.clone();
+        let mut ip = ipv4_in_frame_mut(&mut f).unwrap();
+        assert_eq!(ip.payload_len(), 17);
+        assert_eq!(ip.rewrite_addr(AddrField::Src, 1), Err(Truncated));
+        assert_eq!(f, t);
+    }
+
+    #[test]
+    fn tags_are_pushed_and_removed_after_the_macs() {
+        let frame = hex(UDP);
+        let pool =
+            bessemer_core::PacketPool::new("views", 8, bessemer_core::mem::PagePolicy::Plain)
+                .unwrap();
+        let mut cache = pool.cache();
+        let mut p = cache.alloc(0).unwrap();
+        assert!(p.set_data(&frame));
+        assert!(push_tag(&mut p, ETHERTYPE_VLAN, 0x2064));
+        let tagged = p.data().to_vec();
+        assert_eq!(&tagged[..12], &frame[..12]);
+        assert_eq!(&tagged[12..16], &[0x81, 0x00, 0x20, 0x64]);
+        assert_eq!(&tagged[16..], &frame[12..]);
+        assert_eq!(outer_tag(&tagged), OuterTag::Tagged(0x2064));
+        strip_outer_tag(&mut p);
+        assert_eq!(p.data(), &frame[..]);
+        // An MPLS-like 4-byte shim with a new EtherType.
+        assert!(push_tag(&mut p, 0x8847, 0x0001));
+        assert!(remove_after_macs(&mut p, VLAN_LEN, Some(ETHERTYPE_ARP)));
+        assert_eq!(
+            EthernetView::new_checked(p.data()).unwrap().ethertype(),
+            ETHERTYPE_ARP
+        );
+        let mut short = cache.alloc(0).unwrap();
+        assert!(short.set_data(&frame[..ETH_LEN + 3]));
+        assert!(!remove_after_macs(&mut short, VLAN_LEN, None));
+        assert_eq!(short.data(), &frame[..ETH_LEN + 3]);
+        cache.free(p);
+        cache.free(short);
+    }
 }
