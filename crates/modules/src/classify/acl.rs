@@ -6,6 +6,7 @@ use bessemer_core::{
 
 use crate::checksum::{PROTO_TCP, PROTO_UDP};
 use crate::headers::{ipv4_in_frame, Ipv4Error, PortsView, PROTO_SCTP};
+use crate::util::{process_each, Verdict};
 
 bessemer_core::drop_reasons! {
     /// Why ACL drops packets.
@@ -192,20 +193,17 @@ impl Acl {
 
 impl Module for Acl {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        for pkt in batch.drain() {
-            let t = match parse_tuple(pkt.data()) {
+        process_each(ctx, batch, |p| {
+            let t = match parse_tuple(p.data()) {
                 Ok(t) => t,
-                Err(reason) => {
-                    ctx.drop_packet(pkt, AclDrop::from(reason));
-                    continue;
-                }
+                Err(reason) => return Verdict::Drop(AclDrop::from(reason)),
             };
             match self.rules.iter().find(|r| r.matches(&t)) {
-                Some(r) if !r.drop => ctx.emit(0, pkt),
-                Some(_) => ctx.drop_packet(pkt, AclDrop::Denied),
-                None => ctx.drop_packet(pkt, AclDrop::NoMatch),
+                Some(r) if !r.drop => Verdict::Gate(0),
+                Some(_) => Verdict::Drop(AclDrop::Denied),
+                None => Verdict::Drop(AclDrop::NoMatch),
             }
-        }
+        });
     }
 
     fn desc(&self) -> String {

@@ -11,7 +11,7 @@ use bessemer_core::{
 
 use crate::hash::crc32c;
 use crate::headers::{eth, ip, ETH_LEN, IPV4_MIN_LEN};
-use crate::util::{gates_value, IDLE};
+use crate::util::{gates_value, process_each, Verdict, IDLE};
 
 /// Most gates one HashLB spreads over (BESS's MAX_HLB_GATES).
 pub const MAX_HLB_GATES: usize = 16384;
@@ -171,14 +171,12 @@ impl SharedModule for HashLB {
     fn process_batch(&self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         let cfg = self.cfg.read().unwrap_or_else(|e| e.into_inner());
         let (mode, gates) = (cfg.mode, &cfg.gates);
-        for pkt in batch.drain() {
-            let g = gates[hash_range(flow_hash(mode, pkt.data()), gates.len())];
-            if g == DROP_GATE {
-                ctx.drop_packet(pkt, HashLbDrop::DropGate);
-            } else {
-                ctx.emit(g, pkt);
+        process_each(ctx, batch, |p| {
+            match gates[hash_range(flow_hash(mode, p.data()), gates.len())] {
+                DROP_GATE => Verdict::Drop(HashLbDrop::DropGate),
+                g => Verdict::Gate(g),
             }
-        }
+        });
     }
 
     fn run_task(&self, _ctx: &mut Context, _arg: u64) -> TaskResult {

@@ -176,7 +176,7 @@ struct Seg<'a> {
 
 /// What to do with one packet arriving on gate 0.
 #[derive(Debug, PartialEq, Eq)]
-enum Verdict {
+enum Decision {
     Pass,
     Drop(UrlFilterDrop),
     /// Drop it and answer: the request matched the blacklist.
@@ -326,11 +326,11 @@ impl UrlFilter {
     }
 
     /// Decides for one client packet at time `now` (TSC cycles).
-    fn classify(&mut self, seg: &Seg, now: u64) -> Verdict {
+    fn classify(&mut self, seg: &Seg, now: u64) -> Decision {
         let key = seg.key;
         if let Some(f) = self.flows.get(&key) {
             match f.blocked_until {
-                Some(t) if now < t => return Verdict::Drop(UrlFilterDrop::Blocked),
+                Some(t) if now < t => return Decision::Drop(UrlFilterDrop::Blocked),
                 Some(_) => self.release(&key),
                 None => {}
             }
@@ -355,27 +355,27 @@ impl UrlFilter {
             } else {
                 self.untracked += 1;
             }
-            return Verdict::Pass;
+            return Decision::Pass;
         }
         // No SYN seen: BESS cannot reconstruct the stream and passes the packet.
         let Some(f) = self.flows.get_mut(&key) else {
-            return Verdict::Pass;
+            return Decision::Pass;
         };
         f.last_seen = now;
         if !f.insert(seg.seq, seg.payload) {
-            return Verdict::Pass;
+            return Decision::Pass;
         }
         let matched = parse_request(f.contiguous())
             .is_some_and(|(path, host)| blacklisted(&self.blacklist, host, path));
         if matched {
             f.blocked_until = Some(now.saturating_add(self.block_cycles));
             f.segs.clear();
-            return Verdict::Block;
+            return Decision::Block;
         }
         if seg.flags & (TCP_FIN | TCP_RST) != 0 {
             self.release(&key);
         }
-        Verdict::Pass
+        Decision::Pass
     }
 }
 
@@ -483,9 +483,9 @@ impl Module for UrlFilter {
                 }
             };
             match self.classify(&seg, now) {
-                Verdict::Pass => ctx.emit(0, pkt),
-                Verdict::Drop(r) => ctx.drop_packet(pkt, r),
-                Verdict::Block => {
+                Decision::Pass => ctx.emit(0, pkt),
+                Decision::Drop(r) => ctx.drop_packet(pkt, r),
+                Decision::Block => {
                     let k = seg.key;
                     let to_server = Reply {
                         eth_dst: seg.eth_dst,
@@ -892,25 +892,25 @@ mod tests {
         let syn = seg(1000, TCP_SYN, &[]);
         let get = seg(1001, PSH_ACK, REQ);
         let v = |u: &mut UrlFilter, p: &[u8], now| u.classify(&parse_seg(p).unwrap().unwrap(), now);
-        assert_eq!(v(&mut u, &syn, 0), Verdict::Pass);
-        assert_eq!(v(&mut u, &get, 10), Verdict::Block);
-        assert_eq!(v(&mut u, &get, 109), Verdict::Drop(UrlFilterDrop::Blocked));
+        assert_eq!(v(&mut u, &syn, 0), Decision::Pass);
+        assert_eq!(v(&mut u, &get, 10), Decision::Block);
+        assert_eq!(v(&mut u, &get, 109), Decision::Drop(UrlFilterDrop::Blocked));
         // After the block the record is gone: without a new SYN the flow passes.
-        assert_eq!(v(&mut u, &get, 110), Verdict::Pass);
-        assert_eq!(v(&mut u, &syn, 111), Verdict::Pass);
-        assert_eq!(v(&mut u, &get, 112), Verdict::Block);
+        assert_eq!(v(&mut u, &get, 110), Decision::Pass);
+        assert_eq!(v(&mut u, &syn, 111), Decision::Pass);
+        assert_eq!(v(&mut u, &get, 112), Decision::Block);
         // Fill the table; idle flows are evicted for a new one, busy ones are not.
         let mut u = UrlFilter::new(100, 1000);
         for i in 0..MAX_FLOWS as u32 {
             let mut key_syn = syn.clone();
             key_syn[26..30].copy_from_slice(&i.to_be_bytes());
-            assert_eq!(v(&mut u, &key_syn, 0), Verdict::Pass);
+            assert_eq!(v(&mut u, &key_syn, 0), Decision::Pass);
         }
         assert_eq!(u.flows.len(), MAX_FLOWS);
         let late = seg_from(1, 1, 0, TCP_SYN, &[]);
-        assert_eq!(v(&mut u, &late, 500), Verdict::Pass);
+        assert_eq!(v(&mut u, &late, 500), Decision::Pass);
         assert_eq!((u.untracked, u.flows.len()), (1, MAX_FLOWS));
-        assert_eq!(v(&mut u, &late, 1000), Verdict::Pass);
+        assert_eq!(v(&mut u, &late, 1000), Decision::Pass);
         assert_eq!(u.flows.len(), 1, "idle flows evicted, the new one tracked");
     }
 
@@ -997,7 +997,7 @@ mod tests {
             let mut u = UrlFilter::new(1000, 1000);
             u.add(&blacklist(&[("example.com", "/secret")]), "UrlFilterArg").unwrap();
             let syn = seg(1000, TCP_SYN, &[]);
-            prop_assert_eq!(u.classify(&parse_seg(&syn).unwrap().unwrap(), 0), Verdict::Pass);
+            prop_assert_eq!(u.classify(&parse_seg(&syn).unwrap().unwrap(), 0), Decision::Pass);
             let mut have = vec![false; REQ.len()];
             let mut blocked = false;
             for &i in &order {
@@ -1007,12 +1007,12 @@ mod tests {
                 have[a..b].iter_mut().for_each(|h| *h = true);
                 let prefix = have.iter().take_while(|&&h| h).count();
                 let want = if blocked {
-                    Verdict::Drop(UrlFilterDrop::Blocked)
+                    Decision::Drop(UrlFilterDrop::Blocked)
                 } else if prefix >= host_end {
                     blocked = true;
-                    Verdict::Block
+                    Decision::Block
                 } else {
-                    Verdict::Pass
+                    Decision::Pass
                 };
                 prop_assert_eq!(got, want, "piece {:?} of {:?}", pieces[i], pieces);
             }
