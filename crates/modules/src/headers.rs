@@ -213,6 +213,11 @@ impl<T: AsRef<[u8]>> EthernetView<T> {
     pub fn src(&self) -> [u8; 6] {
         rd_arr(self.buf.as_ref(), eth::SRC)
     }
+    /// Both MAC addresses (destination then source, 12 bytes).
+    #[inline]
+    pub fn addrs(&self) -> &[u8] {
+        &self.buf.as_ref()[eth::DST..eth::TYPE]
+    }
     /// EtherType (or the TPID of an outer VLAN tag).
     #[inline]
     pub fn ethertype(&self) -> u16 {
@@ -1455,6 +1460,7 @@ mod tests {
         assert_eq!(e.dst(), [2, 0, 0, 0, 0, 2]);
         assert_eq!(e.src(), [2, 0, 0, 0, 0, 1]);
         assert_eq!(e.ethertype(), ETHERTYPE_IPV4);
+        assert_eq!(e.addrs(), &udp[..12]);
         let ip = ipv4_in_frame(&udp).unwrap();
         assert_eq!(ip.header_len(), 20);
         assert_eq!(ip.total_len(), 31);

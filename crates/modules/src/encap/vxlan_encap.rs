@@ -5,7 +5,7 @@ use bessemer_core::{
 };
 
 use crate::hash::crc32c;
-use crate::headers::{eth, udp, vxlan, UdpView, VxlanView, ETH_LEN};
+use crate::headers::{udp, vxlan, EthernetView, UdpView, VxlanView};
 use crate::util::add_attrs;
 use crate::util::{process_each, Verdict};
 
@@ -56,11 +56,11 @@ impl Module for VxlanEncap {
         process_each(ctx, batch, |p| {
             // The source port hashes the inner Ethernet addresses: the inner frame must have
             // an Ethernet header (BESS reads the bytes regardless).
-            if p.len() < ETH_LEN {
+            let Ok(inner) = EthernetView::new_checked(p.data()) else {
                 return Verdict::Drop(VxlanEncapDrop::TooShort);
-            }
+            };
+            let hash = crc32c(u32::MAX, inner.addrs()) | 0x00f0;
             let udp_len = (p.len() + UDP_LEN + VXLAN_LEN) as u16;
-            let hash = crc32c(u32::MAX, &p.data()[..eth::TYPE]) | 0x00f0;
             let s: [u8; 4] = p.get_attr(tsrc);
             let d: [u8; 4] = p.get_attr(tdst);
             // tun_id is a 32-bit VNI in network order (as VXLANDecap writes it); the VXLAN
