@@ -125,6 +125,30 @@ pub mod arp {
     pub const OPER_REPLY: u16 = 2;
 }
 
+/// Field offsets inside an ICMP header (query messages: echo, timestamp, information).
+pub mod icmp {
+    /// Type.
+    pub const TYPE: usize = 0;
+    /// Checksum.
+    pub const CSUM: usize = 2;
+    /// Identifier (query messages).
+    pub const IDENT: usize = 4;
+    /// Header length of a query message.
+    pub const HEADER_LEN: usize = 8;
+}
+
+/// Field offsets inside a VXLAN header (RFC 7348).
+pub mod vxlan {
+    /// Flags (the I flag: the VNI is valid).
+    pub const FLAGS: usize = 0;
+    /// VNI (24 bits) followed by a reserved byte.
+    pub const VNI: usize = 4;
+    /// Header length.
+    pub const HEADER_LEN: usize = 8;
+    /// The I flag.
+    pub const FLAG_I: u8 = 0x08;
+}
+
 bessemer_core::drop_reasons! {
     /// Why a frame is not a usable IPv4 packet; also the drop reasons (with their printed
     /// names) the IPv4 rewriters share, embedded first in their own reason enums.
@@ -155,73 +179,147 @@ impl From<Truncated> for Ipv4Error {
     }
 }
 
-#[inline(always)]
-fn rd16(b: &[u8], off: usize) -> u16 {
-    u16::from_be_bytes([b[off], b[off + 1]])
+/// A header field type: read and written big-endian at an offset the view's check covers.
+trait Field: Sized {
+    fn get(b: &[u8], off: usize) -> Self;
+    fn put(self, b: &mut [u8], off: usize);
+}
+
+impl Field for u8 {
+    #[inline(always)]
+    fn get(b: &[u8], off: usize) -> u8 {
+        b[off]
+    }
+    #[inline(always)]
+    fn put(self, b: &mut [u8], off: usize) {
+        b[off] = self;
+    }
+}
+
+impl Field for u16 {
+    #[inline(always)]
+    fn get(b: &[u8], off: usize) -> u16 {
+        u16::from_be_bytes([b[off], b[off + 1]])
+    }
+    #[inline(always)]
+    fn put(self, b: &mut [u8], off: usize) {
+        b[off..off + 2].copy_from_slice(&self.to_be_bytes());
+    }
+}
+
+impl Field for u32 {
+    #[inline(always)]
+    fn get(b: &[u8], off: usize) -> u32 {
+        u32::from_be_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
+    }
+    #[inline(always)]
+    fn put(self, b: &mut [u8], off: usize) {
+        b[off..off + 4].copy_from_slice(&self.to_be_bytes());
+    }
+}
+
+impl<const N: usize> Field for [u8; N] {
+    #[inline(always)]
+    fn get(b: &[u8], off: usize) -> [u8; N] {
+        let mut a = [0u8; N];
+        a.copy_from_slice(&b[off..off + N]);
+        a
+    }
+    #[inline(always)]
+    fn put(self, b: &mut [u8], off: usize) {
+        b[off..off + N].copy_from_slice(&self);
+    }
 }
 
 #[inline(always)]
-fn rd32(b: &[u8], off: usize) -> u32 {
-    u32::from_be_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
+fn rd16(b: &[u8], off: usize) -> u16 {
+    u16::get(b, off)
 }
 
 #[inline(always)]
 fn wr16(b: &mut [u8], off: usize, v: u16) {
-    b[off..off + 2].copy_from_slice(&v.to_be_bytes());
+    v.put(b, off)
 }
 
-#[inline(always)]
-fn wr32(b: &mut [u8], off: usize, v: u32) {
-    b[off..off + 4].copy_from_slice(&v.to_be_bytes());
+/// Declares a view type over a buffer `T` with a `new_checked` constructor refusing buffers
+/// shorter than `$min` bytes, and `into_inner`.
+macro_rules! min_len_view {
+    ($(#[$doc:meta])* $view:ident, $min:expr, $what:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug)]
+        pub struct $view<T> {
+            buf: T,
+        }
+
+        impl<T: AsRef<[u8]>> $view<T> {
+            #[doc = concat!("A view of the ", $what, " at the start of `buf`, or `Truncated` if ")]
+            #[doc = concat!("`buf` is shorter than `", stringify!($min), "` bytes.")]
+            #[inline]
+            pub fn new_checked(buf: T) -> Result<Self, Truncated> {
+                if buf.as_ref().len() < $min {
+                    return Err(Truncated);
+                }
+                Ok($view { buf })
+            }
+            /// The buffer the view was made from.
+            #[inline]
+            pub fn into_inner(self) -> T {
+                self.buf
+            }
+        }
+    };
 }
 
-#[inline(always)]
-fn rd_arr<const N: usize>(b: &[u8], off: usize) -> [u8; N] {
-    let mut a = [0u8; N];
-    a.copy_from_slice(&b[off..off + N]);
-    a
+/// Declares field accessors of a view: for each field a getter (`AsRef<[u8]>`) and a setter
+/// (`AsMut<[u8]>`) at a named offset, which the view's checked constructor covers.
+macro_rules! fields {
+    ($view:ident { $($(#[$doc:meta])* $get:ident, $set:ident: $ty:ty = $off:expr;)* }) => {
+        impl<T: AsRef<[u8]>> $view<T> {
+            $(
+                $(#[$doc])*
+                #[inline]
+                pub fn $get(&self) -> $ty {
+                    <$ty as Field>::get(self.buf.as_ref(), $off)
+                }
+            )*
+        }
+
+        impl<T: AsRef<[u8]> + AsMut<[u8]>> $view<T> {
+            $(
+                #[doc = concat!("Sets [`", stringify!($get), "`](Self::", stringify!($get), ")")]
+                #[doc = "(no checksum is updated)."]
+                #[inline]
+                pub fn $set(&mut self, v: $ty) {
+                    Field::put(v, self.buf.as_mut(), $off)
+                }
+            )*
+        }
+    };
 }
 
-/// An Ethernet frame (untagged header: MAC addresses and EtherType) whose length was checked
-/// once, by [`EthernetView::new_checked`]; its accessors cannot read out of bounds.
-#[derive(Clone, Copy, Debug)]
-pub struct EthernetView<T> {
-    buf: T,
-}
+min_len_view!(
+    /// An Ethernet frame (untagged header: MAC addresses and EtherType) whose length was
+    /// checked once, by [`EthernetView::new_checked`]; its accessors cannot read out of
+    /// bounds.
+    EthernetView,
+    ETH_LEN,
+    "Ethernet header"
+);
+
+fields!(EthernetView {
+    /// Destination MAC address.
+    dst, set_dst: [u8; 6] = eth::DST;
+    /// Source MAC address.
+    src, set_src: [u8; 6] = eth::SRC;
+    /// EtherType (or the TPID of an outer VLAN tag).
+    ethertype, set_ethertype: u16 = eth::TYPE;
+});
 
 impl<T: AsRef<[u8]>> EthernetView<T> {
-    /// A view of `buf`, or `Truncated` if it is shorter than an Ethernet header.
-    #[inline]
-    pub fn new_checked(buf: T) -> Result<Self, Truncated> {
-        if buf.as_ref().len() < ETH_LEN {
-            return Err(Truncated);
-        }
-        Ok(EthernetView { buf })
-    }
-    /// The whole frame.
-    #[inline]
-    pub fn into_inner(self) -> T {
-        self.buf
-    }
-    /// Destination MAC address.
-    #[inline]
-    pub fn dst(&self) -> [u8; 6] {
-        rd_arr(self.buf.as_ref(), eth::DST)
-    }
-    /// Source MAC address.
-    #[inline]
-    pub fn src(&self) -> [u8; 6] {
-        rd_arr(self.buf.as_ref(), eth::SRC)
-    }
     /// Both MAC addresses (destination then source, 12 bytes).
     #[inline]
     pub fn addrs(&self) -> &[u8] {
         &self.buf.as_ref()[eth::DST..eth::TYPE]
-    }
-    /// EtherType (or the TPID of an outer VLAN tag).
-    #[inline]
-    pub fn ethertype(&self) -> u16 {
-        rd16(self.buf.as_ref(), eth::TYPE)
     }
     /// What follows the Ethernet header.
     #[inline]
@@ -231,21 +329,6 @@ impl<T: AsRef<[u8]>> EthernetView<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> EthernetView<T> {
-    /// Sets the destination MAC address.
-    #[inline]
-    pub fn set_dst(&mut self, a: [u8; 6]) {
-        self.buf.as_mut()[eth::DST..eth::DST + 6].copy_from_slice(&a);
-    }
-    /// Sets the source MAC address.
-    #[inline]
-    pub fn set_src(&mut self, a: [u8; 6]) {
-        self.buf.as_mut()[eth::SRC..eth::SRC + 6].copy_from_slice(&a);
-    }
-    /// Sets the EtherType.
-    #[inline]
-    pub fn set_ethertype(&mut self, t: u16) {
-        wr16(self.buf.as_mut(), eth::TYPE, t);
-    }
     /// Swaps the source and destination MAC addresses.
     #[inline]
     pub fn swap_addrs(&mut self) {
@@ -269,7 +352,10 @@ pub struct Ipv4View<T> {
 }
 
 impl<T: AsRef<[u8]>> Ipv4View<T> {
-    /// Validates the IPv4 header at the start of `buf` (see [`Ipv4View`]).
+    /// Validates the IPv4 header at the start of `buf` (see [`Ipv4View`]): `TooShort` below
+    /// 20 bytes, then `BadHeader` for a version other than 4, an IHL below 5 or a total
+    /// length below the header length, then `TooShort` if the header or the total length
+    /// runs past `buf`.
     #[inline]
     pub fn new_checked(buf: T) -> Result<Self, Ipv4Error> {
         let b = buf.as_ref();
@@ -309,41 +395,6 @@ impl<T: AsRef<[u8]>> Ipv4View<T> {
     pub fn payload_len(&self) -> usize {
         self.total_len() - self.header_len()
     }
-    /// Protocol field.
-    #[inline]
-    pub fn protocol(&self) -> u8 {
-        self.buf.as_ref()[ip::PROTO]
-    }
-    /// Time to live.
-    #[inline]
-    pub fn ttl(&self) -> u8 {
-        self.buf.as_ref()[ip::TTL]
-    }
-    /// Header checksum field.
-    #[inline]
-    pub fn checksum(&self) -> u16 {
-        rd16(self.buf.as_ref(), ip::CSUM)
-    }
-    /// Source address.
-    #[inline]
-    pub fn src(&self) -> u32 {
-        rd32(self.buf.as_ref(), ip::SRC)
-    }
-    /// Destination address.
-    #[inline]
-    pub fn dst(&self) -> u32 {
-        rd32(self.buf.as_ref(), ip::DST)
-    }
-    /// Source address as bytes.
-    #[inline]
-    pub fn src_bytes(&self) -> [u8; 4] {
-        rd_arr(self.buf.as_ref(), ip::SRC)
-    }
-    /// Destination address as bytes.
-    #[inline]
-    pub fn dst_bytes(&self) -> [u8; 4] {
-        rd_arr(self.buf.as_ref(), ip::DST)
-    }
     /// Fragment offset (in 8-byte units).
     #[inline]
     pub fn frag_offset(&self) -> u16 {
@@ -379,33 +430,48 @@ impl<T: AsRef<[u8]>> Ipv4View<T> {
     pub fn payload(&self) -> &[u8] {
         &self.buf.as_ref()[self.header_len()..self.total_len()]
     }
+    /// The source or destination address.
+    #[inline]
+    pub fn addr(&self, f: AddrField) -> u32 {
+        u32::get(self.buf.as_ref(), f.off())
+    }
+    /// Offset in the payload of the TCP or UDP checksum, for a packet carrying its L4
+    /// header (unfragmented or first fragment); None for other protocols and later
+    /// fragments.
+    #[inline]
+    fn l4_checksum_off(&self) -> Option<usize> {
+        match self.protocol() {
+            crate::checksum::PROTO_TCP if self.has_l4_header() => Some(tcp::CSUM),
+            crate::checksum::PROTO_UDP if self.has_l4_header() => Some(udp::CSUM),
+            _ => None,
+        }
+    }
 }
 
+fields!(Ipv4View {
+    /// Identification.
+    ident, set_ident: u16 = ip::IDENT;
+    /// Time to live.
+    ttl, set_ttl: u8 = ip::TTL;
+    /// Protocol field.
+    protocol, set_protocol: u8 = ip::PROTO;
+    /// Header checksum field.
+    checksum, set_checksum: u16 = ip::CSUM;
+    /// Source address.
+    src, set_src: u32 = ip::SRC;
+    /// Destination address.
+    dst, set_dst: u32 = ip::DST;
+    /// Source address as bytes.
+    src_bytes, set_src_bytes: [u8; 4] = ip::SRC;
+    /// Destination address as bytes.
+    dst_bytes, set_dst_bytes: [u8; 4] = ip::DST;
+});
+
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4View<T> {
-    /// Sets the time to live (the checksum is left as is).
+    /// Sets the source or destination address (the checksums are left as they are).
     #[inline]
-    pub fn set_ttl(&mut self, ttl: u8) {
-        self.buf.as_mut()[ip::TTL] = ttl;
-    }
-    /// Sets the header checksum field.
-    #[inline]
-    pub fn set_checksum(&mut self, c: u16) {
-        wr16(self.buf.as_mut(), ip::CSUM, c);
-    }
-    /// Sets the identification field.
-    #[inline]
-    pub fn set_ident(&mut self, id: u16) {
-        wr16(self.buf.as_mut(), ip::IDENT, id);
-    }
-    /// Sets the source address (the checksums are left as they are).
-    #[inline]
-    pub fn set_src(&mut self, a: u32) {
-        wr32(self.buf.as_mut(), ip::SRC, a);
-    }
-    /// Sets the destination address (the checksums are left as they are).
-    #[inline]
-    pub fn set_dst(&mut self, a: u32) {
-        wr32(self.buf.as_mut(), ip::DST, a);
+    pub fn set_addr(&mut self, f: AddrField, a: u32) {
+        a.put(self.buf.as_mut(), f.off());
     }
     /// Swaps the source and destination addresses (the checksums stay valid).
     #[inline]
@@ -442,326 +508,6 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4View<T> {
         let (h, t) = (self.header_len(), self.total_len());
         &mut self.buf.as_mut()[h..t]
     }
-}
-
-impl<'a> Ipv4View<&'a [u8]> {
-    /// The payload as the total length says, borrowed for as long as the buffer.
-    #[inline]
-    pub fn into_payload(self) -> &'a [u8] {
-        let (h, t) = (self.header_len(), self.total_len());
-        &self.buf[h..t]
-    }
-}
-
-/// The ports shared by TCP, UDP and SCTP headers (their first 4 bytes), length checked once
-/// by [`PortsView::new_checked`].
-#[derive(Clone, Copy, Debug)]
-pub struct PortsView<T> {
-    buf: T,
-}
-
-impl<T: AsRef<[u8]>> PortsView<T> {
-    /// A view of the ports at the start of `buf`, or `Truncated` if it is shorter than 4 bytes.
-    #[inline]
-    pub fn new_checked(buf: T) -> Result<Self, Truncated> {
-        if buf.as_ref().len() < 4 {
-            return Err(Truncated);
-        }
-        Ok(PortsView { buf })
-    }
-    /// Source port.
-    #[inline]
-    pub fn src_port(&self) -> u16 {
-        rd16(self.buf.as_ref(), udp::SRC_PORT)
-    }
-    /// Destination port.
-    #[inline]
-    pub fn dst_port(&self) -> u16 {
-        rd16(self.buf.as_ref(), udp::DST_PORT)
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> PortsView<T> {
-    /// Sets the source port (the checksum is left as is).
-    #[inline]
-    pub fn set_src_port(&mut self, p: u16) {
-        wr16(self.buf.as_mut(), udp::SRC_PORT, p);
-    }
-    /// Sets the destination port (the checksum is left as is).
-    #[inline]
-    pub fn set_dst_port(&mut self, p: u16) {
-        wr16(self.buf.as_mut(), udp::DST_PORT, p);
-    }
-    /// Swaps the source and destination ports (the checksum stays valid).
-    #[inline]
-    pub fn swap_ports(&mut self) {
-        let (sp, dp) = self.buf.as_mut()[..4].split_at_mut(2);
-        sp.swap_with_slice(dp);
-    }
-}
-
-/// A UDP datagram whose header length (8 bytes) was checked once by [`UdpView::new_checked`].
-#[derive(Clone, Copy, Debug)]
-pub struct UdpView<T> {
-    buf: T,
-}
-
-impl<T: AsRef<[u8]>> UdpView<T> {
-    /// A view of the UDP header at the start of `buf`, or `Truncated` if it is shorter than 8
-    /// bytes.
-    #[inline]
-    pub fn new_checked(buf: T) -> Result<Self, Truncated> {
-        if buf.as_ref().len() < udp::HEADER_LEN {
-            return Err(Truncated);
-        }
-        Ok(UdpView { buf })
-    }
-    /// The buffer the view was made from.
-    #[inline]
-    pub fn into_inner(self) -> T {
-        self.buf
-    }
-    /// Source port.
-    #[inline]
-    pub fn src_port(&self) -> u16 {
-        rd16(self.buf.as_ref(), udp::SRC_PORT)
-    }
-    /// Destination port.
-    #[inline]
-    pub fn dst_port(&self) -> u16 {
-        rd16(self.buf.as_ref(), udp::DST_PORT)
-    }
-    /// Length field (header + payload).
-    #[inline]
-    pub fn length(&self) -> u16 {
-        rd16(self.buf.as_ref(), udp::LEN)
-    }
-    /// Checksum field.
-    #[inline]
-    pub fn checksum(&self) -> u16 {
-        rd16(self.buf.as_ref(), udp::CSUM)
-    }
-    /// What follows the header, to the end of the buffer.
-    #[inline]
-    pub fn payload(&self) -> &[u8] {
-        &self.buf.as_ref()[udp::HEADER_LEN..]
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> UdpView<T> {
-    /// Sets the source port.
-    #[inline]
-    pub fn set_src_port(&mut self, p: u16) {
-        wr16(self.buf.as_mut(), udp::SRC_PORT, p);
-    }
-    /// Sets the destination port.
-    #[inline]
-    pub fn set_dst_port(&mut self, p: u16) {
-        wr16(self.buf.as_mut(), udp::DST_PORT, p);
-    }
-    /// Sets the length field.
-    #[inline]
-    pub fn set_length(&mut self, l: u16) {
-        wr16(self.buf.as_mut(), udp::LEN, l);
-    }
-    /// Sets the checksum field.
-    #[inline]
-    pub fn set_checksum(&mut self, c: u16) {
-        wr16(self.buf.as_mut(), udp::CSUM, c);
-    }
-    /// Computes the checksum over the datagram as its length field says, with the pseudo
-    /// header sum `pseudo` (addresses and protocol, see [`crate::checksum::pseudo_v4`]), and
-    /// writes it (0 sent as 0xffff); false (nothing written) if the length field is below 8
-    /// or past the buffer.
-    #[inline]
-    pub fn fill_checksum(&mut self, pseudo: u64) -> bool {
-        if !self.length_ok() {
-            return false;
-        }
-        let len = self.length() as usize;
-        let pseudo = pseudo + len as u64;
-        let seg = &mut self.buf.as_mut()[..len];
-        let c = crate::checksum::udp_wire(crate::checksum::l4(pseudo, seg, udp::CSUM));
-        wr16(seg, udp::CSUM, c);
-        true
-    }
-}
-
-/// A TCP segment whose header length (20 bytes without options) was checked once by
-/// [`TcpView::new_checked`].
-#[derive(Clone, Copy, Debug)]
-pub struct TcpView<T> {
-    buf: T,
-}
-
-impl<T: AsRef<[u8]>> TcpView<T> {
-    /// A view of the TCP segment filling `buf`, or `Truncated` if it is shorter than 20 bytes.
-    #[inline]
-    pub fn new_checked(buf: T) -> Result<Self, Truncated> {
-        if buf.as_ref().len() < tcp::HEADER_LEN {
-            return Err(Truncated);
-        }
-        Ok(TcpView { buf })
-    }
-    /// The buffer the view was made from.
-    #[inline]
-    pub fn into_inner(self) -> T {
-        self.buf
-    }
-    /// Source port.
-    #[inline]
-    pub fn src_port(&self) -> u16 {
-        rd16(self.buf.as_ref(), udp::SRC_PORT)
-    }
-    /// Destination port.
-    #[inline]
-    pub fn dst_port(&self) -> u16 {
-        rd16(self.buf.as_ref(), udp::DST_PORT)
-    }
-    /// Checksum field.
-    #[inline]
-    pub fn checksum(&self) -> u16 {
-        rd16(self.buf.as_ref(), tcp::CSUM)
-    }
-}
-
-impl<T: AsRef<[u8]>> TcpView<T> {
-    /// Header length from the data offset field (options included; below 20 for a bad
-    /// header).
-    #[inline]
-    pub fn header_len(&self) -> usize {
-        (self.buf.as_ref()[tcp::DATA_OFF] >> 4) as usize * 4
-    }
-    /// Sequence number.
-    #[inline]
-    pub fn seq_number(&self) -> u32 {
-        rd32(self.buf.as_ref(), tcp::SEQ)
-    }
-    /// Acknowledgment number.
-    #[inline]
-    pub fn ack_number(&self) -> u32 {
-        rd32(self.buf.as_ref(), tcp::ACK)
-    }
-    /// The flags byte (CWR, ECE, URG, ACK, PSH, RST, SYN, FIN).
-    #[inline]
-    pub fn flags(&self) -> u8 {
-        self.buf.as_ref()[tcp::FLAGS]
-    }
-    /// What follows the header and its options, or None if the data offset is below 5 or
-    /// past the buffer.
-    #[inline]
-    pub fn payload(&self) -> Option<&[u8]> {
-        let hl = self.header_len();
-        if hl < tcp::HEADER_LEN {
-            return None;
-        }
-        self.buf.as_ref().get(hl..)
-    }
-}
-
-impl<'a> TcpView<&'a [u8]> {
-    /// [`payload`](Self::payload), borrowed for as long as the buffer.
-    #[inline]
-    pub fn into_payload(self) -> Option<&'a [u8]> {
-        let hl = self.header_len();
-        if hl < tcp::HEADER_LEN {
-            return None;
-        }
-        self.buf.get(hl..)
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> TcpView<T> {
-    /// Sets the source port.
-    #[inline]
-    pub fn set_src_port(&mut self, p: u16) {
-        wr16(self.buf.as_mut(), udp::SRC_PORT, p);
-    }
-    /// Sets the destination port.
-    #[inline]
-    pub fn set_dst_port(&mut self, p: u16) {
-        wr16(self.buf.as_mut(), udp::DST_PORT, p);
-    }
-    /// Sets the checksum field.
-    #[inline]
-    pub fn set_checksum(&mut self, c: u16) {
-        wr16(self.buf.as_mut(), tcp::CSUM, c);
-    }
-    /// Sets the sequence number.
-    #[inline]
-    pub fn set_seq_number(&mut self, n: u32) {
-        wr32(self.buf.as_mut(), tcp::SEQ, n);
-    }
-    /// Sets the acknowledgment number.
-    #[inline]
-    pub fn set_ack_number(&mut self, n: u32) {
-        wr32(self.buf.as_mut(), tcp::ACK, n);
-    }
-    /// Sets the data offset to `len` bytes (a multiple of 4), the reserved bits to zero.
-    #[inline]
-    pub fn set_header_len(&mut self, len: usize) {
-        self.buf.as_mut()[tcp::DATA_OFF] = ((len / 4) as u8) << 4;
-    }
-    /// Sets the flags byte.
-    #[inline]
-    pub fn set_flags(&mut self, f: u8) {
-        self.buf.as_mut()[tcp::FLAGS] = f;
-    }
-    /// Computes the checksum over the whole buffer (the segment) with the pseudo header sum
-    /// `pseudo` (addresses and protocol, see [`crate::checksum::pseudo_v4`]) and writes it.
-    #[inline]
-    pub fn fill_checksum(&mut self, pseudo: u64) {
-        let len = self.buf.as_ref().len();
-        let pseudo = pseudo + (len >> 16) as u64 + (len & 0xffff) as u64;
-        let c = crate::checksum::l4(pseudo, self.buf.as_ref(), tcp::CSUM);
-        self.set_checksum(c);
-    }
-}
-
-/// Which address field of an IPv4 header.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AddrField {
-    /// The source address.
-    Src,
-    /// The destination address.
-    Dst,
-}
-
-impl AddrField {
-    #[inline(always)]
-    fn off(self) -> usize {
-        match self {
-            AddrField::Src => ip::SRC,
-            AddrField::Dst => ip::DST,
-        }
-    }
-}
-
-impl<T: AsRef<[u8]>> Ipv4View<T> {
-    /// The source or destination address.
-    #[inline]
-    pub fn addr(&self, f: AddrField) -> u32 {
-        rd32(self.buf.as_ref(), f.off())
-    }
-    /// Offset in the payload of the TCP or UDP checksum, for a packet carrying its L4
-    /// header (unfragmented or first fragment); None for other protocols and later
-    /// fragments.
-    #[inline]
-    fn l4_checksum_off(&self) -> Option<usize> {
-        match self.protocol() {
-            crate::checksum::PROTO_TCP if self.has_l4_header() => Some(tcp::CSUM),
-            crate::checksum::PROTO_UDP if self.has_l4_header() => Some(udp::CSUM),
-            _ => None,
-        }
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4View<T> {
-    /// Sets the source or destination address (the checksums are left as they are).
-    #[inline]
-    pub fn set_addr(&mut self, f: AddrField, a: u32) {
-        wr32(self.buf.as_mut(), f.off(), a);
-    }
     /// Sets address `f` to `new`, updating the header checksum and, for a TCP or UDP packet
     /// carrying its L4 header, the L4 checksum incrementally (the whole datagram's checksum
     /// in a first fragment stays right; a zero UDP checksum stays zero). `Truncated`, with
@@ -783,82 +529,31 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4View<T> {
     }
 }
 
-impl<T: AsRef<[u8]> + AsMut<[u8]>> UdpView<T> {
-    /// Adds a checksum `increment` to the checksum (a zero checksum, none computed, stays
-    /// zero; see [`crate::checksum::apply_l4_at`]).
+impl<'a> Ipv4View<&'a [u8]> {
+    /// The payload as the total length says, borrowed for as long as the buffer.
     #[inline]
-    pub fn apply_checksum_increment(&mut self, increment: u64) {
-        let p = crate::checksum::PROTO_UDP;
-        crate::checksum::apply_l4_at(self.buf.as_mut(), udp::CSUM, p, increment);
+    pub fn into_payload(self) -> &'a [u8] {
+        let (h, t) = (self.header_len(), self.total_len());
+        &self.buf[h..t]
     }
 }
 
-impl<T: AsRef<[u8]> + AsMut<[u8]>> TcpView<T> {
-    /// Adds a checksum `increment` to the checksum.
-    #[inline]
-    pub fn apply_checksum_increment(&mut self, increment: u64) {
-        let p = crate::checksum::PROTO_TCP;
-        crate::checksum::apply_l4_at(self.buf.as_mut(), tcp::CSUM, p, increment);
-    }
+/// Which address field of an IPv4 header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AddrField {
+    /// The source address.
+    Src,
+    /// The destination address.
+    Dst,
 }
 
-/// Field offsets inside an ICMP header (query messages: echo, timestamp, information).
-pub mod icmp {
-    /// Type.
-    pub const TYPE: usize = 0;
-    /// Checksum.
-    pub const CSUM: usize = 2;
-    /// Identifier (query messages).
-    pub const IDENT: usize = 4;
-    /// Header length of a query message.
-    pub const HEADER_LEN: usize = 8;
-}
-
-/// An ICMP message whose 8-byte header was checked once by [`IcmpView::new_checked`].
-#[derive(Clone, Copy, Debug)]
-pub struct IcmpView<T> {
-    buf: T,
-}
-
-impl<T: AsRef<[u8]>> IcmpView<T> {
-    /// A view of the ICMP header at the start of `buf`, or `Truncated` if it is shorter than
-    /// 8 bytes.
-    #[inline]
-    pub fn new_checked(buf: T) -> Result<Self, Truncated> {
-        if buf.as_ref().len() < icmp::HEADER_LEN {
-            return Err(Truncated);
+impl AddrField {
+    #[inline(always)]
+    fn off(self) -> usize {
+        match self {
+            AddrField::Src => ip::SRC,
+            AddrField::Dst => ip::DST,
         }
-        Ok(IcmpView { buf })
-    }
-    /// Type.
-    #[inline]
-    pub fn msg_type(&self) -> u8 {
-        self.buf.as_ref()[icmp::TYPE]
-    }
-    /// Checksum field.
-    #[inline]
-    pub fn checksum(&self) -> u16 {
-        rd16(self.buf.as_ref(), icmp::CSUM)
-    }
-    /// Identifier (of a query message).
-    #[inline]
-    pub fn ident(&self) -> u16 {
-        rd16(self.buf.as_ref(), icmp::IDENT)
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> IcmpView<T> {
-    /// Sets the checksum field.
-    #[inline]
-    pub fn set_checksum(&mut self, c: u16) {
-        wr16(self.buf.as_mut(), icmp::CSUM, c);
-    }
-    /// Sets the identifier, updating the checksum incrementally (ICMP has no pseudo header).
-    #[inline]
-    pub fn rewrite_ident(&mut self, id: u16) {
-        let c = crate::checksum::update16(self.checksum(), self.ident(), id);
-        wr16(self.buf.as_mut(), icmp::IDENT, id);
-        self.set_checksum(c);
     }
 }
 
@@ -911,94 +606,6 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Header<T> {
     }
 }
 
-impl<T: AsRef<[u8]>> UdpView<T> {
-    /// True if the length field is at least 8 and within the buffer.
-    #[inline]
-    pub fn length_ok(&self) -> bool {
-        let len = self.length() as usize;
-        (udp::HEADER_LEN..=self.buf.as_ref().len()).contains(&len)
-    }
-    /// True if the checksum over the datagram as its length field says, with the pseudo
-    /// header sum `pseudo` (addresses and protocol), verifies; false if the length field is
-    /// not [`length_ok`](Self::length_ok). A zero checksum (none computed) is not special here.
-    #[inline]
-    pub fn verify_checksum(&self, pseudo: u64) -> bool {
-        if !self.length_ok() {
-            return false;
-        }
-        let len = self.length() as usize;
-        crate::checksum::verify_l4(pseudo + len as u64, &self.buf.as_ref()[..len])
-    }
-}
-
-impl<T: AsRef<[u8]>> TcpView<T> {
-    /// True if the checksum over the whole buffer (the segment), with the pseudo header sum
-    /// `pseudo` (addresses and protocol), verifies.
-    #[inline]
-    pub fn verify_checksum(&self, pseudo: u64) -> bool {
-        let len = self.buf.as_ref().len();
-        let pseudo = pseudo + (len >> 16) as u64 + (len & 0xffff) as u64;
-        crate::checksum::verify_l4(pseudo, self.buf.as_ref())
-    }
-}
-
-/// Field offsets inside a VXLAN header (RFC 7348).
-pub mod vxlan {
-    /// Flags (the I flag: the VNI is valid).
-    pub const FLAGS: usize = 0;
-    /// VNI (24 bits) followed by a reserved byte.
-    pub const VNI: usize = 4;
-    /// Header length.
-    pub const HEADER_LEN: usize = 8;
-    /// The I flag.
-    pub const FLAG_I: u8 = 0x08;
-}
-
-/// A VXLAN header whose length (8 bytes) was checked once by [`VxlanView::new_checked`].
-#[derive(Clone, Copy, Debug)]
-pub struct VxlanView<T> {
-    buf: T,
-}
-
-impl<T: AsRef<[u8]>> VxlanView<T> {
-    /// A view of the VXLAN header at the start of `buf`, or `Truncated` if it is shorter than
-    /// 8 bytes.
-    #[inline]
-    pub fn new_checked(buf: T) -> Result<Self, Truncated> {
-        if buf.as_ref().len() < vxlan::HEADER_LEN {
-            return Err(Truncated);
-        }
-        Ok(VxlanView { buf })
-    }
-    /// The flags byte.
-    #[inline]
-    pub fn flags(&self) -> u8 {
-        self.buf.as_ref()[vxlan::FLAGS]
-    }
-    /// The 24-bit VNI.
-    #[inline]
-    pub fn vni(&self) -> u32 {
-        rd32(self.buf.as_ref(), vxlan::VNI) >> 8
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> VxlanView<T> {
-    /// Writes a header with the I flag set, reserved fields zero and `vni`'s low 24 bits.
-    #[inline]
-    pub fn fill(&mut self, vni: u32) {
-        let b = self.buf.as_mut();
-        b[..vxlan::HEADER_LEN].fill(0);
-        b[vxlan::FLAGS] = vxlan::FLAG_I;
-        wr32(b, vxlan::VNI, vni << 8);
-    }
-}
-
-/// The IP version nibble of the L3 header starting `l3`, None if `l3` is empty.
-#[inline]
-pub fn ip_version(l3: &[u8]) -> Option<u8> {
-    l3.first().map(|b| b >> 4)
-}
-
 /// The 20 fixed bytes of an IPv4 header, checked once by [`Ipv4Fixed::new_checked`]: present,
 /// version 4 and IHL ≥ 5. Neither the options nor the total length are looked at (DRR reads
 /// flows as leniently as BESS).
@@ -1027,21 +634,6 @@ impl<T: AsRef<[u8]>> Ipv4Fixed<T> {
     pub fn header_len(&self) -> usize {
         (self.buf.as_ref()[ip::VER_IHL] & 0x0f) as usize * 4
     }
-    /// Protocol field.
-    #[inline]
-    pub fn protocol(&self) -> u8 {
-        self.buf.as_ref()[ip::PROTO]
-    }
-    /// Source address as bytes.
-    #[inline]
-    pub fn src_bytes(&self) -> [u8; 4] {
-        rd_arr(self.buf.as_ref(), ip::SRC)
-    }
-    /// Destination address as bytes.
-    #[inline]
-    pub fn dst_bytes(&self) -> [u8; 4] {
-        rd_arr(self.buf.as_ref(), ip::DST)
-    }
     /// Fragment offset (in 8-byte units).
     #[inline]
     pub fn frag_offset(&self) -> u16 {
@@ -1052,6 +644,253 @@ impl<T: AsRef<[u8]>> Ipv4Fixed<T> {
     #[inline]
     pub fn after_header(&self) -> Option<&[u8]> {
         self.buf.as_ref().get(self.header_len()..)
+    }
+}
+
+fields!(Ipv4Fixed {
+    /// Protocol field.
+    protocol, set_protocol: u8 = ip::PROTO;
+    /// Source address as bytes.
+    src_bytes, set_src_bytes: [u8; 4] = ip::SRC;
+    /// Destination address as bytes.
+    dst_bytes, set_dst_bytes: [u8; 4] = ip::DST;
+});
+
+min_len_view!(
+    /// The ports shared by TCP, UDP and SCTP headers (their first 4 bytes), length checked
+    /// once by [`PortsView::new_checked`].
+    PortsView,
+    4,
+    "L4 ports"
+);
+
+fields!(PortsView {
+    /// Source port.
+    src_port, set_src_port: u16 = udp::SRC_PORT;
+    /// Destination port.
+    dst_port, set_dst_port: u16 = udp::DST_PORT;
+});
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> PortsView<T> {
+    /// Swaps the source and destination ports (the checksum stays valid).
+    #[inline]
+    pub fn swap_ports(&mut self) {
+        let (sp, dp) = self.buf.as_mut()[..4].split_at_mut(2);
+        sp.swap_with_slice(dp);
+    }
+}
+
+min_len_view!(
+    /// A UDP datagram whose header length (8 bytes) was checked once by
+    /// [`UdpView::new_checked`].
+    UdpView,
+    udp::HEADER_LEN,
+    "UDP header"
+);
+
+fields!(UdpView {
+    /// Source port.
+    src_port, set_src_port: u16 = udp::SRC_PORT;
+    /// Destination port.
+    dst_port, set_dst_port: u16 = udp::DST_PORT;
+    /// Length field (header + payload).
+    length, set_length: u16 = udp::LEN;
+    /// Checksum field.
+    checksum, set_checksum: u16 = udp::CSUM;
+});
+
+impl<T: AsRef<[u8]>> UdpView<T> {
+    /// What follows the header, to the end of the buffer.
+    #[inline]
+    pub fn payload(&self) -> &[u8] {
+        &self.buf.as_ref()[udp::HEADER_LEN..]
+    }
+    /// True if the length field is at least 8 and within the buffer.
+    #[inline]
+    pub fn length_ok(&self) -> bool {
+        let len = self.length() as usize;
+        (udp::HEADER_LEN..=self.buf.as_ref().len()).contains(&len)
+    }
+    /// True if the checksum over the datagram as its length field says, with the pseudo
+    /// header sum `pseudo` (addresses and protocol), verifies; false if the length field is
+    /// not [`length_ok`](Self::length_ok). A zero checksum (none computed) is not special here.
+    #[inline]
+    pub fn verify_checksum(&self, pseudo: u64) -> bool {
+        if !self.length_ok() {
+            return false;
+        }
+        let len = self.length() as usize;
+        crate::checksum::verify_l4(pseudo + len as u64, &self.buf.as_ref()[..len])
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> UdpView<T> {
+    /// Computes the checksum over the datagram as its length field says, with the pseudo
+    /// header sum `pseudo` (addresses and protocol, see [`crate::checksum::pseudo_v4`]), and
+    /// writes it (0 sent as 0xffff); false (nothing written) if the length field is not
+    /// [`length_ok`](Self::length_ok).
+    #[inline]
+    pub fn fill_checksum(&mut self, pseudo: u64) -> bool {
+        if !self.length_ok() {
+            return false;
+        }
+        let len = self.length() as usize;
+        let pseudo = pseudo + len as u64;
+        let seg = &mut self.buf.as_mut()[..len];
+        let c = crate::checksum::udp_wire(crate::checksum::l4(pseudo, seg, udp::CSUM));
+        wr16(seg, udp::CSUM, c);
+        true
+    }
+    /// Adds a checksum `increment` to the checksum (a zero checksum, none computed, stays
+    /// zero; see [`crate::checksum::apply_l4_at`]).
+    #[inline]
+    pub fn apply_checksum_increment(&mut self, increment: u64) {
+        let p = crate::checksum::PROTO_UDP;
+        crate::checksum::apply_l4_at(self.buf.as_mut(), udp::CSUM, p, increment);
+    }
+}
+
+min_len_view!(
+    /// A TCP segment (the whole buffer) whose header length without options (20 bytes) was
+    /// checked once by [`TcpView::new_checked`].
+    TcpView,
+    tcp::HEADER_LEN,
+    "TCP segment"
+);
+
+fields!(TcpView {
+    /// Source port.
+    src_port, set_src_port: u16 = udp::SRC_PORT;
+    /// Destination port.
+    dst_port, set_dst_port: u16 = udp::DST_PORT;
+    /// Sequence number.
+    seq_number, set_seq_number: u32 = tcp::SEQ;
+    /// Acknowledgment number.
+    ack_number, set_ack_number: u32 = tcp::ACK;
+    /// The flags byte (CWR, ECE, URG, ACK, PSH, RST, SYN, FIN).
+    flags, set_flags: u8 = tcp::FLAGS;
+    /// Checksum field.
+    checksum, set_checksum: u16 = tcp::CSUM;
+});
+
+impl<T: AsRef<[u8]>> TcpView<T> {
+    /// Header length from the data offset field (options included; below 20 for a bad
+    /// header).
+    #[inline]
+    pub fn header_len(&self) -> usize {
+        (self.buf.as_ref()[tcp::DATA_OFF] >> 4) as usize * 4
+    }
+    /// What follows the header and its options, or None if the data offset is below 5 or
+    /// past the buffer.
+    #[inline]
+    pub fn payload(&self) -> Option<&[u8]> {
+        payload_after(self.buf.as_ref(), self.header_len())
+    }
+    /// True if the checksum over the whole buffer (the segment), with the pseudo header sum
+    /// `pseudo` (addresses and protocol), verifies.
+    #[inline]
+    pub fn verify_checksum(&self, pseudo: u64) -> bool {
+        let len = self.buf.as_ref().len();
+        let pseudo = pseudo + (len >> 16) as u64 + (len & 0xffff) as u64;
+        crate::checksum::verify_l4(pseudo, self.buf.as_ref())
+    }
+}
+
+/// The bytes of a TCP segment `b` after its header of `hl` bytes, None for a header below 20
+/// bytes or past `b`.
+#[inline]
+fn payload_after(b: &[u8], hl: usize) -> Option<&[u8]> {
+    if hl < tcp::HEADER_LEN {
+        return None;
+    }
+    b.get(hl..)
+}
+
+impl<'a> TcpView<&'a [u8]> {
+    /// [`payload`](Self::payload), borrowed for as long as the buffer.
+    #[inline]
+    pub fn into_payload(self) -> Option<&'a [u8]> {
+        payload_after(self.buf, self.header_len())
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> TcpView<T> {
+    /// Sets the data offset to `len` bytes (a multiple of 4), the reserved bits to zero.
+    #[inline]
+    pub fn set_header_len(&mut self, len: usize) {
+        self.buf.as_mut()[tcp::DATA_OFF] = ((len / 4) as u8) << 4;
+    }
+    /// Computes the checksum over the whole buffer (the segment) with the pseudo header sum
+    /// `pseudo` (addresses and protocol, see [`crate::checksum::pseudo_v4`]) and writes it.
+    #[inline]
+    pub fn fill_checksum(&mut self, pseudo: u64) {
+        let len = self.buf.as_ref().len();
+        let pseudo = pseudo + (len >> 16) as u64 + (len & 0xffff) as u64;
+        let c = crate::checksum::l4(pseudo, self.buf.as_ref(), tcp::CSUM);
+        self.set_checksum(c);
+    }
+    /// Adds a checksum `increment` to the checksum.
+    #[inline]
+    pub fn apply_checksum_increment(&mut self, increment: u64) {
+        let p = crate::checksum::PROTO_TCP;
+        crate::checksum::apply_l4_at(self.buf.as_mut(), tcp::CSUM, p, increment);
+    }
+}
+
+min_len_view!(
+    /// An ICMP message whose 8-byte header was checked once by [`IcmpView::new_checked`].
+    IcmpView,
+    icmp::HEADER_LEN,
+    "ICMP header"
+);
+
+fields!(IcmpView {
+    /// Type.
+    msg_type, set_msg_type: u8 = icmp::TYPE;
+    /// Checksum field.
+    checksum, set_checksum: u16 = icmp::CSUM;
+    /// Identifier (of a query message).
+    ident, set_ident: u16 = icmp::IDENT;
+});
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> IcmpView<T> {
+    /// Sets the identifier, updating the checksum incrementally (ICMP has no pseudo header).
+    #[inline]
+    pub fn rewrite_ident(&mut self, id: u16) {
+        let c = crate::checksum::update16(self.checksum(), self.ident(), id);
+        self.set_ident(id);
+        self.set_checksum(c);
+    }
+}
+
+min_len_view!(
+    /// A VXLAN header whose length (8 bytes) was checked once by [`VxlanView::new_checked`].
+    VxlanView,
+    vxlan::HEADER_LEN,
+    "VXLAN header"
+);
+
+fields!(VxlanView {
+    /// The flags byte.
+    flags, set_flags: u8 = vxlan::FLAGS;
+});
+
+impl<T: AsRef<[u8]>> VxlanView<T> {
+    /// The 24-bit VNI.
+    #[inline]
+    pub fn vni(&self) -> u32 {
+        u32::get(self.buf.as_ref(), vxlan::VNI) >> 8
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> VxlanView<T> {
+    /// Writes a header with the I flag set, reserved fields zero and `vni`'s low 24 bits.
+    #[inline]
+    pub fn fill(&mut self, vni: u32) {
+        let b = self.buf.as_mut();
+        b[..vxlan::HEADER_LEN].fill(0);
+        b[vxlan::FLAGS] = vxlan::FLAG_I;
+        (vni << 8).put(b, vxlan::VNI);
     }
 }
 
@@ -1089,59 +928,25 @@ impl<T: AsRef<[u8]>> ArpView<T> {
         }
         Ok(ArpView { buf })
     }
-    /// Operation (1 request, 2 reply).
-    #[inline]
-    pub fn operation(&self) -> u16 {
-        rd16(self.buf.as_ref(), arp::OPER)
-    }
-    /// Sender hardware address.
-    #[inline]
-    pub fn sha(&self) -> [u8; 6] {
-        rd_arr(self.buf.as_ref(), arp::SHA)
-    }
-    /// Sender protocol address.
-    #[inline]
-    pub fn spa(&self) -> [u8; 4] {
-        rd_arr(self.buf.as_ref(), arp::SPA)
-    }
-    /// Target hardware address.
-    #[inline]
-    pub fn tha(&self) -> [u8; 6] {
-        rd_arr(self.buf.as_ref(), arp::THA)
-    }
-    /// Target protocol address.
-    #[inline]
-    pub fn tpa(&self) -> [u8; 4] {
-        rd_arr(self.buf.as_ref(), arp::TPA)
-    }
 }
 
-impl<T: AsRef<[u8]> + AsMut<[u8]>> ArpView<T> {
-    /// Sets the operation.
-    #[inline]
-    pub fn set_operation(&mut self, op: u16) {
-        wr16(self.buf.as_mut(), arp::OPER, op);
-    }
-    /// Sets the sender hardware address.
-    #[inline]
-    pub fn set_sha(&mut self, a: [u8; 6]) {
-        self.buf.as_mut()[arp::SHA..arp::SHA + 6].copy_from_slice(&a);
-    }
-    /// Sets the sender protocol address.
-    #[inline]
-    pub fn set_spa(&mut self, a: [u8; 4]) {
-        self.buf.as_mut()[arp::SPA..arp::SPA + 4].copy_from_slice(&a);
-    }
-    /// Sets the target hardware address.
-    #[inline]
-    pub fn set_tha(&mut self, a: [u8; 6]) {
-        self.buf.as_mut()[arp::THA..arp::THA + 6].copy_from_slice(&a);
-    }
-    /// Sets the target protocol address.
-    #[inline]
-    pub fn set_tpa(&mut self, a: [u8; 4]) {
-        self.buf.as_mut()[arp::TPA..arp::TPA + 4].copy_from_slice(&a);
-    }
+fields!(ArpView {
+    /// Operation (1 request, 2 reply).
+    operation, set_operation: u16 = arp::OPER;
+    /// Sender hardware address.
+    sha, set_sha: [u8; 6] = arp::SHA;
+    /// Sender protocol address.
+    spa, set_spa: [u8; 4] = arp::SPA;
+    /// Target hardware address.
+    tha, set_tha: [u8; 6] = arp::THA;
+    /// Target protocol address.
+    tpa, set_tpa: [u8; 4] = arp::TPA;
+});
+
+/// The IP version nibble of the L3 header starting `l3`, None if `l3` is empty.
+#[inline]
+pub fn ip_version(l3: &[u8]) -> Option<u8> {
+    l3.first().map(|b| b >> 4)
 }
 
 /// The IPv4 packet of an untagged Ethernet frame: `NotIpv4` for another EtherType,

@@ -261,7 +261,7 @@ impl Nat {
         Ok((ip, Flow { proto, port }))
     }
 
-    /// Rewrites address `field` and the endpoint's port/identifier of `ip` (as [`classify`]
+    /// Rewrites address `field` and the endpoint's port/identifier of `ip` (as `classify`
     /// checked it) to `to`, fixing checksums incrementally.
     fn stamp(mut ip: Ipv4View<&mut [u8]>, field: AddrField, flow: &Flow, to: Key) {
         let (old_addr, new_addr) = (ip.addr(field), key_addr(to));
