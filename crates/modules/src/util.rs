@@ -93,8 +93,27 @@ pub enum Verdict<R> {
     Drop(R),
 }
 
-/// Sends packet i of `batch` as `verdict(i)` says. A batch whose packets all go out of one
-/// gate is forwarded whole (no per-packet emit), which is the common case for classifiers.
+/// The per-packet iteration of a class that decides each packet on its own: runs `f` on
+/// every packet of `batch` in order (it may rewrite the packet, grow or shrink it), then sends
+/// each packet as the verdict `f` returned for it says (see [`send_each`]: a batch whose
+/// packets all go out of one gate is forwarded whole, no copy).
+#[inline(always)]
+pub fn process_each<R: DropReason + PartialEq>(
+    ctx: &mut bessemer_core::Context,
+    batch: &mut bessemer_core::PacketBatch,
+    mut f: impl FnMut(&mut bessemer_core::Packet) -> Verdict<R>,
+) {
+    let mut v = [Verdict::Gate(0); bessemer_core::MAX_BURST];
+    for (i, p) in batch.pkts_mut().iter_mut().enumerate() {
+        v[i] = f(p);
+    }
+    send_each(ctx, batch, |i| v[i]);
+}
+
+/// Sends packet i of `batch` as `verdict(i)` says, for classes that computed the verdicts
+/// beforehand (in several passes over the batch); the others use [`process_each`]. A batch
+/// whose packets all go out of one gate is forwarded whole (no per-packet emit), which is the
+/// common case; otherwise each packet is emitted or dropped in order.
 #[inline(always)]
 pub fn send_each<R: DropReason + PartialEq>(
     ctx: &mut bessemer_core::Context,

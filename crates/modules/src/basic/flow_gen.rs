@@ -9,6 +9,7 @@ use bessemer_core::{
     PacketBatch, Result, Value, MAX_BURST,
 };
 
+use crate::headers::{ip, tcp, udp, ETH_LEN, IPV4_MIN_LEN};
 use crate::util::FastRng;
 
 /// Largest template (BESS's MAX_TEMPLATE_SIZE).
@@ -34,14 +35,18 @@ const TCP_SYN: u8 = 0x02;
 const TCP_FIN: u8 = 0x01;
 const TCP_ACK: u8 = 0x10;
 
-// Offsets in an Ethernet/IPv4/TCP frame without options.
-const OFF_IP_LEN: usize = 16;
-const OFF_IP_SRC: usize = 26;
-const OFF_IP_DST: usize = 30;
-const OFF_TCP_SPORT: usize = 34;
-const OFF_TCP_DPORT: usize = 36;
-const OFF_TCP_SEQ: usize = 38;
-const OFF_TCP_FLAGS: usize = 47;
+// Offsets in the template, an Ethernet/IPv4/TCP frame without IP options (as BESS, the IHL
+// is not looked at).
+const OFF_IP_LEN: usize = ETH_LEN + ip::TOTAL_LEN;
+const OFF_IP_SRC: usize = ETH_LEN + ip::SRC;
+const OFF_IP_DST: usize = ETH_LEN + ip::DST;
+const OFF_TCP: usize = ETH_LEN + IPV4_MIN_LEN;
+const OFF_TCP_SPORT: usize = OFF_TCP + udp::SRC_PORT;
+const OFF_TCP_DPORT: usize = OFF_TCP + udp::DST_PORT;
+const OFF_TCP_SEQ: usize = OFF_TCP + tcp::SEQ;
+const OFF_TCP_FLAGS: usize = OFF_TCP + tcp::FLAGS;
+const _: () =
+    assert!(OFF_IP_LEN == 16 && OFF_IP_SRC == 26 && OFF_TCP_SPORT == 34 && OFF_TCP_FLAGS == 47);
 
 bessemer_core::drop_reasons! {
     /// Why FlowGen drops packets.

@@ -5,7 +5,7 @@ use bessemer_core::{
     Value,
 };
 
-use crate::util::{parse_gates, FastRng};
+use crate::util::{parse_gates, process_each, FastRng, Verdict};
 
 /// Drops each packet with probability `drop_rate`, else sends it to a uniformly random gate.
 pub struct RandomSplit {
@@ -54,14 +54,15 @@ impl RandomSplit {
 impl Module for RandomSplit {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         let n = self.gates.len() as u64;
-        for pkt in batch.drain() {
-            let x = self.rng.next_u64();
-            if (x & 0xffff_ffff) < self.drop_threshold {
-                ctx.drop_packet(pkt, RandomSplitDrop::Random);
+        let (rng, gates, threshold) = (&mut self.rng, &self.gates, self.drop_threshold);
+        process_each(ctx, batch, |_| {
+            let x = rng.next_u64();
+            if (x & 0xffff_ffff) < threshold {
+                Verdict::Drop(RandomSplitDrop::Random)
             } else {
-                ctx.emit(self.gates[(((x >> 32) * n) >> 32) as usize], pkt);
+                Verdict::Gate(gates[(((x >> 32) * n) >> 32) as usize])
             }
-        }
+        });
     }
 
     fn desc(&self) -> String {

@@ -1,4 +1,5 @@
 //! Split: sends each packet to the output gate named by a metadata attribute or packet bytes.
+use crate::util::{process_each, Verdict};
 use bessemer_core::module::MAX_GATES;
 use bessemer_core::{
     AccessMode, Args, AttrOffset, AttrSpec, Context, Error, Instance, Module, ModuleClass,
@@ -23,30 +24,30 @@ bessemer_core::drop_reasons! {
 impl Module for Split {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         let attr = ctx.attr(0);
-        for pkt in batch.drain() {
+        let (offset, size) = (self.offset, self.size);
+        process_each(ctx, batch, |p| {
             let mut buf = [0u8; 8];
-            match self.offset {
+            match offset {
                 Some(off) => {
-                    let Some(b) = pkt.data().get(off..off + self.size) else {
-                        ctx.drop_packet(pkt, SplitDrop::TooShort);
-                        continue;
+                    let Some(b) = p.data().get(off..off + size) else {
+                        return Verdict::Drop(SplitDrop::TooShort);
                     };
-                    buf[8 - self.size..].copy_from_slice(b);
+                    buf[8 - size..].copy_from_slice(b);
                 }
                 None => {
                     if let AttrOffset::At(o) = attr {
                         let o = o as usize;
-                        buf[8 - self.size..].copy_from_slice(&pkt.metadata()[o..o + self.size]);
+                        buf[8 - size..].copy_from_slice(&p.metadata()[o..o + size]);
                     }
                 }
             }
             let v = u64::from_be_bytes(buf);
             if v >= MAX_GATES as u64 {
-                ctx.drop_packet(pkt, SplitDrop::OutOfRange);
+                Verdict::Drop(SplitDrop::OutOfRange)
             } else {
-                ctx.emit(v as u16, pkt);
+                Verdict::Gate(v as u16)
             }
-        }
+        });
     }
 
     fn desc(&self) -> String {

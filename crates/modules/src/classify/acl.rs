@@ -5,7 +5,8 @@ use bessemer_core::{
 };
 
 use crate::checksum::{PROTO_TCP, PROTO_UDP};
-use crate::headers::{be16, be32, eth_ipv4, ip, Ipv4Error, PROTO_SCTP};
+use crate::headers::{ipv4_in_frame, Ipv4Error, PortsView, PROTO_SCTP};
+use crate::util::{process_each, Verdict};
 
 bessemer_core::drop_reasons! {
     /// Why ACL drops packets.
@@ -91,22 +92,20 @@ pub(crate) type ParseError = Ipv4Error;
 
 /// Reads the IPv4 tuple of an untagged Ethernet frame through checked views.
 pub(crate) fn parse_tuple(d: &[u8]) -> std::result::Result<Tuple, ParseError> {
-    let ip = eth_ipv4(d)?;
-    let has_ports = matches!(ip.proto, PROTO_TCP | PROTO_UDP | PROTO_SCTP) && ip.has_l4_header();
+    let ip = ipv4_in_frame(d)?;
+    let proto = ip.protocol();
+    let has_ports = matches!(proto, PROTO_TCP | PROTO_UDP | PROTO_SCTP) && ip.has_l4_header();
     let ports = if has_ports {
         // The L4 header as far as the IPv4 total length goes.
-        let l4 = &d[ip.l4()..ip.off + ip.total];
-        if l4.len() < 4 {
-            return Err(Ipv4Error::TooShort);
-        }
-        Some((be16(l4, 0), be16(l4, 2)))
+        let l4 = PortsView::new_checked(ip.payload())?;
+        Some((l4.src_port(), l4.dst_port()))
     } else {
         None
     };
     Ok(Tuple {
-        src: be32(d, ip.off + ip::SRC),
-        dst: be32(d, ip.off + ip::DST),
-        proto: ip.proto,
+        src: ip.src(),
+        dst: ip.dst(),
+        proto,
         ports,
     })
 }
@@ -194,20 +193,17 @@ impl Acl {
 
 impl Module for Acl {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        for pkt in batch.drain() {
-            let t = match parse_tuple(pkt.data()) {
+        process_each(ctx, batch, |p| {
+            let t = match parse_tuple(p.data()) {
                 Ok(t) => t,
-                Err(reason) => {
-                    ctx.drop_packet(pkt, AclDrop::from(reason));
-                    continue;
-                }
+                Err(reason) => return Verdict::Drop(AclDrop::from(reason)),
             };
             match self.rules.iter().find(|r| r.matches(&t)) {
-                Some(r) if !r.drop => ctx.emit(0, pkt),
-                Some(_) => ctx.drop_packet(pkt, AclDrop::Denied),
-                None => ctx.drop_packet(pkt, AclDrop::NoMatch),
+                Some(r) if !r.drop => Verdict::Gate(0),
+                Some(_) => Verdict::Drop(AclDrop::Denied),
+                None => Verdict::Drop(AclDrop::NoMatch),
             }
-        }
+        });
     }
 
     fn desc(&self) -> String {

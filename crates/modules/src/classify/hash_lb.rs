@@ -10,7 +10,8 @@ use bessemer_core::{
 };
 
 use crate::hash::crc32c;
-use crate::util::{gates_value, IDLE};
+use crate::headers::{eth, ip, ETH_LEN, IPV4_MIN_LEN};
+use crate::util::{gates_value, process_each, Verdict, IDLE};
 
 /// Most gates one HashLB spreads over (BESS's MAX_HLB_GATES).
 pub const MAX_HLB_GATES: usize = 16384;
@@ -56,6 +57,11 @@ impl Mode {
     }
 }
 
+/// Offset of the IPv4 source and destination addresses in an untagged frame.
+const ADDRS: usize = ETH_LEN + ip::SRC;
+/// Offset of the L4 ports in an untagged frame with an IPv4 header without options.
+const PORTS: usize = ETH_LEN + IPV4_MIN_LEN;
+
 /// `N` bytes of `d` from `off`; bytes beyond the end of a short frame read as zero.
 #[inline(always)]
 fn bytes_at<const N: usize>(d: &[u8], off: usize) -> [u8; N] {
@@ -74,15 +80,18 @@ fn bytes_at<const N: usize>(d: &[u8], off: usize) -> [u8; N] {
 #[inline(always)]
 fn flow_hash(mode: Mode, d: &[u8]) -> u32 {
     match mode {
+        // The two MAC addresses (the last 4 bytes of the source seed the CRC).
         Mode::L2 => {
-            let init = u32::from_le_bytes(bytes_at::<4>(d, 8));
-            crc32c(init, &bytes_at::<8>(d, 0))
+            let init = u32::from_le_bytes(bytes_at::<4>(d, eth::SRC + 2));
+            crc32c(init, &bytes_at::<8>(d, eth::DST))
         }
-        Mode::L3 => crc32c(0, &bytes_at::<8>(d, 26)),
+        // The IPv4 addresses.
+        Mode::L3 => crc32c(0, &bytes_at::<8>(d, ADDRS)),
+        // The addresses, the protocol and the L4 ports.
         Mode::L4 => {
-            let ports = u32::from_le_bytes(bytes_at::<4>(d, 34));
-            let proto = bytes_at::<1>(d, 23)[0] as u32;
-            crc32c(ports ^ proto, &bytes_at::<8>(d, 26))
+            let ports = u32::from_le_bytes(bytes_at::<4>(d, PORTS));
+            let proto = bytes_at::<1>(d, ETH_LEN + ip::PROTO)[0] as u32;
+            crc32c(ports ^ proto, &bytes_at::<8>(d, ADDRS))
         }
     }
 }
@@ -162,14 +171,12 @@ impl SharedModule for HashLB {
     fn process_batch(&self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         let cfg = self.cfg.read().unwrap_or_else(|e| e.into_inner());
         let (mode, gates) = (cfg.mode, &cfg.gates);
-        for pkt in batch.drain() {
-            let g = gates[hash_range(flow_hash(mode, pkt.data()), gates.len())];
-            if g == DROP_GATE {
-                ctx.drop_packet(pkt, HashLbDrop::DropGate);
-            } else {
-                ctx.emit(g, pkt);
+        process_each(ctx, batch, |p| {
+            match gates[hash_range(flow_hash(mode, p.data()), gates.len())] {
+                DROP_GATE => Verdict::Drop(HashLbDrop::DropGate),
+                g => Verdict::Gate(g),
             }
-        }
+        });
     }
 
     fn run_task(&self, _ctx: &mut Context, _arg: u64) -> TaskResult {

@@ -12,10 +12,12 @@ use bessemer_core::{
     handler, Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result,
     Value,
 };
-use smoltcp::wire::TcpPacket;
 
 use crate::checksum::PROTO_TCP;
-use crate::headers::{be32, eth_ipv4, ip, put_ipv4_header, Ipv4Error};
+use crate::headers::{
+    ipv4_in_frame, put_ipv4_header, tcp, EthernetView, Ipv4Error, Ipv4View, TcpView,
+    ETHERTYPE_IPV4, ETH_LEN, IPV4_MIN_LEN,
+};
 
 bessemer_core::drop_reasons! {
     /// Why UrlFilter drops packets.
@@ -174,7 +176,7 @@ struct Seg<'a> {
 
 /// What to do with one packet arriving on gate 0.
 #[derive(Debug, PartialEq, Eq)]
-enum Verdict {
+enum Decision {
     Pass,
     Drop(UrlFilterDrop),
     /// Drop it and answer: the request matched the blacklist.
@@ -182,42 +184,43 @@ enum Verdict {
 }
 
 fn parse_seg(d: &[u8]) -> std::result::Result<Option<Seg<'_>>, UrlFilterDrop> {
-    let ip = match eth_ipv4(d) {
+    let Ok(eth) = EthernetView::new_checked(d) else {
+        return Err(UrlFilterDrop::TooShort);
+    };
+    let ip = match ipv4_in_frame(d) {
         Ok(ip) => ip,
         Err(Ipv4Error::NotIpv4) => return Ok(None),
         Err(Ipv4Error::TooShort) => return Err(UrlFilterDrop::TooShort),
         Err(Ipv4Error::BadHeader) => return Err(UrlFilterDrop::BadIpHeader),
     };
-    if ip.proto != PROTO_TCP {
+    if ip.protocol() != PROTO_TCP {
         return Ok(None);
     }
     if ip.is_fragment() {
         return Err(UrlFilterDrop::Fragment);
     }
-    let tb = &d[ip.l4()..ip.off + ip.total];
-    if tb.len() >= 20 && tb[12] >> 4 < 5 {
+    let (src, dst) = (ip.src(), ip.dst());
+    let tcp = TcpView::new_checked(ip.into_payload()).map_err(|_| UrlFilterDrop::TooShort)?;
+    if tcp.header_len() < tcp::HEADER_LEN {
         return Err(UrlFilterDrop::BadTcpHeader);
     }
-    // Past this, only a header cut short remains.
-    let tcp = TcpPacket::new_checked(tb).map_err(|_| UrlFilterDrop::TooShort)?;
-    let mut eth_dst = [0u8; 6];
-    let mut eth_src = [0u8; 6];
-    eth_dst.copy_from_slice(&d[0..6]);
-    eth_src.copy_from_slice(&d[6..12]);
-    let hl = tcp.header_len() as usize;
+    // Past this, only a header cut short (options past the segment) remains.
+    let (sport, dport) = (tcp.src_port(), tcp.dst_port());
+    let (seq, ack, flags) = (tcp.seq_number(), tcp.ack_number(), tcp.flags());
+    let payload = tcp.into_payload().ok_or(UrlFilterDrop::TooShort)?;
     Ok(Some(Seg {
         key: FlowKey {
-            src: be32(d, ip.off + ip::SRC),
-            dst: be32(d, ip.off + ip::DST),
-            sport: tcp.src_port(),
-            dport: tcp.dst_port(),
+            src,
+            dst,
+            sport,
+            dport,
         },
-        eth_dst,
-        eth_src,
-        seq: tcp.seq_number().0 as u32,
-        ack: tcp.ack_number().0 as u32,
-        flags: tb[13],
-        payload: &tb[hl..],
+        eth_dst: eth.dst(),
+        eth_src: eth.src(),
+        seq,
+        ack,
+        flags,
+        payload,
     }))
 }
 
@@ -323,11 +326,11 @@ impl UrlFilter {
     }
 
     /// Decides for one client packet at time `now` (TSC cycles).
-    fn classify(&mut self, seg: &Seg, now: u64) -> Verdict {
+    fn classify(&mut self, seg: &Seg, now: u64) -> Decision {
         let key = seg.key;
         if let Some(f) = self.flows.get(&key) {
             match f.blocked_until {
-                Some(t) if now < t => return Verdict::Drop(UrlFilterDrop::Blocked),
+                Some(t) if now < t => return Decision::Drop(UrlFilterDrop::Blocked),
                 Some(_) => self.release(&key),
                 None => {}
             }
@@ -352,27 +355,27 @@ impl UrlFilter {
             } else {
                 self.untracked += 1;
             }
-            return Verdict::Pass;
+            return Decision::Pass;
         }
         // No SYN seen: BESS cannot reconstruct the stream and passes the packet.
         let Some(f) = self.flows.get_mut(&key) else {
-            return Verdict::Pass;
+            return Decision::Pass;
         };
         f.last_seen = now;
         if !f.insert(seg.seq, seg.payload) {
-            return Verdict::Pass;
+            return Decision::Pass;
         }
         let matched = parse_request(f.contiguous())
             .is_some_and(|(path, host)| blacklisted(&self.blacklist, host, path));
         if matched {
             f.blocked_until = Some(now.saturating_add(self.block_cycles));
             f.segs.clear();
-            return Verdict::Block;
+            return Decision::Block;
         }
         if seg.flags & (TCP_FIN | TCP_RST) != 0 {
             self.release(&key);
         }
-        Verdict::Pass
+        Decision::Pass
     }
 }
 
@@ -392,43 +395,35 @@ struct Reply {
 }
 
 /// Writes Ethernet + IPv4 (no options, TTL 64) + TCP (no options, window 0) + `body` into
-/// `out`, with both checksums, as BESS's packet template does.
-fn build_reply(r: &Reply, body: &[u8], out: &mut [u8]) {
-    let total = (40 + body.len()) as u16;
-    out[0..6].copy_from_slice(&r.eth_dst);
-    out[6..12].copy_from_slice(&r.eth_src);
-    out[12..14].copy_from_slice(&[0x08, 0x00]);
-    put_ipv4_header(
-        &mut out[14..34],
-        total,
-        0,
-        64,
-        PROTO_TCP,
-        r.src.to_be_bytes(),
-        r.dst.to_be_bytes(),
-    );
-    out[18..20].copy_from_slice(&r.ip_id.to_be_bytes());
-    out[24..26].fill(0);
-    let c = checksum::ipv4_header(&out[14..34]);
-    out[24..26].copy_from_slice(&c.to_be_bytes());
-    let tcp = &mut out[34..54];
-    tcp.fill(0);
-    tcp[0..2].copy_from_slice(&r.sport.to_be_bytes());
-    tcp[2..4].copy_from_slice(&r.dport.to_be_bytes());
-    tcp[4..8].copy_from_slice(&r.seq.to_be_bytes());
-    tcp[8..12].copy_from_slice(&r.ack.to_be_bytes());
-    tcp[12] = 5 << 4;
-    tcp[13] = r.flags;
-    out[54..54 + body.len()].copy_from_slice(body);
-    let tcp_len = 20 + body.len();
-    let pseudo = checksum::pseudo_v4(
-        r.src.to_be_bytes(),
-        r.dst.to_be_bytes(),
-        checksum::PROTO_TCP,
-        tcp_len as u32,
-    );
-    let c = checksum::l4(pseudo, &out[34..34 + tcp_len], checksum::TCP_CSUM_OFFSET);
-    out[50..52].copy_from_slice(&c.to_be_bytes());
+/// `out`, with both checksums, as BESS's packet template does; None if `out` is not exactly
+/// that long.
+fn build_reply(r: &Reply, body: &[u8], out: &mut [u8]) -> Option<()> {
+    let tcp_len = tcp::HEADER_LEN + body.len();
+    if out.len() != ETH_LEN + IPV4_MIN_LEN + tcp_len {
+        return None;
+    }
+    let mut eth = EthernetView::new_checked(&mut *out).ok()?;
+    eth.set_dst(r.eth_dst);
+    eth.set_src(r.eth_src);
+    eth.set_ethertype(ETHERTYPE_IPV4);
+    let (src, dst) = (r.src.to_be_bytes(), r.dst.to_be_bytes());
+    let total = (IPV4_MIN_LEN + tcp_len) as u16;
+    put_ipv4_header(eth.payload_mut(), total, 0, 64, PROTO_TCP, src, dst);
+    let mut ip = Ipv4View::new_checked(eth.payload_mut()).ok()?;
+    ip.set_ident(r.ip_id);
+    ip.fill_checksum();
+    let seg = ip.payload_mut();
+    seg[..tcp::HEADER_LEN].fill(0);
+    seg[tcp::HEADER_LEN..].copy_from_slice(body);
+    let mut t = TcpView::new_checked(seg).ok()?;
+    t.set_src_port(r.sport);
+    t.set_dst_port(r.dport);
+    t.set_seq_number(r.seq);
+    t.set_ack_number(r.ack);
+    t.set_header_len(tcp::HEADER_LEN);
+    t.set_flags(r.flags);
+    t.fill_checksum(checksum::pseudo_v4(src, dst, PROTO_TCP, 0));
+    Some(())
 }
 
 impl UrlFilter {
@@ -488,9 +483,9 @@ impl Module for UrlFilter {
                 }
             };
             match self.classify(&seg, now) {
-                Verdict::Pass => ctx.emit(0, pkt),
-                Verdict::Drop(r) => ctx.drop_packet(pkt, r),
-                Verdict::Block => {
+                Decision::Pass => ctx.emit(0, pkt),
+                Decision::Drop(r) => ctx.drop_packet(pkt, r),
+                Decision::Block => {
                     let k = seg.key;
                     let to_server = Reply {
                         eth_dst: seg.eth_dst,
@@ -529,9 +524,12 @@ impl Module for UrlFilter {
                         (1, &to_client, &[][..]),
                     ] {
                         // Without buffers the answer is skipped; the block still holds.
-                        if let Some(mut p) = ctx.alloc(54 + body.len()) {
-                            build_reply(r, body, p.data_mut());
-                            ctx.emit(gate, p);
+                        let len = ETH_LEN + IPV4_MIN_LEN + tcp::HEADER_LEN + body.len();
+                        if let Some(mut p) = ctx.alloc(len) {
+                            match build_reply(r, body, p.data_mut()) {
+                                Some(()) => ctx.emit(gate, p),
+                                None => ctx.free(p),
+                            }
                         }
                     }
                 }
@@ -894,25 +892,25 @@ mod tests {
         let syn = seg(1000, TCP_SYN, &[]);
         let get = seg(1001, PSH_ACK, REQ);
         let v = |u: &mut UrlFilter, p: &[u8], now| u.classify(&parse_seg(p).unwrap().unwrap(), now);
-        assert_eq!(v(&mut u, &syn, 0), Verdict::Pass);
-        assert_eq!(v(&mut u, &get, 10), Verdict::Block);
-        assert_eq!(v(&mut u, &get, 109), Verdict::Drop(UrlFilterDrop::Blocked));
+        assert_eq!(v(&mut u, &syn, 0), Decision::Pass);
+        assert_eq!(v(&mut u, &get, 10), Decision::Block);
+        assert_eq!(v(&mut u, &get, 109), Decision::Drop(UrlFilterDrop::Blocked));
         // After the block the record is gone: without a new SYN the flow passes.
-        assert_eq!(v(&mut u, &get, 110), Verdict::Pass);
-        assert_eq!(v(&mut u, &syn, 111), Verdict::Pass);
-        assert_eq!(v(&mut u, &get, 112), Verdict::Block);
+        assert_eq!(v(&mut u, &get, 110), Decision::Pass);
+        assert_eq!(v(&mut u, &syn, 111), Decision::Pass);
+        assert_eq!(v(&mut u, &get, 112), Decision::Block);
         // Fill the table; idle flows are evicted for a new one, busy ones are not.
         let mut u = UrlFilter::new(100, 1000);
         for i in 0..MAX_FLOWS as u32 {
             let mut key_syn = syn.clone();
             key_syn[26..30].copy_from_slice(&i.to_be_bytes());
-            assert_eq!(v(&mut u, &key_syn, 0), Verdict::Pass);
+            assert_eq!(v(&mut u, &key_syn, 0), Decision::Pass);
         }
         assert_eq!(u.flows.len(), MAX_FLOWS);
         let late = seg_from(1, 1, 0, TCP_SYN, &[]);
-        assert_eq!(v(&mut u, &late, 500), Verdict::Pass);
+        assert_eq!(v(&mut u, &late, 500), Decision::Pass);
         assert_eq!((u.untracked, u.flows.len()), (1, MAX_FLOWS));
-        assert_eq!(v(&mut u, &late, 1000), Verdict::Pass);
+        assert_eq!(v(&mut u, &late, 1000), Decision::Pass);
         assert_eq!(u.flows.len(), 1, "idle flows evicted, the new one tracked");
     }
 
@@ -999,7 +997,7 @@ mod tests {
             let mut u = UrlFilter::new(1000, 1000);
             u.add(&blacklist(&[("example.com", "/secret")]), "UrlFilterArg").unwrap();
             let syn = seg(1000, TCP_SYN, &[]);
-            prop_assert_eq!(u.classify(&parse_seg(&syn).unwrap().unwrap(), 0), Verdict::Pass);
+            prop_assert_eq!(u.classify(&parse_seg(&syn).unwrap().unwrap(), 0), Decision::Pass);
             let mut have = vec![false; REQ.len()];
             let mut blocked = false;
             for &i in &order {
@@ -1009,12 +1007,12 @@ mod tests {
                 have[a..b].iter_mut().for_each(|h| *h = true);
                 let prefix = have.iter().take_while(|&&h| h).count();
                 let want = if blocked {
-                    Verdict::Drop(UrlFilterDrop::Blocked)
+                    Decision::Drop(UrlFilterDrop::Blocked)
                 } else if prefix >= host_end {
                     blocked = true;
-                    Verdict::Block
+                    Decision::Block
                 } else {
-                    Verdict::Pass
+                    Decision::Pass
                 };
                 prop_assert_eq!(got, want, "piece {:?} of {:?}", pieces[i], pieces);
             }

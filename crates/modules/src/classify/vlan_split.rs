@@ -4,6 +4,7 @@ use bessemer_core::module::MAX_GATES;
 use bessemer_core::{Args, Context, Instance, Module, ModuleClass, PacketBatch};
 
 use crate::headers::{outer_tag, strip_outer_tag, OuterTag};
+use crate::util::{process_each, Verdict};
 
 bessemer_core::drop_reasons! {
     /// Why VLANSplit drops packets.
@@ -18,16 +19,14 @@ pub struct VlanSplit;
 
 impl Module for VlanSplit {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        for mut pkt in batch.drain() {
-            match outer_tag(pkt.data()) {
-                OuterTag::Untagged => ctx.emit(0, pkt),
-                OuterTag::TooShort => ctx.drop_packet(pkt, VlanSplitDrop::TooShort),
-                OuterTag::Tagged(tci) => {
-                    strip_outer_tag(&mut pkt);
-                    ctx.emit(tci & 0x0fff, pkt);
-                }
+        process_each(ctx, batch, |p| match outer_tag(p.data()) {
+            OuterTag::Untagged => Verdict::Gate(0),
+            OuterTag::TooShort => Verdict::Drop(VlanSplitDrop::TooShort),
+            OuterTag::Tagged(tci) => {
+                strip_outer_tag(p);
+                Verdict::Gate(tci & 0x0fff)
             }
-        }
+        });
     }
 }
 

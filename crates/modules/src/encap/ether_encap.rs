@@ -1,9 +1,9 @@
 //! EtherEncap: prepends an Ethernet header built from metadata attributes.
 use bessemer_core::{AccessMode, Args, Context, Instance, Module, ModuleClass, PacketBatch, Value};
 
-use super::retain_or_drop;
-use crate::headers::ETH_LEN;
+use crate::headers::{EthernetView, ETH_LEN};
 use crate::util::add_attrs;
+use crate::util::{process_each, Verdict};
 
 const ATTR_SRC: usize = 0;
 const ATTR_DST: usize = 1;
@@ -23,20 +23,22 @@ pub struct EtherEncap;
 impl Module for EtherEncap {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         let (src, dst, ty) = (ctx.attr(ATTR_SRC), ctx.attr(ATTR_DST), ctx.attr(ATTR_TYPE));
-        retain_or_drop(ctx, batch, |p| {
+        process_each(ctx, batch, |p| {
             let s: [u8; 6] = p.get_attr(src);
             let d: [u8; 6] = p.get_attr(dst);
             let t: [u8; 2] = p.get_attr(ty);
             // BESS leaves a packet without headroom unchanged; we drop and count it instead.
-            let Some(h) = p.prepend(ETH_LEN) else {
-                return Some(EtherEncapDrop::NoHeadroom);
+            let Some(mut eth) = p
+                .prepend(ETH_LEN)
+                .and_then(|h| EthernetView::new_checked(h).ok())
+            else {
+                return Verdict::Drop(EtherEncapDrop::NoHeadroom);
             };
-            h[0..6].copy_from_slice(&d);
-            h[6..12].copy_from_slice(&s);
-            h[12..14].copy_from_slice(&t);
-            None
+            eth.set_dst(d);
+            eth.set_src(s);
+            eth.set_ethertype(u16::from_be_bytes(t));
+            Verdict::Gate(0)
         });
-        ctx.forward(0, batch);
     }
 }
 

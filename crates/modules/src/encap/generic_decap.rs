@@ -1,7 +1,7 @@
 //! GenericDecap: removes a fixed number of bytes from the front of every packet.
 use bessemer_core::{Args, Context, Instance, Module, ModuleClass, PacketBatch, Value};
 
-use super::retain_or_drop;
+use crate::util::{process_each, Verdict};
 
 /// Largest `bytes` accepted (BESS's limit).
 pub const MAX_DECAP: u64 = 1024;
@@ -22,12 +22,16 @@ pub struct GenericDecap {
 impl Module for GenericDecap {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         let n = self.bytes;
-        if n > 0 {
-            retain_or_drop(ctx, batch, |p| {
-                (!p.adj(n)).then_some(GenericDecapDrop::TooShort)
-            });
+        if n == 0 {
+            return ctx.forward(0, batch);
         }
-        ctx.forward(0, batch);
+        process_each(ctx, batch, |p| {
+            if p.adj(n) {
+                Verdict::Gate(0)
+            } else {
+                Verdict::Drop(GenericDecapDrop::TooShort)
+            }
+        });
     }
 
     fn desc(&self) -> String {

@@ -4,7 +4,7 @@ use bessemer_core::{
     PacketBatch, Result, Value,
 };
 
-use super::retain_or_drop;
+use crate::util::{process_each, Verdict};
 
 /// Most fields one GenericEncap holds (BESS's MAX_FIELDS).
 pub const MAX_FIELDS: usize = 8;
@@ -125,7 +125,7 @@ impl Module for GenericEncap {
         }
         let mut hdr = self.template;
         let (fields, size) = (&self.fields, self.size);
-        retain_or_drop(ctx, batch, |p| {
+        process_each(ctx, batch, |p| {
             for (i, f) in fields.iter().enumerate() {
                 if let Source::Attr(_) = f.src {
                     let v: [u8; MAX_FIELD_SIZE] = match offs[i] {
@@ -142,12 +142,11 @@ impl Module for GenericEncap {
             }
             // BESS leaves a packet without headroom unchanged; we drop and count it instead.
             let Some(h) = p.prepend(size) else {
-                return Some(GenericEncapDrop::NoHeadroom);
+                return Verdict::Drop(GenericEncapDrop::NoHeadroom);
             };
             h.copy_from_slice(&hdr[..size]);
-            None
+            Verdict::Gate(0)
         });
-        ctx.forward(0, batch);
     }
 
     fn desc(&self) -> String {

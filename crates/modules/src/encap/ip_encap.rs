@@ -1,9 +1,9 @@
 //! IPEncap: prepends an IPv4 header built from metadata attributes.
 use bessemer_core::{AccessMode, Args, Context, Instance, Module, ModuleClass, PacketBatch, Value};
 
-use super::retain_or_drop;
 use crate::headers::{put_ipv4_header, ETHERTYPE_IPV4, IPV4_MIN_LEN};
 use crate::util::add_attrs;
+use crate::util::{process_each, Verdict};
 
 const ATTR_SRC: usize = 0;
 const ATTR_DST: usize = 1;
@@ -34,21 +34,20 @@ impl Module for IpEncap {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         let (src, dst, proto) = (ctx.attr(ATTR_SRC), ctx.attr(ATTR_DST), ctx.attr(ATTR_PROTO));
         let (nexthop, ether_type) = (ctx.attr(ATTR_NEXTHOP), ctx.attr(ATTR_ETHER_TYPE));
-        retain_or_drop(ctx, batch, |p| {
+        process_each(ctx, batch, |p| {
             let s: [u8; 4] = p.get_attr(src);
             let d: [u8; 4] = p.get_attr(dst);
             let [pr]: [u8; 1] = p.get_attr(proto);
             let total = (p.len() + IPV4_MIN_LEN) as u16;
             // BESS leaves a packet without headroom unchanged; we drop and count it instead.
             let Some(h) = p.prepend(IPV4_MIN_LEN) else {
-                return Some(IpEncapDrop::NoHeadroom);
+                return Verdict::Drop(IpEncapDrop::NoHeadroom);
             };
             put_ipv4_header(h, total, IPV4_DF, DEFAULT_TTL, pr, s, d);
             p.set_attr(nexthop, &d);
             p.set_attr(ether_type, &ETHERTYPE_IPV4.to_be_bytes());
-            None
+            Verdict::Gate(0)
         });
-        ctx.forward(0, batch);
     }
 }
 

@@ -9,7 +9,7 @@ pub mod vlan_push;
 pub mod vxlan_decap;
 pub mod vxlan_encap;
 
-use bessemer_core::{Context, ModuleClass, Packet, PacketBatch};
+use bessemer_core::ModuleClass;
 
 /// The classes of this kind.
 pub static CLASSES: &[&ModuleClass] = &[
@@ -23,26 +23,6 @@ pub static CLASSES: &[&ModuleClass] = &[
     &vxlan_decap::CLASS,
     &vxlan_encap::CLASS,
 ];
-
-/// Applies `f` to every packet of `batch` in order: `None` keeps the packet (possibly
-/// modified), `Some(reason)` drops it under that reason. Kept packets stay in `batch`, so
-/// forwarding it afterwards still hands the input batch on without a copy.
-#[inline]
-pub(crate) fn retain_or_drop<R: bessemer_core::DropReason>(
-    ctx: &mut Context,
-    batch: &mut PacketBatch,
-    mut f: impl FnMut(&mut Packet) -> Option<R>,
-) {
-    let mut kept = PacketBatch::new();
-    for mut p in batch.drain() {
-        match f(&mut p) {
-            // SAFETY: `kept` receives at most as many packets as `batch` held.
-            None => unsafe { kept.push_unchecked(p) },
-            Some(reason) => ctx.drop_packet(p, reason),
-        }
-    }
-    batch.append(&mut kept);
-}
 
 #[cfg(test)]
 pub(crate) mod testutil {

@@ -3,8 +3,8 @@ use bessemer_core::{
     handler, Args, CommandSpec, Context, Instance, Module, ModuleClass, PacketBatch, Result, Value,
 };
 
-use super::retain_or_drop;
-use crate::headers::{be16, ETHERTYPE_IPV4, ETH_LEN, ETH_TYPE_OFF};
+use crate::headers::{remove_after_macs, EthernetView, ETHERTYPE_IPV4, ETH_LEN};
+use crate::util::{process_each, Verdict};
 
 /// EtherType of MPLS unicast.
 pub const ETHERTYPE_MPLS: u16 = 0x8847;
@@ -50,24 +50,23 @@ impl Module for MplsPop {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         let mut other = PacketBatch::new();
         batch.split_off_if(&mut other, |p| {
-            p.len() < ETH_LEN || be16(p.data(), ETH_TYPE_OFF) == ETHERTYPE_MPLS
+            EthernetView::new_checked(p.data()).map_or(true, |e| e.ethertype() == ETHERTYPE_MPLS)
         });
-        let (remove, ty) = (self.remove_eth_header, self.next_eth_type);
-        retain_or_drop(ctx, batch, |p| {
+        let (remove, ty) = (
+            self.remove_eth_header,
+            u16::from_be_bytes(self.next_eth_type),
+        );
+        process_each(ctx, batch, |p| {
             if p.len() < ETH_LEN + LABEL_LEN {
-                return Some(MplsPopDrop::TooShort);
+                return Verdict::Drop(MplsPopDrop::TooShort);
             }
             if remove {
                 p.adj(ETH_LEN + LABEL_LEN);
             } else {
-                let d = p.data_mut();
-                d.copy_within(0..12, LABEL_LEN);
-                d[LABEL_LEN + 12..LABEL_LEN + 14].copy_from_slice(&ty);
-                p.adj(LABEL_LEN);
+                remove_after_macs(p, LABEL_LEN, Some(ty));
             }
-            None
+            Verdict::Gate(0)
         });
-        ctx.forward(0, batch);
         ctx.forward(1, &mut other);
     }
 

@@ -1,8 +1,8 @@
 //! VLANPop: removes the outer 802.1Q/802.1ad VLAN tag.
 use bessemer_core::{Args, Context, Instance, Module, ModuleClass, PacketBatch, Value};
 
-use super::retain_or_drop;
 use crate::headers::{outer_tag, strip_outer_tag, OuterTag};
+use crate::util::{process_each, Verdict};
 
 bessemer_core::drop_reasons! {
     /// Why VLANPop drops packets.
@@ -18,15 +18,14 @@ pub struct VlanPop;
 
 impl Module for VlanPop {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        retain_or_drop(ctx, batch, |p| match outer_tag(p.data()) {
-            OuterTag::Untagged => None,
-            OuterTag::TooShort => Some(VlanPopDrop::TooShort),
+        process_each(ctx, batch, |p| match outer_tag(p.data()) {
+            OuterTag::Untagged => Verdict::Gate(0),
+            OuterTag::TooShort => Verdict::Drop(VlanPopDrop::TooShort),
             OuterTag::Tagged(_) => {
                 strip_outer_tag(p);
-                None
+                Verdict::Gate(0)
             }
         });
-        ctx.forward(0, batch);
     }
 }
 

@@ -3,8 +3,8 @@ use bessemer_core::{
     handler, Args, CommandSpec, Context, Instance, Module, ModuleClass, PacketBatch, Result, Value,
 };
 
-use super::retain_or_drop;
-use crate::headers::{be16, ETHERTYPE_QINQ, ETHERTYPE_VLAN, ETH_LEN, ETH_TYPE_OFF, VLAN_LEN};
+use crate::headers::{push_tag, EthernetView, ETHERTYPE_QINQ, ETHERTYPE_VLAN};
+use crate::util::{process_each, Verdict};
 
 bessemer_core::drop_reasons! {
     /// Why VLANPush drops packets.
@@ -38,27 +38,19 @@ impl VlanPush {
 
 impl Module for VlanPush {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        let tci = self.tci.to_be_bytes();
-        retain_or_drop(ctx, batch, |p| {
-            if p.len() < ETH_LEN {
-                return Some(VlanPushDrop::TooShort);
-            }
-            let tpid = if be16(p.data(), ETH_TYPE_OFF) == ETHERTYPE_VLAN {
-                ETHERTYPE_QINQ
-            } else {
-                ETHERTYPE_VLAN
+        let tci = self.tci;
+        process_each(ctx, batch, |p| {
+            let tpid = match EthernetView::new_checked(p.data()) {
+                Err(_) => return Verdict::Drop(VlanPushDrop::TooShort),
+                Ok(eth) if eth.ethertype() == ETHERTYPE_VLAN => ETHERTYPE_QINQ,
+                Ok(_) => ETHERTYPE_VLAN,
             };
             // BESS leaves a packet without headroom unchanged; we drop and count it instead.
-            let Some(_) = p.prepend(VLAN_LEN) else {
-                return Some(VlanPushDrop::NoHeadroom);
-            };
-            let d = p.data_mut();
-            d.copy_within(VLAN_LEN..VLAN_LEN + 12, 0);
-            d[12..14].copy_from_slice(&tpid.to_be_bytes());
-            d[14..16].copy_from_slice(&tci);
-            None
+            if !push_tag(p, tpid, tci) {
+                return Verdict::Drop(VlanPushDrop::NoHeadroom);
+            }
+            Verdict::Gate(0)
         });
-        ctx.forward(0, batch);
     }
 
     fn desc(&self) -> String {

@@ -3,12 +3,13 @@
 use bessemer_core::{
     AccessMode, Args, Context, Instance, Module, ModuleClass, Packet, PacketBatch, Value,
 };
-use smoltcp::wire::UdpPacket;
 
-use super::retain_or_drop;
 use crate::checksum::PROTO_UDP;
-use crate::headers::{be32, eth_ipv4, ip, Ipv4Error, ETH_LEN};
+use crate::headers::{
+    ip_version, ipv4_in_frame, udp, vxlan, Ipv4Error, UdpView, VxlanView, ETH_LEN,
+};
 use crate::util::add_attrs;
+use crate::util::{process_each, Verdict};
 
 const ATTR_TUN_SRC: usize = 0;
 const ATTR_TUN_DST: usize = 1;
@@ -24,11 +25,6 @@ bessemer_core::drop_reasons! {
     }
 }
 
-const UDP_LEN: usize = 8;
-const VXLAN_LEN: usize = 8;
-/// The VXLAN I flag: the VNI field is valid.
-const VXLAN_FLAG_I: u8 = 0x08;
-
 /// Where the outer headers end and what the tunnel fields are, or a drop reason.
 struct Outer {
     strip: usize,
@@ -38,38 +34,41 @@ struct Outer {
 }
 
 fn parse(d: &[u8]) -> Result<Outer, VxlanDecapDrop> {
-    let ip = match eth_ipv4(d) {
+    let ip = match ipv4_in_frame(d) {
         Ok(ip) => ip,
         Err(Ipv4Error::TooShort) => return Err(VxlanDecapDrop::TooShort),
         Err(Ipv4Error::NotIpv4) => return Err(VxlanDecapDrop::NotVxlan),
         // Not version 4: not a VXLAN packet; a bad IHL or total length: malformed.
-        Err(Ipv4Error::BadHeader) if d[ETH_LEN] >> 4 != 4 => return Err(VxlanDecapDrop::NotVxlan),
+        Err(Ipv4Error::BadHeader)
+            if ip_version(d.get(ETH_LEN..).unwrap_or_default()) != Some(4) =>
+        {
+            return Err(VxlanDecapDrop::NotVxlan)
+        }
         Err(Ipv4Error::BadHeader) => return Err(VxlanDecapDrop::Malformed),
     };
-    if ip.proto != PROTO_UDP {
+    if ip.protocol() != PROTO_UDP {
         return Err(VxlanDecapDrop::NotVxlan);
     }
     if ip.is_fragment() {
         return Err(VxlanDecapDrop::Fragment);
     }
-    let l4 = &d[ip.l4()..ip.off + ip.total];
-    if l4.len() < UDP_LEN + VXLAN_LEN {
+    let l4 = ip.payload();
+    if l4.len() < udp::HEADER_LEN + vxlan::HEADER_LEN {
         return Err(VxlanDecapDrop::TooShort);
     }
-    let udp = UdpPacket::new_checked(l4).map_err(|_| VxlanDecapDrop::Malformed)?;
-    let udp_len = udp.len() as usize;
-    if udp_len < UDP_LEN + VXLAN_LEN {
+    let udp = UdpView::new_checked(l4).map_err(|_| VxlanDecapDrop::Malformed)?;
+    if !udp.length_ok() || (udp.length() as usize) < udp::HEADER_LEN + vxlan::HEADER_LEN {
         return Err(VxlanDecapDrop::Malformed);
     }
-    let vx = &l4[UDP_LEN..UDP_LEN + VXLAN_LEN];
-    if vx[0] & VXLAN_FLAG_I == 0 {
+    let vx = VxlanView::new_checked(udp.payload()).map_err(|_| VxlanDecapDrop::TooShort)?;
+    if vx.flags() & vxlan::FLAG_I == 0 {
         return Err(VxlanDecapDrop::NotVxlan);
     }
     Ok(Outer {
-        strip: ip.l4() + UDP_LEN + VXLAN_LEN,
-        src: be32(d, ip.off + ip::SRC).to_be_bytes(),
-        dst: be32(d, ip.off + ip::DST).to_be_bytes(),
-        vni: [0, vx[4], vx[5], vx[6]],
+        strip: ETH_LEN + ip.header_len() + udp::HEADER_LEN + vxlan::HEADER_LEN,
+        src: ip.src_bytes(),
+        dst: ip.dst_bytes(),
+        vni: vx.vni().to_be_bytes(),
     })
 }
 
@@ -86,19 +85,18 @@ impl Module for VxlanDecap {
             ctx.attr(ATTR_TUN_DST),
             ctx.attr(ATTR_TUN_ID),
         );
-        retain_or_drop(ctx, batch, |p: &mut Packet| {
+        process_each(ctx, batch, |p: &mut Packet| {
             let o = match parse(p.data()) {
                 Ok(o) => o,
-                Err(r) => return Some(r),
+                Err(r) => return Verdict::Drop(r),
             };
             p.set_attr(src, &o.src);
             p.set_attr(dst, &o.dst);
             p.set_attr(id, &o.vni);
             let ok = p.adj(o.strip);
             debug_assert!(ok, "parse checked the length");
-            None
+            Verdict::Gate(0)
         });
-        ctx.forward(0, batch);
     }
 }
 

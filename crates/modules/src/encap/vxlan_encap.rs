@@ -4,10 +4,10 @@ use bessemer_core::{
     AccessMode, Args, Context, Error, Instance, Module, ModuleClass, PacketBatch, Value,
 };
 
-use super::retain_or_drop;
 use crate::hash::crc32c;
-use crate::headers::ETH_LEN;
+use crate::headers::{udp, vxlan, EthernetView, UdpView, VxlanView};
 use crate::util::add_attrs;
+use crate::util::{process_each, Verdict};
 
 const ATTR_TUN_SRC: usize = 0;
 const ATTR_TUN_DST: usize = 1;
@@ -26,10 +26,8 @@ bessemer_core::drop_reasons! {
 
 /// The IANA VXLAN port, BESS's default `dstport`.
 pub const VXLAN_PORT: u16 = 4789;
-const UDP_LEN: usize = 8;
-const VXLAN_LEN: usize = 8;
-/// VXLAN flags word with the I (valid VNI) bit set.
-const VXLAN_FLAGS: [u8; 4] = [0x08, 0, 0, 0];
+const UDP_LEN: usize = udp::HEADER_LEN;
+const VXLAN_LEN: usize = vxlan::HEADER_LEN;
 const IPPROTO_UDP: u8 = 17;
 
 // A packet never exceeds its frame, so the UDP length always fits in 16 bits.
@@ -55,36 +53,40 @@ impl Module for VxlanEncap {
             ctx.attr(ATTR_IP_PROTO),
         );
         let dstport = self.dstport;
-        retain_or_drop(ctx, batch, |p| {
+        process_each(ctx, batch, |p| {
             // The source port hashes the inner Ethernet addresses: the inner frame must have
             // an Ethernet header (BESS reads the bytes regardless).
-            if p.len() < ETH_LEN {
-                return Some(VxlanEncapDrop::TooShort);
-            }
+            let Ok(inner) = EthernetView::new_checked(p.data()) else {
+                return Verdict::Drop(VxlanEncapDrop::TooShort);
+            };
+            let hash = crc32c(u32::MAX, inner.addrs()) | 0x00f0;
             let udp_len = (p.len() + UDP_LEN + VXLAN_LEN) as u16;
-            let hash = crc32c(u32::MAX, &p.data()[..12]) | 0x00f0;
             let s: [u8; 4] = p.get_attr(tsrc);
             let d: [u8; 4] = p.get_attr(tdst);
             // tun_id is a 32-bit VNI in network order (as VXLANDecap writes it); the VXLAN
             // header carries its low 24 bits.
             let vni = u32::from_be_bytes(p.get_attr(tid));
             // BESS leaves a packet without headroom unchanged; we drop and count it instead.
-            let Some(h) = p.prepend(UDP_LEN + VXLAN_LEN) else {
-                return Some(VxlanEncapDrop::NoHeadroom);
+            let Some((mut udp, mut vx)) = p.prepend(UDP_LEN + VXLAN_LEN).and_then(|h| {
+                let (u, v) = h.split_at_mut(UDP_LEN);
+                Some((
+                    UdpView::new_checked(u).ok()?,
+                    VxlanView::new_checked(v).ok()?,
+                ))
+            }) else {
+                return Verdict::Drop(VxlanEncapDrop::NoHeadroom);
             };
             // BESS stores the low 16 hash bits in host (little-endian) order.
-            h[0..2].copy_from_slice(&(hash as u16).to_le_bytes());
-            h[2..4].copy_from_slice(&dstport);
-            h[4..6].copy_from_slice(&udp_len.to_be_bytes());
-            h[6..8].fill(0);
-            h[8..12].copy_from_slice(&VXLAN_FLAGS);
-            h[12..16].copy_from_slice(&(vni << 8).to_be_bytes());
+            udp.set_src_port(u16::from_be_bytes((hash as u16).to_le_bytes()));
+            udp.set_dst_port(u16::from_be_bytes(dstport));
+            udp.set_length(udp_len);
+            udp.set_checksum(0);
+            vx.fill(vni);
             p.set_attr(isrc, &s);
             p.set_attr(idst, &d);
             p.set_attr(iproto, &[IPPROTO_UDP]);
-            None
+            Verdict::Gate(0)
         });
-        ctx.forward(0, batch);
     }
 
     fn desc(&self) -> String {

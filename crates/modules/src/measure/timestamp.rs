@@ -1,4 +1,5 @@
 //! Timestamp: marks packets with the current time (paired with Measure).
+use crate::headers::{udp, ETH_LEN, IPV4_MIN_LEN};
 use bessemer_core::{
     tsc, AccessMode, Args, AttrSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch,
 };
@@ -7,7 +8,8 @@ use bessemer_core::{
 /// `Timestamp::kMarker`, stored little-endian as BESS does on x86).
 pub const MARKER: u32 = 0x54C5_BE55;
 /// Default offset: after Ethernet, IPv4 and UDP headers (14 + 20 + 8 bytes), as BESS.
-pub const DEFAULT_OFFSET: usize = 42;
+pub const DEFAULT_OFFSET: usize = ETH_LEN + IPV4_MIN_LEN + udp::HEADER_LEN;
+const _: () = assert!(DEFAULT_OFFSET == 42);
 /// Bytes the mark takes: 4-byte marker, 8-byte nanosecond time.
 pub const MARK_SIZE: usize = 12;
 

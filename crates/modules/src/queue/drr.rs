@@ -1,7 +1,7 @@
 //! DRR: deficit round robin over flows (IPv4 5-tuples), with its own dequeuing task.
 use std::collections::{HashMap, VecDeque};
 
-use crate::headers::{ethertype, ETHERTYPE_IPV4, ETH_LEN};
+use crate::headers::{EthernetView, Ipv4Error, Ipv4Fixed, PortsView, ETHERTYPE_IPV4};
 use bessemer_core::sched::TaskResult;
 use bessemer_core::{
     handler, Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, Packet, PacketBatch,
@@ -47,31 +47,27 @@ struct FlowId {
 /// IPv4 payload are present and the packet is not a non-first fragment (BESS reads them for
 /// every packet, assuming an L4 header); otherwise they are 0.
 fn flow_id(d: &[u8]) -> std::result::Result<FlowId, DrrDrop> {
-    if d.len() < ETH_LEN {
+    let Ok(eth) = EthernetView::new_checked(d) else {
         return Err(DrrDrop::TooShort);
-    }
-    if ethertype(d) != Some(ETHERTYPE_IPV4) {
+    };
+    if eth.ethertype() != ETHERTYPE_IPV4 {
         return Ok(FlowId::default());
     }
-    let ip = &d[ETH_LEN..];
-    if ip.len() < 20 {
-        return Err(DrrDrop::TooShort);
-    }
-    let ihl = ((ip[0] & 0x0f) as usize) * 4;
-    if ip[0] >> 4 != 4 || ihl < 20 {
-        return Err(DrrDrop::Malformed);
-    }
+    let ip = match Ipv4Fixed::new_checked(eth.payload()) {
+        Ok(ip) => ip,
+        Err(Ipv4Error::BadHeader) => return Err(DrrDrop::Malformed),
+        Err(_) => return Err(DrrDrop::TooShort),
+    };
     let mut id = FlowId {
-        proto: ip[9],
+        proto: ip.protocol(),
+        src: ip.src_bytes(),
+        dst: ip.dst_bytes(),
         ..FlowId::default()
     };
-    id.src.copy_from_slice(&ip[12..16]);
-    id.dst.copy_from_slice(&ip[16..20]);
-    let frag_off = u16::from_be_bytes([ip[6], ip[7]]) & 0x1fff;
-    if frag_off == 0 {
-        if let Some(l4) = ip.get(ihl..ihl + 4) {
-            id.sport.copy_from_slice(&l4[0..2]);
-            id.dport.copy_from_slice(&l4[2..4]);
+    if ip.frag_offset() == 0 {
+        if let Some(Ok(l4)) = ip.after_header().map(PortsView::new_checked) {
+            id.sport = l4.src_port().to_be_bytes();
+            id.dport = l4.dst_port().to_be_bytes();
         }
     }
     Ok(id)

@@ -1,13 +1,13 @@
 //! ArpResponder: answers ARP requests for configured IPv4 → MAC entries.
 use std::collections::HashMap;
 
-use super::headers::{ipv4_string, parse_ipv4, parse_mac, process_each, Verdict};
-use crate::headers::{be32, ethertype, ETHERTYPE_ARP, ETH_LEN};
+use super::headers::{ipv4_string, parse_ipv4, parse_mac};
+use crate::headers::{arp, ArpError, ArpView, EthernetView, ETHERTYPE_ARP};
+use crate::util::{process_each, Verdict};
 use bessemer_core::{
     handler, Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result,
     Value,
 };
-use smoltcp::wire::{ArpHardware, ArpOperation, ArpPacket, EthernetProtocol};
 
 bessemer_core::drop_reasons! {
     /// Why ArpResponder drops packets.
@@ -21,58 +21,45 @@ bessemer_core::drop_reasons! {
 }
 
 /// Offsets inside an Ethernet/IPv4 ARP packet.
-const OPER: usize = 6;
-const SHA: usize = 8;
-const SPA: usize = 14;
-const THA: usize = 18;
-const TPA: usize = 24;
-/// ARP operation code of a reply.
-const OPER_REPLY: u16 = 2;
-
-/// Turns ARP requests for known addresses into replies (out of gate 0); drops everything
-/// else, as BESS (non-ARP frames, replies, unknown targets, other operations).
 pub struct ArpResponder {
     entries: HashMap<u32, [u8; 6]>,
 }
 
 impl ArpResponder {
     fn one(&self, d: &mut [u8]) -> Verdict<ArpResponderDrop> {
-        match ethertype(d) {
-            None => return Verdict::Drop(ArpResponderDrop::TooShort),
-            Some(ETHERTYPE_ARP) => {}
-            Some(_) => return Verdict::Drop(ArpResponderDrop::NotArp),
-        }
-        let (eth, arp) = d.split_at_mut(ETH_LEN);
-        let Ok(p) = ArpPacket::new_checked(&*arp) else {
-            return Verdict::Drop(ArpResponderDrop::TooShort);
+        let mut eth = match EthernetView::new_checked(d) {
+            Err(_) => return Verdict::Drop(ArpResponderDrop::TooShort),
+            Ok(eth) if eth.ethertype() != ETHERTYPE_ARP => {
+                return Verdict::Drop(ArpResponderDrop::NotArp)
+            }
+            Ok(eth) => eth,
         };
-        if p.hardware_type() != ArpHardware::Ethernet
-            || p.protocol_type() != EthernetProtocol::Ipv4
-            || p.hardware_len() != 6
-            || p.protocol_len() != 4
-        {
-            return Verdict::Drop(ArpResponderDrop::Unsupported);
-        }
-        match p.operation() {
-            ArpOperation::Request => {}
-            ArpOperation::Reply => return Verdict::Drop(ArpResponderDrop::ArpReply),
+        let request_src = eth.src();
+        let mut arp = match ArpView::new_checked(eth.payload_mut()) {
+            Ok(arp) => arp,
+            Err(ArpError::Truncated) => return Verdict::Drop(ArpResponderDrop::TooShort),
+            Err(ArpError::Unsupported) => return Verdict::Drop(ArpResponderDrop::Unsupported),
+        };
+        match arp.operation() {
+            arp::OPER_REQUEST => {}
+            arp::OPER_REPLY => return Verdict::Drop(ArpResponderDrop::ArpReply),
             _ => return Verdict::Drop(ArpResponderDrop::Unsupported),
         }
-        let Some(mac) = self.entries.get(&be32(arp, TPA)) else {
+        let target_ip = arp.tpa();
+        let Some(&mac) = self.entries.get(&u32::from_be_bytes(target_ip)) else {
             return Verdict::Drop(ArpResponderDrop::NoEntry);
         };
         // The request becomes the reply in place, from the entry's MAC: as BESS's
         // arp_responder.cc, the frame goes back to the request's Ethernet source and the ARP
         // target is the request's ARP sender.
-        let mut sender = [0u8; 10];
-        sender.copy_from_slice(&arp[SHA..SHA + 10]);
-        let target_ip: [u8; 4] = [arp[TPA], arp[TPA + 1], arp[TPA + 2], arp[TPA + 3]];
-        arp[OPER..OPER + 2].copy_from_slice(&OPER_REPLY.to_be_bytes());
-        arp[SHA..SHA + 6].copy_from_slice(mac);
-        arp[SPA..SPA + 4].copy_from_slice(&target_ip);
-        arp[THA..THA + 10].copy_from_slice(&sender);
-        eth.copy_within(6..12, 0);
-        eth[6..12].copy_from_slice(mac);
+        let (sha, spa) = (arp.sha(), arp.spa());
+        arp.set_operation(arp::OPER_REPLY);
+        arp.set_sha(mac);
+        arp.set_spa(target_ip);
+        arp.set_tha(sha);
+        arp.set_tpa(spa);
+        eth.set_dst(request_src);
+        eth.set_src(mac);
         Verdict::Gate(0)
     }
 
@@ -100,7 +87,7 @@ impl ArpResponder {
 
 impl Module for ArpResponder {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        process_each(ctx, batch, |d| self.one(d));
+        process_each(ctx, batch, |p| self.one(p.data_mut()));
     }
 
     fn desc(&self) -> String {
@@ -159,6 +146,7 @@ mod tests {
     use super::*;
     use crate::headers::test_util::hex;
     use bessemer_core::testing::Harness;
+    use smoltcp::wire::{ArpOperation, ArpPacket};
 
     const REQ: &str = "ffffffff ffff0200 000000aa 08060001 08000604 00010200 000000aa 0a000002 00000000 00000a00 00010000 00000000 00000000 00000000 00000000";
     const REP: &str = "02000000 00aa5254 00123456 08060001 08000604 00025254 00123456 0a000001 02000000 00aa0a00 00020000 00000000 00000000 00000000 00000000";

@@ -1,55 +1,5 @@
-//! Per-packet verdicts and argument parsing shared by this kind's classes (the header layout
-//! and checks are in [`crate::headers`]).
-
-use bessemer_core::{Context, DropReason, PacketBatch, MAX_BURST};
-
-pub use crate::util::Verdict;
-
-/// Per-packet verdicts of one batch, filled while the batch is processed in place.
-pub type Verdicts<R> = [Verdict<R>; MAX_BURST];
-
-/// Sends every packet of `batch` as `v` says; a batch whose packets all go out of one gate is
-/// forwarded whole (no per-packet emit).
-#[inline]
-pub fn dispatch<R: DropReason + PartialEq>(
-    ctx: &mut Context,
-    batch: &mut PacketBatch,
-    v: &Verdicts<R>,
-) {
-    crate::util::send_each(ctx, batch, |i| v[i]);
-}
-
-/// Runs `f` on the bytes of every packet of `batch`, then sends each packet as the verdict `f`
-/// returned for it says (see [`dispatch`]).
-#[inline(always)]
-pub fn process_each<R: DropReason + PartialEq>(
-    ctx: &mut Context,
-    batch: &mut PacketBatch,
-    mut f: impl FnMut(&mut [u8]) -> Verdict<R>,
-) {
-    let mut v = [Verdict::Gate(0); MAX_BURST];
-    for (i, p) in batch.pkts_mut().iter_mut().enumerate() {
-        v[i] = f(p.data_mut());
-    }
-    dispatch(ctx, batch, &v);
-}
-
-/// Splits off the packets of `batch` shorter than `min_len`, runs `f` on the rest, then drops
-/// the short ones under `reason` and forwards the rest out of gate 0.
-#[inline(always)]
-pub fn on_long_enough(
-    ctx: &mut Context,
-    batch: &mut PacketBatch,
-    min_len: usize,
-    reason: impl DropReason,
-    f: impl FnOnce(&mut Context, &mut PacketBatch),
-) {
-    let mut short = PacketBatch::new();
-    batch.split_off_if(&mut short, |p| p.len() >= min_len);
-    f(ctx, batch);
-    ctx.drop_batch(&mut short, reason);
-    ctx.forward(0, batch);
-}
+//! Argument parsing shared by this kind's classes (the header layout, views and checks are in
+//! [`crate::headers`], the per-packet iteration in [`crate::util`]).
 
 /// Parses a dotted-quad IPv4 address for argument `field` of message `msg`.
 pub fn parse_ipv4(s: &str, field: &str) -> bessemer_core::Result<u32> {

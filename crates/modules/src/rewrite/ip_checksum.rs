@@ -1,7 +1,6 @@
 //! IPChecksum: computes (or verifies) the IPv4 header checksum.
-use super::headers::{process_each, Verdict};
-use crate::checksum;
-use crate::headers::{l3_after_tags, put16, ETHERTYPE_IPV4, L3};
+use crate::headers::{l3_after_tags, Ipv4Error, Ipv4Header, ETHERTYPE_IPV4, L3};
+use crate::util::{process_each, Verdict};
 use bessemer_core::{Args, Context, Instance, Module, ModuleClass, PacketBatch};
 
 bessemer_core::drop_reasons! {
@@ -30,25 +29,19 @@ impl IpChecksum {
             L3::At(off, ETHERTYPE_IPV4) => off,
             L3::At(..) => return Verdict::Gate(FORWARD_GATE),
         };
-        let Some(&vihl) = d.get(off) else {
-            return Verdict::Drop(IpChecksumDrop::TooShort);
-        };
-        let hlen = (vihl & 0x0f) as usize * 4;
-        if vihl >> 4 != 4 || hlen < 20 {
-            return Verdict::Drop(IpChecksumDrop::BadIpHeader);
-        }
-        let Some(hdr) = d.get_mut(off..off + hlen) else {
-            return Verdict::Drop(IpChecksumDrop::TooShort);
+        let mut hdr = match Ipv4Header::new_checked(&mut d[off..]) {
+            Ok(h) => h,
+            Err(Ipv4Error::BadHeader) => return Verdict::Drop(IpChecksumDrop::BadIpHeader),
+            Err(_) => return Verdict::Drop(IpChecksumDrop::TooShort),
         };
         if self.verify {
-            if checksum::verify_ipv4_header(hdr) {
+            if hdr.verify_checksum() {
                 Verdict::Gate(FORWARD_GATE)
             } else {
                 Verdict::Gate(FAIL_GATE)
             }
         } else {
-            let c = checksum::ipv4_header(hdr);
-            put16(hdr, checksum::IPV4_CSUM_OFFSET, c);
+            hdr.fill_checksum();
             Verdict::Gate(FORWARD_GATE)
         }
     }
@@ -56,7 +49,7 @@ impl IpChecksum {
 
 impl Module for IpChecksum {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        process_each(ctx, batch, |d| self.one(d));
+        process_each(ctx, batch, |p| self.one(p.data_mut()));
     }
 
     fn desc(&self) -> String {

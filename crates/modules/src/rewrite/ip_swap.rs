@@ -1,7 +1,7 @@
 //! IPSwap: swaps the IPv4 source and destination addresses, and the TCP/UDP ports.
-use super::headers::{process_each, Verdict};
 use crate::checksum::{PROTO_TCP, PROTO_UDP};
-use crate::headers::{eth_ipv4, ip, Ipv4Error};
+use crate::headers::{ipv4_in_frame_mut, Ipv4Error, PortsView};
+use crate::util::{process_each, Verdict};
 use bessemer_core::{Args, Context, Instance, Module, ModuleClass, PacketBatch};
 
 /// Swaps addresses (and TCP/UDP ports) of IPv4 packets. Both swaps leave the IPv4 and L4
@@ -10,26 +10,22 @@ pub struct IpSwap;
 
 impl Module for IpSwap {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        process_each(ctx, batch, |d| {
-            let info = match eth_ipv4(d) {
-                Ok(info) => info,
+        process_each(ctx, batch, |p| {
+            let mut ip = match ipv4_in_frame_mut(p.data_mut()) {
+                Ok(ip) => ip,
                 Err(e) => return Verdict::Drop(e),
             };
-            let has_ports =
-                (info.proto == PROTO_TCP || info.proto == PROTO_UDP) && info.has_l4_header();
-            if has_ports && info.l4_len() < 4 {
-                return Verdict::Drop(Ipv4Error::TooShort);
-            }
-            let a = info.off + ip::SRC;
-            let (src, dst) = d[a..a + 8].split_at_mut(4);
-            src.swap_with_slice(dst);
+            let proto = ip.protocol();
             // Later fragments carry no L4 header: only the addresses are swapped (as for
             // ICMP and other protocols).
+            let has_ports = (proto == PROTO_TCP || proto == PROTO_UDP) && ip.has_l4_header();
             if has_ports {
-                let l4 = info.l4();
-                let (sp, dp) = d[l4..l4 + 4].split_at_mut(2);
-                sp.swap_with_slice(dp);
+                match PortsView::new_checked(ip.payload_mut()) {
+                    Ok(mut ports) => ports.swap_ports(),
+                    Err(e) => return Verdict::Drop(e.into()),
+                }
             }
+            ip.swap_addrs();
             Verdict::Gate(0)
         });
     }

@@ -1,9 +1,9 @@
 //! L4Checksum: computes (or verifies) TCP and UDP checksums over IPv4 and IPv6.
-use super::headers::{process_each, Verdict};
-use crate::checksum::{self, PROTO_TCP, PROTO_UDP, TCP_CSUM_OFFSET, UDP_CSUM_OFFSET};
+use crate::checksum::{self, PROTO_TCP, PROTO_UDP};
 use crate::headers::{
-    be16, ipv4_at, l3_after_tags, put16, Ipv4Error, ETHERTYPE_IPV4, ETHERTYPE_IPV6, L3,
+    l3_after_tags, Ipv4Error, Ipv4View, TcpView, UdpView, ETHERTYPE_IPV4, ETHERTYPE_IPV6, L3,
 };
+use crate::util::{process_each, Verdict};
 use bessemer_core::{Args, Context, Instance, Module, ModuleClass, PacketBatch};
 use smoltcp::wire::Ipv6Packet;
 
@@ -19,7 +19,6 @@ bessemer_core::drop_reasons! {
 const FORWARD_GATE: u16 = 0;
 /// Gate for TCP/UDP packets whose checksum is wrong (verify mode).
 const FAIL_GATE: u16 = 1;
-const IPV6_HDR: usize = 40;
 
 /// Writes correct TCP/UDP checksums, or in verify mode sorts packets by whether theirs is
 /// correct. Packets it does not check (other protocols, IP fragments, IPv6 extension
@@ -29,50 +28,37 @@ pub struct L4Checksum {
 }
 
 impl L4Checksum {
-    /// Handles the segment `d[l4..l4 + seg_len]` under pseudo-header sum `pseudo` (without the
-    /// length, which depends on the UDP length field); `v6` for IPv6 rules on zero UDP sums.
-    fn segment(
-        &self,
-        d: &mut [u8],
-        l4: usize,
-        seg_len: usize,
-        proto: u8,
-        pseudo: u64,
-        v6: bool,
-    ) -> Verdict<L4ChecksumDrop> {
-        let (len, csum_off) = if proto == PROTO_TCP {
-            if seg_len < 20 {
+    /// Computes or verifies the checksum of the TCP or UDP segment `seg` (as the IP header's
+    /// lengths say) with the pseudo header sum `pseudo` (addresses and protocol).
+    fn segment(&self, seg: &mut [u8], proto: u8, pseudo: u64, v6: bool) -> Verdict<L4ChecksumDrop> {
+        if proto == PROTO_TCP {
+            let Ok(mut tcp) = TcpView::new_checked(seg) else {
                 return Verdict::Drop(L4ChecksumDrop::TooShort);
+            };
+            if self.verify {
+                let ok = tcp.verify_checksum(pseudo);
+                return Verdict::Gate(if ok { FORWARD_GATE } else { FAIL_GATE });
             }
-            (seg_len, TCP_CSUM_OFFSET)
-        } else {
-            if seg_len < 8 {
-                return Verdict::Drop(L4ChecksumDrop::TooShort);
-            }
-            // The UDP checksum covers the datagram as its length field says.
-            let ulen = be16(d, l4 + 4) as usize;
-            if ulen < 8 || ulen > seg_len {
-                return Verdict::Drop(L4ChecksumDrop::BadUdpLength);
-            }
-            (ulen, UDP_CSUM_OFFSET)
+            tcp.fill_checksum(pseudo);
+            return Verdict::Gate(FORWARD_GATE);
+        }
+        let Ok(mut udp) = UdpView::new_checked(seg) else {
+            return Verdict::Drop(L4ChecksumDrop::TooShort);
         };
-        let pseudo = pseudo + (len >> 16) as u64 + (len & 0xffff) as u64;
-        let seg = &mut d[l4..l4 + len];
+        // The UDP checksum covers the datagram as its length field says.
+        if !udp.length_ok() {
+            return Verdict::Drop(L4ChecksumDrop::BadUdpLength);
+        }
         if self.verify {
-            let stored = be16(seg, csum_off);
-            let ok = if proto == PROTO_UDP && stored == 0 {
+            let ok = if udp.checksum() == 0 {
                 // "No checksum" is allowed over IPv4 only (RFC 768, RFC 8200 §8.1).
                 !v6
             } else {
-                checksum::verify_l4(pseudo, seg)
+                udp.verify_checksum(pseudo)
             };
             Verdict::Gate(if ok { FORWARD_GATE } else { FAIL_GATE })
         } else {
-            let mut c = checksum::l4(pseudo, seg, csum_off);
-            if proto == PROTO_UDP {
-                c = checksum::udp_wire(c);
-            }
-            put16(seg, csum_off, c);
+            udp.fill_checksum(pseudo);
             Verdict::Gate(FORWARD_GATE)
         }
     }
@@ -85,25 +71,21 @@ impl L4Checksum {
         };
         match ethertype {
             ETHERTYPE_IPV4 => {
-                let info = match ipv4_at(d, off) {
-                    Ok(i) => i,
+                let mut ip = match Ipv4View::new_checked(&mut d[off..]) {
+                    Ok(ip) => ip,
                     Err(Ipv4Error::BadHeader) => return Verdict::Drop(L4ChecksumDrop::BadIpHeader),
                     Err(_) => return Verdict::Drop(L4ChecksumDrop::TooShort),
                 };
+                let proto = ip.protocol();
                 // A fragment's checksum covers the reassembled datagram: not checkable here.
-                if info.is_fragment() || (info.proto != PROTO_TCP && info.proto != PROTO_UDP) {
+                if ip.is_fragment() || (proto != PROTO_TCP && proto != PROTO_UDP) {
                     return Verdict::Gate(FORWARD_GATE);
                 }
-                let src: [u8; 4] = d[off + 12..off + 16].try_into().unwrap_or_default();
-                let dst: [u8; 4] = d[off + 16..off + 20].try_into().unwrap_or_default();
-                let pseudo = checksum::pseudo_v4(src, dst, info.proto, 0);
-                self.segment(d, info.l4(), info.l4_len(), info.proto, pseudo, false)
+                let pseudo = checksum::pseudo_v4(ip.src_bytes(), ip.dst_bytes(), proto, 0);
+                self.segment(ip.payload_mut(), proto, pseudo, false)
             }
             ETHERTYPE_IPV6 => {
-                let Some(buf) = d.get(off..) else {
-                    return Verdict::Drop(L4ChecksumDrop::TooShort);
-                };
-                let Ok(p) = Ipv6Packet::new_checked(buf) else {
+                let Ok(mut p) = Ipv6Packet::new_checked(&mut d[off..]) else {
                     return Verdict::Drop(L4ChecksumDrop::TooShort);
                 };
                 if p.version() != 6 {
@@ -114,10 +96,9 @@ impl L4Checksum {
                     // Extension headers are not walked (BESS does not look at IPv6 at all).
                     return Verdict::Gate(FORWARD_GATE);
                 }
-                let seg_len = p.payload_len() as usize;
                 let pseudo =
                     checksum::pseudo_v6(&p.src_addr().octets(), &p.dst_addr().octets(), nh, 0);
-                self.segment(d, off + IPV6_HDR, seg_len, nh, pseudo, true)
+                self.segment(p.payload_mut(), nh, pseudo, true)
             }
             _ => Verdict::Gate(FORWARD_GATE),
         }
@@ -126,7 +107,7 @@ impl L4Checksum {
 
 impl Module for L4Checksum {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        process_each(ctx, batch, |d| self.one(d));
+        process_each(ctx, batch, |p| self.one(p.data_mut()));
     }
 
     fn desc(&self) -> String {

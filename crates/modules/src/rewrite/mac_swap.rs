@@ -1,6 +1,6 @@
 //! MACSwap: swaps the Ethernet source and destination addresses.
-use super::headers::{process_each, Verdict};
-use crate::headers::ETH_LEN;
+use crate::headers::EthernetView;
+use crate::util::{process_each, Verdict};
 use bessemer_core::{Args, Context, Instance, Module, ModuleClass, PacketBatch};
 
 bessemer_core::drop_reasons! {
@@ -16,13 +16,14 @@ pub struct MacSwap;
 
 impl Module for MacSwap {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        process_each(ctx, batch, |d| {
-            if d.len() < ETH_LEN {
-                return Verdict::Drop(MacSwapDrop::TooShort);
+        process_each(ctx, batch, |p| {
+            match EthernetView::new_checked(p.data_mut()) {
+                Ok(mut eth) => {
+                    eth.swap_addrs();
+                    Verdict::Gate(0)
+                }
+                Err(_) => Verdict::Drop(MacSwapDrop::TooShort),
             }
-            let (dst, rest) = d.split_at_mut(6);
-            dst.swap_with_slice(&mut rest[..6]);
-            Verdict::Gate(0)
         });
     }
 }

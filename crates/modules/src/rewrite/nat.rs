@@ -14,12 +14,13 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use super::headers::{
-    check_empty, ipv4_string, no_runtime_config, parse_ipv4, process_each, Verdict,
+use super::headers::{check_empty, ipv4_string, no_runtime_config, parse_ipv4};
+use crate::checksum::{self, PROTO_TCP, PROTO_UDP};
+use crate::headers::{
+    ipv4_in_frame_mut, AddrField, IcmpView, Ipv4Error, Ipv4View, TcpView, UdpView, PROTO_ICMP,
 };
-use crate::checksum::{self, PROTO_TCP, PROTO_UDP, TCP_CSUM_OFFSET, UDP_CSUM_OFFSET};
-use crate::headers::{be16, be32, eth_ipv4, ip, put16, put32, Ipv4Error, PROTO_ICMP};
 use crate::util::FastRng;
+use crate::util::{process_each, Verdict};
 use bessemer_core::{
     handler, Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result,
     Value,
@@ -48,10 +49,6 @@ const DROP_TOO_SHORT: NatDrop = NatDrop::Ipv4(Ipv4Error::TooShort);
 pub const TIMEOUT_NS: u64 = 300 * 1_000_000_000;
 /// Ports probed per range when looking for a free one (BESS's kMaxTrials).
 pub const MAX_TRIALS: u32 = 128;
-
-/// Offset of the ICMP checksum and query identifier.
-const ICMP_CSUM: usize = 2;
-const ICMP_IDENT: usize = 4;
 
 /// ICMP query types carrying an identifier: echo reply/request, timestamp request/reply,
 /// information request/reply.
@@ -155,8 +152,8 @@ fn now(ctx: &Context) -> u64 {
 /// What a packet's L4 header says.
 struct Flow {
     proto: u8,
-    /// Offset of the port (or ICMP identifier) that identifies the internal endpoint.
-    port_off: usize,
+    /// The port (or ICMP identifier) of the translated endpoint.
+    port: u16,
 }
 
 impl Nat {
@@ -226,69 +223,89 @@ impl Nat {
         None
     }
 
-    /// Checks the frame and finds the endpoint field; Err is a drop reason.
-    fn classify(d: &[u8], inbound: bool) -> std::result::Result<(usize, Flow), NatDrop> {
-        let info = eth_ipv4(d).map_err(NatDrop::from)?;
-        if info.is_fragment() {
+    /// Checks the frame and reads the port (or ICMP identifier) of the translated endpoint
+    /// (the source's outbound, the destination's inbound); Err is a drop reason.
+    fn classify(
+        d: &mut [u8],
+        field: AddrField,
+    ) -> std::result::Result<(Ipv4View<&mut [u8]>, Flow), NatDrop> {
+        let ip = ipv4_in_frame_mut(d).map_err(NatDrop::from)?;
+        if ip.is_fragment() {
             return Err(NatDrop::Fragment);
         }
-        let l4 = info.l4();
-        let flow = match info.proto {
-            PROTO_TCP | PROTO_UDP => {
-                let need = if info.proto == PROTO_TCP { 20 } else { 8 };
-                if info.l4_len() < need {
-                    return Err(DROP_TOO_SHORT);
+        let proto = ip.protocol();
+        let port = match proto {
+            PROTO_TCP => {
+                let t = TcpView::new_checked(ip.payload()).map_err(|_| DROP_TOO_SHORT)?;
+                match field {
+                    AddrField::Src => t.src_port(),
+                    AddrField::Dst => t.dst_port(),
                 }
-                Flow {
-                    proto: info.proto,
-                    port_off: l4 + if inbound { 2 } else { 0 },
+            }
+            PROTO_UDP => {
+                let u = UdpView::new_checked(ip.payload()).map_err(|_| DROP_TOO_SHORT)?;
+                match field {
+                    AddrField::Src => u.src_port(),
+                    AddrField::Dst => u.dst_port(),
                 }
             }
             PROTO_ICMP => {
-                if info.l4_len() < 8 {
-                    return Err(DROP_TOO_SHORT);
-                }
-                if !icmp_query(d[l4]) {
+                let i = IcmpView::new_checked(ip.payload()).map_err(|_| DROP_TOO_SHORT)?;
+                if !icmp_query(i.msg_type()) {
                     return Err(NatDrop::Unsupported);
                 }
-                Flow {
-                    proto: PROTO_ICMP,
-                    port_off: l4 + ICMP_IDENT,
-                }
+                i.ident()
             }
             _ => return Err(NatDrop::Unsupported),
         };
-        Ok((info.off, flow))
+        Ok((ip, Flow { proto, port }))
     }
 
-    /// Rewrites the address at `addr_off` and the port/identifier to `to`, fixing checksums
-    /// incrementally.
-    fn stamp(d: &mut [u8], ip_off: usize, addr_off: usize, flow: &Flow, to: Key) {
-        let l4 = ip_off + ((d[ip_off] & 0x0f) as usize) * 4;
-        let (old_addr, new_addr) = (be32(d, addr_off), key_addr(to));
-        let (old_port, new_port) = (be16(d, flow.port_off), key_port(to));
-        put32(d, addr_off, new_addr);
-        put16(d, flow.port_off, new_port);
+    /// Rewrites address `field` and the endpoint's port/identifier of `ip` (as `classify`
+    /// checked it) to `to`, fixing checksums incrementally.
+    fn stamp(mut ip: Ipv4View<&mut [u8]>, field: AddrField, flow: &Flow, to: Key) {
+        let (old_addr, new_addr) = (ip.addr(field), key_addr(to));
+        let new_port = key_port(to);
+        ip.set_addr(field, new_addr);
         let l3_inc = checksum::increment32(old_addr, new_addr);
-        checksum::apply_at(d, ip_off + ip::CSUM, l3_inc);
-        let l4_inc = l3_inc + checksum::increment16(old_port, new_port);
+        ip.apply_checksum_increment(l3_inc);
+        let l4_inc = l3_inc + checksum::increment16(flow.port, new_port);
+        // The L4 header lengths were checked by classify: these views are always made.
+        let seg = ip.payload_mut();
         match flow.proto {
-            PROTO_TCP => checksum::apply_l4_at(d, l4 + TCP_CSUM_OFFSET, PROTO_TCP, l4_inc),
-            PROTO_UDP => checksum::apply_l4_at(d, l4 + UDP_CSUM_OFFSET, PROTO_UDP, l4_inc),
+            PROTO_TCP => {
+                if let Ok(mut t) = TcpView::new_checked(seg) {
+                    match field {
+                        AddrField::Src => t.set_src_port(new_port),
+                        AddrField::Dst => t.set_dst_port(new_port),
+                    }
+                    t.apply_checksum_increment(l4_inc);
+                }
+            }
+            PROTO_UDP => {
+                if let Ok(mut u) = UdpView::new_checked(seg) {
+                    match field {
+                        AddrField::Src => u.set_src_port(new_port),
+                        AddrField::Dst => u.set_dst_port(new_port),
+                    }
+                    u.apply_checksum_increment(l4_inc);
+                }
+            }
             _ => {
                 // ICMP has no pseudo-header: only the identifier changed.
-                let c = l4 + ICMP_CSUM;
-                put16(d, c, checksum::update16(be16(d, c), old_port, new_port));
+                if let Ok(mut i) = IcmpView::new_checked(seg) {
+                    i.rewrite_ident(new_port);
+                }
             }
         }
     }
 
     fn outbound(&mut self, d: &mut [u8], now: u64) -> Verdict<NatDrop> {
-        let (off, flow) = match Self::classify(d, false) {
+        let (ip, flow) = match Self::classify(d, AddrField::Src) {
             Ok(x) => x,
             Err(r) => return Verdict::Drop(r),
         };
-        let int = key(be32(d, off + ip::SRC), be16(d, flow.port_off), flow.proto);
+        let int = key(ip.src(), flow.port, flow.proto);
         let ext = match self.fwd.get_mut(&int) {
             Some(f) => {
                 // Only outbound packets refresh (RFC 4787 REQ-6).
@@ -305,16 +322,16 @@ impl Nat {
                 }
             }
         };
-        Self::stamp(d, off, off + ip::SRC, &flow, ext);
+        Self::stamp(ip, AddrField::Src, &flow, ext);
         Verdict::Gate(1)
     }
 
     fn inbound(&mut self, d: &mut [u8], now: u64) -> Verdict<NatDrop> {
-        let (off, flow) = match Self::classify(d, true) {
+        let (ip, flow) = match Self::classify(d, AddrField::Dst) {
             Ok(x) => x,
             Err(r) => return Verdict::Drop(r),
         };
-        let ext = key(be32(d, off + ip::DST), be16(d, flow.port_off), flow.proto);
+        let ext = key(ip.dst(), flow.port, flow.proto);
         let Some(&int) = self.rev.get(&ext) else {
             return Verdict::Drop(NatDrop::NoMapping);
         };
@@ -322,7 +339,7 @@ impl Nat {
             Some(f) if f.ext == ext && !self.expired(f, now) => {}
             _ => return Verdict::Drop(NatDrop::NoMapping),
         }
-        Self::stamp(d, off, off + ip::DST, &flow, int);
+        Self::stamp(ip, AddrField::Dst, &flow, int);
         Verdict::Gate(0)
     }
 
@@ -417,11 +434,11 @@ fn parse(arg: &Value) -> Result<Vec<ExtAddr>> {
 impl Module for Nat {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, igate: u16) {
         let now = now(ctx);
-        process_each(ctx, batch, |d| {
+        process_each(ctx, batch, |p| {
             if igate == 0 {
-                self.outbound(d, now)
+                self.outbound(p.data_mut(), now)
             } else {
-                self.inbound(d, now)
+                self.inbound(p.data_mut(), now)
             }
         });
     }
@@ -490,6 +507,9 @@ pub static CLASS: ModuleClass = ModuleClass {
 #[cfg(test)]
 mod tests {
     use super::*;
+    fn be16(d: &[u8], off: usize) -> u16 {
+        u16::from_be_bytes([d[off], d[off + 1]])
+    }
     use crate::headers::test_util::{checksums_ok, hex};
     use bessemer_core::testing::Harness;
 
@@ -806,6 +826,9 @@ mod tests {
 #[cfg(test)]
 mod proptests {
     use super::*;
+    fn be16(d: &[u8], off: usize) -> u16 {
+        u16::from_be_bytes([d[off], d[off + 1]])
+    }
     use crate::headers::test_util::checksums_ok;
     use bessemer_core::testing::Harness;
     use proptest::prelude::*;

@@ -4,8 +4,8 @@ use bessemer_core::{
     Value,
 };
 
-use super::headers::on_long_enough;
 use crate::util::FastRng;
+use crate::util::{process_each, Verdict};
 
 #[derive(Clone, Debug)]
 struct Field {
@@ -103,22 +103,18 @@ impl RandomUpdate {
 impl Module for RandomUpdate {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         let (fields, rng) = (&self.fields, &mut self.rng);
-        on_long_enough(
-            ctx,
-            batch,
-            self.min_len,
-            RandomUpdateDrop::TooShort,
-            |_, batch| {
-                for p in batch.pkts_mut() {
-                    let d = p.data_mut();
-                    for f in fields {
-                        let v = f.min + rng.below(f.span);
-                        d[f.offset..f.offset + f.size]
-                            .copy_from_slice(&v.to_be_bytes()[8 - f.size..]);
-                    }
-                }
-            },
-        );
+        let min_len = self.min_len;
+        process_each(ctx, batch, |p| {
+            if p.len() < min_len {
+                return Verdict::Drop(RandomUpdateDrop::TooShort);
+            }
+            let d = p.data_mut();
+            for f in fields {
+                let v = f.min + rng.below(f.span);
+                d[f.offset..f.offset + f.size].copy_from_slice(&v.to_be_bytes()[8 - f.size..]);
+            }
+            Verdict::Gate(0)
+        });
     }
 
     fn desc(&self) -> String {

@@ -1,5 +1,5 @@
 //! SetMetadata: sets metadata attributes from constants or packet bytes.
-use super::headers::on_long_enough;
+use crate::util::{process_each, Verdict};
 use bessemer_core::metadata::MAX_ATTR_SIZE;
 use bessemer_core::{
     AccessMode, Args, AttrSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result,
@@ -130,24 +130,31 @@ impl Module for SetMetadata {
             .max()
             .unwrap_or(0);
         let attrs = &self.attrs;
-        on_long_enough(ctx, batch, need, SetMetadataDrop::TooShort, |ctx, batch| {
-            for (id, a) in attrs.iter().enumerate() {
-                let off = ctx.attr(id);
-                for p in batch.pkts_mut() {
-                    match a.offset {
-                        None => p.set_attr(off, &a.value[..a.size]),
-                        Some(o) => {
-                            let mut buf = [0u8; MAX_ATTR_SIZE];
-                            let v = &mut buf[..a.size];
-                            v.copy_from_slice(&p.data()[o..o + a.size]);
-                            if let Some(mk) = &a.mask {
-                                v.iter_mut().zip(mk).for_each(|(b, m)| *b &= m);
-                            }
-                            shift_right(v, a.rshift_bits);
-                            p.set_attr(off, v);
+        // Attribute by attribute over the packets long enough for every offset; the short
+        // ones are dropped below.
+        for (id, a) in attrs.iter().enumerate() {
+            let off = ctx.attr(id);
+            for p in batch.pkts_mut().iter_mut().filter(|p| p.len() >= need) {
+                match a.offset {
+                    None => p.set_attr(off, &a.value[..a.size]),
+                    Some(o) => {
+                        let mut buf = [0u8; MAX_ATTR_SIZE];
+                        let v = &mut buf[..a.size];
+                        v.copy_from_slice(&p.data()[o..o + a.size]);
+                        if let Some(mk) = &a.mask {
+                            v.iter_mut().zip(mk).for_each(|(b, m)| *b &= m);
                         }
+                        shift_right(v, a.rshift_bits);
+                        p.set_attr(off, v);
                     }
                 }
+            }
+        }
+        process_each(ctx, batch, |p| {
+            if p.len() < need {
+                Verdict::Drop(SetMetadataDrop::TooShort)
+            } else {
+                Verdict::Gate(0)
             }
         });
     }

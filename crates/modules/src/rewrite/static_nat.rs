@@ -4,11 +4,9 @@
 //! leaves on output gate 1; input gate 1 carries external → internal traffic (destination
 //! addresses rewritten), which leaves on output gate 0, as BESS. Packets whose address is in
 //! no range pass untranslated on the same gates.
-use super::headers::{
-    check_empty, ipv4_string, no_runtime_config, parse_ipv4, process_each, Verdict,
-};
-use crate::checksum::{self, PROTO_TCP, PROTO_UDP, TCP_CSUM_OFFSET, UDP_CSUM_OFFSET};
-use crate::headers::{be32, eth_ipv4, ip, put32, Ipv4Error};
+use super::headers::{check_empty, ipv4_string, no_runtime_config, parse_ipv4};
+use crate::headers::{ipv4_in_frame_mut, AddrField, Ipv4Error};
+use crate::util::{process_each, Verdict};
 use bessemer_core::{
     handler, Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result,
     Value,
@@ -29,12 +27,16 @@ pub struct StaticNat {
 impl StaticNat {
     fn one(&self, d: &mut [u8], outbound: bool) -> Verdict<Ipv4Error> {
         let gate = if outbound { 1 } else { 0 };
-        let info = match eth_ipv4(d) {
-            Ok(i) => i,
+        let mut ip = match ipv4_in_frame_mut(d) {
+            Ok(ip) => ip,
             Err(e) => return Verdict::Drop(e),
         };
-        let addr_off = info.off + if outbound { ip::SRC } else { ip::DST };
-        let old = be32(d, addr_off);
+        let field = if outbound {
+            AddrField::Src
+        } else {
+            AddrField::Dst
+        };
+        let old = ip.addr(field);
         let Some(new) = self.pairs.iter().find_map(|p| {
             let (from, to) = if outbound {
                 (p.int, p.ext)
@@ -47,22 +49,10 @@ impl StaticNat {
         };
         // Later fragments carry no L4 header; the first one carries the checksum of the
         // whole datagram, which the incremental update keeps right.
-        let l4 = info.l4();
-        let l4_csum = match info.proto {
-            PROTO_TCP if info.has_l4_header() => Some(l4 + TCP_CSUM_OFFSET),
-            PROTO_UDP if info.has_l4_header() => Some(l4 + UDP_CSUM_OFFSET),
-            _ => None,
-        };
-        if l4_csum.is_some_and(|c| c + 2 > info.off + info.total) {
-            return Verdict::Drop(Ipv4Error::TooShort);
+        match ip.rewrite_addr(field, new) {
+            Ok(()) => Verdict::Gate(gate),
+            Err(e) => Verdict::Drop(e.into()),
         }
-        let inc = checksum::increment32(old, new);
-        put32(d, addr_off, new);
-        checksum::apply_at(d, info.off + ip::CSUM, inc);
-        if let Some(c) = l4_csum {
-            checksum::apply_l4_at(d, c, info.proto, inc);
-        }
-        Verdict::Gate(gate)
     }
 
     fn initial_arg(&self) -> Value {
@@ -137,7 +127,7 @@ fn parse(arg: &Value) -> Result<Vec<Pair>> {
 
 impl Module for StaticNat {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, igate: u16) {
-        process_each(ctx, batch, |d| self.one(d, igate == 0));
+        process_each(ctx, batch, |p| self.one(p.data_mut(), igate == 0));
     }
 
     fn desc(&self) -> String {

@@ -1,5 +1,5 @@
 //! Update: writes constant values at packet offsets.
-use super::headers::on_long_enough;
+use crate::util::{process_each, Verdict};
 use bessemer_core::{
     handler, Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result,
     Value,
@@ -91,20 +91,17 @@ impl Update {
 impl Module for Update {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         let fields = &self.fields;
-        on_long_enough(
-            ctx,
-            batch,
-            self.min_len,
-            UpdateDrop::TooShort,
-            |_, batch| {
-                for p in batch.pkts_mut() {
-                    let d = p.data_mut();
-                    for f in fields {
-                        d[f.offset..f.offset + f.size].copy_from_slice(&f.value[8 - f.size..]);
-                    }
-                }
-            },
-        );
+        let min_len = self.min_len;
+        process_each(ctx, batch, |p| {
+            if p.len() < min_len {
+                return Verdict::Drop(UpdateDrop::TooShort);
+            }
+            let d = p.data_mut();
+            for f in fields {
+                d[f.offset..f.offset + f.size].copy_from_slice(&f.value[8 - f.size..]);
+            }
+            Verdict::Gate(0)
+        });
     }
 
     fn desc(&self) -> String {

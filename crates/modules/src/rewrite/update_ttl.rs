@@ -1,7 +1,6 @@
 //! UpdateTTL: decrements the IPv4 TTL, updating the header checksum incrementally.
-use super::headers::{process_each, Verdict};
-use crate::checksum;
-use crate::headers::{be16, eth_ipv4, ip, put16, Ipv4Error};
+use crate::headers::{ipv4_in_frame_mut, Ipv4Error};
+use crate::util::{process_each, Verdict};
 use bessemer_core::{Args, Context, Instance, Module, ModuleClass, PacketBatch};
 
 bessemer_core::drop_reasons! {
@@ -19,21 +18,15 @@ pub struct UpdateTtl;
 
 impl Module for UpdateTtl {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        process_each(ctx, batch, |d| {
-            let off = match eth_ipv4(d) {
-                Ok(info) => info.off,
+        process_each(ctx, batch, |p| {
+            let mut ip = match ipv4_in_frame_mut(p.data_mut()) {
+                Ok(ip) => ip,
                 Err(e) => return Verdict::Drop(e.into()),
             };
-            let ttl = d[off + ip::TTL];
-            if ttl <= 1 {
+            if ip.ttl() <= 1 {
                 return Verdict::Drop(UpdateTtlDrop::TtlExpired);
             }
-            // TTL shares a 16-bit checksum word with the protocol byte.
-            let old = be16(d, off + ip::TTL);
-            let new = old - 0x100;
-            d[off + ip::TTL] = ttl - 1;
-            let hc = checksum::update16(be16(d, off + ip::CSUM), old, new);
-            put16(d, off + ip::CSUM, hc);
+            ip.decrement_ttl();
             Verdict::Gate(0)
         });
     }
