@@ -3,11 +3,11 @@
 //! handler without a listing cannot be called), and drop reasons are counted under their own
 //! printed names. Also: thread-safe commands of shared modules run without pausing workers.
 
+mod common;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use bessemer_core::engine::{Engine, EngineConfig};
-use bessemer_core::mem::PagePolicy;
 use bessemer_core::port::{
     LinkStatus, NewPort, Port, PortConf, PortDriver, PortParams, RxQueue, TxQueue,
 };
@@ -17,6 +17,7 @@ use bessemer_core::{
     handler, Args, CommandSpec, Context, Error, InitContext, Instance, ModuleClass, PacketBatch,
     PoolCache, Result, SharedModule, Value,
 };
+use common::{class, engine_with_buffers};
 
 /// A port whose queues receive nothing and take every packet (enough to create I/O modules).
 struct NullPort;
@@ -182,10 +183,6 @@ fn names_in_order(c: &ModuleClass) -> String {
         .map(|s| s.name)
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-fn class(n: &str) -> &'static ModuleClass {
-    bessemer_modules::find(n).unwrap()
 }
 
 /// An Ethernet + IPv4 + UDP frame (checksums not needed here).
@@ -439,12 +436,7 @@ static TICKER: ModuleClass = ModuleClass {
 
 #[test]
 fn thread_safe_commands_of_shared_modules_run_without_pausing() {
-    let mut e = Engine::new(EngineConfig {
-        buffers: 1024,
-        pages: PagePolicy::Plain,
-        pin: false,
-    })
-    .unwrap();
+    let mut e = engine_with_buffers(1024);
     e.add_worker(0, 0).unwrap();
     e.create_module(&TICKER, Some("t"), &Value::map()).unwrap();
     e.attach_task("t", 0, None, Some(0)).unwrap();

@@ -1,54 +1,28 @@
 //! Classifiers that BESS lets several workers run at once (HashLB, BPF, WorkerSplit) are
 //! accepted by the engine when two workers' tasks reach them, and pass traffic.
 
-use std::time::{Duration, Instant};
+mod common;
 
-use bessemer_core::engine::{Engine, EngineConfig};
-use bessemer_core::mem::PagePolicy;
+use bessemer_core::engine::Engine;
 use bessemer_core::Value;
-
-fn class(n: &str) -> &'static bessemer_core::ModuleClass {
-    bessemer_modules::find(n).unwrap()
-}
-
-fn eventually(mut f: impl FnMut() -> bool) -> bool {
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(10) {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    false
-}
+use common::{add_module, add_sink, add_source, add_two_workers, engine, eventually, packets};
 
 /// Two sources on workers 0 and 1 feed `mid`; its gates 0 and 1 feed queues drained by sinks.
 fn two_worker_graph(mid_class: &str, mid_arg: Value) -> Engine {
-    let mut e = Engine::new(EngineConfig {
-        buffers: 4096,
-        pages: PagePolicy::Plain,
-        pin: false,
-    })
-    .unwrap();
-    e.add_worker(0, 0).unwrap();
-    e.add_worker(1, 1 % std::thread::available_parallelism().unwrap().get())
-        .unwrap();
-    e.create_module(class(mid_class), Some("mid"), &mid_arg)
-        .unwrap();
+    let mut e = engine();
+    add_two_workers(&mut e);
+    add_module(&mut e, mid_class, "mid", &mid_arg);
     // Downstream first, so no packet meets an unconnected gate.
     for i in 0..2u16 {
         let (q, sink) = (format!("q{i}"), format!("sink{i}"));
-        e.create_module(class("Queue"), Some(&q), &Value::map())
-            .unwrap();
-        e.create_module(class("Sink"), Some(&sink), &Value::Null)
-            .unwrap();
+        add_module(&mut e, "Queue", &q, &Value::map());
+        add_sink(&mut e, &sink);
         e.connect("mid", i, &q, 0).unwrap();
         e.connect(&q, 0, &sink, 0).unwrap();
         e.attach_task(&q, 0, None, Some(0)).unwrap();
     }
     for (i, src) in ["a", "b"].into_iter().enumerate() {
-        e.create_module(class("Source"), Some(src), &Value::map())
-            .unwrap();
+        add_source(&mut e, src);
         e.attach_task(src, 0, None, Some(i)).unwrap();
         e.connect(src, 0, "mid", 0).unwrap();
     }
@@ -57,7 +31,7 @@ fn two_worker_graph(mid_class: &str, mid_arg: Value) -> Engine {
 }
 
 fn out(e: &Engine, g: u16) -> u64 {
-    e.graph().ogate_counts("mid", g).unwrap().packets
+    packets(e, "mid", g)
 }
 
 #[test]
@@ -93,8 +67,8 @@ fn worker_split_sends_each_worker_to_its_gate() {
     assert!(eventually(|| out(&e, 0) > 1000 && out(&e, 1) > 1000));
     e.pause_all().unwrap();
     // Worker 0 only ever used gate 0 and worker 1 gate 1: the sources' counts match.
-    let sent_a = e.graph().ogate_counts("a", 0).unwrap().packets;
-    let sent_b = e.graph().ogate_counts("b", 0).unwrap().packets;
+    let sent_a = packets(&e, "a", 0);
+    let sent_b = packets(&e, "b", 0);
     assert_eq!((out(&e, 0), out(&e, 1)), (sent_a, sent_b));
     e.reset_all().unwrap();
 }

@@ -1,52 +1,25 @@
 //! End-to-end tests of the engine with real worker threads: pause/resume, graph changes
 //! under traffic, chaining across workers with a Queue, constraint checks and atomic errors.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
-use bessemer_core::engine::{Engine, EngineConfig, WorkerState};
-use bessemer_core::mem::PagePolicy;
+use bessemer_core::engine::WorkerState;
 use bessemer_core::sched::Policy;
 use bessemer_core::Value;
-
-fn engine() -> Engine {
-    Engine::new(EngineConfig {
-        buffers: 4096,
-        pages: PagePolicy::Plain,
-        pin: false,
-    })
-    .unwrap()
-}
-
-fn class(n: &str) -> &'static bessemer_core::ModuleClass {
-    bessemer_modules::find(n).unwrap()
-}
-
-fn packets(e: &Engine, from: &str, og: u16) -> u64 {
-    e.graph().ogate_counts(from, og).unwrap().packets
-}
-
-/// Waits (bounded) until `f` holds.
-fn eventually(mut f: impl FnMut() -> bool) -> bool {
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(10) {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    false
-}
+use common::{
+    add_module, add_sink, add_source, add_source_to_sink, add_two_workers, class, engine,
+    eventually, packets,
+};
 
 #[test]
 fn pause_stops_traffic_and_loses_nothing() {
     let mut e = engine();
     e.add_worker(0, 0).unwrap();
-    e.create_module(class("Source"), Some("src"), &Value::map())
-        .unwrap();
-    e.create_module(class("Bypass"), Some("bp"), &Value::map())
-        .unwrap();
-    e.create_module(class("Sink"), Some("sink"), &Value::Null)
-        .unwrap();
+    add_source(&mut e, "src");
+    add_module(&mut e, "Bypass", "bp", &Value::map());
+    add_sink(&mut e, "sink");
     e.connect("src", 0, "bp", 0).unwrap();
     e.connect("bp", 0, "sink", 0).unwrap();
     e.resume_all().unwrap();
@@ -74,18 +47,13 @@ fn pause_stops_traffic_and_loses_nothing() {
 fn graph_changes_under_traffic_are_consistent() {
     let mut e = engine();
     e.add_worker(0, 0).unwrap();
-    e.create_module(class("Source"), Some("src"), &Value::map())
-        .unwrap();
-    e.create_module(class("Sink"), Some("sink"), &Value::Null)
-        .unwrap();
-    e.connect("src", 0, "sink", 0).unwrap();
+    add_source_to_sink(&mut e, "src", "sink");
     e.resume_all().unwrap();
     for i in 0..10 {
         assert!(eventually(|| packets(&e, "src", 0) > 1000));
         // Splice a Bypass in and out while the worker runs.
         let bp = format!("bp{i}");
-        e.create_module(class("Bypass"), Some(&bp), &Value::map())
-            .unwrap();
+        add_module(&mut e, "Bypass", &bp, &Value::map());
         e.disconnect("src", 0).unwrap();
         e.connect("src", 0, &bp, 0).unwrap();
         e.connect(&bp, 0, "sink", 0).unwrap();
@@ -105,15 +73,10 @@ fn graph_changes_under_traffic_are_consistent() {
 #[test]
 fn queue_chains_two_workers() {
     let mut e = engine();
-    e.add_worker(0, 0).unwrap();
-    e.add_worker(1, 1 % std::thread::available_parallelism().unwrap().get())
-        .unwrap();
-    e.create_module(class("Source"), Some("src"), &Value::map())
-        .unwrap();
-    e.create_module(class("Queue"), Some("q"), &Value::map())
-        .unwrap();
-    e.create_module(class("Sink"), Some("sink"), &Value::Null)
-        .unwrap();
+    add_two_workers(&mut e);
+    add_source(&mut e, "src");
+    add_module(&mut e, "Queue", "q", &Value::map());
+    add_sink(&mut e, "sink");
     e.connect("src", 0, "q", 0).unwrap();
     e.connect("q", 0, "sink", 0).unwrap();
     e.attach_task("q", 0, None, Some(1)).unwrap();
@@ -139,25 +102,20 @@ fn queue_chains_two_workers() {
 #[test]
 fn sharing_across_workers_is_reported_runs_safely_and_counts_exactly() {
     let mut e = engine();
-    e.add_worker(0, 0).unwrap();
-    e.add_worker(1, 1 % std::thread::available_parallelism().unwrap().get())
-        .unwrap();
+    add_two_workers(&mut e);
     for src in ["a", "b"] {
-        e.create_module(class("Source"), Some(src), &Value::map())
-            .unwrap();
+        add_source(&mut e, src);
     }
     // Measure allows every worker in BESS, RoundRobin one; as in BESS, neither placement is
     // refused, and the second is reported.
-    e.create_module(class("Measure"), Some("m"), &Value::map())
-        .unwrap();
+    add_module(&mut e, "Measure", "m", &Value::map());
     e.create_module(
         class("RoundRobin"),
         Some("rr"),
         &Value::map().with("gates", Value::List(vec![Value::Int(0)])),
     )
     .unwrap();
-    e.create_module(class("Sink"), Some("sink"), &Value::Null)
-        .unwrap();
+    add_sink(&mut e, "sink");
     e.connect("m", 0, "rr", 0).unwrap();
     e.connect("rr", 0, "sink", 0).unwrap();
     e.connect("a", 0, "m", 0).unwrap();
@@ -190,10 +148,8 @@ fn sharing_across_workers_is_reported_runs_safely_and_counts_exactly() {
 fn bad_requests_name_the_problem_and_change_nothing() {
     let mut e = engine();
     e.add_worker(0, 0).unwrap();
-    e.create_module(class("Source"), Some("src"), &Value::map())
-        .unwrap();
-    e.create_module(class("Sink"), Some("sink"), &Value::Null)
-        .unwrap();
+    add_source(&mut e, "src");
+    add_sink(&mut e, "sink");
     let before = e.graph().modules().len();
     let err = e
         .create_module(class("Source"), Some("src"), &Value::map())
@@ -252,11 +208,7 @@ fn default_names_follow_bess_templates() {
 #[test]
 fn tasks_wait_for_a_worker_and_resume_all_starts_one() {
     let mut e = engine();
-    e.create_module(class("Source"), Some("src"), &Value::map())
-        .unwrap();
-    e.create_module(class("Sink"), Some("sink"), &Value::Null)
-        .unwrap();
-    e.connect("src", 0, "sink", 0).unwrap();
+    add_source_to_sink(&mut e, "src", "sink");
     assert_eq!(e.task_places("src").unwrap()[0].wid, None);
     e.resume_all().unwrap();
     assert_eq!(e.worker_ids(), vec![0]);
@@ -280,11 +232,7 @@ fn traffic_classes_on_a_worker() {
         1,
     )
     .unwrap();
-    e.create_module(class("Source"), Some("src"), &Value::map())
-        .unwrap();
-    e.create_module(class("Sink"), Some("sink"), &Value::Null)
-        .unwrap();
-    e.connect("src", 0, "sink", 0).unwrap();
+    add_source_to_sink(&mut e, "src", "sink");
     e.attach_task("src", 0, Some("limited"), None).unwrap();
     e.resume_all().unwrap();
     assert_eq!(e.task_places("src").unwrap()[0].leaf, "!leaf_src:0");
@@ -309,17 +257,11 @@ fn traffic_classes_on_a_worker() {
 #[test]
 fn new_tasks_are_orphans_until_resume_and_spread_over_workers() {
     let mut e = engine();
-    e.add_worker(0, 0).unwrap();
-    e.add_worker(1, 1 % std::thread::available_parallelism().unwrap().get())
-        .unwrap();
+    add_two_workers(&mut e);
     e.resume_all().unwrap();
     for i in 0..4 {
         let (src, sink) = (format!("src{i}"), format!("sink{i}"));
-        e.create_module(class("Source"), Some(&src), &Value::map())
-            .unwrap();
-        e.create_module(class("Sink"), Some(&sink), &Value::Null)
-            .unwrap();
-        e.connect(&src, 0, &sink, 0).unwrap();
+        add_source_to_sink(&mut e, &src, &sink);
     }
     // Running workers, but the new tasks are on none of them yet (BESS's orphans).
     assert_eq!(e.task_places("src0").unwrap()[0].wid, None);
@@ -375,13 +317,11 @@ fn worker_zero_is_launched_on_demand_and_cores_are_cpu_ids() {
 #[test]
 fn disconnecting_an_unconnected_gate_is_a_no_op() {
     let mut e = engine();
-    e.create_module(class("Bypass"), Some("bp"), &Value::map())
-        .unwrap();
+    add_module(&mut e, "Bypass", "bp", &Value::map());
     e.disconnect("bp", 0).unwrap();
     e.disconnect("bp", 7).unwrap();
     // A gate the class does not have is still an error (BESS: EINVAL).
-    e.create_module(class("Sink"), Some("s"), &Value::Null)
-        .unwrap();
+    add_sink(&mut e, "s");
     let err = e.disconnect("s", 0).unwrap_err();
     assert!(err.msg.contains("gate 0 is out of range"), "{}", err.msg);
     assert!(e.disconnect("ghost", 0).is_err());
@@ -461,8 +401,7 @@ static SLOW_BUILD: bessemer_core::ModuleClass = bessemer_core::ModuleClass {
 fn modules_are_built_while_traffic_flows_and_inserted_atomically() {
     let mut e = engine();
     e.add_worker(0, 0).unwrap();
-    e.create_module(class("Source"), Some("src"), &Value::map())
-        .unwrap();
+    add_source(&mut e, "src");
     e.create_module(&PROBE, Some("probe"), &Value::map())
         .unwrap();
     e.connect("src", 0, "probe", 0).unwrap();

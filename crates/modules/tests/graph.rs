@@ -1,12 +1,11 @@
 //! Graph-level behaviour with real classes: batch merging at input gates, dead ends, loops,
 //! per-gate counters and metadata offsets recomputed on graph changes.
 
+mod common;
+
 use bessemer_core::testing::Harness;
 use bessemer_core::{AttrOffset, Value, MAX_BURST};
-
-fn class(n: &str) -> &'static bessemer_core::ModuleClass {
-    bessemer_modules::find(n).unwrap()
-}
+use common::class;
 
 fn list(v: &[i64]) -> Value {
     Value::List(v.iter().map(|&i| Value::Int(i)).collect())

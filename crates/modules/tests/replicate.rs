@@ -1,13 +1,12 @@
 //! Replicate gives each output gate its own packet: a module that rewrites the packets of one
 //! branch leaves every other branch's bytes as they were (BESS's replicate.cc copies).
 
+mod common;
+
 use bessemer_core::testing::Harness;
 use bessemer_core::Value;
+use common::class;
 use proptest::prelude::*;
-
-fn class(n: &str) -> &'static bessemer_core::ModuleClass {
-    bessemer_modules::find(n).unwrap()
-}
 
 fn gates(g: &[i64]) -> Value {
     Value::map().with(
