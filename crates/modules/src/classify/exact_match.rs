@@ -8,10 +8,10 @@ use bessemer_core::{
 use std::collections::HashMap;
 
 use super::table::{
-    check_field_count, check_gate, cmd_add, cmd_get_runtime_config, cmd_set_default_gate,
-    cmd_set_runtime_config, field_data, fields_value, hash_words, key_words, parse_fields,
-    process_batch, resolve_gate, split, FlatTable, IntOrder, Matcher, RuleClassifier, TableDrop,
-    ValueFields,
+    bin_list, check_field_count, check_gate, cmd_add, cmd_get_runtime_config, cmd_set_default_gate,
+    cmd_set_runtime_config, field_bytes, field_data, hash_words, initial_arg, key_bytes, key_words,
+    parse_fields, process_batch, resolve_gate, split, FlatTable, IntOrder, Matcher, RuleClassifier,
+    TableDrop, ValueFields,
 };
 
 /// Rule key (masked key words) -> the bytes the rule writes (the fork's values).
@@ -111,16 +111,7 @@ impl RuleClassifier for ExactMatch {
             .table
             .iter()
             .map(|(k, g)| {
-                let mut bytes = [0u8; 64];
-                for (c, w) in bytes.chunks_exact_mut(8).zip(k) {
-                    c.copy_from_slice(&w.to_le_bytes());
-                }
-                let vals = self
-                    .matcher
-                    .fields
-                    .iter()
-                    .map(|f| bytes[f.pos..f.pos + f.size].to_vec())
-                    .collect();
+                let vals = field_bytes(&self.matcher.fields, &key_bytes(k));
                 (g as u16, vals, self.actions.get(k).cloned())
             })
             .collect();
@@ -129,14 +120,9 @@ impl RuleClassifier for ExactMatch {
         rules
             .into_iter()
             .map(|(g, vals, action)| {
-                let v = Value::map().with("gate", g as u64).with(
-                    "fields",
-                    Value::List(
-                        vals.into_iter()
-                            .map(|b| Value::map().with("value_bin", b))
-                            .collect(),
-                    ),
-                );
+                let v = Value::map()
+                    .with("gate", g as u64)
+                    .with("fields", bin_list(vals));
                 match action {
                     Some(a) => v.with("values", self.values.value_list(&a)),
                     None => v,
@@ -232,31 +218,18 @@ impl ExactMatch {
     /// The `get_initial_arg` command.
     fn cmd_get_initial_arg(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
         Args::new(arg, "EmptyArg")?.finish()?;
-        let mut v = Value::map().with("fields", fields_value(&self.matcher.fields));
-        if self.masks_given {
-            let masks = self
-                .matcher
-                .fields
-                .iter()
-                .map(|f| Value::map().with("value_bin", self.mask[f.pos..f.pos + f.size].to_vec()))
-                .collect();
-            v = v.with("masks", Value::List(masks));
-        }
-        if !self.values.is_empty() {
-            v = v.with("values", fields_value(&self.values.fields));
-        }
-        if !self.masksv.is_empty() {
-            let m = self
-                .masksv
-                .iter()
-                .map(|b| Value::map().with("value_bin", b.clone()))
-                .collect();
-            v = v.with("masksv", Value::List(m));
-        }
-        if self.entries != 0 {
-            v = v.with("entries", self.entries);
-        }
-        Ok(v)
+        let fields = &self.matcher.fields;
+        let masks = self
+            .masks_given
+            .then(|| bin_list(field_bytes(fields, &self.mask)));
+        let masksv = (!self.masksv.is_empty()).then(|| bin_list(self.masksv.iter().cloned()));
+        Ok(initial_arg(
+            fields,
+            masks,
+            &self.values,
+            masksv,
+            self.entries,
+        ))
     }
 }
 

@@ -687,13 +687,16 @@ impl ValueFields {
 
     /// A rule's value bytes as a FieldData list (value_bin).
     pub fn value_list(&self, bytes: &[u8]) -> Value {
-        Value::List(
-            self.fields
-                .iter()
-                .map(|f| Value::map().with("value_bin", bytes[f.pos..f.pos + f.size].to_vec()))
-                .collect(),
-        )
+        bin_list(field_bytes(&self.fields, bytes))
     }
+}
+
+/// The bytes of each of `fields` (laid out one after another) in `bytes`.
+pub fn field_bytes(fields: &[MatchField], bytes: &[u8]) -> Vec<Vec<u8>> {
+    fields
+        .iter()
+        .map(|f| bytes[f.pos..f.pos + f.size].to_vec())
+        .collect()
 }
 
 /// The key length in 64-bit words of `fields` laid out by [`parse_fields`].
@@ -918,6 +921,52 @@ pub fn key_words(key: &[u8; 64], out: &mut [u64; 8]) {
     for (w, c) in out.iter_mut().zip(key.chunks_exact(8)) {
         *w = u64::from_le_bytes(c.try_into().unwrap());
     }
+}
+
+/// Unpacks table key words into key bytes (the inverse of [`key_words`]; missing words are
+/// zero).
+pub fn key_bytes(words: &[u64]) -> [u8; 64] {
+    let mut key = [0u8; 64];
+    for (c, w) in key.chunks_exact_mut(8).zip(words) {
+        c.copy_from_slice(&w.to_le_bytes());
+    }
+    key
+}
+
+/// A FieldData list of `value_bin` entries, one per byte string.
+pub fn bin_list(values: impl IntoIterator<Item = Vec<u8>>) -> Value {
+    Value::List(
+        values
+            .into_iter()
+            .map(|b| Value::map().with("value_bin", b))
+            .collect(),
+    )
+}
+
+/// The `get_initial_arg` answer of ExactMatch and WildcardMatch, fields in the order of
+/// their argument messages: `fields`, `masks` (ExactMatch's, when given), the fork's `values`
+/// (when any), `masksv` (ExactMatch's, when given) and `entries` (when not 0).
+pub fn initial_arg(
+    fields: &[MatchField],
+    masks: Option<Value>,
+    values: &ValueFields,
+    masksv: Option<Value>,
+    entries: u64,
+) -> Value {
+    let mut v = Value::map().with("fields", fields_value(fields));
+    if let Some(m) = masks {
+        v = v.with("masks", m);
+    }
+    if !values.is_empty() {
+        v = v.with("values", fields_value(&values.fields));
+    }
+    if let Some(m) = masksv {
+        v = v.with("masksv", m);
+    }
+    if entries != 0 {
+        v = v.with("entries", entries);
+    }
+    v
 }
 
 /// Test helpers building the classifiers' argument messages.

@@ -6,10 +6,10 @@ use bessemer_core::{
 };
 
 use super::table::{
-    check_field_count, check_gate, cmd_add, cmd_get_runtime_config, cmd_set_default_gate,
-    cmd_set_runtime_config, field_data, fields_value, hash_words, key_words, parse_fields,
-    process_batch, resolve_gate, split, FlatTable, IntOrder, Matcher, RuleClassifier, TableDrop,
-    ValueFields,
+    bin_list, check_field_count, check_gate, cmd_add, cmd_get_runtime_config, cmd_set_default_gate,
+    cmd_set_runtime_config, field_bytes, field_data, hash_words, initial_arg, key_bytes, key_words,
+    parse_fields, process_batch, resolve_gate, split, FlatTable, IntOrder, Matcher, RuleClassifier,
+    TableDrop, ValueFields,
 };
 
 /// Most distinct masks (tuples). BESS allows 8; Bessemer allows more.
@@ -194,44 +194,24 @@ impl RuleClassifier for WildcardMatch {
 
     fn rules_value(&self) -> Vec<Value> {
         type Row = (i32, u16, Vec<Vec<u8>>, Vec<Vec<u8>>, [u8; 64]);
-        let bytes = |w: &[u64]| {
-            let mut b = [0u8; 64];
-            for (c, x) in b.chunks_exact_mut(8).zip(w) {
-                c.copy_from_slice(&x.to_le_bytes());
-            }
-            b
-        };
-        let split = |b: &[u8; 64]| -> Vec<Vec<u8>> {
-            self.matcher
-                .fields
-                .iter()
-                .map(|f| b[f.pos..f.pos + f.size].to_vec())
-                .collect()
-        };
+        let split = |w: &[u64]| field_bytes(&self.matcher.fields, &key_bytes(w));
         let mut rows: Vec<Row> = Vec::new();
         for t in &self.tuples {
-            let mb = split(&bytes(&t.mask));
+            let mb = split(&t.mask[..]);
             for (k, i) in t.table.iter() {
                 let d = t.data[i as usize];
-                rows.push((d.priority, d.gate, mb.clone(), split(&bytes(k)), d.vals));
+                rows.push((d.priority, d.gate, mb.clone(), split(k), d.vals));
             }
         }
         // Priority, gate, masks, values: BESS's order.
         rows.sort();
-        let list = |v: Vec<Vec<u8>>| {
-            Value::List(
-                v.into_iter()
-                    .map(|b| Value::map().with("value_bin", b))
-                    .collect(),
-            )
-        };
         rows.into_iter()
             .map(|(p, g, m, v, vals)| {
                 let r = Value::map()
                     .with("gate", g as u64)
                     .with("priority", p as i64)
-                    .with("values", list(v))
-                    .with("masks", list(m));
+                    .with("values", bin_list(v))
+                    .with("masks", bin_list(m));
                 if self.values.is_empty() {
                     r
                 } else {
@@ -340,14 +320,13 @@ impl WildcardMatch {
     /// The `get_initial_arg` command.
     fn cmd_get_initial_arg(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
         Args::new(arg, "EmptyArg")?.finish()?;
-        let mut v = Value::map().with("fields", fields_value(&self.matcher.fields));
-        if !self.values.is_empty() {
-            v = v.with("values", fields_value(&self.values.fields));
-        }
-        if self.entries != 0 {
-            v = v.with("entries", self.entries);
-        }
-        Ok(v)
+        Ok(initial_arg(
+            &self.matcher.fields,
+            None,
+            &self.values,
+            None,
+            self.entries,
+        ))
     }
 }
 
