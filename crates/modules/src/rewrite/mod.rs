@@ -6,6 +6,7 @@ pub mod ip_swap;
 pub mod l4_checksum;
 pub mod mac_swap;
 pub mod nat;
+pub mod offset_fields;
 pub mod random_update;
 #[allow(clippy::module_inception)]
 pub mod rewrite;

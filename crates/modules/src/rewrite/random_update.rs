@@ -4,22 +4,22 @@ use bessemer_core::{
     Value,
 };
 
+use super::offset_fields::{parse_fields_arg, OffsetField, OffsetFields};
 use crate::util::FastRng;
-use crate::util::{process_each, Verdict};
 
+/// A field's random range: `min` and the number of values from it.
 #[derive(Clone, Debug)]
-struct Field {
-    offset: usize,
-    size: usize,
+struct Range {
     min: u64,
     span: u64,
 }
 
+type Field = OffsetField<Range>;
+
 /// Sets each field to a uniform random value in [min, max] (big-endian); packets too short
 /// for a field are dropped.
 pub struct RandomUpdate {
-    fields: Vec<Field>,
-    min_len: usize,
+    fields: OffsetFields<Range>,
     rng: FastRng,
 }
 
@@ -63,62 +63,45 @@ fn parse_fields(list: &[Value], msg: &str) -> Result<Vec<Field>> {
             Ok(Field {
                 offset,
                 size,
-                min,
-                span: max - min + 1,
+                spec: Range {
+                    min,
+                    span: max - min + 1,
+                },
             })
         })
         .collect()
 }
 
 impl RandomUpdate {
-    fn set(&mut self, fields: Vec<Field>) {
-        self.min_len = fields.iter().map(|f| f.offset + f.size).max().unwrap_or(0);
-        self.fields = fields;
-    }
-}
-
-impl RandomUpdate {
     /// The `add` command.
     fn cmd_add(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
-        let mut a = Args::new(arg, "RandomUpdateArg")?;
-        let new = parse_fields(a.list("fields")?, "RandomUpdateArg")?;
-        a.finish()?;
-        if self.fields.len() + new.len() > 16 {
+        let new = parse_fields_arg(arg, "RandomUpdateArg", parse_fields)?;
+        if self.fields.count() + new.len() > 16 {
             return Err(Error::invalid("RandomUpdate holds at most 16 fields"));
         }
-        let mut all = self.fields.clone();
-        all.extend(new);
-        self.set(all);
+        self.fields.set(self.fields.extended(new));
         Ok(Value::Null)
     }
 
     /// The `clear` command.
     fn cmd_clear(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
         Args::new(arg, "RandomUpdateCommandClearArg")?.finish()?;
-        self.set(Vec::new());
+        self.fields.set(Vec::new());
         Ok(Value::Null)
     }
 }
 
 impl Module for RandomUpdate {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        let (fields, rng) = (&self.fields, &mut self.rng);
-        let min_len = self.min_len;
-        process_each(ctx, batch, |p| {
-            if p.len() < min_len {
-                return Verdict::Drop(RandomUpdateDrop::TooShort);
-            }
-            let d = p.data_mut();
-            for f in fields {
-                let v = f.min + rng.below(f.span);
-                d[f.offset..f.offset + f.size].copy_from_slice(&v.to_be_bytes()[8 - f.size..]);
-            }
-            Verdict::Gate(0)
-        });
+        let rng = &mut self.rng;
+        self.fields
+            .write_each(ctx, batch, RandomUpdateDrop::TooShort, |r| {
+                r.min + rng.below(r.span)
+            });
     }
 
     fn desc(&self) -> String {
-        format!("{} fields", self.fields.len())
+        self.fields.desc()
     }
 }
 
@@ -138,11 +121,9 @@ pub static CLASS: ModuleClass = ModuleClass {
     drop_reasons: RandomUpdateDrop::NAMES,
     mt_safe: true,
     create: |_, arg| {
-        let mut a = Args::new(arg, "RandomUpdateArg")?;
-        let fields = parse_fields(a.list("fields")?, "RandomUpdateArg")?;
-        a.finish()?;
-        let mut m = RandomUpdate { fields: Vec::new(), min_len: 0, rng: FastRng::from_tsc() };
-        m.set(fields);
+        let fields = parse_fields_arg(arg, "RandomUpdateArg", parse_fields)?;
+        let mut m = RandomUpdate { fields: OffsetFields::default(), rng: FastRng::from_tsc() };
+        m.fields.set(fields);
         Ok(Instance::Exclusive(Box::new(m)))
     },
 };

@@ -1,22 +1,16 @@
 //! Update: writes constant values at packet offsets.
-use crate::util::{process_each, Verdict};
+use super::offset_fields::{parse_fields_arg, OffsetField, OffsetFields};
 use bessemer_core::{
     handler, Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result,
     Value,
 };
 
-/// One field to set: `size` bytes (1..8) of `value`, big-endian, at `offset`.
-#[derive(Clone, Debug)]
-struct Field {
-    offset: usize,
-    size: usize,
-    value: [u8; 8],
-}
+/// One field to set: `size` bytes (1..8) of the constant value, big-endian, at `offset`.
+type Field = OffsetField<u64>;
 
 /// Sets fields of every packet; packets too short for a field are dropped.
 pub struct Update {
-    fields: Vec<Field>,
-    min_len: usize,
+    fields: OffsetFields<u64>,
 }
 
 bessemer_core::drop_reasons! {
@@ -49,7 +43,7 @@ fn parse_fields(list: &[Value], msg: &str) -> Result<Vec<Field>> {
             Ok(Field {
                 offset,
                 size,
-                value: value.to_be_bytes(),
+                spec: value,
             })
         })
         .collect()
@@ -62,8 +56,7 @@ impl Update {
                 "Update holds at most {MAX_FIELDS} fields"
             )));
         }
-        self.min_len = fields.iter().map(|f| f.offset + f.size).max().unwrap_or(0);
-        self.fields = fields;
+        self.fields.set(fields);
         Ok(())
     }
 }
@@ -71,12 +64,8 @@ impl Update {
 impl Update {
     /// The `add` command.
     fn cmd_add(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
-        let mut a = Args::new(arg, "UpdateArg")?;
-        let new = parse_fields(a.list("fields")?, "UpdateArg")?;
-        a.finish()?;
-        let mut all = self.fields.clone();
-        all.extend(new);
-        self.set(all)?;
+        let new = parse_fields_arg(arg, "UpdateArg", parse_fields)?;
+        self.set(self.fields.extended(new))?;
         Ok(Value::Null)
     }
 
@@ -90,22 +79,12 @@ impl Update {
 
 impl Module for Update {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        let fields = &self.fields;
-        let min_len = self.min_len;
-        process_each(ctx, batch, |p| {
-            if p.len() < min_len {
-                return Verdict::Drop(UpdateDrop::TooShort);
-            }
-            let d = p.data_mut();
-            for f in fields {
-                d[f.offset..f.offset + f.size].copy_from_slice(&f.value[8 - f.size..]);
-            }
-            Verdict::Gate(0)
-        });
+        self.fields
+            .write_each(ctx, batch, UpdateDrop::TooShort, |&value| value);
     }
 
     fn desc(&self) -> String {
-        format!("{} fields", self.fields.len())
+        self.fields.desc()
     }
 }
 
@@ -139,12 +118,9 @@ pub static CLASS: ModuleClass = ModuleClass {
     drop_reasons: UpdateDrop::NAMES,
     mt_safe: true,
     create: |_, arg| {
-        let mut a = Args::new(arg, "UpdateArg")?;
-        let fields = parse_fields(a.list("fields")?, "UpdateArg")?;
-        a.finish()?;
+        let fields = parse_fields_arg(arg, "UpdateArg", parse_fields)?;
         let mut u = Update {
-            fields: Vec::new(),
-            min_len: 0,
+            fields: OffsetFields::default(),
         };
         u.set(fields)?;
         Ok(Instance::Exclusive(Box::new(u)))
