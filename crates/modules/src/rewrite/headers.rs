@@ -33,3 +33,61 @@ pub fn no_runtime_config(
     check_empty(arg)?;
     Ok(bessemer_core::Value::map())
 }
+
+/// Parses the argument IPChecksum and L4Checksum share (message `msg`): whether to verify
+/// checksums instead of computing them (`verify`, default false). The omec-project fork's
+/// `hw` (NIC checksum offload) is accepted and ignored: there is none here; checksums are
+/// computed (or verified) in software either way.
+pub fn parse_checksum_arg(arg: &bessemer_core::Value, msg: &str) -> bessemer_core::Result<bool> {
+    let mut a = bessemer_core::Args::new(arg, msg)?;
+    let verify = a.bool("verify")?.unwrap_or(false);
+    let _hw = a.bool("hw")?.unwrap_or(false);
+    a.finish()?;
+    Ok(verify)
+}
+
+/// The documentation line of the checksum classes' `hw` argument.
+pub const CHECKSUM_HW_DOC: &str = "hw: bool — (omec-project fork) use NIC checksum offload: accepted, but checksums are always computed or verified in software here";
+
+/// The `desc` of a checksum class: its mode, "verify" or "compute".
+pub fn checksum_desc(verify: bool) -> String {
+    if verify { "verify" } else { "compute" }.to_string()
+}
+
+/// Test helpers shared by this kind's classes.
+#[cfg(test)]
+pub mod test_util {
+    use crate::headers::test_util::hex;
+    use bessemer_core::testing::Harness;
+    use bessemer_core::{ModuleClass, Value};
+
+    /// Checks that checksum class `class` accepts `hw: true` and still works in software: in
+    /// compute mode the `unfilled` frames (hex) come out of gate 0 as `filled`; in verify mode
+    /// the `good` frames leave by gate 0 and the `bad` one by gate 1.
+    pub fn assert_hw_done_in_software(
+        class: &'static ModuleClass,
+        unfilled: &[&str],
+        filled: &[&str],
+        good: &[&str],
+        bad: &str,
+    ) {
+        let hexes = |frames: &[&str]| frames.iter().map(|f| hex(f)).collect::<Vec<_>>();
+        let mut h = Harness::new();
+        h.add(class, "c", &Value::map().with("hw", true)).unwrap();
+        let c0 = h.capture("c", 0);
+        h.inject("c", 0, &hexes(unfilled));
+        assert_eq!(c0.take_data(), hexes(filled));
+        h.add(
+            class,
+            "v",
+            &Value::map().with("hw", true).with("verify", true),
+        )
+        .unwrap();
+        let (v0, v1) = (h.capture("v", 0), h.capture("v", 1));
+        let mut input = hexes(good);
+        input.push(hex(bad));
+        h.inject("v", 0, &input);
+        assert_eq!(v0.take_data(), hexes(good));
+        assert_eq!(v1.take_data(), vec![hex(bad)]);
+    }
+}

@@ -1,10 +1,11 @@
 //! L4Checksum: computes (or verifies) TCP and UDP checksums over IPv4 and IPv6.
+use super::headers::{checksum_desc, parse_checksum_arg, CHECKSUM_HW_DOC};
 use crate::checksum::{self, PROTO_TCP, PROTO_UDP};
 use crate::headers::{
     l3_after_tags, Ipv4Error, Ipv4View, TcpView, UdpView, ETHERTYPE_IPV4, ETHERTYPE_IPV6, L3,
 };
 use crate::util::{process_each, Verdict};
-use bessemer_core::{Args, Context, Instance, Module, ModuleClass, PacketBatch};
+use bessemer_core::{Context, Instance, Module, ModuleClass, PacketBatch};
 use smoltcp::wire::Ipv6Packet;
 
 bessemer_core::drop_reasons! {
@@ -111,7 +112,7 @@ impl Module for L4Checksum {
     }
 
     fn desc(&self) -> String {
-        if self.verify { "verify" } else { "compute" }.to_string()
+        checksum_desc(self.verify)
     }
 }
 
@@ -123,7 +124,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     arg_type: "L4ChecksumArg",
     arg_doc: &[
         "verify: bool — check instead of compute: correct checksums leave on gate 0, wrong ones on gate 1; packets not checked (not TCP/UDP, fragments, IPv6 extension headers) always leave on gate 0",
-        "hw: bool — (omec-project fork) use NIC checksum offload: accepted, but checksums are always computed or verified in software here",
+        CHECKSUM_HW_DOC,
     ],
     igates: 1,
     ogates: 2,
@@ -131,18 +132,14 @@ pub static CLASS: ModuleClass = ModuleClass {
     drop_reasons: L4ChecksumDrop::NAMES,
     mt_safe: true,
     create: |_, arg| {
-        let mut a = Args::new(arg, "L4ChecksumArg")?;
-        let verify = a.bool("verify")?.unwrap_or(false);
-        // The omec-project fork's hardware offload: there is none here; checksums are
-        // computed (or verified) in software either way.
-        let _hw = a.bool("hw")?.unwrap_or(false);
-        a.finish()?;
+        let verify = parse_checksum_arg(arg, "L4ChecksumArg")?;
         Ok(Instance::Exclusive(Box::new(L4Checksum { verify })))
     },
 };
 
 #[cfg(test)]
 mod tests {
+    use super::super::headers::test_util::assert_hw_done_in_software;
     use super::*;
     use crate::headers::test_util::hex;
     use bessemer_core::testing::Harness;
@@ -270,21 +267,13 @@ mod tests {
 
     #[test]
     fn hw_is_accepted_and_computed_in_software() {
-        let mut h = Harness::new();
-        h.add(&CLASS, "c", &Value::map().with("hw", true)).unwrap();
-        let c0 = h.capture("c", 0);
-        h.inject("c", 0, &[U40, T40, U60].map(hex));
-        assert_eq!(c0.take_data(), [U4, T4, U6].map(hex));
-        h.add(
+        assert_hw_done_in_software(
             &CLASS,
-            "v",
-            &Value::map().with("hw", true).with("verify", true),
-        )
-        .unwrap();
-        let (v0, v1) = (h.capture("v", 0), h.capture("v", 1));
-        h.inject("v", 0, &[U4, T4, U6, U4BAD].map(hex));
-        assert_eq!(v0.take_data(), [U4, T4, U6].map(hex));
-        assert_eq!(v1.take_data(), vec![hex(U4BAD)]);
+            &[U40, T40, U60],
+            &[U4, T4, U6],
+            &[U4, T4, U6],
+            U4BAD,
+        );
     }
 }
 
