@@ -65,6 +65,24 @@ pub fn parse_gates(list: &[Value], msg: &str, allow_empty: bool) -> Result<Vec<u
         .collect()
 }
 
+/// Parses argument message `msg` whose one field is the repeated message `key`: checks `msg`
+/// has no other field, then parses every entry with `each` (given the entry and its name for
+/// errors, `{msg}.{key}[i]`) in order, stopping at the first error.
+pub fn parse_list<T>(
+    arg: &Value,
+    msg: &str,
+    key: &str,
+    mut each: impl FnMut(&Value, &str) -> Result<T>,
+) -> Result<Vec<T>> {
+    let mut a = bessemer_core::Args::new(arg, msg)?;
+    let list = a.list(key)?;
+    a.finish()?;
+    list.iter()
+        .enumerate()
+        .map(|(i, v)| each(v, &format!("{msg}.{key}[{i}]")))
+        .collect()
+}
+
 /// A list value of gate ids (for info/desc output).
 pub fn gates_value(gates: &[u16]) -> Value {
     Value::List(gates.iter().map(|&g| Value::Int(g as i64)).collect())

@@ -6,7 +6,7 @@ use bessemer_core::{
 
 use crate::checksum::{PROTO_TCP, PROTO_UDP};
 use crate::headers::{ipv4_in_frame, Ipv4Error, PortsView, PROTO_SCTP};
-use crate::util::{process_each, Verdict};
+use crate::util::{parse_list, process_each, Verdict};
 
 bessemer_core::drop_reasons! {
     /// Why ACL drops packets.
@@ -136,43 +136,36 @@ pub struct Acl {
 }
 
 fn parse_rules(arg: &Value, msg: &str) -> Result<Vec<Rule>> {
-    let mut a = Args::new(arg, msg)?;
-    let list = a.list("rules")?;
-    a.finish()?;
-    list.iter()
-        .enumerate()
-        .map(|(i, r)| {
-            let m = format!("{msg}.rules[{i}]");
-            let mut a = Args::new(r, &m)?;
-            let mut prefix = |key: &str| -> Result<Prefix> {
-                let s = a.str(key)?.unwrap_or("");
-                Prefix::parse(s).ok_or_else(|| {
-                    Error::invalid(format!(
-                        "{m}.{key}: '{s}' is not an IPv4 prefix (a.b.c.d/len, a.b.c.d or empty)"
-                    ))
-                })
-            };
-            let src = prefix("src_ip")?;
-            let dst = prefix("dst_ip")?;
-            let src_port = a.uint("src_port", 65535)?.unwrap_or(0) as u16;
-            let dst_port = a.uint("dst_port", 65535)?.unwrap_or(0) as u16;
-            let established = a.bool("established")?.unwrap_or(false);
-            let drop = a.bool("drop")?.unwrap_or(false);
-            a.finish()?;
-            if established {
-                return Err(Error::unsupported(format!(
-                    "{m}.established: connection state is not tracked (BESS ignores this field)"
-                )));
-            }
-            Ok(Rule {
-                src,
-                dst,
-                src_port,
-                dst_port,
-                drop,
+    parse_list(arg, msg, "rules", |r, m| {
+        let mut a = Args::new(r, m)?;
+        let mut prefix = |key: &str| -> Result<Prefix> {
+            let s = a.str(key)?.unwrap_or("");
+            Prefix::parse(s).ok_or_else(|| {
+                Error::invalid(format!(
+                    "{m}.{key}: '{s}' is not an IPv4 prefix (a.b.c.d/len, a.b.c.d or empty)"
+                ))
             })
+        };
+        let src = prefix("src_ip")?;
+        let dst = prefix("dst_ip")?;
+        let src_port = a.uint("src_port", 65535)?.unwrap_or(0) as u16;
+        let dst_port = a.uint("dst_port", 65535)?.unwrap_or(0) as u16;
+        let established = a.bool("established")?.unwrap_or(false);
+        let drop = a.bool("drop")?.unwrap_or(false);
+        a.finish()?;
+        if established {
+            return Err(Error::unsupported(format!(
+                "{m}.established: connection state is not tracked (BESS ignores this field)"
+            )));
+        }
+        Ok(Rule {
+            src,
+            dst,
+            src_port,
+            dst_port,
+            drop,
         })
-        .collect()
+    })
 }
 
 impl Acl {

@@ -4,7 +4,7 @@
 //! Expressions are compiled by libpcap (for Ethernet, snaplen 65535) into classic BPF, which
 //! a small interpreter here runs with every packet load checked against the packet length;
 //! a load past the end ends the program with "no match", as the kernel's filter does.
-use crate::util::IDLE;
+use crate::util::{parse_list, IDLE};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 use std::sync::{Mutex, RwLock};
 
@@ -468,34 +468,33 @@ pub struct Bpf {
     filters: RwLock<Vec<Filter>>,
 }
 
-fn parse_filters(arg: &Value, msg: &str) -> Result<Vec<Filter>> {
-    let mut a = Args::new(arg, msg)?;
-    let list = a.list("filters")?;
+/// One entry of a `filters` list (message `m`): its priority, expression and gate.
+fn filter_entry(f: &Value, m: &str) -> Result<(i64, String, u16)> {
+    let mut a = Args::new(f, m)?;
+    let priority = a.int("priority", i64::MIN, i64::MAX)?.unwrap_or(0);
+    let expr = a.str("filter")?.unwrap_or("").to_string();
+    let gate = a.int("gate", 0, MAX_GATES as i64 - 1)?.unwrap_or(0) as u16;
     a.finish()?;
-    list.iter()
-        .enumerate()
-        .map(|(i, f)| {
-            let m = format!("{msg}.filters[{i}]");
-            let mut a = Args::new(f, &m)?;
-            let priority = a.int("priority", i64::MIN, i64::MAX)?.unwrap_or(0);
-            let expr = a.str("filter")?.unwrap_or("").to_string();
-            let gate = a.int("gate", 0, MAX_GATES as i64 - 1)?.unwrap_or(0) as u16;
-            a.finish()?;
-            let prog = compile(&expr)
-                .map_err(|e| Error::invalid(format!("{m}.filter: cannot compile '{expr}': {e}")))?;
-            validate(&prog).map_err(|e| {
-                Error::invalid(format!(
-                    "{m}.filter: '{expr}' compiled to a bad program: {e}"
-                ))
-            })?;
-            Ok(Filter {
-                priority,
-                expr,
-                gate,
-                prog: decode(&prog),
-            })
+    Ok((priority, expr, gate))
+}
+
+fn parse_filters(arg: &Value, msg: &str) -> Result<Vec<Filter>> {
+    parse_list(arg, msg, "filters", |f, m| {
+        let (priority, expr, gate) = filter_entry(f, m)?;
+        let prog = compile(&expr)
+            .map_err(|e| Error::invalid(format!("{m}.filter: cannot compile '{expr}': {e}")))?;
+        validate(&prog).map_err(|e| {
+            Error::invalid(format!(
+                "{m}.filter: '{expr}' compiled to a bad program: {e}"
+            ))
+        })?;
+        Ok(Filter {
+            priority,
+            expr,
+            gate,
+            prog: decode(&prog),
         })
-        .collect()
+    })
 }
 
 fn add_sorted(filters: &mut Vec<Filter>, new: Vec<Filter>) {
@@ -535,22 +534,9 @@ impl Bpf {
     fn cmd_delete(&self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
         // As BESS: each listed filter removes the first installed one with the same
         // priority, gate and expression; ones not installed are ignored.
-        let msg = "BPFArg";
-        let mut a = Args::new(arg, msg)?;
-        let list = a.list("filters")?;
-        a.finish()?;
-        let mut del = Vec::with_capacity(list.len());
-        for (i, f) in list.iter().enumerate() {
-            let m = format!("{msg}.filters[{i}]");
-            let mut a = Args::new(f, &m)?;
-            let priority = a.int("priority", i64::MIN, i64::MAX)?.unwrap_or(0);
-            let expr = a.str("filter")?.unwrap_or("").to_string();
-            let gate = a.int("gate", 0, MAX_GATES as i64 - 1)?.unwrap_or(0) as u16;
-            a.finish()?;
-            del.push((priority, gate, expr));
-        }
+        let del = parse_list(arg, "BPFArg", "filters", filter_entry)?;
         let mut filters = self.filters.write().unwrap_or_else(|e| e.into_inner());
-        for (priority, gate, expr) in del {
+        for (priority, expr, gate) in del {
             if let Some(i) = filters
                 .iter()
                 .position(|f| f.priority == priority && f.gate == gate && f.expr == expr)

@@ -1,6 +1,6 @@
 //! L2Forward: sends each frame to the gate of its destination MAC address, looked up in a
 //! bucketed cuckoo hash table (each address has two candidate buckets of `bucket` slots).
-use crate::util::Verdict;
+use crate::util::{parse_list, Verdict};
 use bessemer_core::{
     handler, Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result,
     Value, MAX_BURST,
@@ -172,14 +172,8 @@ pub struct L2Forward {
 impl L2Forward {
     /// The `add` command.
     fn cmd_add(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
-        let what = "L2ForwardCommandAddArg";
-        let mut a = Args::new(arg, what)?;
-        let entries = a.list("entries")?;
-        a.finish()?;
-        let mut parsed = Vec::new();
-        for (i, e) in entries.iter().enumerate() {
-            let w = format!("{what}.entries[{i}]");
-            let mut ea = Args::new(e, &w)?;
+        let parsed = parse_list(arg, "L2ForwardCommandAddArg", "entries", |e, w| {
+            let mut ea = Args::new(e, w)?;
             let addr = ea
                 .any("addr")
                 .ok_or_else(|| Error::invalid(format!("{w}.addr is required")))?;
@@ -187,8 +181,8 @@ impl L2Forward {
             let gate = ea.int("gate", 0, DROP_GATE as i64)?.unwrap_or(0) as u64;
             let gate = check_gate(Some(gate), &format!("{w}.gate"))?;
             ea.finish()?;
-            parsed.push((addr, gate));
-        }
+            Ok((addr, gate))
+        })?;
         // All or nothing: undo this call's additions on the first failure.
         for (k, &(addr, gate)) in parsed.iter().enumerate() {
             if let Err(e) = self.table.add(addr, gate) {

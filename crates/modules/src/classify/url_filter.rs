@@ -18,6 +18,7 @@ use crate::headers::{
     ipv4_in_frame, put_ipv4_header, tcp, EthernetView, Ipv4Error, Ipv4View, TcpView,
     ETHERTYPE_IPV4, ETH_LEN, IPV4_MIN_LEN,
 };
+use crate::util::parse_list;
 
 bessemer_core::drop_reasons! {
     /// Why UrlFilter drops packets.
@@ -251,13 +252,8 @@ impl UrlFilter {
     }
 
     fn add(&mut self, arg: &Value, msg: &str) -> Result<()> {
-        let mut a = Args::new(arg, msg)?;
-        let list = a.list("blacklist")?;
-        a.finish()?;
-        let mut new = Vec::with_capacity(list.len());
-        for (i, u) in list.iter().enumerate() {
-            let m = format!("{msg}.blacklist[{i}]");
-            let mut a = Args::new(u, &m)?;
+        let new = parse_list(arg, msg, "blacklist", |u, m| {
+            let mut a = Args::new(u, m)?;
             let host = a.str("host")?.unwrap_or("").trim();
             let path = a.str("path")?.unwrap_or("");
             a.finish()?;
@@ -266,8 +262,8 @@ impl UrlFilter {
                     "{m}.host: '{host}' must be a host name of 1..255 characters"
                 )));
             }
-            new.push((host.to_string(), path.to_string()));
-        }
+            Ok((host.to_string(), path.to_string()))
+        })?;
         for (h, p) in new {
             if self.rules.insert((h.clone(), p.clone())) {
                 self.blacklist
