@@ -54,6 +54,45 @@ pub fn checksum_desc(verify: bool) -> String {
     if verify { "verify" } else { "compute" }.to_string()
 }
 
+/// The command table of the NAT classes (NAT, StaticNAT, as in BESS): `get_initial_arg`
+/// answers the `$arg` message the module was created with (its `initial_arg()`), and the
+/// runtime-configuration commands are those of a class with none ([`no_runtime_config`]).
+macro_rules! nat_commands {
+    ($module:ident, $arg:literal) => {
+        &[
+            bessemer_core::CommandSpec {
+                name: "get_initial_arg",
+                arg_type: "EmptyArg",
+                help: concat!("returns the ", $arg, " the module was created with"),
+                mt_safe: true,
+                handler: bessemer_core::handler!(Exclusive $module, |m, _, arg| {
+                    $crate::rewrite::headers::check_empty(arg)?;
+                    Ok(m.initial_arg())
+                }),
+            },
+            bessemer_core::CommandSpec {
+                name: "get_runtime_config",
+                arg_type: "EmptyArg",
+                help: "returns the runtime configuration (empty)",
+                mt_safe: true,
+                handler: bessemer_core::handler!(Exclusive $module, |_, _, arg| {
+                    $crate::rewrite::headers::no_runtime_config(arg)
+                }),
+            },
+            bessemer_core::CommandSpec {
+                name: "set_runtime_config",
+                arg_type: "EmptyArg",
+                help: "sets the runtime configuration (nothing to set)",
+                mt_safe: true,
+                handler: bessemer_core::handler!(Exclusive $module, |_, _, arg| {
+                    $crate::rewrite::headers::no_runtime_config(arg)
+                }),
+            },
+        ]
+    };
+}
+pub(crate) use nat_commands;
+
 /// Test helpers shared by this kind's classes.
 #[cfg(test)]
 pub mod test_util {

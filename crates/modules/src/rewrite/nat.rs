@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use super::headers::{check_empty, ipv4_string, no_runtime_config, parse_ipv4};
+use super::headers::{ipv4_string, nat_commands, parse_ipv4};
 use crate::checksum::{self, PROTO_TCP, PROTO_UDP};
 use crate::headers::{
     ipv4_in_frame_mut, AddrField, IcmpView, Ipv4Error, Ipv4View, TcpView, UdpView, PROTO_ICMP,
@@ -22,8 +22,7 @@ use crate::headers::{
 use crate::util::FastRng;
 use crate::util::{process_each, Verdict};
 use bessemer_core::{
-    handler, Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result,
-    Value,
+    Args, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
 };
 
 bessemer_core::drop_reasons! {
@@ -464,32 +463,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ],
     igates: 2,
     ogates: 2,
-    commands: &[
-        CommandSpec {
-            name: "get_initial_arg",
-            arg_type: "EmptyArg",
-            help: "returns the NATArg the module was created with",
-            mt_safe: true,
-            handler: handler!(Exclusive Nat, |m, _, arg| {
-                check_empty(arg)?;
-                Ok(m.initial_arg())
-            }),
-        },
-        CommandSpec {
-            name: "get_runtime_config",
-            arg_type: "EmptyArg",
-            help: "returns the runtime configuration (empty)",
-            mt_safe: true,
-            handler: handler!(Exclusive Nat, |_, _, arg| no_runtime_config(arg)),
-        },
-        CommandSpec {
-            name: "set_runtime_config",
-            arg_type: "EmptyArg",
-            help: "sets the runtime configuration (nothing to set)",
-            mt_safe: true,
-            handler: handler!(Exclusive Nat, |_, _, arg| no_runtime_config(arg)),
-        },
-    ],
+    commands: nat_commands!(Nat, "NATArg"),
     drop_reasons: NatDrop::NAMES,
     mt_safe: false,
     create: |_, arg| {

@@ -4,12 +4,11 @@
 //! leaves on output gate 1; input gate 1 carries external → internal traffic (destination
 //! addresses rewritten), which leaves on output gate 0, as BESS. Packets whose address is in
 //! no range pass untranslated on the same gates.
-use super::headers::{check_empty, ipv4_string, no_runtime_config, parse_ipv4};
+use super::headers::{ipv4_string, nat_commands, parse_ipv4};
 use crate::headers::{ipv4_in_frame_mut, AddrField, Ipv4Error};
-use crate::util::{process_each, Verdict};
+use crate::util::{parse_list, process_each, Verdict};
 use bessemer_core::{
-    handler, Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result,
-    Value,
+    Args, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result, Value,
 };
 
 #[derive(Clone, Copy, Debug)]
@@ -101,13 +100,8 @@ fn parse_range(v: Option<&Value>, m: &str) -> Result<(u32, u32)> {
 }
 
 fn parse(arg: &Value) -> Result<Vec<Pair>> {
-    let mut a = Args::new(arg, "StaticNATArg")?;
-    let list = a.list("pairs")?;
-    a.finish()?;
-    let mut pairs = Vec::with_capacity(list.len());
-    for (i, p) in list.iter().enumerate() {
-        let m = format!("StaticNATArg.pairs[{i}]");
-        let mut a = Args::new(p, &m)?;
+    parse_list(arg, "StaticNATArg", "pairs", |p, m| {
+        let mut a = Args::new(p, m)?;
         let int = parse_range(a.message("int_range")?, &format!("{m}.int_range"))?;
         let ext = parse_range(a.message("ext_range")?, &format!("{m}.ext_range"))?;
         a.finish()?;
@@ -116,13 +110,12 @@ fn parse(arg: &Value) -> Result<Vec<Pair>> {
                 "{m}: internal and external address ranges differ in size"
             )));
         }
-        pairs.push(Pair {
+        Ok(Pair {
             int: int.0,
             ext: ext.0,
             size: int.1 - int.0 + 1,
-        });
-    }
-    Ok(pairs)
+        })
+    })
 }
 
 impl Module for StaticNat {
@@ -147,32 +140,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ],
     igates: 2,
     ogates: 2,
-    commands: &[
-        CommandSpec {
-            name: "get_initial_arg",
-            arg_type: "EmptyArg",
-            help: "returns the StaticNATArg the module was created with",
-            mt_safe: true,
-            handler: handler!(Exclusive StaticNat, |m, _, arg| {
-                check_empty(arg)?;
-                Ok(m.initial_arg())
-            }),
-        },
-        CommandSpec {
-            name: "get_runtime_config",
-            arg_type: "EmptyArg",
-            help: "returns the runtime configuration (empty)",
-            mt_safe: true,
-            handler: handler!(Exclusive StaticNat, |_, _, arg| no_runtime_config(arg)),
-        },
-        CommandSpec {
-            name: "set_runtime_config",
-            arg_type: "EmptyArg",
-            help: "sets the runtime configuration (nothing to set)",
-            mt_safe: true,
-            handler: handler!(Exclusive StaticNat, |_, _, arg| no_runtime_config(arg)),
-        },
-    ],
+    commands: nat_commands!(StaticNat, "StaticNATArg"),
     drop_reasons: Ipv4Error::NAMES,
     mt_safe: true,
     create: |_, arg| {
