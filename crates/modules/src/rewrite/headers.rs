@@ -70,25 +70,23 @@ macro_rules! nat_commands {
                     Ok(m.initial_arg())
                 }),
             },
-            bessemer_core::CommandSpec {
-                name: "get_runtime_config",
-                arg_type: "EmptyArg",
-                help: "returns the runtime configuration (empty)",
-                mt_safe: true,
-                handler: bessemer_core::handler!(Exclusive $module, |_, _, arg| {
-                    $crate::rewrite::headers::no_runtime_config(arg)
-                }),
-            },
-            bessemer_core::CommandSpec {
-                name: "set_runtime_config",
-                arg_type: "EmptyArg",
-                help: "sets the runtime configuration (nothing to set)",
-                mt_safe: true,
-                handler: bessemer_core::handler!(Exclusive $module, |_, _, arg| {
-                    $crate::rewrite::headers::no_runtime_config(arg)
-                }),
-            },
+            $crate::rewrite::headers::nat_commands!(@no_config $module, "get_runtime_config",
+                "returns the runtime configuration (empty)"),
+            $crate::rewrite::headers::nat_commands!(@no_config $module, "set_runtime_config",
+                "sets the runtime configuration (nothing to set)"),
         ]
+    };
+    // A runtime-configuration command of a class with none: takes and answers EmptyArg.
+    (@no_config $module:ident, $name:literal, $help:literal) => {
+        bessemer_core::CommandSpec {
+            name: $name,
+            arg_type: "EmptyArg",
+            help: $help,
+            mt_safe: true,
+            handler: bessemer_core::handler!(Exclusive $module, |_, _, arg| {
+                $crate::rewrite::headers::no_runtime_config(arg)
+            }),
+        }
     };
 }
 pub(crate) use nat_commands;
