@@ -353,7 +353,8 @@ impl bessemer_core::Module for Probe {
     }
 }
 
-static PROBE: bessemer_core::ModuleClass = bessemer_core::ModuleClass {
+/// The Probe class (also the template of the other test class).
+const PROBE_CLASS: bessemer_core::ModuleClass = bessemer_core::ModuleClass {
     name: "Probe",
     name_template: "probe",
     help: "test: counts packets",
@@ -367,19 +368,14 @@ static PROBE: bessemer_core::ModuleClass = bessemer_core::ModuleClass {
     create: |_, _| Ok(bessemer_core::Instance::Exclusive(Box::new(Probe))),
 };
 
+static PROBE: bessemer_core::ModuleClass = PROBE_CLASS;
+
 /// A class whose construction builds a 1M-entry table and only finishes once traffic has
 /// flowed meanwhile: it cannot be built while the workers are paused.
 static SLOW_BUILD: bessemer_core::ModuleClass = bessemer_core::ModuleClass {
     name: "SlowBuild",
     name_template: "slow",
     help: "test: construction waits for traffic",
-    arg_type: "EmptyArg",
-    arg_doc: &[],
-    igates: 1,
-    ogates: 0,
-    commands: &[],
-    drop_reasons: &[],
-    mt_safe: false,
     create: |_, _| {
         let table: Vec<u64> = (0..1u64 << 20).collect();
         let start = PROBED.load(std::sync::atomic::Ordering::Relaxed);
@@ -395,6 +391,7 @@ static SLOW_BUILD: bessemer_core::ModuleClass = bessemer_core::ModuleClass {
         assert_eq!(table.len(), 1 << 20);
         Ok(bessemer_core::Instance::Exclusive(Box::new(Probe)))
     },
+    ..PROBE_CLASS
 };
 
 #[test]
