@@ -79,6 +79,32 @@ impl<S: Clone> OffsetFields<S> {
     }
 }
 
+/// Parses a `fields` list of message `msg`, each entry named `{msg}.fields[i]` in errors: its
+/// `offset` (0..4095, default 0) and required `size` (1..=`max_size`, `sizes` in the error),
+/// then with `spec` (given the entry's arguments, name and size; it reads the rest and finishes
+/// them) what the field's value is made from. Stops at the first error.
+pub fn parse_offset_fields<S>(
+    list: &[Value],
+    msg: &str,
+    max_size: i64,
+    sizes: &str,
+    mut spec: impl FnMut(Args<'_>, &str, usize) -> Result<S>,
+) -> Result<Vec<OffsetField<S>>> {
+    list.iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let m = format!("{msg}.fields[{i}]");
+            let mut a = Args::new(f, &m)?;
+            let offset = a.int("offset", 0, 4095)?.unwrap_or(0) as usize;
+            let size = a.int("size", 1, max_size)?.ok_or_else(|| {
+                bessemer_core::Error::invalid(format!("{m}.size is required ({sizes})"))
+            })? as usize;
+            let spec = spec(a, &m, size)?;
+            Ok(OffsetField { offset, size, spec })
+        })
+        .collect()
+}
+
 /// Parses the `fields` list of argument message `msg` with `parse` (the list and `msg`), then
 /// checks `msg` has no other field.
 pub fn parse_fields_arg<F>(

@@ -4,7 +4,7 @@ use bessemer_core::{
     Value,
 };
 
-use super::offset_fields::{parse_fields_arg, OffsetField, OffsetFields};
+use super::offset_fields::{parse_fields_arg, parse_offset_fields, OffsetField, OffsetFields};
 use crate::util::FastRng;
 
 /// A field's random range: `min` and the number of values from it.
@@ -34,42 +34,28 @@ fn parse_fields(list: &[Value], msg: &str) -> Result<Vec<Field>> {
     if list.len() > 16 {
         return Err(Error::invalid(format!("{msg}.fields: at most 16 fields")));
     }
-    list.iter()
-        .enumerate()
-        .map(|(i, f)| {
-            let m = format!("{msg}.fields[{i}]");
-            let mut a = Args::new(f, &m)?;
-            let offset = a.int("offset", 0, 4095)?.unwrap_or(0) as usize;
-            let size = a
-                .int("size", 1, 4)?
-                .ok_or_else(|| Error::invalid(format!("{m}.size is required (1, 2 or 4)")))?
-                as usize;
-            let min = a.uint("min", u32::MAX as u64)?.unwrap_or(0);
-            let max = a.uint("max", u32::MAX as u64)?.unwrap_or(0);
-            a.finish()?;
-            if size == 3 {
-                return Err(Error::invalid(format!("{m}.size: must be 1, 2 or 4")));
-            }
-            let limit = if size == 4 {
-                u32::MAX as u64
-            } else {
-                (1u64 << (8 * size)) - 1
-            };
-            if min > max || max > limit {
-                return Err(Error::invalid(format!(
-                    "{m}: range [{min}, {max}] is empty or exceeds {size} bytes"
-                )));
-            }
-            Ok(Field {
-                offset,
-                size,
-                spec: Range {
-                    min,
-                    span: max - min + 1,
-                },
-            })
+    parse_offset_fields(list, msg, 4, "1, 2 or 4", |mut a, m, size| {
+        let min = a.uint("min", u32::MAX as u64)?.unwrap_or(0);
+        let max = a.uint("max", u32::MAX as u64)?.unwrap_or(0);
+        a.finish()?;
+        if size == 3 {
+            return Err(Error::invalid(format!("{m}.size: must be 1, 2 or 4")));
+        }
+        let limit = if size == 4 {
+            u32::MAX as u64
+        } else {
+            (1u64 << (8 * size)) - 1
+        };
+        if min > max || max > limit {
+            return Err(Error::invalid(format!(
+                "{m}: range [{min}, {max}] is empty or exceeds {size} bytes"
+            )));
+        }
+        Ok(Range {
+            min,
+            span: max - min + 1,
         })
-        .collect()
+    })
 }
 
 impl RandomUpdate {

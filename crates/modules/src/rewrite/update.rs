@@ -1,5 +1,5 @@
 //! Update: writes constant values at packet offsets.
-use super::offset_fields::{parse_fields_arg, OffsetField, OffsetFields};
+use super::offset_fields::{parse_fields_arg, parse_offset_fields, OffsetField, OffsetFields};
 use bessemer_core::{
     handler, Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result,
     Value,
@@ -23,30 +23,16 @@ bessemer_core::drop_reasons! {
 pub const MAX_FIELDS: usize = 16;
 
 fn parse_fields(list: &[Value], msg: &str) -> Result<Vec<Field>> {
-    list.iter()
-        .enumerate()
-        .map(|(i, f)| {
-            let m = format!("{msg}.fields[{i}]");
-            let mut a = Args::new(f, &m)?;
-            let offset = a.int("offset", 0, 4095)?.unwrap_or(0) as usize;
-            let size = a
-                .int("size", 1, 8)?
-                .ok_or_else(|| Error::invalid(format!("{m}.size is required (1..8)")))?
-                as usize;
-            let value = a.uint("value", u64::MAX)?.unwrap_or(0);
-            a.finish()?;
-            if size < 8 && value >> (8 * size) != 0 {
-                return Err(Error::invalid(format!(
-                    "{m}.value: {value} does not fit in {size} bytes"
-                )));
-            }
-            Ok(Field {
-                offset,
-                size,
-                spec: value,
-            })
-        })
-        .collect()
+    parse_offset_fields(list, msg, 8, "1..8", |mut a, m, size| {
+        let value = a.uint("value", u64::MAX)?.unwrap_or(0);
+        a.finish()?;
+        if size < 8 && value >> (8 * size) != 0 {
+            return Err(Error::invalid(format!(
+                "{m}.value: {value} does not fit in {size} bytes"
+            )));
+        }
+        Ok(value)
+    })
 }
 
 impl Update {
