@@ -512,7 +512,8 @@ mod tests {
         w2[26..30].copy_from_slice(&[0x63, 0, 0, 0x0a]);
         let mut w3 = ps[1].clone();
         w3[26..30].copy_from_slice(&[1, 2, 3, 4]);
-        assert_eq!(g1.take_data(), vec![w2, w3]);
+        let written = vec![w2, w3];
+        assert_eq!(g1.take_data(), written);
         assert_eq!(g0.take_data(), vec![ps[2].clone(), ps[3].clone()]);
         // get_initial_arg and the runtime config carry the values; a fresh module restores.
         let init = h.command("wm", "get_initial_arg", &Value::map()).unwrap();
@@ -526,11 +527,7 @@ mod tests {
         f.command("wm", "set_runtime_config", &cfg).unwrap();
         let (f0, f1) = (f.capture("wm", 0), f.capture("wm", 1));
         f.inject("wm", 0, &ps);
-        let mut w2 = ps[0].clone();
-        w2[26..30].copy_from_slice(&[0x63, 0, 0, 0x0a]);
-        let mut w3 = ps[1].clone();
-        w3[26..30].copy_from_slice(&[1, 2, 3, 4]);
-        assert_eq!(f1.take_data(), vec![w2, w3]);
+        assert_eq!(f1.take_data(), written);
         assert_eq!(f0.len(), 2);
     }
 
