@@ -16,36 +16,29 @@ use crate::sched::{TaskId, TaskResult};
 /// Most module runs one task invocation may cause (bounds loops in the graph).
 pub const MAX_HOPS: usize = 4096;
 
-/// Holds a node's lock while a worker runs an exclusive instance that other workers reach
-/// too (BESS runs such placements unguarded; a module call is short and never re-enters the
-/// graph, so a spin lock is enough and cannot deadlock). No-op for single-worker nodes.
-struct NodeGuard<'a>(Option<&'a std::sync::atomic::AtomicBool>);
-
-impl<'a> NodeGuard<'a> {
-    #[inline(always)]
-    fn enter(node: &'a Node) -> NodeGuard<'a> {
-        use std::sync::atomic::Ordering;
-        if !node.multi {
-            return NodeGuard(None);
-        }
-        while node
-            .lock
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            std::hint::spin_loop();
-        }
-        NodeGuard(Some(&node.lock))
-    }
-}
-
-impl Drop for NodeGuard<'_> {
-    #[inline(always)]
-    fn drop(&mut self) {
-        if let Some(l) = self.0 {
-            l.store(false, std::sync::atomic::Ordering::Release);
+/// Runs `f` holding the node's lock: an exclusive instance that other workers reach too
+/// (BESS runs such placements unguarded). A module call is short and never re-enters the
+/// graph, so a spin lock is enough and cannot deadlock. Out of line: the single-worker path,
+/// the common one, pays one branch.
+#[cold]
+#[inline(never)]
+fn locked<R>(node: &Node, f: impl FnOnce() -> R) -> R {
+    use std::sync::atomic::Ordering;
+    struct Unlock<'a>(&'a std::sync::atomic::AtomicBool);
+    impl Drop for Unlock<'_> {
+        fn drop(&mut self) {
+            self.0.store(false, Ordering::Release);
         }
     }
+    while node
+        .lock
+        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        std::hint::spin_loop();
+    }
+    let _unlock = Unlock(&node.lock);
+    f()
 }
 
 struct Pending {
@@ -362,11 +355,14 @@ impl Context {
                 crate::hook::run_hooks(h, &batch);
             }
             match &node.inst {
-                InstanceCell::Exclusive(m) => {
-                    let _g = NodeGuard::enter(node);
-                    // SAFETY: one worker runs this module, or `_g` holds its lock.
+                // SAFETY: only this worker runs this module (`multi` false).
+                InstanceCell::Exclusive(m) if !node.multi => unsafe {
+                    (*m.get()).process_batch(self, &mut batch, igate)
+                },
+                InstanceCell::Exclusive(m) => locked(node, || {
+                    // SAFETY: `locked` holds the node's lock.
                     unsafe { (*m.get()).process_batch(self, &mut batch, igate) }
-                }
+                }),
                 InstanceCell::Shared(m) => m.process_batch(self, &mut batch, igate),
             }
             self.cur_input = std::ptr::null();
@@ -432,11 +428,12 @@ impl Context {
         self.enter(graph, module);
         let node = graph.node(module);
         let r = match &node.inst {
-            InstanceCell::Exclusive(m) => {
-                let _g = NodeGuard::enter(node);
+            // SAFETY: as in `drain`.
+            InstanceCell::Exclusive(m) if !node.multi => unsafe { (*m.get()).run_task(self, arg) },
+            InstanceCell::Exclusive(m) => locked(node, || {
                 // SAFETY: as in `drain`.
                 unsafe { (*m.get()).run_task(self, arg) }
-            }
+            }),
             InstanceCell::Shared(m) => m.run_task(self, arg),
         };
         self.flush_outputs(graph);
