@@ -320,13 +320,44 @@ def show_gatehook(s: Session, _args) -> None:
     print(render.hooks(s.bess.list_gatehooks()))
 
 
+def _workers_reaching(s: Session, module: str) -> list[int]:
+    """Workers whose tasks reach `module`: walk upstream from it, collecting the workers of
+    the task leaves found, and stop at a module with both input gates and a task of its own
+    (a Queue: its own task, not the upstream ones, runs what follows it)."""
+    task_wids: dict[str, set[int]] = {}
+    for st in s.bess.list_tcs():
+        c = getattr(st, "class")
+        if c.policy == "leaf" and c.leaf_module_name:
+            task_wids.setdefault(c.leaf_module_name, set()).add(c.wid)
+    wids: set[int] = set(task_wids.get(module, ()))
+    seen, todo = {module}, [module]
+    while todo:
+        info = s.bess.get_module_info(todo.pop())
+        for ig in info.igates:
+            for og in ig.ogates:
+                up = og.name
+                if up in seen:
+                    continue
+                seen.add(up)
+                wids |= task_wids.get(up, set())
+                buffer = up in task_wids and len(s.bess.get_module_info(up).igates) > 0
+                if not buffer:
+                    todo.append(up)
+    return sorted(wids)
+
+
 def check_constraints(s: Session, _args) -> None:
     r = s.bess.check_scheduling_constraints()
     if not r.violations and not r.modules:
         print("constraints: OK")
         return
     lines = [f"class {v.name}: constraint {v.constraint}" for v in r.violations]
-    lines += [f"module {m.name} can be run by more than one worker" for m in r.modules]
+    for m in r.modules:
+        wids = ", ".join(str(w) for w in _workers_reaching(s, m.name)) or "?"
+        lines.append(
+            f"module {m.name} is run by workers {wids}, but its class allows one worker; "
+            "attach the tasks that reach it to one worker, or put a Queue in front of it"
+        )
     raise CliError(
         "constraint violations" + (" (fatal)" if r.fatal else "") + ":\n  " + "\n  ".join(lines)
     )

@@ -124,6 +124,33 @@ def test_add_delete_and_errors_name_the_problem(daemon):
     assert daemon.client.list_workers() == []
 
 
+def test_check_constraints_names_module_and_workers(daemon):
+    b, p = daemon.client, daemon.port
+    b.add_worker(0, 0)
+    b.add_worker(1, 1 % (os.cpu_count() or 1))
+    # src0 (worker 0) and src1 (worker 1) both reach rr, whose class allows one worker; the
+    # Queue in front of sink hands rr's packets to its own task, so sink is not reached by two.
+    b.create_module("RoundRobin", "rr", {"gates": [0]})
+    b.create_module("Queue", "q")
+    b.create_module("Sink", "sink")
+    b.connect_modules("rr", "q")
+    b.connect_modules("q", "sink")
+    for i in (0, 1):
+        b.create_module("Source", f"src{i}")
+        b.connect_modules(f"src{i}", "rr")
+        b.attach_task(f"src{i}", wid=i)
+    b.attach_task("q", wid=0)
+    r = cli(p, "check", "constraints")
+    assert r.returncode == 1, r.stdout
+    assert "(fatal)" in r.stderr
+    assert "module rr is run by workers 0, 1" in r.stderr, r.stderr
+    assert "Queue in front" in r.stderr
+    assert "module q" not in r.stderr and "module sink" not in r.stderr
+    b.attach_task("src1", wid=0)
+    ok = cli(p, "check", "constraints")
+    assert ok.returncode == 0 and "constraints: OK" in ok.stdout
+
+
 def test_every_command_has_help():
     top = cli(1, "--help")
     assert top.returncode == 0
