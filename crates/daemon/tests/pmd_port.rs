@@ -14,15 +14,6 @@ use pb::pmd_port_arg::Port;
 
 type Client = pb::bess_control_client::BessControlClient<tonic::transport::Channel>;
 
-fn root() -> bool {
-    // SAFETY: trivial libc call.
-    let r = unsafe { libc::geteuid() } == 0;
-    if !r {
-        eprintln!("skipped: needs root (network namespaces, veth)");
-    }
-    r
-}
-
 fn sh(args: &[&str]) {
     let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
     assert!(
@@ -132,10 +123,8 @@ async fn module(c: &mut Client, name: &str, class: &str, port: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 async fn upf_style_pmd_ports_forward_between_namespaces() {
-    if !root() {
-        return;
-    }
     let a = Host::new("a", "10.123.0.1/24");
     let b = Host::new("b", "10.123.0.2/24");
     let d = Daemon::start("pmdport", &[]);

@@ -17,9 +17,7 @@ use bessemer_core::port::{PortHandle, PortParams};
 use bessemer_core::{PacketBatch, PacketPool, Value};
 use bessemer_drivers::af_packet_port::DRIVER;
 use bessemer_drivers::netns;
-use common::{
-    fnv, have_root, io, pattern, sh, sh_in, tcp_transfer, tcp_transfer_to, Link, Netns, TwoHosts,
-};
+use common::{fnv, io, pattern, sh, sh_in, tcp_transfer, tcp_transfer_to, Link, Netns, TwoHosts};
 
 fn engine() -> Engine {
     Engine::new(EngineConfig {
@@ -104,10 +102,8 @@ fn mac_of(ns: &str, ifname: &str) -> String {
 }
 
 #[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn ping_both_ways_and_arp_resolves() {
-    if !have_root() {
-        return;
-    }
     let h = TwoHosts::new(71);
     let e = switch(&h, &[], 0, 0);
     ping_ok(&h.a.name, &h.b_ip, &[]);
@@ -126,10 +122,8 @@ fn ping_both_ways_and_arp_resolves() {
 }
 
 #[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn udp_datagrams_arrive_byte_for_byte() {
-    if !have_root() {
-        return;
-    }
     let h = TwoHosts::new(72);
     let e = switch(&h, &[("promiscuous", Value::from(true))], 0, 0);
     ping_ok(&h.a.name, &h.b_ip, &[]);
@@ -176,10 +170,8 @@ fn udp_datagrams_arrive_byte_for_byte() {
 }
 
 #[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn tcp_transfer_with_default_offloads_arrives_intact() {
-    if !have_root() {
-        return;
-    }
     let h = TwoHosts::new(73);
     let e = switch(&h, &[], 0, 0);
     ping_ok(&h.a.name, &h.b_ip, &[]);
@@ -200,10 +192,8 @@ fn tcp_transfer_with_default_offloads_arrives_intact() {
 }
 
 #[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn jumbo_frames_cross_up_to_the_mtu_and_tcp_keeps_its_segment_size() {
-    if !have_root() {
-        return;
-    }
     let h = TwoHosts::new(74);
     h.la.set_mtu(&h.a, 9000);
     h.lb.set_mtu(&h.b, 9000);
@@ -231,10 +221,8 @@ fn jumbo_frames_cross_up_to_the_mtu_and_tcp_keeps_its_segment_size() {
 }
 
 #[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn fanout_spreads_flows_over_queues() {
-    if !have_root() {
-        return;
-    }
     let h = TwoHosts::new(75);
     let e = switch(&h, &[], 3, 2);
     let pa = e.ports().get("pa").unwrap();
@@ -286,10 +274,8 @@ fn frame(marker: u8) -> Vec<u8> {
 }
 
 #[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn port_in_a_namespace_receives_and_sender_ignores_its_own_packets() {
-    if !have_root() {
-        return;
-    }
     let host = Netns::new("bhx");
     let l = Link::new(&host, "10.76.0.1/24");
     let pool = PacketPool::new("t", 1024, PagePolicy::Plain).unwrap();
@@ -334,10 +320,8 @@ fn port_in_a_namespace_receives_and_sender_ignores_its_own_packets() {
 }
 
 #[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn link_state_conf_and_a_vanishing_interface() {
-    if !have_root() {
-        return;
-    }
     let host = Netns::new("bhy");
     let l = Link::new(&host, "10.77.0.1/24");
     let pool = PacketPool::new("t", 256, PagePolicy::Plain).unwrap();
@@ -394,10 +378,8 @@ fn mac_of_here(ifname: &str) -> String {
 }
 
 #[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn bad_input_is_refused_with_clear_errors() {
-    if !have_root() {
-        return;
-    }
     let host = Netns::new("bhz");
     let l = Link::new(&host, "10.78.0.1/24");
     let pool = PacketPool::new("t", 256, PagePolicy::Plain).unwrap();
@@ -432,10 +414,8 @@ fn bad_input_is_refused_with_clear_errors() {
 }
 
 #[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn ring_overflow_is_counted_as_drops() {
-    if !have_root() {
-        return;
-    }
     let host = Netns::new("bhw");
     let l = Link::new(&host, "10.79.0.1/24");
     let pool = PacketPool::new("t", 1024, PagePolicy::Plain).unwrap();
@@ -486,10 +466,8 @@ fn ring_overflow_is_counted_as_drops() {
 }
 
 #[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn ipv6_tcp_crosses_intact() {
-    if !have_root() {
-        return;
-    }
     let h = TwoHosts::new(80);
     let e = switch(&h, &[], 0, 0);
     for (ns, dev, ip) in [
@@ -510,10 +488,8 @@ fn ipv6_tcp_crosses_intact() {
 }
 
 #[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn vlan_tag_moved_out_by_the_kernel_is_put_back() {
-    if !have_root() {
-        return;
-    }
     let host = Netns::new("bhv");
     let l = Link::new(&host, "10.81.0.1/24");
     let pool = PacketPool::new("t", 1024, PagePolicy::Plain).unwrap();
@@ -551,10 +527,8 @@ fn vlan_tag_moved_out_by_the_kernel_is_put_back() {
 }
 
 #[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn without_cap_net_raw_the_error_says_what_is_needed() {
-    if !have_root() {
-        return;
-    }
     let host = Netns::new("bhu");
     let l = Link::new(&host, "10.82.0.1/24");
     let pool = PacketPool::new("t", 256, PagePolicy::Plain).unwrap();

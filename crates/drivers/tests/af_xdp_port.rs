@@ -14,7 +14,7 @@ use bessemer_core::port::{PortHandle, PortParams};
 use bessemer_core::{Error, Value};
 use bessemer_drivers::af_xdp_port::DRIVER;
 use bessemer_drivers::netns;
-use common::{fnv, have_root, pattern, tcp_transfer, Link, Netns, TwoHosts};
+use common::{fnv, pattern, tcp_transfer, Link, Netns, TwoHosts};
 
 fn engine() -> Engine {
     Engine::new(EngineConfig {
@@ -108,10 +108,8 @@ fn udp_in(ns: &str, addr: String) -> UdpSocket {
 }
 
 #[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn udp_crosses_the_switch_byte_for_byte_and_nothing_leaks() {
-    if !have_root() {
-        return;
-    }
     udp_roundtrip(81, false);
     udp_roundtrip(87, true);
 }
@@ -182,10 +180,8 @@ fn udp_roundtrip(subnet: u8, skb_mode: bool) {
 }
 
 #[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn ping_both_ways() {
-    if !have_root() {
-        return;
-    }
     if Command::new("ping").arg("-V").output().is_err() {
         eprintln!("skipped: ping is not installed (scripts/install-deps.sh installs it)");
         return;
@@ -234,10 +230,8 @@ fn ping_both_ways() {
 }
 
 #[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn bad_input_is_refused_with_a_clear_error() {
-    if !have_root() {
-        return;
-    }
     let host = Netns::new("bhx");
     let l = Link::new(&host, "10.83.0.1/24");
     let e = engine();
@@ -293,10 +287,8 @@ fn eventually(mut f: impl FnMut() -> bool) -> bool {
 }
 
 #[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn vanishing_interface_fails_sends_and_leaks_nothing() {
-    if !have_root() {
-        return;
-    }
     let host = Netns::new("bhv");
     let l = Link::new(&host, "10.84.0.1/24");
     let mut e = engine();
@@ -334,10 +326,8 @@ fn vanishing_interface_fails_sends_and_leaks_nothing() {
 }
 
 #[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn ports_share_an_interface_by_queue() {
-    if !have_root() {
-        return;
-    }
     let outer = common::unique("bo");
     let inner = common::unique("bi");
     common::sh(&[
@@ -405,10 +395,8 @@ fn rx_packets(ns: &str, ifname: &str) -> u64 {
 }
 
 #[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn conf_and_link_status_follow_the_interface() {
-    if !have_root() {
-        return;
-    }
     let host = Netns::new("bhc");
     let l = Link::new(&host, "10.85.0.1/24");
     let e = engine();
@@ -437,10 +425,8 @@ fn conf_and_link_status_follow_the_interface() {
 }
 
 #[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn shared_and_foreign_packets_go_out_as_copies() {
-    if !have_root() {
-        return;
-    }
     let host = Netns::new("bhs");
     let l = Link::new(&host, "10.86.0.1/24");
     let e = engine();
@@ -501,10 +487,8 @@ fn shared_and_foreign_packets_go_out_as_copies() {
 }
 
 #[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn tcp_with_default_offloads_arrives_intact() {
-    if !have_root() {
-        return;
-    }
     // The hosts' veths leave TCP checksums to "hardware"; the port completes them.
     let h = TwoHosts::new(89);
     let mut e = engine();
@@ -519,10 +503,8 @@ fn tcp_with_default_offloads_arrives_intact() {
 }
 
 #[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn jumbo_frames_cross_up_to_a_9000_mtu() {
-    if !have_root() {
-        return;
-    }
     let h = TwoHosts::new(88);
     h.la.set_mtu(&h.a, 9000);
     h.lb.set_mtu(&h.b, 9000);

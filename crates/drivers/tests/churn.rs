@@ -14,7 +14,7 @@ use bessemer_core::mem::PagePolicy;
 use bessemer_core::port::{PortDriver, PortParams};
 use bessemer_core::Value;
 use bessemer_drivers::netns;
-use common::{have_root, TwoHosts};
+use common::TwoHosts;
 
 const ROUNDS: usize = 4;
 
@@ -131,10 +131,8 @@ fn churn(driver: &'static PortDriver, arg_a: Value, arg_b: Value, h: &TwoHosts) 
 }
 
 #[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn af_packet_ports_recreated_under_traffic() {
-    if !have_root() {
-        return;
-    }
     let h = TwoHosts::new(181);
     let a = Value::map().with("ifname", h.la.outer.as_str());
     let b = Value::map().with("ifname", h.lb.outer.as_str());

@@ -11,7 +11,7 @@ use bessemer_core::mem::PagePolicy;
 use bessemer_core::port::PortParams;
 use bessemer_core::Value;
 use bessemer_drivers::pcap_port::DRIVER;
-use common::{have_root, TwoHosts};
+use common::TwoHosts;
 
 fn params(e: &Engine) -> PortParams {
     PortParams {
@@ -40,10 +40,8 @@ fn ping_ok(ns: &str, to: &str) {
 }
 
 #[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn two_pcap_ports_switch_pings_both_ways() {
-    if !have_root() {
-        return;
-    }
     let h = TwoHosts::new(81);
     let mut e = Engine::new(EngineConfig {
         buffers: 4096,
@@ -93,10 +91,8 @@ fn two_pcap_ports_switch_pings_both_ways() {
 }
 
 #[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn bad_dev_is_refused() {
-    if !have_root() {
-        return;
-    }
     let e = Engine::new(EngineConfig {
         buffers: 256,
         pages: PagePolicy::Plain,

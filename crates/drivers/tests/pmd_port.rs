@@ -12,7 +12,7 @@ use bessemer_core::mem::PagePolicy;
 use bessemer_core::port::{PortHandle, PortParams};
 use bessemer_core::{Error, Value};
 use bessemer_drivers::pmd_port::DRIVER;
-use common::{fnv, have_root, pattern, tcp_transfer, TwoHosts};
+use common::{fnv, pattern, tcp_transfer, TwoHosts};
 
 fn engine() -> Engine {
     Engine::new(EngineConfig {
@@ -68,10 +68,8 @@ fn ping_ok(ns: &str, to: &str) {
 }
 
 #[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn af_xdp_and_af_packet_vdevs_carry_traffic_both_ways() {
-    if !have_root() {
-        return;
-    }
     let h = TwoHosts::new(121);
     let mut e = engine();
     e.add_worker(0, 0).unwrap();
@@ -146,10 +144,8 @@ fn af_xdp_and_af_packet_vdevs_carry_traffic_both_ways() {
 }
 
 #[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn queues_beyond_the_device_and_a_missing_interface_are_refused() {
-    if !have_root() {
-        return;
-    }
     let h = TwoHosts::new(122);
     let e = engine();
     let x = format!("net_af_xdp0,iface={},queue_count=1", h.la.outer);

@@ -15,7 +15,7 @@ use bessemer_core::testing::{CaptureHandle, Harness};
 use bessemer_core::{Error, PacketPool, Value};
 use bessemer_drivers::{netns, vport::DRIVER};
 use bessemer_modules::io::{port_inc, port_out};
-use common::{fnv, have_root, pattern, sh_in, tcp_between, unique, Netns};
+use common::{fnv, pattern, sh_in, tcp_between, unique, Netns};
 
 const PEER_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
 
@@ -157,10 +157,8 @@ fn setup(arg: Value, num_inc_q: usize) -> Setup {
 }
 
 #[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn namespace_kernel_answers_arp_and_ping() {
-    if !have_root() {
-        return;
-    }
     let ns = Netns::new("bvp");
     let ifname = unique("vpa");
     let mut s = setup(vport_arg(&ifname, &ns.name, &["10.71.0.1/24"]), 0);
@@ -227,10 +225,8 @@ fn namespace_kernel_answers_arp_and_ping() {
 }
 
 #[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn jumbo_echo_crosses_a_tap_with_a_9000_mtu() {
-    if !have_root() {
-        return;
-    }
     let ns = Netns::new("bvp");
     let ifname = unique("vpj");
     let mut s = setup(vport_arg(&ifname, &ns.name, &["10.79.0.1/24"]), 0);
@@ -342,10 +338,8 @@ fn udp_from_namespace(extra: &[(&str, Value)], num_inc_q: usize) -> (Vec<u8>, [u
 }
 
 #[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn udp_from_namespace_arrives_byte_for_byte() {
-    if !have_root() {
-        return;
-    }
     let (f, mac) = udp_from_namespace(&[], 0);
     assert_eq!(f[0..6], PEER_MAC);
     assert_eq!(f[6..12], mac);
@@ -359,19 +353,15 @@ fn udp_from_namespace_arrives_byte_for_byte() {
 }
 
 #[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn multi_queue_tap_receives_on_its_queues() {
-    if !have_root() {
-        return;
-    }
     let (f, _) = udp_from_namespace(&[], 3);
     assert_eq!(f.len(), 14 + 20 + 8 + 200);
 }
 
 #[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn tx_tci_tags_frames_from_the_host() {
-    if !have_root() {
-        return;
-    }
     let (f, mac) = udp_from_namespace(
         &[
             ("tx_tci", Value::from(5i64)),
@@ -388,10 +378,8 @@ fn tx_tci_tags_frames_from_the_host() {
 }
 
 #[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn loopback_sends_frames_back_in_tagged() {
-    if !have_root() {
-        return;
-    }
     let ns = Netns::new("bvp");
     let arg = vport_arg(&unique("vpo"), &ns.name, &["10.77.0.1/24"])
         .with("loopback", true)
@@ -439,10 +427,8 @@ fn link_exists(ns: &str, ifname: &str) -> bool {
 }
 
 #[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn port_name_is_the_default_ifname_and_destroy_removes_the_interface() {
-    if !have_root() {
-        return;
-    }
     let ns = Netns::new("bvp");
     let h = Harness::new();
     let name = unique("vpd");
@@ -498,10 +484,8 @@ fn port_name_is_the_default_ifname_and_destroy_removes_the_interface() {
 }
 
 #[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn vanished_namespace_shows_link_down() {
-    if !have_root() {
-        return;
-    }
     let ns = Netns::new("bvp");
     let mut s = setup(vport_arg(&unique("vpg"), &ns.name, &["10.73.0.1/24"]), 0);
     assert!(s.port.port().link_status().link_up);
@@ -536,10 +520,8 @@ fn vanished_namespace_shows_link_down() {
 }
 
 #[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn without_netns_the_interface_is_made_where_the_daemon_runs() {
-    if !have_root() {
-        return;
-    }
     // The "daemon" is this test thread, moved into a namespace of its own.
     let ns = Netns::new("bvp");
     let h = Harness::new();
@@ -558,10 +540,8 @@ fn without_netns_the_interface_is_made_where_the_daemon_runs() {
 }
 
 #[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn container_pid_puts_the_interface_into_that_process_namespace() {
-    if !have_root() {
-        return;
-    }
     let ns = Netns::new("bvp");
     let mut child = std::process::Command::new("ip")
         .args(["netns", "exec", &ns.name, "sleep", "30"])
@@ -593,10 +573,8 @@ fn container_pid_puts_the_interface_into_that_process_namespace() {
 }
 
 #[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn no_permission_is_reported_with_a_hint() {
-    if !have_root() {
-        return;
-    }
     let ns = Netns::new("bvp");
     let h = Harness::new();
     let arg = Value::map().with("ifname", unique("vpp").as_str());
@@ -623,10 +601,8 @@ fn create_err(arg: &Value, name: &str) -> Error {
 }
 
 #[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn bad_arguments_are_refused() {
-    if !have_root() {
-        return;
-    }
     let ns = Netns::new("bvp");
     let ok = |k: &str, v: Value| vport_arg(&unique("vpe"), &ns.name, &[]).with(k, v);
 
@@ -701,10 +677,8 @@ fn bad_arguments_are_refused() {
 }
 
 #[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn two_namespaces_talk_through_the_switch() {
-    if !have_root() {
-        return;
-    }
     let a = Netns::new("bva");
     let b = Netns::new("bvb");
     let mut e = Engine::new(EngineConfig {

@@ -15,16 +15,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 static SEQ: AtomicUsize = AtomicUsize::new(0);
 
-/// True when the test may create namespaces and interfaces.
-pub fn have_root() -> bool {
-    // SAFETY: trivial libc call.
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root {
-        eprintln!("skipped: needs root (network namespaces, veth)");
-    }
-    root
-}
-
 /// Runs a command, panicking with its output if it fails.
 pub fn sh(args: &[&str]) -> String {
     let out = Command::new(args[0])
