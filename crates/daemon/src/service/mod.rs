@@ -168,6 +168,13 @@ fn now() -> f64 {
         .unwrap_or(0.0)
 }
 
+/// A name that is looked up as given (BESS's GetPortStats, ConnectModules, ...): an empty one
+/// is simply not found (ENOENT), as BESS finds no such entry; only its length is bounded.
+fn lookup_name(s: &str, what: &str) -> Result<String> {
+    check_len(s, what)?;
+    Ok(s.to_string())
+}
+
 /// A required name field: non-empty and of sane length.
 fn need_name(s: &str, what: &str) -> Result<String> {
     if s.is_empty() {

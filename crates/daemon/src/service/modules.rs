@@ -5,7 +5,7 @@ use bessemer_core::{AccessMode, AttrOffset, Engine, Error, Result, Value};
 use tonic::Request;
 
 use super::hooks::list_hooks;
-use super::{answer, check_len, empty, gate_of, need_name, now, Control, RpcResult};
+use super::{answer, check_len, empty, gate_of, lookup_name, need_name, now, Control, RpcResult};
 use crate::convert;
 use crate::pb;
 
@@ -126,8 +126,8 @@ pub(super) async fn connect_modules(
     let req = r.into_inner();
     let res = ctl
         .run(move |e| {
-            let m1 = need_name(&req.m1, "m1 (upstream module name)")?;
-            let m2 = need_name(&req.m2, "m2 (downstream module name)")?;
+            let m1 = lookup_name(&req.m1, "m1 (upstream module name)")?;
+            let m2 = lookup_name(&req.m2, "m2 (downstream module name)")?;
             let og = gate_of(req.ogate, "ogate")?;
             let ig = gate_of(req.igate, "igate")?;
             e.connect(&m1, og, &m2, ig)

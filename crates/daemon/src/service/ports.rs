@@ -5,7 +5,7 @@ use bessemer_core::mac::{format_mac, parse_mac};
 use bessemer_core::{Error, Result};
 use tonic::Request;
 
-use super::{answer, check_len, empty, need_name, now, Control, RpcResult};
+use super::{answer, check_len, empty, lookup_name, need_name, now, Control, RpcResult};
 use crate::convert::{self, truncate};
 use crate::pb;
 
@@ -197,7 +197,7 @@ pub(super) async fn get_port_stats(
     let name = r.into_inner().name;
     let res = ctl
         .run(move |e| {
-            let (i, o) = e.ports().get(&need_name(&name, "port name")?)?.counts();
+            let (i, o) = e.ports().get(&lookup_name(&name, "port name")?)?.counts();
             let stat = |c: bessemer_core::port::DirCounts| pb::get_port_stats_response::Stat {
                 packets: c.packets,
                 dropped: c.dropped,
@@ -224,7 +224,7 @@ pub(super) async fn get_link_status(
         .run(move |e| {
             let l = e
                 .ports()
-                .get(&need_name(&name, "port name")?)?
+                .get(&lookup_name(&name, "port name")?)?
                 .port()
                 .link_status();
             Ok(pb::GetLinkStatusResponse {
