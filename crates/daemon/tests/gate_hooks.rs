@@ -119,6 +119,18 @@ fn tcpdump_arg(fifo: &str) -> Option<prost_types::Any> {
     ))
 }
 
+/// A PcapngArg writing to `fifo`, packed as pybess's pcapng_gate packs it.
+fn pcapng_arg(fifo: &str) -> Option<prost_types::Any> {
+    Some(any(
+        "PcapngArg",
+        &pb::PcapngArg {
+            fifo: fifo.to_string(),
+            defer: false,
+            reconnect: false,
+        },
+    ))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tcpdump_hook_streams_pcap_and_bad_requests_are_refused() {
     let d = Daemon::start("hooks", &[]);
@@ -228,22 +240,7 @@ async fn tcpdump_hook_streams_pcap_and_bad_requests_are_refused() {
             .into_inner();
         assert_eq!(i.ogates[0].gatehooks[0].class_name, "TcpDump");
 
-        ok(&c
-            .add_worker(pb::AddWorkerRequest {
-                wid: 0,
-                core: 0,
-                scheduler: String::new(),
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .error);
-        ok(&c
-            .resume_all(pb::EmptyRequest {})
-            .await
-            .unwrap()
-            .into_inner()
-            .error);
+        run_on_worker0(&mut c).await;
 
         // Read until a few whole records arrived (bounded in time).
         let mut bytes = Vec::new();
@@ -373,25 +370,6 @@ fn whole_blocks(b: &[u8]) -> &[u8] {
     &b[..at]
 }
 
-async fn run_worker(c: &mut Client) {
-    ok(&c
-        .add_worker(pb::AddWorkerRequest {
-            wid: 0,
-            core: 0,
-            scheduler: String::new(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .error);
-    ok(&c
-        .resume_all(pb::EmptyRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .error);
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pcapng_hook_as_pybess_sends_it_is_read_back_by_us_and_tcpdump() {
     let d = Daemon::start("hooks-ng", &[]);
@@ -424,14 +402,7 @@ async fn pcapng_hook_as_pybess_sends_it_is_read_back_by_us_and_tcpdump() {
             "",
             "src",
             Gate::Ogate(0),
-            Some(any(
-                "PcapngArg",
-                &pb::PcapngArg {
-                    fifo: fifo_s.clone(),
-                    defer: false,
-                    reconnect: false,
-                },
-            )),
+            pcapng_arg(&fifo_s),
             true,
         )
         .await;
@@ -445,7 +416,7 @@ async fn pcapng_hook_as_pybess_sends_it_is_read_back_by_us_and_tcpdump() {
         assert_eq!(l.hooks.len(), 1);
         assert_eq!(l.hooks[0].class_name, "PcapNg");
         assert_eq!(l.hooks[0].hook_name, "pcapng0");
-        run_worker(&mut c).await;
+        run_on_worker0(&mut c).await;
 
         // Section header + interface description (48 bytes), then ten 60-byte packets
         // (28 + 60 + 4 bytes per block).
@@ -517,14 +488,7 @@ async fn pcapng_hook_as_pybess_sends_it_is_read_back_by_us_and_tcpdump() {
             "mine",
             "src",
             Gate::Ogate(0),
-            Some(any(
-                "PcapngArg",
-                &pb::PcapngArg {
-                    fifo: fifo_s.clone(),
-                    defer: false,
-                    reconnect: false,
-                },
-            )),
+            pcapng_arg(&fifo_s),
             true,
         )
         .await;
@@ -624,7 +588,7 @@ async fn bessctl_track_enables_on_every_module_and_tcpdump_by_bess_name() {
         .await;
         ok(&r.error);
         assert_eq!(r.name, "tcpdump0");
-        run_worker(&mut c).await;
+        run_on_worker0(&mut c).await;
         let bytes = read_fifo(&mut reader, |b| b.len() >= 24 + 5 * 76).await;
         let whole = 24 + (bytes.len() - 24) / 76 * 76;
         let recs = bessemer_core::pcap::parse(&bytes[..whole]).unwrap();

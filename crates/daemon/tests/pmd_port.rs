@@ -183,22 +183,7 @@ async fn upf_style_pmd_ports_forward_between_namespaces() {
                 .into_inner();
             ok(&r.error);
         }
-        ok(&c
-            .add_worker(pb::AddWorkerRequest {
-                wid: 0,
-                core: 0,
-                scheduler: String::new(),
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .error);
-        ok(&c
-            .resume_all(pb::EmptyRequest {})
-            .await
-            .unwrap()
-            .into_inner()
-            .error);
+        run_on_worker0(&mut c).await;
         let ns = a.ns.clone();
         let ping = tokio::task::spawn_blocking(move || {
             Command::new("ip")

@@ -199,3 +199,27 @@ pub async fn bounded<F: std::future::Future>(f: F) -> F::Output {
         .await
         .expect("test exceeded its time bound")
 }
+
+/// Adds worker 0 on core 0 and resumes the workers, as a BESS script's end does; both must
+/// succeed.
+pub async fn run_on_worker0(
+    c: &mut bessemer_daemon::pb::bess_control_client::BessControlClient<tonic::transport::Channel>,
+) {
+    use bessemer_daemon::pb;
+    ok(&c
+        .add_worker(pb::AddWorkerRequest {
+            wid: 0,
+            core: 0,
+            scheduler: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .error);
+    ok(&c
+        .resume_all(pb::EmptyRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .error);
+}
