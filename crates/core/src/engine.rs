@@ -277,7 +277,11 @@ impl Engine {
             shared,
             thread: Some(thread),
         });
-        self.pause_worker(wid)?;
+        if let Err(e) = self.pause_worker(wid) {
+            // Atomic: a worker that never reached its first pause is stopped again.
+            let _ = self.destroy_worker(wid);
+            return Err(e);
+        }
         tracing::info!(wid, core, "worker started (paused until resumed)");
         Ok(())
     }
