@@ -11,6 +11,7 @@ const FILES: &[&str] = &[
     "module_msg.proto",
     "ports/port_msg.proto",
     "ext/bessemer_ports.proto",
+    "ext/bessemer_observe.proto",
     "service.proto",
 ];
 

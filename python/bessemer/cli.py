@@ -30,6 +30,7 @@ from typing import Any
 
 from . import render
 from .client import BESS, DEFAULT_PORT, split_queue_args
+from .progress import Progress
 from .script import ScriptError, run_script
 
 
@@ -183,6 +184,71 @@ def run_file(s: Session, args) -> None:
         raise CliError(str(exc)) from None
 
 
+def _pcap_packets(path: str) -> int | None:
+    """Packets in a pcap or pcapng file (None if scapy cannot read it)."""
+    try:
+        from scapy.utils import RawPcapReader
+
+        with RawPcapReader(path) as r:
+            return sum(1 for _ in r)
+    except Exception:  # noqa: BLE001 - any unreadable file: the daemon names the problem
+        return None
+
+
+def replay(s: Session, args) -> None:
+    """Replays a pcap file into the pipeline through a PcapFilePort, with progress, and
+    removes what it created when the file is done."""
+    path = os.path.abspath(args.file)
+    if not os.path.isfile(path):
+        raise CliError(f"no such file: {args.file}")
+    total = _pcap_packets(path)
+    port = args.name or f"replay{os.getpid()}"
+    made: list[str] = []
+    with _changing(s):
+        s.bess.create_port("PcapFilePort", port, {"rx_file": path, "timing": args.timing})
+        try:
+            inc = s.bess.create_module("PortInc", f"{port}_inc", {"port": port})
+            made.append(inc)
+            to, _, gate = (args.to or "").partition(":")
+            if not to:
+                to = s.bess.create_module("Sink", f"{port}_sink")
+                made.append(to)
+            s.bess.connect_modules(inc, to, 0, int(gate or 0))
+        except BESS.Error:
+            for m in reversed(made):
+                s.bess.destroy_module(m)
+            s.bess.destroy_port(port)
+            raise
+    progress = Progress(f"replay {os.path.basename(path)}", "packets", total)
+    start = time.monotonic()
+    last, still_since = -1, time.monotonic()
+    try:
+        while True:
+            done = s.bess.get_port_stats(port).inc.packets
+            progress.update(done=done)
+            now = time.monotonic()
+            if done != last:
+                last, still_since = done, now
+            if total is not None and done >= total:
+                break
+            # A file scapy cannot count ends when the port stops delivering.
+            if now - still_since > args.idle:
+                break
+            if args.seconds and now - start > args.seconds:
+                break
+            time.sleep(0.05)
+    finally:
+        progress.finish()
+        if not args.keep:
+            with _changing(s):
+                for m in reversed(made):
+                    s.bess.destroy_module(m)
+                s.bess.destroy_port(port)
+    secs = time.monotonic() - start
+    of = f"/{total:,}" if total is not None else ""
+    print(f"replayed {last:,}{of} packets from {args.file} in {secs:.1f} s")
+
+
 @contextlib.contextmanager
 def _changing(s: Session):
     """As bessctl: workers pause while the pipeline changes and resume afterwards, which also
@@ -293,6 +359,11 @@ def show_pipeline(s: Session, args) -> None:
 def show_module(s: Session, args) -> None:
     names = args.names or [m.name for m in s.bess.list_modules()]
     print("\n".join(render.module(s.bess.get_module_info(n)) for n in names) or "no modules")
+
+
+def show_errors(s: Session, args) -> None:
+    resp = s.bess.show_errors(args.names, include_zero=args.all)
+    print(render.errors(resp, args.sort))
 
 
 def show_mclass(s: Session, args) -> None:
@@ -544,6 +615,15 @@ def _parser() -> argparse.ArgumentParser:
     cmd(sh, "module", show_module, "modules: gates, counters, metadata").add_argument(
         "names", nargs="*"
     )
+    c = cmd(sh, "errors", show_errors, "packets dropped, by module and named reason, with rates")
+    c.add_argument("names", nargs="*", help="only these modules")
+    c.add_argument("--all", action="store_true", help="also reasons that dropped nothing")
+    c.add_argument(
+        "--sort",
+        choices=render.ERRORS_SORT,
+        default="count",
+        help="row order (count: largest first)",
+    )
     cmd(sh, "mclass", show_mclass, "module classes: arguments and commands").add_argument(
         "names", nargs="*"
     )
@@ -563,6 +643,23 @@ def _parser() -> argparse.ArgumentParser:
         c = cmd(mo, name, func, text)
         c.add_argument("--interval", type=float, default=1.0, help="seconds between samples (1)")
         c.add_argument("--seconds", type=float, default=0, help="stop after this long (0: never)")
+
+    c = top.add_parser(
+        "replay",
+        help="replay a pcap file into the pipeline, with progress",
+        description="Replay a pcap or pcapng file through a PcapFilePort into MODULE[:IGATE] "
+        "(a Sink if none), showing progress; the port and modules it made are removed when "
+        "the file is done.",
+        exit_on_error=False,
+    )
+    c.add_argument("file")
+    c.add_argument("--to", metavar="MODULE[:IGATE]", help="where the packets go (default: a Sink)")
+    c.add_argument("--name", help="port name (default: replay<pid>)")
+    c.add_argument("--timing", action="store_true", help="keep the recorded inter-packet times")
+    c.add_argument("--keep", action="store_true", help="leave the port and modules in place")
+    c.add_argument("--idle", type=float, default=3.0, help="stop after this many idle seconds (3)")
+    c.add_argument("--seconds", type=float, default=0, help="stop after this long (0: never)")
+    c.set_defaults(func=replay)
 
     c = top.add_parser(
         "tcpdump",

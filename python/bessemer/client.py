@@ -101,6 +101,9 @@ class BESS:
         self.timeout = timeout
         self.channel = grpc.insecure_channel(f"{host}:{port}")
         self.stub = self._pb["service_grpc"].BESSControlStub(self.channel)
+        self.ext_stub = self._pb["ext_observe_grpc"].BessemerControlStub(self.channel)
+        # Called after every request (progress reports count them).
+        self.on_request = None
 
     def close(self) -> None:
         """Closes the channel."""
@@ -111,11 +114,13 @@ class BESS:
         fill(msg, fields or {})
         return msg
 
-    def _call(self, rpc: str, request):
+    def _call(self, rpc: str, request, stub=None):
         try:
-            resp = getattr(self.stub, rpc)(request, timeout=self.timeout)
+            resp = getattr(stub or self.stub, rpc)(request, timeout=self.timeout)
         except grpc.RpcError as exc:
             raise BESS.Error(-1, f"{rpc}: {exc.code().name}: {exc.details()}") from None
+        if self.on_request is not None:
+            self.on_request()
         if resp.HasField("error") and resp.error.code != 0:
             raise BESS.Error(resp.error.code, resp.error.errmsg)
         return resp
@@ -205,6 +210,22 @@ class BESS:
         return self._call(
             "GetModuleInfo", self._msg("bess_msg", "GetModuleInfoRequest", {"name": name})
         )
+
+    def show_errors(self, modules: list[str] | None = None, include_zero: bool = False):
+        """Drop counters by module and reason, with rates (Bessemer's own RPC; BESS lacks it)."""
+        req = self._msg(
+            "ext_observe",
+            "ShowErrorsRequest",
+            {"modules": list(modules or []), "include_zero": include_zero},
+        )
+        try:
+            return self._call("ShowErrors", req, self.ext_stub)
+        except BESS.Error as exc:
+            if "UNIMPLEMENTED" in exc.errmsg:
+                raise BESS.Error(
+                    95, "this daemon has no ShowErrors (BESS itself lacks it; bessemerd has it)"
+                ) from None
+            raise
 
     def connect_modules(self, m1: str, m2: str, ogate: int = 0, igate: int = 0) -> None:
         """Connects output gate `ogate` of `m1` to input gate `igate` of `m2`."""

@@ -21,6 +21,7 @@ _FILES = [
     "module_msg.proto",
     "ports/port_msg.proto",
     "ext/bessemer_ports.proto",
+    "ext/bessemer_observe.proto",
     "service.proto",
 ]
 
@@ -76,6 +77,8 @@ def load() -> dict[str, ModuleType]:
         "module_msg": "module_msg_pb2",
         "port_msg": "ports.port_msg_pb2",
         "ext_port_msg": "ext.bessemer_ports_pb2",
+        "ext_observe": "ext.bessemer_observe_pb2",
+        "ext_observe_grpc": "ext.bessemer_observe_pb2_grpc",
         "service": "service_pb2",
         "service_grpc": "service_pb2_grpc",
     }

@@ -158,11 +158,39 @@ def module(info) -> str:
             f"  output {og.ogate}: {og.pkts:,} pkts, {og.cnt:,} batches, {og.bytes:,} bytes"
             f"  -> {og.igate}:{og.name} {hooks}".rstrip()
         )
-    if info.deadends:
+    drops = list(getattr(info, "drops", []))
+    if drops:
+        # Bessemer names every reason its class drops for; BESS reports deadends only.
+        shown = ", ".join(f"{d.reason} {d.count:,}" for d in drops)
+        lines.append(f"  drops: {shown}")
+    elif info.deadends:
         lines.append(f"  deadends: {info.deadends:,}")
     for a in info.metadata:
         lines.append(f"  metadata {a.name} ({a.size} B, {a.mode}) at offset {a.offset}")
     return "\n".join(lines)
+
+
+ERRORS_SORT = ("count", "rate", "module", "reason")
+
+
+def errors(resp, sort: str = "count") -> str:
+    """`show errors`: one row per module and drop reason, like VPP's."""
+    rows = [
+        [m.name, m.mclass, d.reason, d.count, f"{d.rate:,.1f}"]
+        for m in resp.modules
+        for d in m.drops
+    ]
+    if not rows:
+        return "no packets dropped"
+    key = {
+        "count": lambda r: (-r[3], r[0], r[2]),
+        "rate": lambda r: (-float(r[4].replace(",", "")), r[0], r[2]),
+        "module": lambda r: (r[0], r[2]),
+        "reason": lambda r: (r[2], r[0]),
+    }[sort]
+    rows.sort(key=key)
+    total = sum(r[3] for r in rows)
+    return _table(["module", "class", "reason", "packets", "per s"], rows) + f"\ntotal: {total:,}"
 
 
 def ports(ps, stats: dict) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .client import BESS, split_queue_args
+from .progress import Progress
 from .sugar import SugarError, translate
 
 
@@ -165,11 +166,15 @@ def run_script(path: str | os.PathLike, bess: BESS, env: dict[str, str] | None =
         scope[driver] = _port_factory(bess, driver)
     # As bessctl does: workers pause while the script changes the pipeline, and everything
     # runs once it is done (a worker 0 is started if the script made none).
+    progress = Progress(Path(path).name, "requests")
+    outer = bess.on_request
+    bess.on_request = progress.update
     bess.pause_all()
     try:
         exec(code, scope)
         bess.resume_all()
     except Exception as exc:
+        progress.finish()
         line = next(
             (
                 f.lineno
@@ -183,4 +188,7 @@ def run_script(path: str | os.PathLike, bess: BESS, env: dict[str, str] | None =
         with contextlib.suppress(BESS.Error):
             bess.resume_all()
         raise ScriptError(f"{path}:{line}: {type(exc).__name__}: {msg}") from None
+    finally:
+        bess.on_request = outer
+    progress.finish()
     return scope

@@ -53,8 +53,10 @@ struct WorkerShared {
     /// What the control thread asks (checked by the worker every round, without the lock).
     req: AtomicU8,
     state: AtomicU8,
-    /// True while the worker sits in its pause loop; written under this lock only.
+    /// True while the worker sits in its pause loop; written under this lock only. It also
+    /// guards `clock`, so a reader sees run time that never goes backwards.
     paused: Mutex<bool>,
+    clock: UnsafeCell<RunClock>,
     /// Wakes a paused worker.
     cv: Condvar,
     /// Tells the control thread the worker has paused.
@@ -63,9 +65,49 @@ struct WorkerShared {
     rounds: AtomicU64,
     idle_rounds: AtomicU64,
 }
-// SAFETY: `tree` is touched by the control thread only while the worker is paused.
+/// TSC cycles a worker spent outside its pause loop.
+#[derive(Clone, Copy, Default)]
+struct RunClock {
+    /// Cycles of finished run periods.
+    cycles: u64,
+    /// TSC when the current run period began (0: paused).
+    since: u64,
+}
+
+impl RunClock {
+    fn total(&self, now: u64) -> u64 {
+        match self.since {
+            0 => self.cycles,
+            s => self.cycles + now.saturating_sub(s),
+        }
+    }
+}
+
+// SAFETY: `tree` is touched by the control thread only while the worker is paused; `clock`
+// only under the `paused` lock.
 unsafe impl Sync for WorkerShared {}
 unsafe impl Send for WorkerShared {}
+
+impl WorkerShared {
+    fn start_clock(&self) {
+        let _g = self.paused.lock().unwrap_or_else(|p| p.into_inner());
+        // SAFETY: under the `paused` lock.
+        unsafe { (*self.clock.get()).since = crate::tsc::rdtsc().max(1) };
+    }
+
+    /// Ends the current run period. Caller holds the `paused` lock.
+    unsafe fn stop_clock(&self) {
+        let c = &mut *self.clock.get();
+        c.cycles = c.total(crate::tsc::rdtsc());
+        c.since = 0;
+    }
+
+    fn run_cycles(&self) -> u64 {
+        let _g = self.paused.lock().unwrap_or_else(|p| p.into_inner());
+        // SAFETY: under the `paused` lock.
+        unsafe { (*self.clock.get()).total(crate::tsc::rdtsc()) }
+    }
+}
 
 struct Worker {
     core: usize,
@@ -90,6 +132,8 @@ pub struct WorkerInfo {
     pub rounds: u64,
     /// Rounds in which nothing was runnable.
     pub idle_rounds: u64,
+    /// TSC cycles spent running (not paused) since the worker started.
+    pub run_cycles: u64,
 }
 
 /// Where a module's task is attached.
@@ -253,6 +297,7 @@ impl Engine {
             req: AtomicU8::new(REQ_PAUSE),
             state: AtomicU8::new(ST_RUNNING),
             paused: Mutex::new(false),
+            clock: UnsafeCell::new(RunClock::default()),
             cv: Condvar::new(),
             cv_ack: Condvar::new(),
             tree: UnsafeCell::new(ClassTree::new(wid)),
@@ -451,6 +496,7 @@ impl Engine {
                     num_tasks: tree.tasks().len(),
                     rounds: w.shared.rounds.load(Ordering::Relaxed),
                     idle_rounds: w.shared.idle_rounds.load(Ordering::Relaxed),
+                    run_cycles: w.shared.run_cycles(),
                 }
             })
             .collect()
@@ -897,6 +943,7 @@ fn worker_main(
         }
     }
     let mut ctx = Context::new(wid, &pool);
+    sh.start_clock();
     let mut idle_streak = 0u32;
     let mut no_tasks = false;
     let mut round = 0u64;
@@ -906,6 +953,8 @@ fn worker_main(
             REQ_PAUSE => {
                 ctx.release_cache();
                 let mut paused = sh.paused.lock().unwrap();
+                // SAFETY: `clock` is only touched under the `paused` lock.
+                unsafe { sh.stop_clock() };
                 sh.state.store(ST_PAUSED, Ordering::Release);
                 *paused = true;
                 sh.cv_ack.notify_all();
@@ -913,6 +962,8 @@ fn worker_main(
                     paused = sh.cv.wait(paused).unwrap();
                 }
                 *paused = false;
+                // SAFETY: as above.
+                unsafe { (*sh.clock.get()).since = crate::tsc::rdtsc().max(1) };
                 sh.state.store(ST_RUNNING, Ordering::Release);
                 continue;
             }
@@ -949,6 +1000,8 @@ fn worker_main(
     }
     ctx.release_cache();
     let _g = sh.paused.lock().unwrap();
+    // SAFETY: under the `paused` lock.
+    unsafe { sh.stop_clock() };
     sh.state.store(ST_FINISHED, Ordering::Release);
     sh.cv_ack.notify_all();
 }

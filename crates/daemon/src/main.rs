@@ -1,6 +1,6 @@
 //! `bessemerd`: the BESS-compatible gRPC control daemon. See `docs/daemon.md`.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
 use bessemer_daemon::server::{self, Listen, Settings};
@@ -47,6 +47,17 @@ struct Cli {
     /// (BESS's -c).
     #[arg(short = 'c', long, default_value_t = 0)]
     core: usize,
+    /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9100). Off by default.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<SocketAddr>,
+    /// Serve the live web view of the pipeline at http://ADDR/ (e.g. 127.0.0.1:8080). Off by
+    /// default; may be the same address as --metrics.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<SocketAddr>,
+    /// Also admit HTTP peers from this network (e.g. 10.0.0.0/8; repeatable). Without it the
+    /// HTTP endpoints answer loopback peers only.
+    #[arg(long, value_name = "NETWORK")]
+    http_allow: Vec<String>,
 }
 
 fn init_logs(cli: &Cli) -> Result<(), String> {
@@ -88,6 +99,9 @@ fn main() {
     settings.engine.pin = !cli.no_pin;
     settings.pid_file = cli.pid_file.clone();
     settings.default_core = cli.core;
+    settings.metrics = cli.metrics;
+    settings.http = cli.http;
+    settings.http_allow = cli.http_allow.clone();
     if cli.no_hugepages {
         settings = settings.no_hugepages();
     }

@@ -10,6 +10,8 @@ use bessemer_core::{Engine, EngineConfig};
 use tokio::sync::watch;
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 
+use crate::bessemer::pb::bessemer_control_server::BessemerControlServer;
+use crate::observe::{self, http::Allowed, http::Endpoints};
 use crate::pb::bess_control_server::BessControlServer;
 use crate::service::Control;
 
@@ -42,6 +44,12 @@ pub struct Settings {
     pub pid_file: Option<PathBuf>,
     /// Core of the worker started when tasks need one and none exists (BESS's `-c`).
     pub default_core: usize,
+    /// Where to serve Prometheus's `/metrics` (off when None).
+    pub metrics: Option<SocketAddr>,
+    /// Where to serve the web view (off when None); may equal `metrics`.
+    pub http: Option<SocketAddr>,
+    /// Networks (besides loopback) whose peers may use the HTTP endpoints.
+    pub http_allow: Vec<String>,
 }
 
 impl Settings {
@@ -52,6 +60,9 @@ impl Settings {
             engine: EngineConfig::default(),
             pid_file: None,
             default_core: 0,
+            metrics: None,
+            http: None,
+            http_allow: Vec::new(),
         }
     }
 
@@ -95,6 +106,43 @@ async fn bind(listen: &Listen) -> Result<Listener, String> {
                 .map_err(|e| format!("cannot listen on {listen}: {e}"))
         }
     }
+}
+
+/// Binds the HTTP listeners `--metrics` and `--http` ask for (one when they name the same
+/// address).
+async fn bind_http(
+    settings: &Settings,
+    engine: &Arc<Mutex<Engine>>,
+) -> Result<Vec<(tokio::net::TcpListener, axum::Router)>, String> {
+    let allowed = Allowed::with(&settings.http_allow)?;
+    let mut wanted: Vec<(SocketAddr, Endpoints)> = Vec::new();
+    for (addr, view) in [(settings.metrics, false), (settings.http, true)] {
+        let Some(addr) = addr else { continue };
+        let at = match wanted.iter().position(|(a, _)| *a == addr) {
+            Some(i) => i,
+            None => {
+                wanted.push((addr, Endpoints::default()));
+                wanted.len() - 1
+            }
+        };
+        if view {
+            wanted[at].1.view = true;
+        } else {
+            wanted[at].1.metrics = true;
+        }
+    }
+    let mut out = Vec::new();
+    for (addr, what) in wanted {
+        if !addr.ip().is_loopback() && settings.http_allow.is_empty() {
+            tracing::warn!(
+                %addr,
+                "HTTP endpoints bound beyond loopback answer only loopback peers; \
+                 add --http-allow NETWORK to admit others"
+            );
+        }
+        out.push(observe::http::bind(addr, engine.clone(), allowed.clone(), what).await?);
+    }
+    Ok(out)
 }
 
 /// SIGTERM and SIGINT handlers, installed before the daemon is reachable (pid file written,
@@ -162,14 +210,39 @@ pub async fn run(settings: Settings) -> Result<(), String> {
             return Err(e);
         }
     };
+    let http = match bind_http(&settings, &engine).await {
+        Ok(h) => h,
+        Err(e) => {
+            if let Some(p) = &settings.pid_file {
+                let _ = std::fs::remove_file(p);
+            }
+            return Err(e);
+        }
+    };
     let (kill_tx, kill_rx) = watch::channel(false);
-    let svc = BessControlServer::new(Control::new(engine.clone(), kill_tx))
-        .max_decoding_message_size(16 << 20);
+    let control = Arc::new(Control::new(engine.clone(), kill_tx));
+    observe::spawn_sampler(engine.clone(), control.drop_rates());
+    let svc = BessControlServer::from_arc(control.clone()).max_decoding_message_size(16 << 20);
+    let ext_svc = BessemerControlServer::from_arc(control);
+    let (http_stop_tx, http_stop_rx) = watch::channel(false);
+    let mut http_tasks = Vec::new();
+    for (l, r) in http {
+        tracing::info!(
+            "HTTP endpoints on {}",
+            l.local_addr().map_err(|e| e.to_string())?
+        );
+        let mut stop = http_stop_rx.clone();
+        http_tasks.push(tokio::spawn(observe::http::serve(l, r, async move {
+            let _ = stop.wait_for(|s| *s).await;
+        })));
+    }
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let shutdown = async {
         let _ = stop_rx.await;
     };
-    let router = tonic::transport::Server::builder().add_service(svc);
+    let router = tonic::transport::Server::builder()
+        .add_service(svc)
+        .add_service(ext_svc);
     tracing::info!("bessemerd listening on {}", settings.listen);
     let unix_path = match &listener {
         Listener::Unix(_, p) => Some(p.clone()),
@@ -208,6 +281,15 @@ pub async fn run(settings: Settings) -> Result<(), String> {
             Ok(())
         }
     };
+    let _ = http_stop_tx.send(true);
+    for t in http_tasks {
+        if tokio::time::timeout(Duration::from_secs(3), t)
+            .await
+            .is_err()
+        {
+            tracing::warn!("HTTP connections still open after 3 s; stopping anyway");
+        }
+    }
     tracing::info!("stopping the engine");
     let stopped = tokio::task::spawn_blocking(move || {
         let mut e = engine.lock().unwrap_or_else(|p| p.into_inner());

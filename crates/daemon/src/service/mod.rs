@@ -24,10 +24,12 @@ use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 
 use crate::convert::truncate;
+use crate::observe::DropRates;
 use crate::pb;
 
 mod hooks;
 mod modules;
+mod observe;
 mod ports;
 mod system;
 mod tcs;
@@ -40,18 +42,34 @@ pub const VERSION: &str = concat!("bessemer ", env!("CARGO_PKG_VERSION"));
 pub use bessemer_core::graph::MAX_NAME_LEN;
 
 /// The engine shared by the RPC handlers.
-pub type SharedEngine = Arc<Mutex<Engine>>;
+pub type SharedEngine = crate::observe::SharedEngine;
 
 /// The service implementation.
 pub struct Control {
     engine: SharedEngine,
     kill: watch::Sender<bool>,
+    rates: Arc<Mutex<DropRates>>,
 }
 
 impl Control {
     /// A service driving `engine`; KillBess sets `kill` to true.
     pub fn new(engine: SharedEngine, kill: watch::Sender<bool>) -> Control {
-        Control { engine, kill }
+        Control {
+            engine,
+            kill,
+            rates: Arc::default(),
+        }
+    }
+
+    /// The drop rates `ShowErrors` and `GetModuleInfo` report; the daemon's sampler
+    /// ([`crate::observe::spawn_sampler`]) keeps them current.
+    pub fn drop_rates(&self) -> Arc<Mutex<DropRates>> {
+        self.rates.clone()
+    }
+
+    /// The engine this service drives.
+    pub fn engine(&self) -> SharedEngine {
+        self.engine.clone()
     }
 
     /// Runs `f` on the engine in the blocking pool, with the control lock held. A panic in

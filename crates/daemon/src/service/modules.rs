@@ -5,8 +5,10 @@ use bessemer_core::{AccessMode, AttrOffset, Engine, Error, Result, Value};
 use tonic::Request;
 
 use super::hooks::list_hooks;
+use super::observe::drop_counts;
 use super::{answer, check_len, empty, gate_of, lookup_name, need_name, now, Control, RpcResult};
 use crate::convert;
+use crate::observe::DropRates;
 use crate::pb;
 
 pub(super) fn list_mclass() -> RpcResult<pb::ListMclassResponse> {
@@ -114,7 +116,13 @@ pub(super) async fn get_module_info(
 ) -> RpcResult<pb::GetModuleInfoResponse> {
     let name = r.into_inner().name;
     let res = ctl
-        .run(move |e| module_info(e, &need_name(&name, "module name")?))
+        .run({
+            let rates = ctl.drop_rates();
+            move |e| {
+                let rates = rates.lock().unwrap_or_else(|p| p.into_inner());
+                module_info(e, &need_name(&name, "module name")?, &rates)
+            }
+        })
         .await;
     answer("GetModuleInfo", res)
 }
@@ -183,7 +191,7 @@ fn mclass_info(name: &str) -> Result<pb::GetMclassInfoResponse> {
     })
 }
 
-fn module_info(e: &Engine, name: &str) -> Result<pb::GetModuleInfoResponse> {
+fn module_info(e: &Engine, name: &str, rates: &DropRates) -> Result<pb::GetModuleInfoResponse> {
     let g = e.graph();
     let class = g.class_of(name)?;
     let desc = g
@@ -243,11 +251,11 @@ fn module_info(e: &Engine, name: &str) -> Result<pb::GetModuleInfoResponse> {
             offset: offset_value(off),
         })
         .collect();
-    let deadends = g
-        .drops_of(name)?
-        .into_iter()
-        .find(|(r, _)| r == "deadend")
-        .map(|(_, n)| n)
+    let drops = drop_counts(e, name, rates, true)?;
+    let deadends = drops
+        .iter()
+        .find(|d| d.reason == "deadend")
+        .map(|d| d.count)
         .unwrap_or(0);
     Ok(pb::GetModuleInfoResponse {
         error: None,
@@ -258,6 +266,7 @@ fn module_info(e: &Engine, name: &str) -> Result<pb::GetModuleInfoResponse> {
         ogates,
         metadata,
         deadends,
+        drops,
     })
 }
 

@@ -1,0 +1,174 @@
+//! The daemon's HTTP endpoints: `/metrics` (Prometheus, `--metrics ADDR`) and the live web
+//! view (`/`, `/api/snapshot`; `--http ADDR`). Both are off by default, read-only, and answer
+//! only peers in the allowed networks (loopback unless `--http-allow` says otherwise).
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use ipnet::IpNet;
+
+use super::{collect, metrics, SharedEngine, Snapshot};
+
+/// The page of the web view (self-contained: no script or style from elsewhere).
+const VIEW_HTML: &str = include_str!("view.html");
+
+/// What one HTTP listener serves.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Endpoints {
+    /// `/metrics`.
+    pub metrics: bool,
+    /// The web view: `/` and `/api/snapshot`.
+    pub view: bool,
+}
+
+/// Networks whose peers may use the endpoints.
+#[derive(Clone, Debug)]
+pub struct Allowed(Vec<IpNet>);
+
+impl Allowed {
+    /// Loopback only (IPv4 127.0.0.0/8 and ::1), the default.
+    pub fn loopback() -> Allowed {
+        Allowed(Vec::new())
+    }
+
+    /// Loopback plus these networks ("10.0.0.0/8", "192.0.2.7", "::/0").
+    pub fn with(nets: &[String]) -> Result<Allowed, String> {
+        nets.iter()
+            .map(|n| {
+                n.parse::<IpNet>()
+                    .or_else(|_| n.parse::<IpAddr>().map(IpNet::from))
+                    .map_err(|_| {
+                        format!("--http-allow '{n}': not an address or network (e.g. 10.0.0.0/8)")
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Allowed)
+    }
+
+    /// True if `ip` may connect.
+    pub fn permits(&self, ip: IpAddr) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+            v4 => v4,
+        };
+        ip.is_loopback() || self.0.iter().any(|n| n.contains(&ip))
+    }
+}
+
+#[derive(Clone)]
+struct Shared {
+    engine: SharedEngine,
+    allowed: Arc<Allowed>,
+}
+
+async fn snapshot(engine: &SharedEngine) -> Result<Snapshot, Response> {
+    let e = engine.clone();
+    tokio::task::spawn_blocking(move || collect(&e.lock().unwrap_or_else(|p| p.into_inner())))
+        .await
+        .map_err(|e| {
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("reading counters failed: {e}"),
+            )
+                .into_response()
+        })
+}
+
+async fn metrics_page(State(s): State<Shared>) -> Response {
+    match snapshot(&s.engine).await {
+        Ok(snap) => (
+            [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
+            metrics::render(&snap),
+        )
+            .into_response(),
+        Err(r) => r,
+    }
+}
+
+async fn snapshot_json(State(s): State<Shared>) -> Response {
+    match snapshot(&s.engine).await {
+        Ok(snap) => Json(snap).into_response(),
+        Err(r) => r,
+    }
+}
+
+async fn view_page() -> Html<&'static str> {
+    Html(VIEW_HTML)
+}
+
+async fn only_allowed(
+    State(s): State<Shared>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    req: Request,
+    next: Next,
+) -> Response {
+    if !s.allowed.permits(peer.ip()) {
+        tracing::warn!(%peer, path = %req.uri().path(), "HTTP request refused: peer not allowed");
+        return (
+            StatusCode::FORBIDDEN,
+            format!(
+                "{} is not allowed here; start bessemerd with --http-allow to admit it\n",
+                peer.ip()
+            ),
+        )
+            .into_response();
+    }
+    next.run(req).await
+}
+
+/// The router for `what`.
+pub fn router(engine: SharedEngine, allowed: Allowed, what: Endpoints) -> Router {
+    let shared = Shared {
+        engine,
+        allowed: Arc::new(allowed),
+    };
+    let mut r = Router::new();
+    if what.metrics {
+        r = r.route("/metrics", get(metrics_page));
+    }
+    if what.view {
+        r = r
+            .route("/", get(view_page))
+            .route("/api/snapshot", get(snapshot_json));
+    }
+    r.layer(middleware::from_fn_with_state(shared.clone(), only_allowed))
+        .with_state(shared)
+}
+
+/// Binds `addr` and serves `what` until `stop` resolves. Errors name the address.
+pub async fn bind(
+    addr: SocketAddr,
+    engine: SharedEngine,
+    allowed: Allowed,
+    what: Endpoints,
+) -> Result<(tokio::net::TcpListener, Router), String> {
+    let l = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AddrInUse {
+            format!("cannot serve HTTP on {addr}: address already in use")
+        } else {
+            format!("cannot serve HTTP on {addr}: {e}")
+        }
+    })?;
+    Ok((l, router(engine, allowed, what)))
+}
+
+/// Serves a bound listener until `stop` resolves.
+pub async fn serve(
+    l: tokio::net::TcpListener,
+    r: Router,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let addr = l.local_addr().ok();
+    if let Err(e) = axum::serve(l, r.into_make_service_with_connect_info::<SocketAddr>())
+        .with_graceful_shutdown(stop)
+        .await
+    {
+        tracing::error!(?addr, "HTTP server failed: {e}");
+    }
+}

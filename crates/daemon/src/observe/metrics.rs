@@ -1,0 +1,320 @@
+//! The Prometheus exposition of a [`Snapshot`]: one registry built per scrape from the
+//! counters read at that instant, encoded in Prometheus's text format (0.0.4, which
+//! `promtool check metrics` checks). Every series and label is listed in
+//! `docs/observability.md`.
+
+use prometheus::core::Collector;
+use prometheus::{
+    CounterVec, Encoder, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder, TEXT_FORMAT,
+};
+
+use super::Snapshot;
+
+/// The content type of [`render`]'s output.
+pub const CONTENT_TYPE: &str = TEXT_FORMAT;
+
+struct Builder(Registry);
+
+impl Builder {
+    fn add<C: Collector + Clone + 'static>(&self, c: C) -> C {
+        // Names are fixed and distinct, so registering cannot fail.
+        self.0
+            .register(Box::new(c.clone()))
+            .expect("metric names are distinct");
+        c
+    }
+
+    fn counters(&self, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+        self.add(IntCounterVec::new(Opts::new(name, help).namespace("bessemer"), labels).unwrap())
+    }
+
+    fn seconds(&self, name: &str, help: &str, labels: &[&str]) -> CounterVec {
+        self.add(CounterVec::new(Opts::new(name, help).namespace("bessemer"), labels).unwrap())
+    }
+
+    fn gauges(&self, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+        self.add(IntGaugeVec::new(Opts::new(name, help).namespace("bessemer"), labels).unwrap())
+    }
+}
+
+/// The text served at `/metrics`.
+pub fn render(s: &Snapshot) -> String {
+    let b = Builder(Registry::new());
+
+    let drops = b.counters(
+        "module_drops_total",
+        "Packets a module dropped, by the reason its class names",
+        &["module", "class", "reason"],
+    );
+    let gate = ["module", "ogate", "next", "igate"];
+    let gate_pkts = b.counters(
+        "gate_packets_total",
+        "Packets sent through a module's output gate to the module it is connected to",
+        &gate,
+    );
+    let gate_batches = b.counters(
+        "gate_batches_total",
+        "Batches sent through a module's output gate",
+        &gate,
+    );
+    for m in &s.modules {
+        for d in &m.drops {
+            drops
+                .with_label_values(&[&m.name, &m.mclass, &d.reason])
+                .inc_by(d.count);
+        }
+        for o in &m.ogates {
+            let (og, ig) = (o.ogate.to_string(), o.igate.to_string());
+            let l = [m.name.as_str(), &og, &o.to, &ig];
+            gate_pkts.with_label_values(&l).inc_by(o.packets);
+            gate_batches.with_label_values(&l).inc_by(o.batches);
+        }
+    }
+
+    let queue = ["port", "driver", "direction", "queue"];
+    let port_pkts = b.counters("port_packets_total", "Packets through a port queue", &queue);
+    let port_bytes = b.counters("port_bytes_total", "Bytes through a port queue", &queue);
+    let port_drops = b.counters(
+        "port_dropped_total",
+        "Packets a port queue dropped (receive ring overrun or transmit ring full)",
+        &queue,
+    );
+    for p in &s.ports {
+        for (dir, queues) in [("rx", &p.rx), ("tx", &p.tx)] {
+            for (q, c) in queues.iter().enumerate() {
+                let q = q.to_string();
+                let l = [p.name.as_str(), &p.driver, dir, &q];
+                port_pkts.with_label_values(&l).inc_by(c.packets);
+                port_bytes.with_label_values(&l).inc_by(c.bytes);
+                port_drops.with_label_values(&l).inc_by(c.dropped);
+            }
+        }
+    }
+
+    let cpu = b.seconds(
+        "worker_cpu_seconds_total",
+        "Time a worker spent running, inside tasks (busy) or outside them (idle)",
+        &["worker", "core", "state"],
+    );
+    let rounds = b.counters(
+        "worker_rounds_total",
+        "Scheduler rounds of a worker",
+        &["worker"],
+    );
+    let idle_rounds = b.counters(
+        "worker_idle_rounds_total",
+        "Scheduler rounds in which no task was runnable",
+        &["worker"],
+    );
+    let running = b.gauges(
+        "worker_running",
+        "1 while a worker runs its scheduler, 0 while paused",
+        &["worker"],
+    );
+    for w in &s.workers {
+        let (id, core) = (w.wid.to_string(), w.core.to_string());
+        cpu.with_label_values(&[&id, &core, "busy"])
+            .inc_by(w.busy_seconds);
+        cpu.with_label_values(&[&id, &core, "idle"])
+            .inc_by(w.idle_seconds);
+        rounds.with_label_values(&[&id]).inc_by(w.rounds);
+        idle_rounds.with_label_values(&[&id]).inc_by(w.idle_rounds);
+        running
+            .with_label_values(&[&id])
+            .set(i64::from(w.state == "running"));
+    }
+
+    let tc = ["worker", "tc", "policy"];
+    let tc_count = b.counters("tc_scheduled_total", "Times a traffic class ran", &tc);
+    let tc_cycles = b.counters("tc_cycles_total", "TSC cycles a traffic class used", &tc);
+    let tc_pkts = b.counters("tc_packets_total", "Packets a traffic class processed", &tc);
+    let tc_bytes = b.counters(
+        "tc_bytes_total",
+        "Bytes a traffic class processed (BESS's bits / 8, framing overhead included)",
+        &tc,
+    );
+    for t in &s.tcs {
+        let w = t.wid.to_string();
+        let l = [w.as_str(), &t.name, &t.policy];
+        tc_count.with_label_values(&l).inc_by(t.count);
+        tc_cycles.with_label_values(&l).inc_by(t.cycles);
+        tc_pkts.with_label_values(&l).inc_by(t.packets);
+        tc_bytes.with_label_values(&l).inc_by(t.bits / 8);
+    }
+
+    let pool = b.gauges(
+        "pool_buffers",
+        "Packet buffers of the pool, free or in use",
+        &["state"],
+    );
+    let in_use = s.pool.capacity.saturating_sub(s.pool.free);
+    pool.with_label_values(&["free"]).set(s.pool.free as i64);
+    pool.with_label_values(&["in_use"]).set(in_use as i64);
+    b.counters(
+        "pool_alloc_failures_total",
+        "Buffer allocations that found the pool empty",
+        &[],
+    )
+    .with_label_values::<&str>(&[])
+    .inc_by(s.pool.alloc_failures);
+
+    let mut out = Vec::new();
+    // Encoding into memory cannot fail for these metric types.
+    let _ = TextEncoder::new().encode(&b.0.gather(), &mut out);
+    String::from_utf8(out).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::*;
+    use super::render;
+
+    fn sample() -> Snapshot {
+        Snapshot {
+            time: 1.0,
+            modules: vec![ModuleStats {
+                name: "ttl".into(),
+                mclass: "UpdateTTL".into(),
+                desc: String::new(),
+                drops: vec![
+                    DropStat {
+                        reason: "ttl_expired".into(),
+                        count: 7,
+                    },
+                    DropStat {
+                        reason: "deadend".into(),
+                        count: 0,
+                    },
+                ],
+                ogates: vec![EdgeStats {
+                    ogate: 0,
+                    to: "sink".into(),
+                    igate: 1,
+                    packets: 93,
+                    batches: 3,
+                }],
+            }],
+            ports: vec![PortStats {
+                name: "p0".into(),
+                driver: "PcapFilePort".into(),
+                rx: vec![QueueStats {
+                    packets: 5,
+                    bytes: 300,
+                    dropped: 1,
+                }],
+                tx: vec![],
+            }],
+            workers: vec![WorkerStats {
+                wid: 0,
+                core: 1,
+                state: "running".into(),
+                rounds: 10,
+                idle_rounds: 4,
+                busy_seconds: 1.5,
+                idle_seconds: 0.25,
+            }],
+            tcs: vec![TcStats {
+                wid: 0,
+                name: "tc a".into(),
+                policy: "leaf".into(),
+                parent: "root".into(),
+                count: 2,
+                cycles: 900,
+                packets: 64,
+                bits: 8000,
+            }],
+            pool: PoolStats {
+                capacity: 100,
+                free: 60,
+                alloc_failures: 2,
+            },
+        }
+    }
+
+    #[test]
+    fn every_counter_of_the_snapshot_is_a_series_with_its_labels() {
+        let text = render(&sample());
+        for line in [
+            r#"bessemer_module_drops_total{class="UpdateTTL",module="ttl",reason="ttl_expired"} 7"#,
+            r#"bessemer_module_drops_total{class="UpdateTTL",module="ttl",reason="deadend"} 0"#,
+            r#"bessemer_gate_packets_total{igate="1",module="ttl",next="sink",ogate="0"} 93"#,
+            r#"bessemer_gate_batches_total{igate="1",module="ttl",next="sink",ogate="0"} 3"#,
+            r#"bessemer_port_packets_total{direction="rx",driver="PcapFilePort",port="p0",queue="0"} 5"#,
+            r#"bessemer_port_bytes_total{direction="rx",driver="PcapFilePort",port="p0",queue="0"} 300"#,
+            r#"bessemer_port_dropped_total{direction="rx",driver="PcapFilePort",port="p0",queue="0"} 1"#,
+            r#"bessemer_worker_cpu_seconds_total{core="1",state="busy",worker="0"} 1.5"#,
+            r#"bessemer_worker_cpu_seconds_total{core="1",state="idle",worker="0"} 0.25"#,
+            r#"bessemer_worker_rounds_total{worker="0"} 10"#,
+            r#"bessemer_worker_idle_rounds_total{worker="0"} 4"#,
+            r#"bessemer_worker_running{worker="0"} 1"#,
+            r#"bessemer_tc_scheduled_total{policy="leaf",tc="tc a",worker="0"} 2"#,
+            r#"bessemer_tc_cycles_total{policy="leaf",tc="tc a",worker="0"} 900"#,
+            r#"bessemer_tc_packets_total{policy="leaf",tc="tc a",worker="0"} 64"#,
+            r#"bessemer_tc_bytes_total{policy="leaf",tc="tc a",worker="0"} 1000"#,
+            r#"bessemer_pool_buffers{state="free"} 60"#,
+            r#"bessemer_pool_buffers{state="in_use"} 40"#,
+            "bessemer_pool_alloc_failures_total 2",
+            "# TYPE bessemer_module_drops_total counter",
+            "# TYPE bessemer_pool_buffers gauge",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        let mut s = sample();
+        s.modules[0].name = "a\"b\\c\nd".into();
+        let text = render(&s);
+        assert!(
+            text.contains(r#"module="a\"b\\c\nd""#),
+            "label not escaped:\n{text}"
+        );
+    }
+
+    #[test]
+    fn drop_rates_come_from_successive_readings_and_restart_after_a_reset() {
+        let mut r = DropRates::default();
+        let mut s = sample();
+        r.update(&s);
+        assert_eq!(
+            r.rate("ttl", "ttl_expired"),
+            0.0,
+            "one reading gives no rate"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        s.modules[0].drops[0].count = 1007;
+        r.update(&s);
+        let rate = r.rate("ttl", "ttl_expired");
+        assert!(rate > 1000.0 && rate < 1000.0 / 0.05 + 1.0, "{rate}");
+        assert_eq!(r.rate("ttl", "deadend"), 0.0);
+        assert_eq!(r.rate("nope", "ttl_expired"), 0.0);
+        s.modules[0].drops[0].count = 3;
+        r.update(&s);
+        assert_eq!(
+            r.rate("ttl", "ttl_expired"),
+            0.0,
+            "a reset counter is no negative rate"
+        );
+    }
+
+    #[test]
+    fn only_loopback_and_allowed_networks_are_admitted() {
+        use std::net::IpAddr;
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let lo = http::Allowed::loopback();
+        assert!(lo.permits(ip("127.0.0.1")));
+        assert!(lo.permits(ip("127.3.2.1")));
+        assert!(lo.permits(ip("::1")));
+        assert!(lo.permits(ip("::ffff:127.0.0.1")));
+        assert!(!lo.permits(ip("10.1.2.3")));
+        assert!(!lo.permits(ip("::ffff:10.1.2.3")));
+        assert!(!lo.permits(ip("fe80::1")));
+        let some = http::Allowed::with(&["10.0.0.0/8".into(), "192.0.2.7".into()]).unwrap();
+        assert!(some.permits(ip("10.200.0.1")));
+        assert!(some.permits(ip("192.0.2.7")));
+        assert!(!some.permits(ip("192.0.2.8")));
+        let e = http::Allowed::with(&["ten".into()]).unwrap_err();
+        assert!(e.contains("'ten'"), "{e}");
+    }
+}

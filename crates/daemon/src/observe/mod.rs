@@ -1,0 +1,350 @@
+//! What an operator sees: one consistent snapshot of every counter (modules, gates, drop
+//! reasons, ports, workers, traffic classes, the packet pool), the drop rates derived from
+//! successive snapshots, and the HTTP endpoints that serve them (`/metrics` for Prometheus,
+//! the live web view). The `ShowErrors` RPC and `GetModuleInfo` read the same snapshot code.
+
+pub mod http;
+pub mod metrics;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bessemer_core::engine::WorkerState;
+use bessemer_core::port::DirCounts;
+use bessemer_core::Engine;
+use serde::Serialize;
+
+/// Every counter of the daemon at one instant.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Snapshot {
+    /// Unix time of the snapshot, in seconds.
+    pub time: f64,
+    /// Modules in creation order.
+    pub modules: Vec<ModuleStats>,
+    /// Ports by name.
+    pub ports: Vec<PortStats>,
+    /// Workers by id.
+    pub workers: Vec<WorkerStats>,
+    /// Traffic classes of every worker, parents before children.
+    pub tcs: Vec<TcStats>,
+    /// The packet pool.
+    pub pool: PoolStats,
+}
+
+/// A module's counters.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ModuleStats {
+    /// Instance name.
+    pub name: String,
+    /// Class name.
+    pub mclass: String,
+    /// The module's own one-line description.
+    pub desc: String,
+    /// Packets dropped, by reason, in the class's declared order (zero rows included).
+    pub drops: Vec<DropStat>,
+    /// Connected output gates.
+    pub ogates: Vec<EdgeStats>,
+}
+
+/// Packets dropped under one reason.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct DropStat {
+    /// The reason's name.
+    pub reason: String,
+    /// Packets dropped so far.
+    pub count: u64,
+}
+
+/// Counters of one connection (an output gate and where it leads).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct EdgeStats {
+    /// Output gate.
+    pub ogate: u16,
+    /// Downstream module.
+    pub to: String,
+    /// Its input gate.
+    pub igate: u16,
+    /// Packets sent.
+    pub packets: u64,
+    /// Batches sent.
+    pub batches: u64,
+}
+
+/// A port's per-queue counters.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PortStats {
+    /// Port name.
+    pub name: String,
+    /// Driver (class) name.
+    pub driver: String,
+    /// Receive queues.
+    pub rx: Vec<QueueStats>,
+    /// Transmit queues.
+    pub tx: Vec<QueueStats>,
+}
+
+/// Counters of one port queue.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct QueueStats {
+    /// Packets.
+    pub packets: u64,
+    /// Bytes.
+    pub bytes: u64,
+    /// Packets dropped.
+    pub dropped: u64,
+}
+
+impl From<DirCounts> for QueueStats {
+    fn from(c: DirCounts) -> QueueStats {
+        QueueStats {
+            packets: c.packets,
+            bytes: c.bytes,
+            dropped: c.dropped,
+        }
+    }
+}
+
+/// A worker's state and time.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct WorkerStats {
+    /// Worker id.
+    pub wid: usize,
+    /// Core it is pinned to.
+    pub core: usize,
+    /// "running", "pausing", "paused" or "finished".
+    pub state: String,
+    /// Scheduler rounds.
+    pub rounds: u64,
+    /// Rounds in which nothing was runnable.
+    pub idle_rounds: u64,
+    /// Seconds spent inside tasks.
+    pub busy_seconds: f64,
+    /// Seconds running but outside tasks (scheduling, idle polling).
+    pub idle_seconds: f64,
+}
+
+/// A traffic class's usage.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TcStats {
+    /// Worker the class lives on.
+    pub wid: usize,
+    /// Class name.
+    pub name: String,
+    /// Policy name.
+    pub policy: String,
+    /// Parent class ("" for a worker's root).
+    pub parent: String,
+    /// Times scheduled.
+    pub count: u64,
+    /// TSC cycles used.
+    pub cycles: u64,
+    /// Packets processed.
+    pub packets: u64,
+    /// Bits processed.
+    pub bits: u64,
+}
+
+/// Occupancy of the packet pool.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PoolStats {
+    /// Buffers in all.
+    pub capacity: u64,
+    /// Buffers free (shared list and worker caches).
+    pub free: u64,
+    /// Allocations that found no buffer.
+    pub alloc_failures: u64,
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// A module's drop counters by reason, every declared reason included.
+pub fn drops_of(e: &Engine, module: &str) -> bessemer_core::Result<Vec<DropStat>> {
+    Ok(e.graph()
+        .drops_of(module)?
+        .into_iter()
+        .map(|(reason, count)| DropStat { reason, count })
+        .collect())
+}
+
+/// Reads every counter. Takes no pause: counters are read as the workers update them.
+pub fn collect(e: &Engine) -> Snapshot {
+    let g = e.graph();
+    let mut edges: HashMap<String, Vec<EdgeStats>> = HashMap::new();
+    for c in g.connections() {
+        edges.entry(c.from).or_default().push(EdgeStats {
+            ogate: c.ogate,
+            to: c.to,
+            igate: c.igate,
+            packets: c.counts.packets,
+            batches: c.counts.batches,
+        });
+    }
+    let modules = g
+        .modules()
+        .into_iter()
+        .map(|m| {
+            let mut ogates = edges.remove(&m.name).unwrap_or_default();
+            ogates.sort_by_key(|o| o.ogate);
+            ModuleStats {
+                drops: drops_of(e, &m.name).unwrap_or_default(),
+                ogates,
+                mclass: m.mclass.to_string(),
+                desc: m.desc,
+                name: m.name,
+            }
+        })
+        .collect();
+    let mut ports: Vec<PortStats> = e
+        .ports()
+        .list()
+        .iter()
+        .map(|p| {
+            let (rx, tx) = p.queue_counts();
+            PortStats {
+                name: p.name().to_string(),
+                driver: p.driver().name.to_string(),
+                rx: rx.into_iter().map(Into::into).collect(),
+                tx: tx.into_iter().map(Into::into).collect(),
+            }
+        })
+        .collect();
+    ports.sort_by(|a, b| a.name.cmp(&b.name));
+    let tcs: Vec<TcStats> = e
+        .list_tcs()
+        .into_iter()
+        .map(|(wid, t)| TcStats {
+            wid,
+            policy: t.policy.name().to_string(),
+            parent: t.parent.unwrap_or_default(),
+            count: t.stats.count,
+            cycles: t.stats.cycles,
+            packets: t.stats.packets,
+            bits: t.stats.bits,
+            name: t.name,
+        })
+        .collect();
+    let hz = bessemer_core::tsc::hz().max(1) as f64;
+    let workers = e
+        .list_workers()
+        .into_iter()
+        .map(|w| {
+            // A worker's root class accumulates the cycles of every task it ran.
+            let busy = tcs
+                .iter()
+                .filter(|t| t.wid == w.wid && t.parent.is_empty())
+                .map(|t| t.cycles)
+                .sum::<u64>();
+            WorkerStats {
+                wid: w.wid,
+                core: w.core,
+                state: match w.state {
+                    WorkerState::Running => "running",
+                    WorkerState::Pausing => "pausing",
+                    WorkerState::Paused => "paused",
+                    WorkerState::Finished => "finished",
+                }
+                .to_string(),
+                rounds: w.rounds,
+                idle_rounds: w.idle_rounds,
+                busy_seconds: busy as f64 / hz,
+                idle_seconds: w.run_cycles.saturating_sub(busy) as f64 / hz,
+            }
+        })
+        .collect();
+    let p = e.pool().stats();
+    Snapshot {
+        time: unix_now(),
+        modules,
+        ports,
+        workers,
+        tcs,
+        pool: PoolStats {
+            capacity: p.capacity as u64,
+            free: p.free as u64,
+            alloc_failures: p.alloc_failures,
+        },
+    }
+}
+
+/// Drop rates (packets per second) by module and reason, from the two latest snapshots the
+/// sampler took.
+#[derive(Default)]
+pub struct DropRates {
+    prev: Option<(Instant, HashMap<DropKey, u64>)>,
+    rates: HashMap<DropKey, f64>,
+}
+
+/// A module name and one of its drop reasons.
+type DropKey = (String, String);
+
+impl DropRates {
+    /// Folds in a new reading of the drop counters.
+    pub fn update(&mut self, snap: &Snapshot) {
+        let now = Instant::now();
+        let cur: HashMap<DropKey, u64> = snap
+            .modules
+            .iter()
+            .flat_map(|m| {
+                m.drops
+                    .iter()
+                    .map(|d| ((m.name.clone(), d.reason.clone()), d.count))
+            })
+            .collect();
+        if let Some((t, prev)) = &self.prev {
+            let dt = now.duration_since(*t).as_secs_f64().max(1e-3);
+            self.rates = cur
+                .iter()
+                .map(|(k, &c)| {
+                    // A counter that went down was reset; its rate restarts from zero.
+                    let d = c.saturating_sub(prev.get(k).copied().unwrap_or(0));
+                    (k.clone(), d as f64 / dt)
+                })
+                .collect();
+        }
+        self.prev = Some((now, cur));
+    }
+
+    /// Packets per second dropped by `module` under `reason` over the last interval.
+    pub fn rate(&self, module: &str, reason: &str) -> f64 {
+        self.rates
+            .get(&(module.to_string(), reason.to_string()))
+            .copied()
+            .unwrap_or(0.0)
+    }
+}
+
+/// The engine as the control service shares it.
+pub type SharedEngine = Arc<Mutex<Engine>>;
+
+/// How often the sampler reads the counters for rates.
+pub const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Reads the counters every [`SAMPLE_INTERVAL`] so that `show errors` can give rates
+/// without making its caller wait a second.
+pub fn spawn_sampler(engine: SharedEngine, rates: Arc<Mutex<DropRates>>) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(SAMPLE_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let e = engine.clone();
+            let Ok(snap) = tokio::task::spawn_blocking(move || {
+                collect(&e.lock().unwrap_or_else(|p| p.into_inner()))
+            })
+            .await
+            else {
+                continue;
+            };
+            rates
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .update(&snap);
+        }
+    });
+}

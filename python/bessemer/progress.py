@@ -1,0 +1,100 @@
+"""A one-line progress report for long CLI operations (scripts that build large tables,
+pcap replays), redrawn in place on a terminal.
+
+Shown on stderr when it is a terminal, or when `BESSEMER_PROGRESS=1`; never when
+`BESSEMER_PROGRESS=0`. Without a terminal the line is printed once per update interval
+instead of redrawn.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import TextIO
+
+
+def _enabled(stream: TextIO) -> bool:
+    forced = os.environ.get("BESSEMER_PROGRESS")
+    if forced is not None:
+        return forced not in ("", "0")
+    return stream.isatty()
+
+
+def _count(n: float) -> str:
+    return f"{n:,.0f}"
+
+
+def _rate(r: float) -> str:
+    if r >= 1e6:
+        return f"{r / 1e6:.2f} M/s"
+    if r >= 1e3:
+        return f"{r / 1e3:.1f} k/s"
+    return f"{r:.0f}/s"
+
+
+class Progress:
+    """Counts work done (of `total`, if known) and reports it at most every `interval` s."""
+
+    def __init__(
+        self,
+        label: str,
+        unit: str,
+        total: int | None = None,
+        interval: float = 0.25,
+        stream: TextIO | None = None,
+        delay: float = 0.5,
+    ):
+        self.label, self.unit, self.total = label, unit, total
+        self.stream = stream or sys.stderr
+        self.enabled = _enabled(self.stream)
+        self.tty = self.stream.isatty()
+        self.interval, self.delay = interval, delay
+        self.done = 0
+        self.start = time.monotonic()
+        self._last_draw = 0.0
+        self._drawn = False
+
+    def line(self) -> str:
+        """The progress text for the current count."""
+        elapsed = max(time.monotonic() - self.start, 1e-9)
+        rate = self.done / elapsed
+        text = f"{self.label}: {_count(self.done)}"
+        if self.total:
+            pct = 100.0 * self.done / self.total
+            text += f"/{_count(self.total)} {self.unit} ({pct:.0f}%)"
+            if 0 < rate and self.done < self.total:
+                text += f", {_rate(rate)}, {(self.total - self.done) / rate:.0f} s left"
+            else:
+                text += f", {_rate(rate)}"
+        else:
+            text += f" {self.unit}, {_rate(rate)}"
+        return text + f", {elapsed:.1f} s"
+
+    def update(self, done: int | None = None, step: int = 1) -> None:
+        """Sets (or advances by `step`) the count; redraws if due."""
+        self.done = done if done is not None else self.done + step
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        # Short operations stay silent: the line appears only once one has taken `delay`.
+        if now - self.start < self.delay or now - self._last_draw < self.interval:
+            return
+        self._last_draw = now
+        self._draw()
+
+    def _draw(self) -> None:
+        if self.tty:
+            self.stream.write("\r\x1b[K" + self.line())
+        else:
+            self.stream.write(self.line() + "\n")
+        self.stream.flush()
+        self._drawn = True
+
+    def finish(self) -> None:
+        """Prints the final count if a line was shown (so the last state stays visible)."""
+        if self.enabled and self._drawn:
+            self._draw()
+            if self.tty:
+                self.stream.write("\n")
+            self.stream.flush()
