@@ -19,6 +19,10 @@ have ip || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || need_apt+=(iproute2)
 have ping || [ -x /usr/bin/ping ] || [ -x /bin/ping ] || need_apt+=(iputils-ping)
 # Port traffic tests send a file across the switch with iperf3.
 have iperf3 || [ -x /usr/bin/iperf3 ] || need_apt+=(iperf3)
+# Observability tests: promtool checks /metrics and a real Prometheus scrapes it; the web
+# view is loaded in headless Chromium.
+have promtool || need_apt+=(prometheus)
+have chromium || [ -x /usr/bin/chromium ] || need_apt+=(chromium)
 # The BPF module compiles tcpdump expressions with libpcap (headers + libpcap.so to link).
 [ -f /usr/include/pcap/pcap.h ] || need_apt+=(libpcap-dev)
 

@@ -14,11 +14,9 @@ import time
 from typing import TextIO
 
 
-def _enabled(stream: TextIO) -> bool:
-    forced = os.environ.get("BESSEMER_PROGRESS")
-    if forced is not None:
-        return forced not in ("", "0")
-    return stream.isatty()
+def _forced() -> bool | None:
+    v = os.environ.get("BESSEMER_PROGRESS")
+    return None if v is None else v not in ("", "0")
 
 
 def _count(n: float) -> str:
@@ -47,9 +45,11 @@ class Progress:
     ):
         self.label, self.unit, self.total = label, unit, total
         self.stream = stream or sys.stderr
-        self.enabled = _enabled(self.stream)
+        forced = _forced()
         self.tty = self.stream.isatty()
-        self.interval, self.delay = interval, delay
+        self.enabled = self.tty if forced is None else forced
+        # Asked for explicitly: shown from the first update, however short the operation.
+        self.interval, self.delay = interval, (0.0 if forced else delay)
         self.done = 0
         self.start = time.monotonic()
         self._last_draw = 0.0

@@ -3,6 +3,7 @@ and the helpers the port tests share."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -56,12 +57,13 @@ class Daemon:
     proc: subprocess.Popen
 
 
-@pytest.fixture()
-def daemon(tmp_path):
+@contextlib.contextmanager
+def running_daemon(tmp_path: Path, *extra: str):
+    """A bessemerd on a free loopback port with `extra` options, stopped afterwards."""
     port = free_port()
-    log = tmp_path / "bessemerd.log"
+    log = tmp_path / f"bessemerd-{port}.log"
     args = [str(daemon_binary()), "--port", str(port), "--no-pin", "--no-hugepages"]
-    args += ["--buffers", "8192", "--log-file", str(log)]
+    args += ["--buffers", "8192", "--log-file", str(log), *extra]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     client = None
     try:
@@ -88,6 +90,12 @@ def daemon(tmp_path):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=5)
+
+
+@pytest.fixture()
+def daemon(tmp_path):
+    with running_daemon(tmp_path) as d:
+        yield d
 
 
 @pytest.fixture()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -34,6 +35,24 @@ def test_sample_script_runs_and_moves_packets(bess, script):
         time.sleep(0.05)
     assert _packets_out(bess) > 0, "no packet left any module"
     assert bess.check_scheduling_constraints().modules == []
+    _shows_declared_drop_reasons(bess)
+
+
+CORE_REASONS = ["deadend", "unhandled", "hop_limit"]
+
+
+def _shows_declared_drop_reasons(bess) -> None:
+    """ShowErrors (zero rows included) lists for every module exactly the reasons its class
+    declares (its help) and the core's: with the samples covering every class, every class's
+    reasons are shown."""
+    errors = bess.show_errors(include_zero=True)
+    shown = {m.name: [d.reason for d in m.drops] for m in errors.modules}
+    for m in bess.list_modules():
+        found = re.search(r"drop reasons: (.*)", bess.get_mclass_info(m.mclass).help)
+        declared = found.group(1).split(", ") if found else []
+        assert shown[m.name] == declared + CORE_REASONS, m.mclass
+        info = {d.reason: d.count for d in bess.get_module_info(m.name).drops}
+        assert list(info) == shown[m.name], m.name
 
 
 def test_the_samples_use_every_module_class(bess):

@@ -1,0 +1,379 @@
+"""What an operator sees: `show errors`, drops in GetModuleInfo and `show module`, Prometheus
+`/metrics` (checked by promtool, scraped by a real Prometheus), the live web view (in headless
+Chromium), who may reach the HTTP endpoints, and progress of long CLI operations."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import shutil
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from scapy.all import ARP, IP, UDP, Ether, wrpcap
+
+from bessemer import cli
+from bessemer.script import run_script
+
+from .conftest import ROOT, free_port, ogate_packets, running_daemon
+
+CORE_REASONS = ["deadend", "unhandled", "hop_limit"]
+
+
+def _cli(port: int, *argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(["--port", str(port), *argv])
+    return code, out.getvalue(), err.getvalue()
+
+
+def _until(pred, seconds: float = 20.0, step: float = 0.1):
+    deadline = time.monotonic() + seconds
+    while True:
+        v = pred()
+        if v or time.monotonic() > deadline:
+            return v
+        time.sleep(step)
+
+
+def _dropping_pipeline(b) -> None:
+    """Four branches, each dropping every packet under one named reason."""
+    ttl1 = bytes(Ether() / IP(src="10.0.0.1", dst="10.0.0.2", ttl=1) / UDP() / (b"x" * 18))
+    routed = bytes(Ether() / IP(src="10.0.0.1", dst="10.9.9.9") / UDP() / (b"x" * 18))
+    arp = bytes(Ether() / ARP() / (b"x" * 18))
+    for name, tmpl, mclass in (
+        ("ttl", ttl1, "UpdateTTL"),
+        ("lookup", routed, "IPLookup"),
+        ("ttl_arp", arp, "UpdateTTL"),
+    ):
+        b.create_module("Source", f"src_{name}", {"pkt_size": len(tmpl)})
+        b.create_module("Rewrite", f"rw_{name}", {"templates": [tmpl]})
+        b.create_module(mclass, name)
+        b.create_module("Sink", f"sink_{name}")
+        b.connect_modules(f"src_{name}", f"rw_{name}")
+        b.connect_modules(f"rw_{name}", name)
+        b.connect_modules(name, f"sink_{name}")
+    b.create_module("Source", "src_dead", {"pkt_size": 60})
+    b.create_module("Bypass", "dead")
+    b.connect_modules("src_dead", "dead")
+    b.resume_all()
+
+
+def _rows(resp) -> dict[tuple[str, str], tuple[int, float]]:
+    return {(m.name, d.reason): (d.count, d.rate) for m in resp.modules for d in m.drops}
+
+
+EXPECTED = [
+    ("ttl", "ttl_expired"),
+    ("lookup", "no_match"),
+    ("ttl_arp", "not_ipv4"),
+    ("dead", "deadend"),
+]
+
+
+def test_show_errors_names_each_reason_with_counts_and_rates(daemon):
+    b = daemon.client
+    _dropping_pipeline(b)
+    # Rates come from the daemon's once-a-second sampler: two samples under traffic.
+    rows = _until(
+        lambda: (
+            (r := _rows(b.show_errors())) and all(r.get(k, (0, 0.0))[1] > 0 for k in EXPECTED) and r
+        ),
+        seconds=15,
+    )
+    assert rows, f"no rate for every expected reason: {_rows(b.show_errors())}"
+    assert set(rows) == set(EXPECTED), "only reasons that dropped are listed by default"
+
+    b.pause_all()
+    resp = b.show_errors()
+    for name, reason in EXPECTED:
+        info = {d.reason: d.count for d in b.get_module_info(name).drops}
+        count = _rows(resp)[(name, reason)][0]
+        # Same counter, read the same way, while nothing runs.
+        assert info[reason] == count > 0
+        # Every packet the module received was dropped under that one reason.
+        upstream = "src_dead" if name == "dead" else f"rw_{name}"
+        assert ogate_packets(b, upstream) == count
+    assert b.get_module_info("dead").deadends == _rows(resp)[("dead", "deadend")][0]
+
+    every = _rows(b.show_errors(include_zero=True))
+    assert every[("ttl", "hop_limit")] == (0, 0.0)
+    assert ("src_ttl", "pool_exhausted") in every
+    only = b.show_errors(["ttl", "dead"])
+    assert [m.name for m in only.modules] == ["ttl", "dead"]
+    with pytest.raises(b.Error) as exc:
+        b.show_errors(["nope"])
+    assert exc.value.code == 2 and "nope" in exc.value.errmsg
+
+
+def test_show_errors_and_show_module_in_the_cli(daemon):
+    b = daemon.client
+    _dropping_pipeline(b)
+    assert _until(lambda: all(_rows(b.show_errors()).get(k) for k in EXPECTED))
+    b.pause_all()
+    code, out, _ = _cli(daemon.port, "show", "errors")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split() == ["module", "class", "reason", "packets", "per", "s"]
+    body = [ln.split() for ln in lines[2:] if ln and not ln.startswith("total")]
+    assert {(r[0], r[2]) for r in body} == set(EXPECTED)
+    counts = [int(r[3]) for r in body]
+    assert counts == sorted(counts, reverse=True), "default order: most drops first"
+    assert f"total: {sum(counts):,}" in out.replace(",", ",")
+    _, out, _ = _cli(daemon.port, "show", "errors", "--sort", "module")
+    names = [ln.split()[0] for ln in out.splitlines()[2:] if ln and not ln.startswith("total")]
+    assert names == sorted(names)
+    _, out, _ = _cli(daemon.port, "show", "errors", "--all", "ttl")
+    assert {ln.split()[2] for ln in out.splitlines()[2:-1]} == {
+        "too_short",
+        "not_ipv4",
+        "bad_ip_header",
+        "ttl_expired",
+        *CORE_REASONS,
+    }
+    code, _, err = _cli(daemon.port, "show", "errors", "nope")
+    assert code == 1 and "nope" in err
+    _, out, _ = _cli(daemon.port, "show", "module", "ttl")
+    expired = {d.reason: d.count for d in b.get_module_info("ttl").drops}["ttl_expired"]
+    assert f"ttl_expired {expired:,}" in out
+
+
+def _get(url: str, timeout: float = 5) -> tuple[int, str, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.headers.get("Content-Type", ""), r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get("Content-Type", ""), e.read().decode()
+
+
+def _demo(b) -> None:
+    run_script(ROOT / "conf" / "demo.bess", b)
+
+
+def test_metrics_pass_promtool_and_a_real_prometheus_scrapes_them(tmp_path):
+    for tool in ("promtool", "prometheus"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is missing (apt-get install -y prometheus)")
+    mport = free_port()
+    with running_daemon(tmp_path, "--metrics", f"127.0.0.1:{mport}") as d:
+        _demo(d.client)
+        assert _until(lambda: ogate_packets(d.client, "src") > 0)
+        status, ctype, text = _get(f"http://127.0.0.1:{mport}/metrics")
+        assert status == 200 and ctype.startswith("text/plain; version=0.0.4")
+        check = subprocess.run(
+            ["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
+        )
+        assert check.returncode == 0, check.stdout + check.stderr
+        for series in (
+            'bessemer_gate_packets_total{igate="0",module="src",next="rewrite0",ogate="0"}',
+            'bessemer_module_drops_total{class="Queue",module="queue0",reason="queue_full"}',
+            'bessemer_worker_cpu_seconds_total{core="0",state="busy",worker="0"}',
+            'bessemer_tc_packets_total{policy="leaf",tc="!leaf_src:0",worker="0"}',
+            'bessemer_pool_buffers{state="free"}',
+        ):
+            assert series in text, series
+        # Only /metrics is served on a metrics-only address.
+        assert _get(f"http://127.0.0.1:{mport}/")[0] == 404
+
+        pport = free_port()
+        cfg = tmp_path / "prometheus.yml"
+        cfg.write_text(
+            "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+            "scrape_configs:\n"
+            f"  - job_name: bessemer\n    static_configs: [{{targets: ['127.0.0.1:{mport}']}}]\n"
+        )
+        log = (tmp_path / "prometheus.log").open("w")
+        prom = subprocess.Popen(
+            [
+                "prometheus",
+                f"--config.file={cfg}",
+                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{pport}",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+
+            def query(q: str):
+                url = f"http://127.0.0.1:{pport}/api/v1/query?query={urllib.request.quote(q)}"
+                try:
+                    status, _, body = _get(url, timeout=2)
+                except OSError:
+                    return None
+                if status != 200:
+                    return None
+                return json.loads(body)["data"]["result"]
+
+            up = _until(lambda: (r := query('up{job="bessemer"}')) and r[0]["value"][1] == "1", 40)
+            assert up, (tmp_path / "prometheus.log").read_text()[-2000:]
+            rate = _until(
+                lambda: (
+                    (r := query('rate(bessemer_gate_packets_total{module="src"}[5s])'))
+                    and float(r[0]["value"][1]) > 0
+                ),
+                40,
+            )
+            assert rate, "Prometheus saw no packet rate"
+        finally:
+            prom.terminate()
+            try:
+                prom.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                prom.kill()
+            log.close()
+
+
+def _local_ipv4() -> str | None:
+    """A non-loopback IPv4 address of this host, if it has one."""
+    out = subprocess.run(
+        ["ip", "-4", "-o", "addr", "show", "scope", "global"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    m = re.search(r"inet (\d+\.\d+\.\d+\.\d+)/", out)
+    return m.group(1) if m else None
+
+
+def test_http_endpoints_answer_loopback_only_unless_allowed(tmp_path):
+    if shutil.which("ip") is None:
+        pytest.skip("iproute2 is missing (apt-get install -y iproute2)")
+    ip = _local_ipv4()
+    if ip is None:
+        pytest.skip("this host has no non-loopback IPv4 address to connect from")
+    port = free_port()
+    with running_daemon(tmp_path, "--metrics", f"0.0.0.0:{port}", "--http", f"0.0.0.0:{port}"):
+        # Connecting to our own global address makes it the peer's address too.
+        status, _, body = _get(f"http://{ip}:{port}/metrics")
+        assert status == 403 and ip in body and "--http-allow" in body
+        assert _get(f"http://{ip}:{port}/api/snapshot")[0] == 403
+        assert _get(f"http://127.0.0.1:{port}/metrics")[0] == 200
+        assert _get(f"http://127.0.0.1:{port}/")[0] == 200
+    port = free_port()
+    with running_daemon(tmp_path, "--http", f"0.0.0.0:{port}", "--http-allow", f"{ip}/32"):
+        status, _, body = _get(f"http://{ip}:{port}/api/snapshot")
+        assert status == 200 and "modules" in json.loads(body)
+        # The view alone: no /metrics on this address.
+        assert _get(f"http://127.0.0.1:{port}/metrics")[0] == 404
+
+
+def test_http_options_with_bad_values_are_refused(tmp_path):
+    from .conftest import daemon_binary
+
+    for args, needle in (
+        (["--http-allow", "ten"], "'ten'"),
+        (["--metrics", "localhost"], "--metrics"),
+    ):
+        p = subprocess.run(
+            [str(daemon_binary()), "--port", str(free_port()), "--no-hugepages", *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert p.returncode != 0 and needle in p.stderr, p.stderr
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        p = subprocess.run(
+            [
+                str(daemon_binary()),
+                "--port",
+                str(free_port()),
+                "--no-hugepages",
+                "--metrics",
+                f"127.0.0.1:{taken}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert p.returncode == 1 and "address already in use" in p.stderr, p.stderr
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def test_web_view_draws_every_module_and_its_rates_change(tmp_path):
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("chromium is missing (apt-get install -y chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
+    port = free_port()
+    with running_daemon(tmp_path, "--http", f"127.0.0.1:{port}") as d:
+        _demo(d.client)
+        names = sorted(m.name for m in d.client.list_modules())
+        with sync_api.sync_playwright() as pw:
+            br = pw.chromium.launch(executable_path=browser, args=["--no-sandbox"])
+            try:
+                page = br.new_page(viewport={"width": 1400, "height": 700})
+                page.goto(f"http://127.0.0.1:{port}/")
+                page.wait_for_selector("g.module", timeout=15000)
+                drawn = sorted(t.text_content() for t in page.query_selector_all("g.module .name"))
+                assert drawn == names
+                for n in names:
+                    box = page.query_selector(f'g.module[data-name="{n}"]').bounding_box()
+                    assert box and box["x"] >= 0 and box["x"] + box["width"] <= 1400, n
+                    assert box["y"] >= 0 and box["y"] + box["height"] <= 700, n
+
+                def rate(edge: str) -> str:
+                    return page.query_selector(f'text.rate[data-edge="{edge}"]').text_content()
+
+                # The first frame has no earlier sample; later ones show the live rate.
+                live = _until(lambda: not rate("src:0").startswith("0 "), 10)
+                assert live, rate("src:0")
+                assert re.fullmatch(r"[\d.]+ [kMG]?pps", rate("src:0"))
+                first = page.screenshot(path=str(tmp_path / "view1.png"))
+                d.client.pause_all()
+                stopped = _until(lambda: rate("src:0") == "0 pps", 10)
+                assert stopped, f"rate still {rate('src:0')} after traffic stopped"
+                second = page.screenshot(path=str(tmp_path / "view2.png"))
+                assert first != second, "the view did not change when traffic stopped"
+                assert page.text_content("#error") == ""
+            finally:
+                br.close()
+
+
+def test_replay_shows_progress_and_removes_what_it_made(daemon, tmp_path, monkeypatch):
+    pcap = tmp_path / "r.pcap"
+    wrpcap(str(pcap), [Ether() / IP() / UDP() / (b"x" * 20)] * 3000)
+    monkeypatch.setenv("BESSEMER_PROGRESS", "1")
+    code, out, err = _cli(daemon.port, "replay", str(pcap), "--name", "rp")
+    assert code == 0, err
+    assert f"replayed 3,000/3,000 packets from {pcap}" in out
+    assert re.search(r"replay r\.pcap: [\d,]+/3,000 packets \(\d+%\)", err), err
+    assert "replay r.pcap: 3,000/3,000 packets (100%)" in err
+    assert daemon.client.list_ports() == [] and daemon.client.list_modules() == []
+    code, _, err = _cli(daemon.port, "replay", str(tmp_path / "missing.pcap"))
+    assert code == 1 and "no such file" in err
+
+
+def test_script_progress_counts_requests(daemon, tmp_path, monkeypatch):
+    def table(name: str):
+        script = tmp_path / f"{name}.bess"
+        script.write_text(
+            f"{name}::ExactMatch(fields=[{{'offset': 30, 'num_bytes': 4}}])\n"
+            "for i in range(400):\n"
+            f"    {name}.add(fields=[{{'value_bin': i.to_bytes(4, 'big')}}], gate=0)\n"
+        )
+        return script
+
+    script = table("table")
+    monkeypatch.setenv("BESSEMER_PROGRESS", "1")
+    code, _, err = _cli(daemon.port, "run", str(script))
+    assert code == 0, err
+    counts = [int(n.replace(",", "")) for n in re.findall(r"table\.bess: ([\d,]+) requests", err)]
+    assert counts and counts[-1] >= 400, err
+    monkeypatch.setenv("BESSEMER_PROGRESS", "0")
+    code, _, err = _cli(daemon.port, "run", str(table("quiet")))
+    assert code == 0 and "requests" not in err, err
