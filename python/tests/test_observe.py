@@ -170,6 +170,9 @@ def test_metrics_pass_promtool_and_a_real_prometheus_scrapes_them(tmp_path):
             ["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
         )
         assert check.returncode == 0, check.stdout + check.stderr
+        documented = (ROOT / "docs" / "observability.md").read_text()
+        for name in re.findall(r"^# TYPE (\w+)", text, re.M):
+            assert f"`{name}`" in documented, f"{name} is not in docs/observability.md"
         for series in (
             'bessemer_gate_packets_total{igate="0",module="src",next="rewrite0",ogate="0"}',
             'bessemer_module_drops_total{class="Queue",module="queue0",reason="queue_full"}',
@@ -221,6 +224,14 @@ def test_metrics_pass_promtool_and_a_real_prometheus_scrapes_them(tmp_path):
                 40,
             )
             assert rate, "Prometheus saw no packet rate"
+            # Every query of the Grafana dashboard in docs/ is valid PromQL over our series.
+            dash = json.loads((ROOT / "docs" / "grafana" / "bessemer-dashboard.json").read_text())
+            for p in dash["panels"]:
+                for t in p["targets"]:
+                    expr = t["expr"].replace("$__rate_interval", "5s").replace("$instance", ".*")
+                    for name in re.findall(r"bessemer_\w+", expr):
+                        assert f"`{name}`" in documented, f"{p['title']}: no series {name}"
+                    assert query(expr) is not None, f"{p['title']}: Prometheus refused {expr}"
         finally:
             prom.terminate()
             try:
