@@ -42,19 +42,47 @@ def _until(pred, seconds: float = 20.0, step: float = 0.1):
         time.sleep(step)
 
 
+def _templates() -> dict[str, bytes]:
+    pad = b"x" * 18
+    return {
+        "ttl1": bytes(Ether() / IP(src="10.0.0.1", dst="10.0.0.2", ttl=1) / UDP() / pad),
+        "udp": bytes(Ether() / IP(src="10.0.0.1", dst="10.9.9.9") / UDP(dport=53) / pad),
+        "arp": bytes(Ether() / ARP() / pad),
+        "short": bytes(Ether())[:12],
+        "bad_ihl": bytes(Ether() / IP(ihl=3) / UDP() / pad),
+    }
+
+
+# Each branch Source -> Rewrite(template) -> module -> Sink drops every packet under one
+# named reason of the module's class.
+BRANCHES = [
+    ("ttl", "UpdateTTL", None, "ttl1", "ttl_expired"),
+    ("lookup", "IPLookup", None, "udp", "no_match"),
+    ("ttl_arp", "UpdateTTL", None, "arp", "not_ipv4"),
+    ("cksum_short", "IPChecksum", {"verify": True}, "short", "too_short"),
+    ("cksum_ihl", "IPChecksum", {"verify": True}, "bad_ihl", "bad_ip_header"),
+    ("vxlan", "VXLANDecap", None, "arp", "not_vxlan"),
+    ("em", "ExactMatch", {"fields": [{"offset": 30, "num_bytes": 4}]}, "udp", "no_match"),
+    ("wm", "WildcardMatch", {"fields": [{"offset": 30, "num_bytes": 4}]}, "udp", "no_match"),
+    ("l2", "L2Forward", None, "udp", "no_match"),
+    ("split", "RandomSplit", {"drop_rate": 1.0, "gates": [0]}, "udp", "random_drop"),
+    ("arp_resp", "ArpResponder", None, "udp", "not_arp"),
+    ("ipswap", "IPSwap", None, "arp", "not_ipv4"),
+    ("snat", "StaticNAT", None, "arp", "not_ipv4"),
+    ("macswap", "MACSwap", None, "short", "too_short"),
+    ("vlanpop", "VLANPop", None, "short", "too_short"),
+    ("decap", "GenericDecap", {"bytes": 14}, "short", "too_short"),
+]
+EXPECTED = [(name, reason) for name, _, _, _, reason in BRANCHES] + [("dead", "deadend")]
+
+
 def _dropping_pipeline(b) -> None:
-    """Four branches, each dropping every packet under one named reason."""
-    ttl1 = bytes(Ether() / IP(src="10.0.0.1", dst="10.0.0.2", ttl=1) / UDP() / (b"x" * 18))
-    routed = bytes(Ether() / IP(src="10.0.0.1", dst="10.9.9.9") / UDP() / (b"x" * 18))
-    arp = bytes(Ether() / ARP() / (b"x" * 18))
-    for name, tmpl, mclass in (
-        ("ttl", ttl1, "UpdateTTL"),
-        ("lookup", routed, "IPLookup"),
-        ("ttl_arp", arp, "UpdateTTL"),
-    ):
-        b.create_module("Source", f"src_{name}", {"pkt_size": len(tmpl)})
-        b.create_module("Rewrite", f"rw_{name}", {"templates": [tmpl]})
-        b.create_module(mclass, name)
+    """One branch per entry of BRANCHES, and a Bypass whose output leads nowhere."""
+    tmpl = _templates()
+    for name, mclass, arg, t, _ in BRANCHES:
+        b.create_module("Source", f"src_{name}", {"pkt_size": len(tmpl[t])})
+        b.create_module("Rewrite", f"rw_{name}", {"templates": [tmpl[t]]})
+        b.create_module(mclass, name, arg)
         b.create_module("Sink", f"sink_{name}")
         b.connect_modules(f"src_{name}", f"rw_{name}")
         b.connect_modules(f"rw_{name}", name)
@@ -67,14 +95,6 @@ def _dropping_pipeline(b) -> None:
 
 def _rows(resp) -> dict[tuple[str, str], tuple[int, float]]:
     return {(m.name, d.reason): (d.count, d.rate) for m in resp.modules for d in m.drops}
-
-
-EXPECTED = [
-    ("ttl", "ttl_expired"),
-    ("lookup", "no_match"),
-    ("ttl_arp", "not_ipv4"),
-    ("dead", "deadend"),
-]
 
 
 def test_show_errors_names_each_reason_with_counts_and_rates(daemon):
