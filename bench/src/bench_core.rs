@@ -30,12 +30,19 @@ const BESS_REF: &[(&str, f64)] = &[
 struct Opts {
     base: common::Base,
     skip_sched: bool,
+    /// Only cases whose name starts with this (for profiling one case).
+    only: Option<String>,
+    /// Run exactly this many steps per case, once, instead of for a time (for instruction
+    /// counts under callgrind, which do not depend on time).
+    steps: Option<u64>,
 }
 
 fn parse_opts() -> Opts {
     let mut o = Opts {
         base: common::Base::new(5, 0.4),
         skip_sched: false,
+        only: None,
+        steps: None,
     };
     let mut a = common::Args::new(PROG);
     while let Some(opt) = a.next_opt() {
@@ -44,9 +51,14 @@ fn parse_opts() -> Opts {
         }
         match opt.as_str() {
             "--skip-sched" => o.skip_sched = true,
+            "--only" => o.only = Some(a.value("--only")),
+            "--steps" => {
+                o.steps = Some(a.value("--steps").parse().expect("--steps N"));
+                o.base.runs = 1;
+            }
             "-h" | "--help" => {
                 println!(
-                    "usage: bench-core [--runs N] [--secs S] [--core C] [--skip-sched] [--quick]"
+                    "usage: bench-core [--runs N] [--secs S] [--core C] [--skip-sched] [--quick] [--only CASE-PREFIX] [--steps N]"
                 );
                 std::process::exit(0)
             }
@@ -68,6 +80,16 @@ struct Stat {
     max_mpps: f64,
 }
 
+/// Spread (max − min over the median) above which a row is marked as measured on a busy
+/// machine: other load, not the code, moved the figure.
+const BUSY_SPREAD: f64 = 0.10;
+
+impl Stat {
+    fn spread(&self) -> f64 {
+        (self.max_mpps - self.min_mpps) / self.median.mpps.max(1e-9)
+    }
+}
+
 fn summarize(mut v: Vec<Sample>) -> Stat {
     v.sort_by(|a, b| a.mpps.partial_cmp(&b.mpps).unwrap());
     Stat {
@@ -77,23 +99,38 @@ fn summarize(mut v: Vec<Sample>) -> Stat {
     }
 }
 
+/// With `--steps N`: runs `step` exactly N times (no warm-up), for instruction counts.
+static STEPS: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+
 /// Runs `step` (which returns packets done) repeatedly for `secs`, giving Mpps per CPU second.
 fn measure(secs: f64, mut step: impl FnMut() -> u64) -> Sample {
+    if let Some(&Some(n)) = STEPS.get() {
+        let c0 = thread_cpu_secs();
+        let pkts: u64 = (0..n).map(|_| step()).sum();
+        let cpu = (thread_cpu_secs() - c0).max(1e-9);
+        println!("# {n} steps, {pkts} packets");
+        return Sample {
+            mpps: pkts as f64 / cpu / 1e6,
+            cycles: cpu * tsc::hz() as f64 / pkts.max(1) as f64,
+        };
+    }
     let warm = Instant::now();
     while warm.elapsed() < Duration::from_millis(30) {
         step();
     }
-    let (c0, t0, w0) = (thread_cpu_secs(), tsc::rdtsc(), Instant::now());
+    let (c0, w0) = (thread_cpu_secs(), Instant::now());
     let mut pkts = 0u64;
     while w0.elapsed().as_secs_f64() < secs {
         for _ in 0..256 {
             pkts += step();
         }
     }
-    let (c1, t1) = (thread_cpu_secs(), tsc::rdtsc());
+    let cpu = (thread_cpu_secs() - c0).max(1e-9);
+    // Cycles of this thread's CPU time (TSC rate), so time the thread was not running (a
+    // busy machine) counts in neither figure.
     Sample {
-        mpps: pkts as f64 / (c1 - c0).max(1e-9) / 1e6,
-        cycles: (t1 - t0) as f64 / pkts.max(1) as f64,
+        mpps: pkts as f64 / cpu / 1e6,
+        cycles: cpu * tsc::hz() as f64 / pkts.max(1) as f64,
     }
 }
 
@@ -108,7 +145,73 @@ fn udp_frame(len: usize) -> Vec<u8> {
     f
 }
 
-/// Builds Source → [Rewrite] → N × Bypass → Sink and measures it through the scheduler.
+/// A pipeline to measure: modules, connections and a Source task.
+struct Case {
+    g: Pipeline,
+    task: bessemer_core::sched::TaskId,
+    ctx: Context,
+}
+
+impl Case {
+    /// A graph with one Source (`burst` packets of `size` bytes per batch) named "src".
+    fn source(pool: &PacketPool, size: usize, burst: usize) -> Case {
+        let mut g = Pipeline::new();
+        let src = Value::map().with("pkt_size", size);
+        let (_, tasks) = g.add_module(class("Source"), Some("src"), &src).unwrap();
+        let mut ctx = Context::new(0, pool);
+        let burst_arg = Value::map().with("burst", burst);
+        g.command("src", "set_burst", &burst_arg, &mut ctx).unwrap();
+        Case {
+            g,
+            task: tasks[0],
+            ctx,
+        }
+    }
+
+    /// Adds a module of `mclass` named `name` and connects `from:0` to it.
+    fn then(&mut self, from: &str, mclass: &str, name: &str, arg: Value) -> &mut Case {
+        self.g
+            .add_module(class(mclass), Some(name), &arg)
+            .unwrap_or_else(|e| panic!("{mclass}: {e}"));
+        self.g.connect(from, 0, name, 0).unwrap();
+        self
+    }
+
+    fn command(&mut self, module: &str, cmd: &str, arg: Value) {
+        self.g
+            .command(module, cmd, &arg, &mut self.ctx)
+            .unwrap_or_else(|e| panic!("{module}.{cmd}: {e}"));
+    }
+
+    /// Runs the Source task through a one-leaf scheduler tree, `o.base.runs` times.
+    fn measure(mut self, o: &Opts, sinks: &[&str]) -> Stat {
+        let mut tree = ClassTree::new(0);
+        tree.add_class("leaf", Policy::Leaf, None, 0, 1).unwrap();
+        tree.attach_task("leaf", self.task).unwrap();
+        let (g, ctx) = (&self.g, &mut self.ctx);
+        let samples = (0..o.base.runs)
+            .map(|_| {
+                measure(o.base.secs, || {
+                    let mut n = 0u64;
+                    tree.schedule_once(&mut |t| {
+                        let r = ctx.run_task(g, t);
+                        n += r.packets as u64;
+                        r
+                    });
+                    n
+                })
+            })
+            .collect();
+        let arrived: u64 = sinks
+            .iter()
+            .map(|s| g.igate_counts(s, 0).map(|c| c.packets).unwrap_or(0))
+            .sum();
+        assert!(arrived > 0, "no packet reached the sinks {sinks:?}");
+        summarize(samples)
+    }
+}
+
+/// Source → [Rewrite] → N × Bypass → Sink (BESS's perftest/chain.bess when N > 0).
 fn pipeline(
     pool: &PacketPool,
     size: usize,
@@ -117,54 +220,120 @@ fn pipeline(
     bypasses: usize,
     o: &Opts,
 ) -> Stat {
-    let mut g = Pipeline::new();
-    let src = Value::map().with("pkt_size", size);
-    let (_, tasks) = g.add_module(class("Source"), Some("src"), &src).unwrap();
-    let mut ctx = Context::new(0, pool);
-    let burst_arg = Value::map().with("burst", burst);
-    g.command("src", "set_burst", &burst_arg, &mut ctx).unwrap();
+    let mut c = Case::source(pool, size, burst);
     let mut prev = "src".to_string();
     if rewrite {
         let arg = Value::map().with(
             "templates",
             Value::List(vec![Value::Bytes(udp_frame(size))]),
         );
-        g.add_module(class("Rewrite"), Some("rw"), &arg).unwrap();
-        g.connect(&prev, 0, "rw", 0).unwrap();
+        c.then(&prev, "Rewrite", "rw", arg);
         prev = "rw".into();
     }
     for i in 0..bypasses {
         let name = format!("bp{i}");
-        g.add_module(class("Bypass"), Some(&name), &Value::map())
-            .unwrap();
-        g.connect(&prev, 0, &name, 0).unwrap();
+        c.then(&prev, "Bypass", &name, Value::map());
         prev = name;
     }
-    g.add_module(class("Sink"), Some("sink"), &Value::Null)
-        .unwrap();
-    g.connect(&prev, 0, "sink", 0).unwrap();
-    let mut tree = ClassTree::new(0);
-    tree.add_class("leaf", Policy::Leaf, None, 0, 1).unwrap();
-    tree.attach_task("leaf", tasks[0]).unwrap();
-    let samples = (0..o.base.runs)
-        .map(|_| {
-            measure(o.base.secs, || {
-                let mut n = 0u64;
-                tree.schedule_once(&mut |t| {
-                    let r = ctx.run_task(&g, t);
-                    n += r.packets as u64;
-                    r
-                });
-                n
-            })
-        })
-        .collect();
-    let mut sink_in = 0;
-    if let Ok(c) = g.igate_counts("sink", 0) {
-        sink_in = c.packets;
+    c.then(&prev, "Sink", "sink", Value::Null);
+    c.measure(o, &["sink"])
+}
+
+/// BESS's perftest/complex_split.bess: a tree of RandomSplit modules `depth` deep with
+/// `fanout` gates each, every leaf gate → Bypass → Sink.
+fn split_tree(pool: &PacketPool, fanout: usize, depth: usize, o: &Opts) -> Stat {
+    let mut c = Case::source(pool, 60, MAX_BURST);
+    let gates = || {
+        Value::map().with(
+            "gates",
+            Value::List((0..fanout).map(|i| Value::from(i as u64)).collect()),
+        )
+    };
+    c.then("src", "RandomSplit", "rs0", gates());
+    let mut level = vec!["rs0".to_string()];
+    let mut n = 1;
+    for _ in 1..depth {
+        let mut next = Vec::new();
+        for parent in &level {
+            for gate in 0..fanout {
+                let name = format!("rs{n}");
+                n += 1;
+                c.g.add_module(class("RandomSplit"), Some(&name), &gates())
+                    .unwrap();
+                c.g.connect(parent, gate as u16, &name, 0).unwrap();
+                next.push(name);
+            }
+        }
+        level = next;
     }
-    assert!(sink_in > 0, "no packet reached the sink");
-    summarize(samples)
+    let mut sinks = Vec::new();
+    for parent in &level {
+        for gate in 0..fanout {
+            let (bp, sink) = (format!("bp{n}"), format!("sink{n}"));
+            n += 1;
+            c.g.add_module(class("Bypass"), Some(&bp), &Value::map())
+                .unwrap();
+            c.g.connect(parent, gate as u16, &bp, 0).unwrap();
+            c.then(&bp, "Sink", &sink, Value::Null);
+            sinks.push(sink);
+        }
+    }
+    let names: Vec<&str> = sinks.iter().map(String::as_str).collect();
+    c.measure(o, &names)
+}
+
+/// Source → RandomUpdate (1 000 destination addresses) → ExactMatch on the destination
+/// (1 000 entries) → Update → Sink: a classifier pipeline, so no single micro-case is tuned
+/// alone.
+fn classifier(pool: &PacketPool, o: &Opts) -> Stat {
+    const FLOWS: usize = 1000;
+    const BASE: u32 = 0x0a00_0000;
+    let mut c = Case::source(pool, 60, MAX_BURST);
+    let tmpl = Value::List(vec![Value::Bytes(udp_frame(60))]);
+    c.then("src", "Rewrite", "rw", Value::map().with("templates", tmpl));
+    let range = Value::map()
+        .with("offset", 30u64)
+        .with("size", 4u64)
+        .with("min", BASE as u64)
+        .with("max", (BASE as usize + FLOWS - 1) as u64);
+    c.then(
+        "rw",
+        "RandomUpdate",
+        "ru",
+        Value::map().with("fields", Value::List(vec![range])),
+    );
+    let field = Value::map().with("offset", 30u64).with("num_bytes", 4u64);
+    c.then(
+        "ru",
+        "ExactMatch",
+        "em",
+        Value::map().with("fields", Value::List(vec![field])),
+    );
+    for i in 0..FLOWS {
+        let v = Value::map().with(
+            "value_bin",
+            Value::Bytes((BASE + i as u32).to_be_bytes().to_vec()),
+        );
+        c.command(
+            "em",
+            "add",
+            Value::map()
+                .with("gate", 0u64)
+                .with("fields", Value::List(vec![v])),
+        );
+    }
+    let upd = Value::map()
+        .with("offset", 26u64)
+        .with("size", 4u64)
+        .with("value", 0x0101_0101u64);
+    c.then(
+        "em",
+        "Update",
+        "upd",
+        Value::map().with("fields", Value::List(vec![upd])),
+    );
+    c.then("upd", "Sink", "sink", Value::Null);
+    c.measure(o, &["sink"])
 }
 
 fn alloc_free(pool: &PacketPool, o: &Opts) -> Stat {
@@ -254,8 +423,83 @@ fn rate_accuracy(pool: &PacketPool, secs: f64) -> (f64, f64, usize) {
     (worst, mean, below)
 }
 
+/// Scheduler cycles per round of `policy` over `leaves` classes, from this thread's CPU
+/// time (median of 3), so a preempted thread does not inflate it.
+fn sched_cycles(policy: &str, leaves: usize, quick: bool) -> f64 {
+    let rounds = if quick { 100_000 } else { 2_000_000 };
+    let mut v: Vec<f64> = (0..3)
+        .map(|_| {
+            let c0 = thread_cpu_secs();
+            let wall = bench_round_cost(policy, leaves, rounds);
+            let cpu = thread_cpu_secs() - c0;
+            // bench_round_cost also warms up for min(rounds, 100 000) rounds and builds the
+            // tree; the TSC figure bounds the CPU one from above.
+            let warm = rounds.min(100_000);
+            (cpu * tsc::hz() as f64 / (rounds + warm) as f64).min(wall)
+        })
+        .collect();
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[1]
+}
+
+/// Where one batch's cycles go, from cases measured in this run (differences between them;
+/// see docs/performance.md, "Cycle budget").
+fn budget(results: &[(String, Stat)], sched_round: f64, json: &mut Vec<(String, String)>) {
+    let get = |n: &str| {
+        results
+            .iter()
+            .find(|(k, _)| k == n)
+            .map(|(_, s)| s.median.cycles * MAX_BURST as f64)
+    };
+    let (Some(af), Some(ss), Some(c8), Some(c32)) = (
+        get("alloc_free"),
+        get("src_sink_60"),
+        get("chain8_60"),
+        get("chain32_60"),
+    ) else {
+        return;
+    };
+    // Per hop: one more module called and one more gate counted, per batch.
+    let hop = (c32 - c8) / 24.0;
+    let task = (ss - sched_round - af - hop).max(0.0);
+    println!(
+        "\ncycle budget of one batch of {MAX_BURST} packets (60 B), cycles per batch \
+         (per packet in brackets):"
+    );
+    let line =
+        |what: &str, c: f64| println!("  {what:<58} {c:>8.1} ({:>5.2})", c / MAX_BURST as f64);
+    line(
+        "scheduler: pick a leaf, account usage (round_robin, 1 class)",
+        sched_round,
+    );
+    line("alloc + free of the batch's buffers (pool cache)", af);
+    line(
+        "task call + Source's own work (headers, length, batch)",
+        task,
+    );
+    line(
+        "per module on the path: dispatch + gate counters + hooks check",
+        hop,
+    );
+    line("= Source -> Sink", ss);
+    line(
+        "= Source -> 8 x Bypass -> Sink (Source->Sink + 8 hops)",
+        ss + 8.0 * hop,
+    );
+    line("  measured Source -> 8 x Bypass -> Sink", c8);
+    for (k, v) in [
+        ("budget_sched_cycles_per_batch", sched_round),
+        ("budget_alloc_free_cycles_per_batch", af),
+        ("budget_task_cycles_per_batch", task),
+        ("budget_hop_cycles_per_batch", hop),
+    ] {
+        json.push((k.into(), format!("{v:.1}")));
+    }
+}
+
 fn main() {
     let o = parse_opts();
+    let _ = STEPS.set(o.steps);
     common::pin(PROG, o.base.core);
     let ghz = tsc::hz() as f64 / 1e9;
     let pool = PacketPool::new("bench", 16384, PagePolicy::Auto).expect("packet pool");
@@ -274,13 +518,26 @@ fn main() {
         ("batch".into(), MAX_BURST.to_string()),
         ("tsc_ghz".into(), format!("{ghz:.3}")),
     ];
-    let row = |name: &str, s: &Stat, json: &mut Vec<(String, String)>| {
+    let mut results: Vec<(String, Stat)> = Vec::new();
+    let mut busy = 0usize;
+    let wanted = |name: &str| o.only.as_deref().is_none_or(|p| name.starts_with(p));
+    let mut row = |name: &str, run: &mut dyn FnMut() -> Stat| {
+        if !wanted(name) {
+            return;
+        }
+        let s = run();
         let reference = BESS_REF.iter().find(|(n, _)| *n == name).map(|(_, v)| *v);
         let ratio = reference
             .map(|r| format!("{:.2}x", s.median.mpps / r))
             .unwrap_or_else(|| "-".into());
+        let mark = if s.spread() > BUSY_SPREAD {
+            busy += 1;
+            " !busy"
+        } else {
+            ""
+        };
         println!(
-            "{:<28} {:>10.1} {:>8.1}..{:<8.1} {:>10.2} {:>12}",
+            "{:<28} {:>10.1} {:>8.1}..{:<8.1} {:>10.2} {:>12}{mark}",
             name, s.median.mpps, s.min_mpps, s.max_mpps, s.median.cycles, ratio
         );
         json.push((format!("{name}_mpps"), format!("{:.2}", s.median.mpps)));
@@ -294,33 +551,44 @@ fn main() {
                 format!("{:.3}", s.median.mpps / r),
             ));
         }
+        results.push((name.to_string(), s));
     };
-    row("alloc_free", &alloc_free(&pool, &o), &mut json);
+    row("alloc_free", &mut || alloc_free(&pool, &o));
     for size in [60usize, 1500] {
-        row(
-            &format!("src_sink_{size}"),
-            &pipeline(&pool, size, MAX_BURST, false, 0, &o),
-            &mut json,
-        );
-        row(
-            &format!("src_sink_burst1_{size}"),
-            &pipeline(&pool, size, 1, false, 0, &o),
-            &mut json,
-        );
-        row(
-            &format!("src_rewrite_sink_{size}"),
-            &pipeline(&pool, size, MAX_BURST, true, 0, &o),
-            &mut json,
-        );
+        row(&format!("src_sink_{size}"), &mut || {
+            pipeline(&pool, size, MAX_BURST, false, 0, &o)
+        });
+        row(&format!("src_sink_burst1_{size}"), &mut || {
+            pipeline(&pool, size, 1, false, 0, &o)
+        });
+        row(&format!("src_rewrite_sink_{size}"), &mut || {
+            pipeline(&pool, size, MAX_BURST, true, 0, &o)
+        });
         for n in [1usize, 2, 4, 8, 16, 32] {
-            row(
-                &format!("chain{n}_{size}"),
-                &pipeline(&pool, size, MAX_BURST, false, n, &o),
-                &mut json,
-            );
+            row(&format!("chain{n}_{size}"), &mut || {
+                pipeline(&pool, size, MAX_BURST, false, n, &o)
+            });
         }
     }
-    if !o.skip_sched {
+    for (fanout, depth) in [(2usize, 3usize), (3, 3)] {
+        row(&format!("split_tree{fanout}x{depth}_60"), &mut || {
+            split_tree(&pool, fanout, depth, &o)
+        });
+    }
+    row("exactmatch_update_60", &mut || classifier(&pool, &o));
+    if busy > 0 {
+        println!(
+            "warning: {busy} case(s) marked !busy varied by more than {:.0}% between runs: \
+             the machine was busy; rerun for figures to compare",
+            BUSY_SPREAD * 100.0
+        );
+    }
+    json.push(("busy_cases".into(), busy.to_string()));
+    if o.only.is_none() {
+        let sched_round = sched_cycles("round_robin", 1, o.base.quick);
+        budget(&results, sched_round, &mut json);
+    }
+    if !o.skip_sched && o.only.is_none() {
         println!(
             "\n{:<28} {:>10} {:>10} {:>10} {:>10}",
             "scheduler cycles/round", "1", "16", "256", "4096"
@@ -329,7 +597,10 @@ fn main() {
             let rounds = if o.base.quick { 100_000 } else { 2_000_000 };
             let v: Vec<f64> = [1usize, 16, 256, 4096]
                 .iter()
-                .map(|&n| bench_round_cost(policy, n, rounds))
+                .map(|&n| {
+                    let _ = rounds;
+                    sched_cycles(policy, n, o.base.quick)
+                })
                 .collect();
             println!(
                 "{:<28} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",

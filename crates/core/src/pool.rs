@@ -486,26 +486,29 @@ impl PoolCache {
 
     #[inline(always)]
     fn put(&mut self, d: *mut PacketDesc) {
-        // SAFETY: the caller owns the last reference to a frame of some registered pool.
-        unsafe {
-            #[cfg(debug_assertions)]
-            {
-                assert_eq!(
-                    (*d).state,
-                    crate::packet::STATE_LIVE,
-                    "double free of a packet buffer"
-                );
-                (*d).state = crate::packet::STATE_FREE;
-            }
-            if (*d).pool_id != self.pool_id {
-                return Self::put_foreign(d);
-            }
-        }
         if self.n == CACHE_SIZE {
             self.flush(REFILL);
         }
-        // SAFETY: n < CACHE_SIZE == items.len() after the flush above.
-        unsafe { *self.items.get_unchecked_mut(self.n) = FramePtr(d) };
+        // SAFETY: n < CACHE_SIZE after the flush above; the caller owns the last reference.
+        unsafe { self.put_with_room(d) };
+    }
+
+    /// Puts a frame back. Caller: owns the last reference to `d`, and `self.n < CACHE_SIZE`.
+    #[inline(always)]
+    unsafe fn put_with_room(&mut self, d: *mut PacketDesc) {
+        #[cfg(debug_assertions)]
+        {
+            assert_eq!(
+                (*d).state,
+                crate::packet::STATE_LIVE,
+                "double free of a packet buffer"
+            );
+            (*d).state = crate::packet::STATE_FREE;
+        }
+        if (*d).pool_id != self.pool_id {
+            return Self::put_foreign(d);
+        }
+        *self.items.get_unchecked_mut(self.n) = FramePtr(d);
         self.n += 1;
     }
 
@@ -516,15 +519,19 @@ impl PoolCache {
         (*p).free.lock().unwrap().push(FramePtr(d));
     }
 
+    /// True if dropping this reference to the live frame `d` leaves none: a buffer held once
+    /// (the common case) is recognised by one plain load, with no atomic read-modify-write.
+    #[inline(always)]
+    unsafe fn last_reference(d: *mut PacketDesc) -> bool {
+        let rc = &(*d).refcnt;
+        rc.load(Ordering::Acquire) == 1 || rc.fetch_sub(1, Ordering::AcqRel) == 1
+    }
+
     #[inline(always)]
     fn release(&mut self, pkt: Packet) {
         let d = pkt.into_raw();
-        // SAFETY: d is live; refcnt == 1 means we hold the only reference.
-        let last = unsafe {
-            let rc = &(*d).refcnt;
-            rc.load(Ordering::Acquire) == 1 || rc.fetch_sub(1, Ordering::AcqRel) == 1
-        };
-        if last {
+        // SAFETY: d is live.
+        if unsafe { Self::last_reference(d) } {
             self.put(d);
         }
     }
@@ -540,12 +547,20 @@ impl PoolCache {
     #[inline]
     pub fn free_bulk(&mut self, batch: &mut PacketBatch) {
         let n = batch.len();
+        // Room for the whole batch is made once, not checked per packet.
+        if self.n + n > CACHE_SIZE {
+            self.flush(REFILL.min(CACHE_SIZE - n));
+        }
         let slots = batch.slots_mut();
-        // SAFETY: the batch gives up its n packets; each is released exactly once.
+        // SAFETY: the batch gives up its n packets; each is released exactly once, and the
+        // cache has room for all n (flushed above).
         unsafe {
             batch.set_len(0);
             for i in 0..n {
-                self.release(std::ptr::read(slots.add(i)));
+                let d = std::ptr::read(slots.add(i)).into_raw();
+                if Self::last_reference(d) {
+                    self.put_with_room(d);
+                }
             }
         }
         self.publish();
