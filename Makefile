@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: deps build demo demo-inprocess test test-rust test-python lint lint-python fmt bench-core bench-modules bench-ports clean
+.PHONY: deps build demo demo-inprocess test test-rust test-python lint lint-python fmt bench-core bench-profile bench-modules bench-ports clean
 
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -54,6 +54,12 @@ fmt:
 # Dataplane core benchmark at batch capacity 32 and 64; ends with one JSON line.
 bench-core: deps
 	bench/core.sh
+
+# Instructions per packet of one bench-core case by function, counted by callgrind
+# (make bench-profile CASE=chain8_60).
+CASE ?= src_sink_60
+bench-profile: deps
+	bench/profile.sh $(CASE)
 
 # Per-class cost of the module classes (ns/packet, Mpps) on one core; ends with one JSON line.
 bench-modules: deps

@@ -962,8 +962,11 @@ fn worker_main(
                     paused = sh.cv.wait(paused).unwrap();
                 }
                 *paused = false;
-                // SAFETY: as above.
-                unsafe { (*sh.clock.get()).since = crate::tsc::rdtsc().max(1) };
+                // SAFETY: as above; the control thread no longer touches the tree.
+                unsafe {
+                    (*sh.clock.get()).since = crate::tsc::rdtsc().max(1);
+                    (*sh.tree.get()).resync_clock();
+                }
                 sh.state.store(ST_RUNNING, Ordering::Release);
                 continue;
             }
