@@ -1,0 +1,388 @@
+//! The omec-project fork's UPF classes: literal frames in, literal frames and metadata out
+//! per gate, command results, drops counted by reason.
+
+use bessemer_core::metadata::AttrOffset;
+use bessemer_core::testing::Harness;
+use bessemer_core::Value;
+use bessemer_modules::find;
+
+fn hex(s: &str) -> Vec<u8> {
+    let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+fn add(h: &mut Harness, class: &str, name: &str, arg: &Value) {
+    h.add(find(class).unwrap(), name, arg).unwrap();
+}
+
+const MACS: &str = "020000000002 020000000001";
+
+/// An IPv4 header (no options, checksum 0) with `proto` from `src` to `dst` before `payload`.
+fn ip(proto: u8, src: &str, dst: &str, payload: &[u8]) -> Vec<u8> {
+    let total = (20 + payload.len()) as u16;
+    let mut v = hex("4500 0000 0001 0000 40");
+    v[2..4].copy_from_slice(&total.to_be_bytes());
+    v.push(proto);
+    v.extend_from_slice(&[0, 0]);
+    v.extend(hex(src));
+    v.extend(hex(dst));
+    v.extend_from_slice(payload);
+    v
+}
+
+fn udp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+    let mut v = Vec::new();
+    v.extend(sport.to_be_bytes());
+    v.extend(dport.to_be_bytes());
+    v.extend(((8 + payload.len()) as u16).to_be_bytes());
+    v.extend([0, 0]);
+    v.extend_from_slice(payload);
+    v
+}
+
+/// A GTP-U message: `flags` (0x30 plus E/S/PN), `msg_type`, TEID, then `opt` (optional
+/// fields and extension headers) and `payload`; the length field covers both.
+fn gtp(flags: u8, msg_type: u8, teid: u32, opt: &[u8], payload: &[u8]) -> Vec<u8> {
+    let mut v = vec![flags, msg_type];
+    v.extend(((opt.len() + payload.len()) as u16).to_be_bytes());
+    v.extend(teid.to_be_bytes());
+    v.extend_from_slice(opt);
+    v.extend_from_slice(payload);
+    v
+}
+
+fn eth(payload: &[u8]) -> Vec<u8> {
+    [hex(MACS), hex("0800"), payload.to_vec()].concat()
+}
+
+/// The inner packet of the tunnel tests: UDP 10.0.0.1:1234 -> 8.8.8.8:53, 4 bytes of data.
+fn inner() -> Vec<u8> {
+    ip(17, "0a000001", "08080808", &udp(1234, 53, &hex("cafebabe")))
+}
+
+/// A G-PDU from gNB 192.168.0.1 to the UPF 192.168.0.2, TEID 0x11223344, with `opt`.
+fn gpdu_with(opt: &[u8], flags: u8) -> Vec<u8> {
+    eth(&ip(
+        17,
+        "c0a80001",
+        "c0a80002",
+        &udp(2152, 2152, &gtp(flags, 0xff, 0x1122_3344, opt, &inner())),
+    ))
+}
+
+fn gpdu() -> Vec<u8> {
+    gpdu_with(&[], 0x30)
+}
+
+/// Sequence number field set, then a PDU Session Container (UL, QFI 9).
+const PSC: &str = "0000 00 85  01 10 09 00";
+
+/// Reads attribute `name` of `size` bytes of the MetadataTest `reader` from a capture.
+fn attr(h: &Harness, reader: &str, name: &str, meta: &[u8]) -> Vec<u8> {
+    let (spec, off) = h
+        .graph
+        .attr_offsets(reader)
+        .unwrap()
+        .into_iter()
+        .find(|(s, _)| s.name == name)
+        .unwrap();
+    let AttrOffset::At(o) = off else {
+        panic!("{name} has no offset")
+    };
+    meta[o as usize..o as usize + spec.size].to_vec()
+}
+
+fn reader(attrs: &[(&str, i64)]) -> Value {
+    Value::map().with(
+        "read",
+        Value::Map(
+            attrs
+                .iter()
+                .map(|(n, s)| (n.to_string(), Value::Int(*s)))
+                .collect(),
+        ),
+    )
+}
+
+const PARSED: &[(&str, i64)] = &[
+    ("src_ip", 4),
+    ("dst_ip", 4),
+    ("src_port", 2),
+    ("dst_port", 2),
+    ("teid", 4),
+    ("tunnel_ipv4_dst", 4),
+    ("ip_proto", 1),
+];
+
+fn parser(h: &mut Harness) {
+    add(h, "GtpuParser", "p", &Value::Null);
+    add(h, "MetadataTest", "r", &reader(PARSED));
+    h.connect("p", 1, "r", 0).unwrap();
+}
+
+fn parsed(h: &Harness, meta: &[u8]) -> Vec<Vec<u8>> {
+    PARSED.iter().map(|(n, _)| attr(h, "r", n, meta)).collect()
+}
+
+#[test]
+fn parser_fills_inner_fields_of_gpdus_and_outer_fields_of_plain_packets() {
+    let mut h = Harness::new();
+    parser(&mut h);
+    let out = h.capture("r", 0);
+    let other = h.capture("p", 0);
+    let tcp = eth(&ip(
+        6,
+        "0a000001",
+        "0a000002",
+        &hex("0050 1f90 00000000 00000000 5000 0000 0000 0000"),
+    ));
+    let icmp = eth(&ip(1, "0a000003", "0a000004", &hex("0800 0000 0000 0000")));
+    let arp = [hex(MACS), hex("0806"), vec![0; 28]].concat();
+    let v6 = [hex(MACS), hex("86dd"), vec![0; 40]].concat();
+    let echo = eth(&ip(
+        17,
+        "c0a80001",
+        "c0a80002",
+        &udp(2152, 2152, &gtp(0x32, 1, 0, &hex("0001 0000"), &[])),
+    ));
+    h.inject(
+        "p",
+        0,
+        &[
+            gpdu(),
+            gpdu_with(&hex(PSC), 0x34),
+            tcp.clone(),
+            icmp,
+            arp.clone(),
+            v6.clone(),
+            echo.clone(),
+        ],
+    );
+    let got = out.take();
+    assert_eq!(got.len(), 5);
+    let tunnelled = vec![
+        hex("0a000001"),
+        hex("08080808"),
+        hex("04d2"),
+        hex("0035"),
+        hex("11223344"),
+        hex("c0a80002"),
+        vec![17],
+    ];
+    assert_eq!(got[0].data, gpdu());
+    assert_eq!(parsed(&h, &got[0].meta), tunnelled);
+    assert_eq!(parsed(&h, &got[1].meta), tunnelled);
+    assert_eq!(
+        parsed(&h, &got[2].meta),
+        vec![
+            hex("0a000001"),
+            hex("0a000002"),
+            hex("0050"),
+            hex("1f90"),
+            hex("ffffffff"),
+            hex("ffffffff"),
+            vec![6]
+        ]
+    );
+    assert_eq!(
+        parsed(&h, &got[3].meta),
+        vec![
+            hex("0a000003"),
+            hex("0a000004"),
+            hex("ffff"),
+            hex("ffff"),
+            hex("ffffffff"),
+            hex("ffffffff"),
+            vec![1]
+        ]
+    );
+    assert_eq!(got[4].data, arp);
+    assert_eq!(other.take_data(), vec![v6, echo]);
+}
+
+#[test]
+fn parser_counts_malformed_gtpu() {
+    let mut h = Harness::new();
+    parser(&mut h);
+    let out = h.capture("r", 0);
+    let _other = h.capture("p", 0);
+    let good = gpdu();
+    let mut v0 = good.clone();
+    v0[42] = 0x10; // GTP version 0
+    let mut gtp_prime = good.clone();
+    gtp_prime[42] = 0x20; // PT = 0
+    let mut long = good.clone();
+    long[45] += 1; // GTP-U length one past the datagram
+    let mut unknown = good.clone();
+    unknown[43] = 0x63;
+    let zero_ext = gpdu_with(&hex("0000 00 85  00 10 09 00"), 0x34);
+    let past_end = gpdu_with(&hex("0000 00 85  02 10 09 00"), 0x34);
+    let mut inner_bad = good.clone();
+    inner_bad[50] = 0x4f; // inner IHL past its total length
+    h.inject(
+        "p",
+        0,
+        &[
+            good[..40].to_vec(), // too_short: no room for the UDP header
+            good[..48].to_vec(), // too_short: outer IP total length past the frame
+            v0,
+            gtp_prime,
+            long,
+            unknown,
+            zero_ext,
+            past_end,
+            inner_bad,
+            good.clone(),
+        ],
+    );
+    assert_eq!(out.take_data(), vec![good]);
+    assert_eq!(h.drops("p", "too_short"), 2);
+    assert_eq!(h.drops("p", "gtpu_bad_version"), 2);
+    assert_eq!(h.drops("p", "gtpu_bad_length"), 1);
+    assert_eq!(h.drops("p", "gtpu_unknown_type"), 1);
+    assert_eq!(h.drops("p", "gtpu_bad_extension"), 2);
+    assert_eq!(h.drops("p", "inner_malformed"), 1);
+}
+
+#[test]
+fn decap_strips_outer_headers_and_extension_headers() {
+    let mut h = Harness::new();
+    add(&mut h, "GtpuDecap", "d", &Value::Null);
+    let out = h.capture("d", 0);
+    let mut opts = good_opts();
+    opts.push(gpdu());
+    h.inject("d", 0, &opts);
+    let want = eth(&inner());
+    assert_eq!(out.take_data(), vec![want; 4]);
+}
+
+/// G-PDUs with a sequence number, an N-PDU number, and a PSC extension header.
+fn good_opts() -> Vec<Vec<u8>> {
+    vec![
+        gpdu_with(&hex("1234 0000"), 0x32),
+        gpdu_with(&hex("0000 07 00"), 0x31),
+        gpdu_with(&hex(PSC), 0x34),
+    ]
+}
+
+#[test]
+fn decap_counts_what_it_cannot_decapsulate() {
+    let mut h = Harness::new();
+    add(&mut h, "GtpuDecap", "d", &Value::Null);
+    let out = h.capture("d", 0);
+    let good = gpdu();
+    let mut tcp = good.clone();
+    tcp[23] = 6;
+    let mut port = good.clone();
+    port[36..38].copy_from_slice(&hex("0035"));
+    let mut frag = good.clone();
+    frag[20] = 0x20;
+    let end_marker = eth(&ip(
+        17,
+        "c0a80001",
+        "c0a80002",
+        &udp(2152, 2152, &gtp(0x30, 254, 7, &[], &[])),
+    ));
+    let mut bad_udp_len = good.clone();
+    bad_udp_len[39] = 4;
+    h.inject(
+        "d",
+        0,
+        &[
+            tcp,
+            port,
+            frag,
+            end_marker,
+            bad_udp_len,
+            good[..45].to_vec(),
+        ],
+    );
+    assert!(out.take_data().is_empty());
+    assert_eq!(h.drops("d", "not_gtpu"), 2);
+    assert_eq!(h.drops("d", "fragment"), 1);
+    assert_eq!(h.drops("d", "not_gpdu"), 1);
+    assert_eq!(h.drops("d", "gtpu_bad_length"), 1);
+    assert_eq!(h.drops("d", "too_short"), 1);
+}
+
+/// A SetMetadata argument writing `attrs` (name, bytes).
+fn set_meta(attrs: &[(&str, Vec<u8>)]) -> Value {
+    Value::map().with(
+        "attrs",
+        Value::List(
+            attrs
+                .iter()
+                .map(|(n, b)| {
+                    Value::map()
+                        .with("name", *n)
+                        .with("size", b.len())
+                        .with("value_bin", b.clone())
+                })
+                .collect(),
+        ),
+    )
+}
+
+/// SetMetadata (the FAR lookup's tunnel fields, host order) -> GtpuEncap(add_psc).
+fn encap_graph(h: &mut Harness, add_psc: bool) {
+    let meta = set_meta(&[
+        ("action", vec![1]),
+        (
+            "tunnel_out_src_ip4addr",
+            0xc0a8_0002u32.to_le_bytes().to_vec(),
+        ),
+        (
+            "tunnel_out_dst_ip4addr",
+            0xc0a8_0001u32.to_le_bytes().to_vec(),
+        ),
+        ("tunnel_out_teid", 0x1122_3344u32.to_le_bytes().to_vec()),
+        ("tunnel_out_udp_port", 2152u16.to_le_bytes().to_vec()),
+        ("qfi", vec![9]),
+    ]);
+    add(h, "SetMetadata", "m", &meta);
+    add(h, "GtpuEncap", "e", &Value::map().with("add_psc", add_psc));
+    h.connect("m", 0, "e", 0).unwrap();
+}
+
+#[test]
+fn encap_builds_the_outer_headers_with_and_without_psc() {
+    for psc in [false, true] {
+        let mut h = Harness::new();
+        encap_graph(&mut h, psc);
+        let out = h.capture("e", 1);
+        let mut pkt = eth(&inner());
+        pkt[15] = 0xb8; // TOS, copied to the outer header
+        h.inject("m", 0, &[pkt.clone()]);
+        let (opt, flags) = if psc {
+            (hex("0000 00 85  01 10 09 00"), 0x34)
+        } else {
+            (vec![], 0x30)
+        };
+        let mut inner_tos = inner();
+        inner_tos[1] = 0xb8;
+        let mut want = eth(&ip(
+            17,
+            "c0a80002",
+            "c0a80001",
+            &udp(2152, 2152, &gtp(flags, 0xff, 0x1122_3344, &opt, &inner_tos)),
+        ));
+        want[15] = 0xb8;
+        want[18..20].copy_from_slice(&hex("0513"));
+        assert_eq!(out.take_data(), vec![want]);
+    }
+}
+
+#[test]
+fn encap_then_decap_gives_the_packet_back() {
+    let mut h = Harness::new();
+    encap_graph(&mut h, true);
+    add(&mut h, "GtpuDecap", "d", &Value::Null);
+    h.connect("e", 1, "d", 0).unwrap();
+    let out = h.capture("d", 0);
+    h.inject("m", 0, &[eth(&inner()), hex("0102")]);
+    assert_eq!(out.take_data(), vec![eth(&inner())]);
+    assert_eq!(h.drops("e", "too_short"), 1);
+}
