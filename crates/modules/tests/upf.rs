@@ -386,3 +386,71 @@ fn encap_then_decap_gives_the_packet_back() {
     assert_eq!(out.take_data(), vec![eth(&inner())]);
     assert_eq!(h.drops("e", "too_short"), 1);
 }
+
+fn echo(msg_type: u8, ie: &[u8], from: (&str, u16), to: (&str, u16)) -> Vec<u8> {
+    eth(&ip(
+        17,
+        from.0,
+        to.0,
+        &udp(
+            from.1,
+            to.1,
+            &gtp(
+                0x32,
+                msg_type,
+                0,
+                &[&hex("0007 0000")[..], ie].concat(),
+                &[],
+            ),
+        ),
+    ))
+}
+
+#[test]
+fn echo_answers_requests_in_padding_or_by_growing() {
+    let mut h = Harness::new();
+    add(
+        &mut h,
+        "GtpuEcho",
+        "e",
+        &Value::map().with("s1u_sgw_ip", 0xc0a8_0002u32),
+    );
+    let out = h.capture("e", 1);
+    let req = echo(1, &[], ("c0a80001", 40000), ("c0a80002", 2152));
+    let mut padded = req.clone();
+    padded.extend_from_slice(&[0xee; 6]);
+    h.inject("e", 0, &[req.clone(), padded]);
+    let resp = echo(2, &hex("0e00"), ("c0a80002", 2152), ("c0a80001", 40000));
+    let mut resp_padded = resp.clone();
+    resp_padded.extend_from_slice(&[0xee; 4]);
+    assert_eq!(out.take_data(), vec![resp, resp_padded]);
+}
+
+#[test]
+fn echo_counts_what_it_does_not_answer() {
+    let mut h = Harness::new();
+    add(&mut h, "GtpuEcho", "e", &Value::map().with("s1u_sgw_ip", 1));
+    let out = h.capture("e", 1);
+    let req = echo(1, &[], ("c0a80001", 40000), ("c0a80002", 2152));
+    let mut short_ip = req.clone();
+    short_ip.extend_from_slice(&[0; 4]);
+    short_ip[17] += 4; // IP total length past the UDP datagram
+    h.inject(
+        "e",
+        0,
+        &[
+            gpdu(),
+            echo(2, &[], ("c0a80001", 2152), ("c0a80002", 2152)),
+            short_ip,
+            req[..50].to_vec(),
+        ],
+    );
+    assert!(out.take_data().is_empty());
+    assert_eq!(h.drops("e", "not_echo_request"), 2);
+    assert_eq!(h.drops("e", "gtpu_bad_length"), 1);
+    assert_eq!(h.drops("e", "too_short"), 1);
+    let e = h
+        .add(find("GtpuEcho").unwrap(), "bad", &Value::map())
+        .unwrap_err();
+    assert!(e.msg.contains("S1U"), "{}", e.msg);
+}

@@ -2,11 +2,16 @@
 //! encapsulation and echo, per-session counters, QoS metering.
 pub mod gtpu;
 pub mod gtpu_decap;
+pub mod gtpu_echo;
 pub mod gtpu_encap;
 pub mod gtpu_parser;
 
 use bessemer_core::ModuleClass;
 
 /// The classes of this kind.
-pub static CLASSES: &[&ModuleClass] =
-    &[&gtpu_decap::CLASS, &gtpu_encap::CLASS, &gtpu_parser::CLASS];
+pub static CLASSES: &[&ModuleClass] = &[
+    &gtpu_decap::CLASS,
+    &gtpu_echo::CLASS,
+    &gtpu_encap::CLASS,
+    &gtpu_parser::CLASS,
+];
