@@ -100,7 +100,9 @@ fn minimal_arg(class: &str, n: usize) -> Value {
         "ExactMatch" | "WildcardMatch" => {
             Value::map().with("fields", Value::List(vec![field(26, 4)]))
         }
+        "Counter" => Value::map().with("name_id", "c").with("total", 1),
         "FlowGen" => Value::map().with("template", vec![0u8; 60]),
+        "GtpuEcho" => Value::map().with("s1u_sgw_ip", 1),
         "HashLB" | "RandomSplit" | "RoundRobin" => gates(),
         "NAT" => Value::map().with(
             "ext_addrs",

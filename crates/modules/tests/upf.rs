@@ -454,3 +454,56 @@ fn echo_counts_what_it_does_not_answer() {
         .unwrap_err();
     assert!(e.msg.contains("S1U"), "{}", e.msg);
 }
+
+fn counter_graph(h: &mut Harness, id: u32) {
+    add(
+        h,
+        "SetMetadata",
+        &format!("m{id}"),
+        &set_meta(&[("ctr_id", id.to_le_bytes().to_vec())]),
+    );
+    h.connect(&format!("m{id}"), 0, "c", 0).unwrap();
+}
+
+#[test]
+fn counter_counts_packets_and_bytes_per_id() {
+    let mut h = Harness::new();
+    let arg = Value::map()
+        .with("name_id", "ctr_id")
+        .with("check_exist", true)
+        .with("total", 4u32);
+    add(&mut h, "Counter", "c", &arg);
+    counter_graph(&mut h, 2);
+    counter_graph(&mut h, 7);
+    let out = h.capture("c", 0);
+    h.command("c", "add", &Value::map().with("ctr_id", 2u32))
+        .unwrap();
+    h.inject("m2", 0, &[vec![0; 60], vec![0; 70]]);
+    h.inject("m7", 0, &[vec![0; 60]]);
+    assert_eq!(out.len(), 3);
+    let want = Value::map().with("sessions", 1u64).with(
+        "counters",
+        vec![Value::map()
+            .with("ctr_id", 2usize)
+            .with("pkts", 2u64)
+            .with("bytes", 130u64)],
+    );
+    assert_eq!(h.graph.info_of("c").unwrap(), want);
+    h.command("c", "remove", &Value::map().with("ctr_id", 2u32))
+        .unwrap();
+    let empty = Value::map()
+        .with("sessions", 0u64)
+        .with("counters", Vec::<Value>::new());
+    assert_eq!(h.graph.info_of("c").unwrap(), empty);
+    h.inject("m2", 0, &[vec![0; 60]]);
+    h.command("c", "removeAll", &Value::map()).unwrap();
+    assert_eq!(h.graph.info_of("c").unwrap(), empty);
+    for bad in [
+        Value::map().with("total", 4u32),
+        Value::map().with("name_id", "ctr_id"),
+    ] {
+        let e = h.add(find("Counter").unwrap(), "bad", &bad).unwrap_err();
+        assert!(e.msg.contains("Invalid"), "{}", e.msg);
+    }
+    assert!(h.command("c", "read", &Value::map()).is_err());
+}

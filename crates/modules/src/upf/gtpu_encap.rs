@@ -31,8 +31,6 @@ bessemer_core::drop_reasons! {
     pub enum GtpuEncapDrop {
         /// Shorter than an Ethernet header.
         TooShort = "too_short",
-        /// The outer IPv4 total length would exceed 65535.
-        TooLong = "too_long",
     }
 }
 
@@ -59,8 +57,10 @@ impl GtpuEncap {
         let encap = BASE_LEN + if self.add_psc { PSC_LEN } else { 0 };
         let inner = len - ETH_LEN;
         let ip_total = inner + encap;
+        // Frames are at most 32 KiB, so this cannot happen today; if it did, the packet
+        // could not be encapsulated, like one without headroom.
         if ip_total > u16::MAX as usize {
-            return Verdict::Drop(GtpuEncapDrop::TooLong);
+            return Verdict::Gate(GATE_FAIL);
         }
         let d = p.data();
         let tos = if u16::from_be_bytes([d[12], d[13]]) == ETHERTYPE_IPV4 {
