@@ -507,3 +507,202 @@ fn counter_counts_packets_and_bytes_per_id() {
     }
     assert!(h.command("c", "read", &Value::map()).is_err());
 }
+
+fn bin(b: &[u8]) -> Value {
+    Value::map().with("value_bin", b.to_vec())
+}
+
+fn qos_arg() -> Value {
+    Value::map()
+        .with(
+            "fields",
+            vec![Value::map().with("offset", 30).with("num_bytes", 4)],
+        )
+        .with(
+            "values",
+            vec![Value::map().with("attr_name", "qfi").with("num_bytes", 1)],
+        )
+        .with("entries", 3u64)
+}
+
+fn qos_add(dst: &str, gate: u64, qfi: u8) -> Value {
+    Value::map()
+        .with("gate", gate)
+        .with("fields", vec![bin(&hex(dst))])
+        .with("values", vec![Value::map().with("value_int", qfi as u64)])
+}
+
+/// A 64-byte UDP frame to `dst`.
+fn to(dst: &str) -> Vec<u8> {
+    eth(&ip(17, "0a000001", dst, &udp(1, 2, &[0; 22])))
+}
+
+#[test]
+fn qos_sends_rule_hits_to_their_gate_writing_values() {
+    let mut h = Harness::new();
+    add(&mut h, "Qos", "q", &qos_arg());
+    add(&mut h, "MetadataTest", "r", &reader(&[("qfi", 1)]));
+    h.connect("q", 5, "r", 0).unwrap();
+    let out = h.capture("r", 0);
+    let dflt = h.capture("q", 6);
+    h.command("q", "add", &qos_add("0a000002", 5, 7)).unwrap();
+    h.command("q", "add", &qos_add("0a000003", 8192, 1))
+        .unwrap();
+    h.inject(
+        "q",
+        0,
+        &[to("0a000002"), to("0a000003"), to("0a000004"), hex("0102")],
+    );
+    let got = out.take();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].data, to("0a000002"));
+    assert_eq!(attr(&h, "r", "qfi", &got[0].meta), vec![7]);
+    assert_eq!(h.drops("q", "rule_drop"), 1);
+    assert_eq!(h.drops("q", "no_match"), 1);
+    assert_eq!(h.drops("q", "too_short"), 1);
+    h.command("q", "set_default_gate", &Value::map().with("gate", 6))
+        .unwrap();
+    h.command(
+        "q",
+        "delete",
+        &Value::map().with("fields", vec![bin(&hex("0a000002"))]),
+    )
+    .unwrap();
+    h.inject("q", 0, &[to("0a000002")]);
+    assert_eq!(dflt.take_data(), vec![to("0a000002")]);
+    // entries = 3: a fourth distinct key is refused, replacing one is not.
+    h.command("q", "add", &qos_add("0a000005", 5, 1)).unwrap();
+    h.command("q", "add", &qos_add("0a000006", 5, 1)).unwrap();
+    assert!(h.command("q", "add", &qos_add("0a000007", 5, 1)).is_err());
+    h.command("q", "add", &qos_add("0a000006", 7, 1)).unwrap();
+    h.command("q", "clear", &Value::map()).unwrap();
+    h.command("q", "add", &qos_add("0a000007", 5, 1)).unwrap();
+    for (arg, msg) in [
+        (qos_add("0a000002", 2, 1), "Invalid gate"),
+        (qos_add("0a000002", 0, 1), "trTCM"),
+        (
+            Value::map()
+                .with("gate", 5)
+                .with("fields", Vec::<Value>::new()),
+            "must specify 1 fields",
+        ),
+    ] {
+        let e = h.command("q", "add", &arg).unwrap_err();
+        assert!(e.msg.contains(msg), "{}", e.msg);
+    }
+}
+
+#[test]
+fn qos_meters_by_colour() {
+    let mut h = Harness::new();
+    add(&mut h, "Qos", "q", &qos_arg());
+    let caps: Vec<_> = (1..=3).map(|g| h.capture("q", g)).collect();
+    // 1 byte/s refills nothing within the test; each 64-byte frame meters 50 bytes (the
+    // Ethernet header deducted by default).
+    let meter = qos_add("0a000002", 0, 3)
+        .with("cir", 1u64)
+        .with("pir", 1u64)
+        .with("cbs", 100u64)
+        .with("pbs", 200u64)
+        .with("ebs", 0u64);
+    h.command("q", "add", &meter).unwrap();
+    for _ in 0..5 {
+        h.inject("q", 0, &[to("0a000002")]);
+    }
+    let counts: Vec<usize> = caps.iter().map(|c| c.len()).collect();
+    assert_eq!(counts, vec![2, 2, 1], "green, yellow, red");
+    // Replaced with deduct_len 0 (full buckets again), 64 bytes each: one green, two yellow
+    // (peak 200 - 3 x 64 = 8 left), one red.
+    h.command("q", "add", &meter.clone().with("deduct_len", 0i64))
+        .unwrap();
+    h.inject(
+        "q",
+        0,
+        &[
+            to("0a000002"),
+            to("0a000002"),
+            to("0a000002"),
+            to("0a000002"),
+        ],
+    );
+    let counts: Vec<usize> = caps.iter().map(|c| c.len()).collect();
+    assert_eq!(counts, vec![3, 4, 2], "green, yellow, red");
+}
+
+mod trtcm {
+    use bessemer_modules::upf::qos::{Color, TrTcm};
+    use proptest::prelude::*;
+
+    /// RFC 2698, colour-blind, as written there: both buckets grow by their rate every
+    /// tick of `1/hz` s up to their burst size; a packet is red if it exceeds the peak
+    /// bucket, yellow (taking peak tokens) if it exceeds the committed one, else green
+    /// (taking both). Tokens are counted in 1/hz bytes.
+    struct Reference {
+        tc: u128,
+        tp: u128,
+        params: (u128, u128, u128, u128, u128),
+    }
+
+    impl Reference {
+        fn new(cir: u64, pir: u64, cbs: u64, pbs: u64, hz: u64) -> Reference {
+            let hz = hz as u128;
+            Reference {
+                tc: cbs as u128 * hz,
+                tp: pbs as u128 * hz,
+                params: (
+                    cir as u128,
+                    pir as u128,
+                    cbs as u128 * hz,
+                    pbs as u128 * hz,
+                    hz,
+                ),
+            }
+        }
+        fn after(&mut self, ticks: u64, len: u64) -> Color {
+            let (cir, pir, bc, bp, hz) = self.params;
+            for _ in 0..ticks {
+                self.tc = (self.tc + cir).min(bc);
+                self.tp = (self.tp + pir).min(bp);
+            }
+            let b = len as u128 * hz;
+            if self.tp < b {
+                Color::Red
+            } else if self.tc < b {
+                self.tp -= b;
+                Color::Yellow
+            } else {
+                self.tc -= b;
+                self.tp -= b;
+                Color::Green
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn colours_match_rfc_2698(
+            cir in 1u64..2000,
+            extra in 0u64..2000,
+            cbs in 1u64..3000,
+            pbs in 1u64..3000,
+            hz in 1u64..50,
+            pkts in proptest::collection::vec((0u64..40, 0u64..1600), 1..60),
+        ) {
+            let pir = cir + extra;
+            let mut m = TrTcm::new(cir, pir, cbs, pbs, hz, 1000).unwrap();
+            let mut r = Reference::new(cir, pir, cbs, pbs, hz);
+            let mut now = 1000;
+            for (dt, len) in pkts {
+                now += dt;
+                prop_assert_eq!(m.color(now, len), r.after(dt, len));
+            }
+        }
+    }
+
+    #[test]
+    fn refuses_what_dpdk_refuses() {
+        for (cir, pir, cbs, pbs) in [(0, 1, 1, 1), (2, 1, 1, 1), (1, 1, 0, 1), (1, 1, 1, 0)] {
+            assert!(TrTcm::new(cir, pir, cbs, pbs, 1, 0).is_err());
+        }
+    }
+}

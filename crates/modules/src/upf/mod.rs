@@ -6,6 +6,7 @@ pub mod gtpu_decap;
 pub mod gtpu_echo;
 pub mod gtpu_encap;
 pub mod gtpu_parser;
+pub mod qos;
 
 use bessemer_core::ModuleClass;
 
@@ -16,4 +17,5 @@ pub static CLASSES: &[&ModuleClass] = &[
     &gtpu_echo::CLASS,
     &gtpu_encap::CLASS,
     &gtpu_parser::CLASS,
+    &qos::CLASS,
 ];
