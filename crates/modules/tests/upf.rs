@@ -706,3 +706,59 @@ mod trtcm {
         }
     }
 }
+
+fn sfield(offset: i64, size: u64, min: u64, max: u64) -> Value {
+    Value::map()
+        .with("offset", offset)
+        .with("size", size)
+        .with("min", min)
+        .with("max", max)
+}
+
+#[test]
+fn sequential_update_counts_through_each_range() {
+    let mut h = Harness::new();
+    let arg = Value::map().with("fields", vec![sfield(0, 2, 1000, 1002)]);
+    add(&mut h, "SequentialUpdate", "s", &arg);
+    // A 1-byte field whose max is clamped to 255.
+    h.command(
+        "s",
+        "add",
+        &Value::map().with("fields", vec![sfield(2, 1, 254, 4000)]),
+    )
+    .unwrap();
+    let out = h.capture("s", 0);
+    h.inject("s", 0, &vec![vec![0u8; 4]; 5]);
+    h.inject("s", 0, &[vec![0u8; 2]]);
+    assert_eq!(
+        out.take_data(),
+        vec![
+            hex("03e8 fe 00"),
+            hex("03e9 ff 00"),
+            hex("03ea fe 00"),
+            hex("03e8 ff 00"),
+            hex("03e9 fe 00"),
+        ]
+    );
+    assert_eq!(h.drops("s", "too_short"), 1);
+    h.command("s", "clear", &Value::map()).unwrap();
+    h.inject("s", 0, &[vec![7u8; 2]]);
+    assert_eq!(out.take_data(), vec![vec![7u8; 2]]);
+    // The full 32-bit range wraps.
+    let all = Value::map().with("fields", vec![sfield(0, 4, 0, u32::MAX as u64)]);
+    h.command("s", "add", &all).unwrap();
+    h.inject("s", 0, &[vec![0u8; 4], vec![0u8; 4]]);
+    assert_eq!(out.take_data(), vec![hex("00000000"), hex("00000001")]);
+    for (bad, msg) in [
+        (sfield(0, 2, 5, 4), "'min' should not be greater than 'max'"),
+        (sfield(0, 3, 0, 1), "'size' must be 1, 2, or 4"),
+    ] {
+        let e = h
+            .command("s", "add", &Value::map().with("fields", vec![bad]))
+            .unwrap_err();
+        assert!(e.msg.contains(msg), "{}", e.msg);
+    }
+    let many = Value::map().with("fields", vec![sfield(0, 1, 0, 1); 16]);
+    let e = h.command("s", "add", &many).unwrap_err();
+    assert!(e.msg.contains("max 16 variables"), "{}", e.msg);
+}

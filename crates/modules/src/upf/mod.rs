@@ -7,6 +7,7 @@ pub mod gtpu_echo;
 pub mod gtpu_encap;
 pub mod gtpu_parser;
 pub mod qos;
+pub mod sequential_update;
 
 use bessemer_core::ModuleClass;
 
@@ -18,4 +19,5 @@ pub static CLASSES: &[&ModuleClass] = &[
     &gtpu_encap::CLASS,
     &gtpu_parser::CLASS,
     &qos::CLASS,
+    &sequential_update::CLASS,
 ];
