@@ -762,3 +762,101 @@ fn sequential_update_counts_through_each_range() {
     let e = h.command("s", "add", &many).unwrap_err();
     assert!(e.msg.contains("max 16 variables"), "{}", e.msg);
 }
+
+/// An IPv4 header with `opts`, `flags_off`, id 0x4242, protocol 17, its checksum filled,
+/// before `payload`.
+fn frag_ip(opts: &[u8], flags_off: u16, payload: &[u8]) -> Vec<u8> {
+    let hlen = 20 + opts.len();
+    let mut h = vec![0x40 | (hlen / 4) as u8, 0];
+    h.extend(((hlen + payload.len()) as u16).to_be_bytes());
+    h.extend(hex("4242"));
+    h.extend(flags_off.to_be_bytes());
+    h.extend(hex("4011 0000 0a000001 0a000002"));
+    h.extend_from_slice(opts);
+    let c = bessemer_core::checksum::ipv4_header(&h);
+    h[10..12].copy_from_slice(&c.to_be_bytes());
+    [h, payload.to_vec()].concat()
+}
+
+fn payload(n: usize) -> Vec<u8> {
+    (0..n).map(|i| i as u8).collect()
+}
+
+#[test]
+fn ip_frag_cuts_long_frames_into_fragments_that_fit() {
+    let mut h = Harness::new();
+    add(&mut h, "IPFrag", "f", &Value::map().with("mtu", 100));
+    let out = h.capture("f", 1);
+    let df = h.capture("f", 0);
+    let data = payload(130);
+    let big = eth(&frag_ip(&[], 0, &data));
+    let small = eth(&frag_ip(&[], 0, &data[..60]));
+    let arp = [hex(MACS), hex("0806"), vec![0; 150]].concat();
+    let dont = eth(&frag_ip(&[], 0x4000, &data));
+    let mut padded = eth(&frag_ip(&[], 0, &data[..50]));
+    padded.extend_from_slice(&[0; 20]); // 104-byte frame, 84 of them the packet
+    h.inject(
+        "f",
+        0,
+        &[big, small.clone(), arp.clone(), dont.clone(), padded],
+    );
+    // At most 96 bytes a frame (MTU 100 less the CRC): 56 payload bytes a fragment.
+    assert_eq!(
+        out.take_data(),
+        vec![
+            eth(&frag_ip(&[], 0x2000, &data[..56])),
+            eth(&frag_ip(&[], 0x2007, &data[56..112])),
+            eth(&frag_ip(&[], 0x000e, &data[112..])),
+            small,
+            arp,
+            eth(&frag_ip(&[], 0, &data[..50])),
+        ]
+    );
+    assert_eq!(df.take_data(), vec![dont]);
+    assert_eq!(
+        h.command("f", "get_eth_mtu", &Value::map()).unwrap(),
+        Value::map().with("mtu", 100i64)
+    );
+    assert!(h
+        .add(
+            find("IPFrag").unwrap(),
+            "bad",
+            &Value::map().with("mtu", 64)
+        )
+        .is_err());
+}
+
+#[test]
+fn ip_frag_copies_only_copied_options_after_the_first_fragment() {
+    let mut h = Harness::new();
+    add(&mut h, "IPFrag", "f", &Value::map().with("mtu", 100));
+    let out = h.capture("f", 1);
+    // Router Alert (copied), Record Route (not copied), End of Option List.
+    let opts = hex("94040000 0707040000000000");
+    let data = payload(100);
+    // A middle fragment already: its pieces keep MF and continue its offset (8 x 8 bytes).
+    h.inject("f", 0, &[eth(&frag_ip(&opts, 0x2008, &data))]);
+    assert_eq!(
+        out.take_data(),
+        vec![
+            eth(&frag_ip(&opts, 0x2008, &data[..48])),
+            eth(&frag_ip(&hex("94040000"), 0x200e, &data[48..])),
+        ]
+    );
+}
+
+#[test]
+fn ip_frag_counts_broken_headers_it_would_have_to_cut() {
+    let mut h = Harness::new();
+    add(&mut h, "IPFrag", "f", &Value::map().with("mtu", 100));
+    let out = h.capture("f", 1);
+    let good = eth(&frag_ip(&[], 0, &payload(130)));
+    let mut bad = good.clone();
+    bad[14] = 0x44;
+    let mut long = good.clone();
+    long[16] = 0x10; // total length 4096, past the frame
+    h.inject("f", 0, &[bad, long]);
+    assert!(out.is_empty());
+    assert_eq!(h.drops("f", "bad_ip_header"), 1);
+    assert_eq!(h.drops("f", "too_short"), 1);
+}
