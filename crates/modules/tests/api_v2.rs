@@ -104,6 +104,7 @@ fn minimal_arg(class: &str, n: usize) -> Value {
         "FlowGen" => Value::map().with("template", vec![0u8; 60]),
         "GtpuEcho" => Value::map().with("s1u_sgw_ip", 1),
         "HashLB" | "RandomSplit" | "RoundRobin" => gates(),
+        "IPDefrag" => Value::map().with("num_flows", 1),
         "IPFrag" => Value::map().with("mtu", 1518),
         "NAT" => Value::map().with(
             "ext_addrs",

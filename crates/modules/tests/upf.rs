@@ -860,3 +860,155 @@ fn ip_frag_counts_broken_headers_it_would_have_to_cut() {
     assert_eq!(h.drops("f", "bad_ip_header"), 1);
     assert_eq!(h.drops("f", "too_short"), 1);
 }
+
+/// The fragments IPFrag makes of `frame` with `mtu`.
+fn fragments(frame: &[u8], mtu: i64) -> Vec<Vec<u8>> {
+    let mut h = Harness::new();
+    add(&mut h, "IPFrag", "f", &Value::map().with("mtu", mtu));
+    let out = h.capture("f", 1);
+    h.inject("f", 0, &[frame.to_vec()]);
+    out.take_data()
+}
+
+fn defrag(h: &mut Harness, num_flows: u32) {
+    add(
+        h,
+        "IPDefrag",
+        "d",
+        &Value::map().with("num_flows", num_flows).with("numa", -1),
+    );
+}
+
+#[test]
+fn ip_defrag_reassembles_in_any_order_and_fixes_checksums() {
+    let mut h = Harness::new();
+    defrag(&mut h, 100);
+    let out = h.capture("d", 1);
+    let whole = eth(&frag_ip(&hex("94040000"), 0, &payload(300)));
+    let mut frags = fragments(&whole, 150);
+    assert_eq!(frags.len(), 3);
+    h.inject("d", 0, &frags);
+    frags.reverse();
+    h.inject("d", 0, &frags);
+    let mut no_csum = eth(&frag_ip(&[], 0, &payload(10)));
+    no_csum[24..26].fill(0);
+    let arp = [hex(MACS), hex("0806"), vec![0; 28]].concat();
+    h.inject("d", 0, &[no_csum, arp.clone()]);
+    assert_eq!(
+        out.take_data(),
+        vec![
+            whole.clone(),
+            whole,
+            eth(&frag_ip(&[], 0, &payload(10))),
+            arp
+        ]
+    );
+    assert!(h
+        .add(find("IPDefrag").unwrap(), "bad", &Value::map())
+        .is_err());
+}
+
+#[test]
+fn ip_defrag_counts_what_it_cannot_reassemble() {
+    let mut h = Harness::new();
+    defrag(&mut h, 1);
+    let out = h.capture("d", 1);
+    let data = payload(64);
+    let first = eth(&frag_ip(&[], 0x2000, &data[..16]));
+    let odd = eth(&frag_ip(&[], 0x2000, &data[..12]));
+    let mut other = first.clone();
+    other[40] ^= 0xff; // same place, other bytes
+    let mut bad = first.clone();
+    bad[14] = 0x44;
+    h.inject(
+        "d",
+        0,
+        &[
+            odd,
+            first.clone(),
+            first.clone(),
+            other,
+            first[..40].to_vec(),
+            bad,
+        ],
+    );
+    assert!(out.is_empty());
+    assert_eq!(h.drops("d", "bad_fragment"), 1);
+    assert_eq!(h.drops("d", "duplicate"), 1);
+    assert_eq!(
+        h.drops("d", "overlap"),
+        2,
+        "the held fragment and the new one"
+    );
+    assert_eq!(h.drops("d", "too_short"), 1);
+    assert_eq!(h.drops("d", "bad_ip_header"), 1);
+    // num_flows 1: 16 datagrams at most, held 1 ms.
+    let firsts: Vec<Vec<u8>> = (0..17u16)
+        .map(|id| {
+            let mut f = first.clone();
+            f[18..20].copy_from_slice(&id.to_be_bytes());
+            f
+        })
+        .collect();
+    h.inject("d", 0, &firsts);
+    assert_eq!(h.drops("d", "table_full"), 1);
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    h.inject("d", 0, &[eth(&frag_ip(&[], 0x2000, &data[..8]))]);
+    assert_eq!(h.drops("d", "timeout"), 16);
+    // Cut into 8-byte pieces: more fragments than a datagram may have.
+    let pieces: Vec<Vec<u8>> = (0..65u16)
+        .map(|i| {
+            let mut f = eth(&frag_ip(&[], 0x2000 | i, &[0; 8]));
+            f[18..20].copy_from_slice(&hex("7777"));
+            f
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    h.inject("d", 0, &pieces);
+    assert_eq!(h.drops("d", "too_many_fragments"), 65);
+}
+
+mod frag_roundtrip {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// IPFrag then IPDefrag gives the datagram back, whatever the MTU, the order the
+        /// fragments arrive in and the copies among them.
+        #[test]
+        fn ipfrag_then_ipdefrag_is_the_identity(
+            mtu in 90i64..1600,
+            len in 1usize..3000,
+            seed in any::<u64>(),
+            dups in proptest::collection::vec(any::<prop::sample::Index>(), 0..4),
+        ) {
+            let whole = eth(&frag_ip(&[], 0, &payload(len)));
+            let mut frags = fragments(&whole, mtu);
+            for d in &dups {
+                let f = frags[d.index(frags.len())].clone();
+                frags.push(f);
+            }
+            // A Fisher-Yates shuffle driven by the seed.
+            let mut s = seed | 1;
+            for i in (1..frags.len()).rev() {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                frags.swap(i, (s % (i as u64 + 1)) as usize);
+            }
+            let mut h = Harness::new();
+            defrag(&mut h, 1000);
+            let out = h.capture("d", 1);
+            h.inject("d", 0, &frags);
+            let got = out.take_data();
+            prop_assert!(!got.is_empty());
+            for g in got {
+                prop_assert_eq!(&g, &whole);
+            }
+            for r in ["bad_fragment", "overlap", "timeout", "table_full", "too_many_fragments"] {
+                prop_assert_eq!(h.drops("d", r), 0, "{}", r);
+            }
+        }
+    }
+}

@@ -6,6 +6,7 @@ pub mod gtpu_decap;
 pub mod gtpu_echo;
 pub mod gtpu_encap;
 pub mod gtpu_parser;
+pub mod ip_defrag;
 pub mod ip_frag;
 pub mod qos;
 pub mod sequential_update;
@@ -19,6 +20,7 @@ pub static CLASSES: &[&ModuleClass] = &[
     &gtpu_echo::CLASS,
     &gtpu_encap::CLASS,
     &gtpu_parser::CLASS,
+    &ip_defrag::CLASS,
     &ip_frag::CLASS,
     &qos::CLASS,
     &sequential_update::CLASS,
