@@ -1012,3 +1012,112 @@ mod frag_roundtrip {
         }
     }
 }
+
+fn fm_read(h: &mut Harness, m: &str, flag: u64, clear: bool) -> Value {
+    let arg = Value::map()
+        .with("clear", clear)
+        .with(
+            "latency_percentiles",
+            vec![Value::Float(50.0), Value::Float(100.0)],
+        )
+        .with("jitter_percentiles", vec![Value::Float(99.0)])
+        .with("flag_to_read", flag);
+    h.command(m, "read", &arg).unwrap()
+}
+
+/// (fseid, pdr, packets, bytes, latency count, latency percentiles, jitter percentiles) of
+/// each statistic of a read.
+fn fm_stats(v: &Value) -> Vec<(i64, i64, i64, i64, i64, usize, usize)> {
+    let int = |v: &Value, k: &str| v.get(k).and_then(Value::as_i64).unwrap();
+    let n = |v: &Value, k: &str| {
+        v.get(k)
+            .and_then(|h| h.get("percentile_values_ns"))
+            .and_then(Value::as_list)
+            .unwrap()
+            .len()
+    };
+    v.get("statistics")
+        .and_then(Value::as_list)
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                int(s, "fseid"),
+                int(s, "pdr"),
+                int(s, "total_packets"),
+                int(s, "total_bytes"),
+                int(s.get("latency").unwrap(), "count"),
+                n(s, "latency"),
+                n(s, "jitter"),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn flow_measure_fills_the_flagged_table_per_session() {
+    let mut h = Harness::new();
+    let meta = set_meta(&[
+        ("fseid", 7u64.to_le_bytes().to_vec()),
+        ("pdr_id", 3u32.to_le_bytes().to_vec()),
+    ]);
+    add(&mut h, "SetMetadata", "m", &meta);
+    add(
+        &mut h,
+        "Timestamp",
+        "t",
+        &Value::map().with("attr_name", "timestamp"),
+    );
+    let leader = Value::map()
+        .with("flag_attr_name", "flag")
+        .with("leader", true)
+        .with("entries", 16u64);
+    add(&mut h, "FlowMeasure", "lead", &leader);
+    add(
+        &mut h,
+        "FlowMeasure",
+        "follow",
+        &Value::map().with("flag_attr_name", "flag"),
+    );
+    h.connect("m", 0, "t", 0).unwrap();
+    h.connect("t", 0, "lead", 0).unwrap();
+    h.connect("lead", 0, "follow", 0).unwrap();
+    let out = h.capture("follow", 0);
+    // Timestamps of 0 (none) and in the future: forwarded, not measured.
+    for (name, ts) in [("none", 0u64), ("future", u64::MAX / 2)] {
+        let meta = set_meta(&[
+            ("timestamp", ts.to_le_bytes().to_vec()),
+            ("fseid", 7u64.to_le_bytes().to_vec()),
+            ("pdr_id", 3u32.to_le_bytes().to_vec()),
+        ]);
+        add(&mut h, "SetMetadata", name, &meta);
+        h.connect(name, 0, "lead", 0).unwrap();
+    }
+    h.inject("m", 0, &[vec![0; 60], vec![0; 60], vec![0; 70]]);
+    h.inject("none", 0, &[vec![0; 60]]);
+    h.inject("future", 0, &[vec![0; 60]]);
+    assert_eq!(out.len(), 5);
+    let want = vec![(7, 3, 3, 190, 3, 2, 1)];
+    assert_eq!(fm_stats(&fm_read(&mut h, "lead", 1, false)), want);
+    assert_eq!(fm_stats(&fm_read(&mut h, "follow", 1, false)), want);
+    assert_eq!(
+        h.command("lead", "flip", &Value::map()).unwrap(),
+        Value::map().with("old_flag", 1u64)
+    );
+    h.inject("m", 0, &[vec![0; 60]]);
+    assert_eq!(
+        fm_stats(&fm_read(&mut h, "follow", 2, false)),
+        vec![(7, 3, 1, 60, 1, 2, 1)]
+    );
+    assert_eq!(fm_stats(&fm_read(&mut h, "lead", 1, true)), want);
+    assert!(fm_stats(&fm_read(&mut h, "lead", 1, false)).is_empty());
+    let e = h.command("follow", "flip", &Value::map()).unwrap_err();
+    assert!(e.msg.contains("only leaders"), "{}", e.msg);
+    let e = h
+        .command("lead", "read", &Value::map().with("flag_to_read", 0u64))
+        .unwrap_err();
+    assert!(e.msg.contains("invalid flag"), "{}", e.msg);
+    assert!(h
+        .add(find("FlowMeasure").unwrap(), "bad", &Value::map())
+        .is_err());
+}

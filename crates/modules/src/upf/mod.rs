@@ -1,6 +1,7 @@
 //! The omec-project fork's classes for the 5G UPF: GTP-U parsing, decapsulation,
 //! encapsulation and echo, per-session counters, QoS metering.
 pub mod counter;
+pub mod flow_measure;
 pub mod gtpu;
 pub mod gtpu_decap;
 pub mod gtpu_echo;
@@ -16,6 +17,7 @@ use bessemer_core::ModuleClass;
 /// The classes of this kind.
 pub static CLASSES: &[&ModuleClass] = &[
     &counter::CLASS,
+    &flow_measure::CLASS,
     &gtpu_decap::CLASS,
     &gtpu_echo::CLASS,
     &gtpu_encap::CLASS,
