@@ -102,7 +102,9 @@ fn minimal_arg(class: &str, n: usize) -> Value {
         }
         "Counter" => Value::map().with("name_id", "c").with("total", 1),
         "FlowGen" => Value::map().with("template", vec![0u8; 60]),
-        "FlowMeasure" => Value::map().with("flag_attr_name", "f").with("leader", true),
+        "FlowMeasure" => Value::map()
+            .with("flag_attr_name", "f")
+            .with("leader", true),
         "GtpuEcho" => Value::map().with("s1u_sgw_ip", 1),
         "HashLB" | "RandomSplit" | "RoundRobin" => gates(),
         "IPDefrag" => Value::map().with("num_flows", 1),

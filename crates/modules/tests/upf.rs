@@ -1121,3 +1121,113 @@ fn flow_measure_fills_the_flagged_table_per_session() {
         .add(find("FlowMeasure").unwrap(), "bad", &Value::map())
         .is_err());
 }
+
+fn pm_echo(msg_type: u8, from: &str, to: &str, seq: u16) -> Vec<u8> {
+    let opt = [&seq.to_be_bytes()[..], &[0, 0]].concat();
+    eth(&ip(
+        17,
+        from,
+        to,
+        &udp(2152, 2152, &gtp(0x32, msg_type, 0, &opt, &[])),
+    ))
+}
+
+fn pm_gnb(h: &mut Harness, cmd: &str, ip: u32) {
+    h.command("pm", cmd, &Value::map().with("gnb_ip", ip))
+        .unwrap();
+}
+
+#[test]
+fn path_monitoring_probes_every_gnb_and_measures_responses() {
+    let mut h = Harness::new();
+    add(&mut h, "GtpuPathMonitoring", "pm", &Value::Null);
+    let out = h.capture("pm", 0);
+    let req = pm_echo(1, "c0a80002", "00000000", 0x5555);
+    h.inject("pm", 0, std::slice::from_ref(&req));
+    assert_eq!(h.drops("pm", "no_gnb"), 1);
+    pm_gnb(&mut h, "add", 0xc0a8_0001);
+    pm_gnb(&mut h, "add", 0xc0a8_0003);
+    pm_gnb(&mut h, "add", 0xc0a8_0003);
+    h.inject("pm", 0, &[req.clone(), req.clone()]);
+    assert_eq!(
+        out.take_data(),
+        vec![
+            pm_echo(1, "c0a80002", "c0a80001", 0),
+            pm_echo(1, "c0a80002", "c0a80003", 0),
+            pm_echo(1, "c0a80002", "c0a80001", 1),
+            pm_echo(1, "c0a80002", "c0a80003", 1),
+        ]
+    );
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    h.inject(
+        "pm",
+        0,
+        &[
+            pm_echo(2, "c0a80001", "c0a80002", 0),
+            pm_echo(2, "c0a80001", "c0a80002", 0),
+            pm_echo(2, "c0a80003", "c0a80002", 1),
+            pm_echo(2, "c0a80009", "c0a80002", 1),
+            gpdu(),
+            eth(&ip(
+                17,
+                "c0a80001",
+                "c0a80002",
+                &udp(2152, 2152, &gtp(0x30, 2, 0, &[], &[])),
+            )),
+            req[..44].to_vec(),
+        ],
+    );
+    assert!(out.is_empty());
+    assert_eq!(h.drops("pm", "echo_response"), 2);
+    assert_eq!(h.drops("pm", "unknown_response"), 2);
+    assert_eq!(h.drops("pm", "not_echo"), 1);
+    assert_eq!(h.drops("pm", "no_sequence"), 1);
+    assert_eq!(h.drops("pm", "too_short"), 1);
+    let read = |h: &mut Harness, clear: bool| {
+        let v = h
+            .command("pm", "read", &Value::map().with("clear", clear))
+            .unwrap();
+        v.get("statistics")
+            .and_then(Value::as_list)
+            .unwrap()
+            .iter()
+            .map(|s| {
+                let i = |k: &str| s.get(k).and_then(Value::as_i64).unwrap() as u64;
+                (
+                    i("gnb_ip"),
+                    i("count"),
+                    i("latency_min"),
+                    i("latency_mean"),
+                    i("latency_max"),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let stats = read(&mut h, true);
+    assert_eq!(stats.len(), 2);
+    for (i, (gnb, count, min, mean, max)) in stats.into_iter().enumerate() {
+        assert_eq!(gnb, [0xc0a8_0001, 0xc0a8_0003][i]);
+        assert_eq!(count, 1);
+        // Half a round trip of at least 2 ms.
+        assert!(
+            min >= 1_000_000 && min == mean && mean == max,
+            "{min} {mean} {max}"
+        );
+    }
+    assert_eq!(
+        read(&mut h, false),
+        vec![
+            (0xc0a8_0001, 0, u64::MAX, 0, 0),
+            (0xc0a8_0003, 0, u64::MAX, 0, 0)
+        ]
+    );
+    pm_gnb(&mut h, "delete", 0xc0a8_0003);
+    pm_gnb(&mut h, "delete", 0xc0a8_0001);
+    pm_gnb(&mut h, "delete", 0xc0a8_0009);
+    h.inject("pm", 0, std::slice::from_ref(&req));
+    assert_eq!(out.take_data(), vec![pm_echo(1, "c0a80002", "c0a80003", 2)]);
+    h.command("pm", "clear", &Value::map()).unwrap();
+    h.inject("pm", 0, &[req]);
+    assert_eq!(h.drops("pm", "no_gnb"), 2);
+    assert!(read(&mut h, false).is_empty());
+}

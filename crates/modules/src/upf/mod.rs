@@ -7,6 +7,7 @@ pub mod gtpu_decap;
 pub mod gtpu_echo;
 pub mod gtpu_encap;
 pub mod gtpu_parser;
+pub mod gtpu_path_monitoring;
 pub mod ip_defrag;
 pub mod ip_frag;
 pub mod qos;
@@ -22,6 +23,7 @@ pub static CLASSES: &[&ModuleClass] = &[
     &gtpu_echo::CLASS,
     &gtpu_encap::CLASS,
     &gtpu_parser::CLASS,
+    &gtpu_path_monitoring::CLASS,
     &ip_defrag::CLASS,
     &ip_frag::CLASS,
     &qos::CLASS,
