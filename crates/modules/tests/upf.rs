@@ -893,14 +893,16 @@ fn ip_defrag_reassembles_in_any_order_and_fixes_checksums() {
     let mut no_csum = eth(&frag_ip(&[], 0, &payload(10)));
     no_csum[24..26].fill(0);
     let arp = [hex(MACS), hex("0806"), vec![0; 28]].concat();
-    h.inject("d", 0, &[no_csum, arp.clone()]);
+    // A frame too short for an Ethernet header passes untouched too.
+    h.inject("d", 0, &[no_csum, arp.clone(), hex("0102")]);
     assert_eq!(
         out.take_data(),
         vec![
             whole.clone(),
             whole,
             eth(&frag_ip(&[], 0, &payload(10))),
-            arp
+            arp,
+            hex("0102")
         ]
     );
     assert!(h
@@ -1230,4 +1232,70 @@ fn path_monitoring_probes_every_gnb_and_measures_responses() {
     h.inject("pm", 0, &[req]);
     assert_eq!(h.drops("pm", "no_gnb"), 2);
     assert!(read(&mut h, false).is_empty());
+}
+
+mod mutated {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn all_drops(h: &Harness, m: &str) -> u64 {
+        h.graph
+            .drops_of(m)
+            .unwrap()
+            .into_iter()
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// Sends `input` through a fresh `class` module with captures on `gates`: (packets
+    /// out of those gates, packets dropped).
+    fn run(class: &str, arg: &Value, gates: u16, input: &[Vec<u8>]) -> (u64, u64) {
+        let mut h = Harness::new();
+        add(&mut h, class, "m", arg);
+        let caps: Vec<_> = (0..gates).map(|g| h.capture("m", g)).collect();
+        h.inject("m", 0, input);
+        let out: usize = caps.iter().map(|c| c.take().len()).sum();
+        (out as u64, all_drops(&h, "m"))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// Mutated and truncated GTP-U frames never make the GTP-U classes read past them:
+        /// each packet leaves by a gate or is counted under a drop reason.
+        #[test]
+        fn gtpu_classes_account_for_every_mutated_frame(
+            muts in proptest::collection::vec((0usize..98, any::<u8>(), 0usize..=98), 1..32)
+        ) {
+            let frames: Vec<Vec<u8>> = muts
+                .iter()
+                .enumerate()
+                .map(|(i, &(at, b, len))| {
+                    let mut f = if i % 2 == 0 {
+                        gpdu_with(&hex(PSC), 0x34)
+                    } else {
+                        echo(1, &[], ("c0a80001", 40000), ("c0a80002", 2152))
+                    };
+                    let at = at % f.len();
+                    f[at] = b;
+                    f.truncate(len.min(f.len()));
+                    f
+                })
+                .collect();
+            let n = frames.len() as u64;
+            // Each packet leaves by a gate or is counted under a drop reason.
+            for (class, arg, gates) in [
+                ("GtpuParser", Value::Null, 2),
+                ("GtpuDecap", Value::Null, 1),
+                ("GtpuEcho", Value::map().with("s1u_sgw_ip", 1), 2),
+            ] {
+                let (out, drops) = run(class, &arg, gates, &frames);
+                prop_assert_eq!(out + drops, n, "{}", class);
+            }
+            // IPFrag may make several packets of one, IPDefrag may hold some.
+            let (out, drops) = run("IPFrag", &Value::map().with("mtu", 70), 2, &frames);
+            prop_assert!(out + drops >= n);
+            let (out, drops) = run("IPDefrag", &Value::map().with("num_flows", 4), 2, &frames);
+            prop_assert!(out + drops <= n);
+        }
+    }
 }

@@ -246,8 +246,11 @@ impl Module for IpDefrag {
         self.expire(ctx, now);
         for p in batch.drain() {
             if let Some(Step::Forward(mut p)) = self.step(ctx, p, now) {
-                if let Ok(mut h) = Ipv4Header::new_checked(&mut p.data_mut()[ETH_LEN..]) {
-                    h.fill_checksum();
+                let d = p.data_mut();
+                if d.get(12..14) == Some(&ETHERTYPE_IPV4.to_be_bytes()[..]) {
+                    if let Ok(mut h) = Ipv4Header::new_checked(&mut d[ETH_LEN..]) {
+                        h.fill_checksum();
+                    }
                 }
                 ctx.emit(GATE_FORWARD, p);
             }
