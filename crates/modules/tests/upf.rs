@@ -1291,6 +1291,14 @@ mod mutated {
                 let (out, drops) = run(class, &arg, gates, &frames);
                 prop_assert_eq!(out + drops, n, "{}", class);
             }
+            // One gNB: each request leaves as one copy, every other packet is dropped.
+            let mut h = Harness::new();
+            add(&mut h, "GtpuPathMonitoring", "m", &Value::Null);
+            h.command("m", "add", &Value::map().with("gnb_ip", 0xc0a8_0001u32)).unwrap();
+            let c = h.capture("m", 0);
+            h.inject("m", 0, &frames);
+            prop_assert_eq!(c.len() as u64 + all_drops(&h, "m"), n);
+            drop(h);
             // IPFrag may make several packets of one, IPDefrag may hold some.
             let (out, drops) = run("IPFrag", &Value::map().with("mtu", 70), 2, &frames);
             prop_assert!(out + drops >= n);
