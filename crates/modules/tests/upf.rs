@@ -1307,3 +1307,76 @@ mod mutated {
         }
     }
 }
+
+/// The downlink end of up4.bess: the FAR lookup (ExactMatch with the fork's values, given
+/// as integers) writes the tunnel, GtpuEncap builds it: the integers reach the wire in
+/// network order, as in the fork, and the UPF's own address comes out as the source.
+#[test]
+fn far_lookup_values_reach_the_outer_headers_in_network_order() {
+    let mut h = Harness::new();
+    let f = |n: &str, b: i64| Value::map().with("attr_name", n).with("num_bytes", b);
+    let arg = Value::map()
+        .with(
+            "fields",
+            vec![Value::map().with("offset", 30).with("num_bytes", 4)],
+        )
+        .with(
+            "values",
+            vec![
+                f("action", 1),
+                f("tunnel_out_src_ip4addr", 4),
+                f("tunnel_out_dst_ip4addr", 4),
+                f("tunnel_out_teid", 4),
+                f("tunnel_out_udp_port", 2),
+                f("qfi", 1),
+            ],
+        );
+    add(&mut h, "ExactMatch", "far", &arg);
+    add(
+        &mut h,
+        "GtpuEncap",
+        "e",
+        &Value::map().with("add_psc", true),
+    );
+    h.connect("far", 1, "e", 0).unwrap();
+    let int = |i: u64| Value::map().with("value_int", i);
+    let rule = Value::map()
+        .with("gate", 1)
+        .with(
+            "fields",
+            vec![Value::map().with("value_bin", hex("08080808"))],
+        )
+        .with(
+            "values",
+            vec![
+                int(0),
+                int(0xc0a8_0002),
+                int(0xc0a8_0001),
+                int(0x1122_3344),
+                int(2152),
+                int(9),
+            ],
+        );
+    h.command("far", "add", &rule).unwrap();
+    let out = h.capture("e", 1);
+    h.inject("far", 0, &[eth(&inner())]);
+    let pkt = ip(17, "0a000001", "08080808", &udp(1234, 53, &hex("cafebabe")));
+    let mut want = eth(&ip(
+        17,
+        "c0a80002",
+        "c0a80001",
+        &udp(
+            2152,
+            2152,
+            &gtp(
+                0x34,
+                0xff,
+                0x1122_3344,
+                &hex("0000 00 85  01 00 09 00"),
+                &pkt,
+            ),
+        ),
+    ));
+    want[18..20].copy_from_slice(&hex("0513"));
+    assert_eq!(out.take_data(), vec![want]);
+}
