@@ -2,6 +2,7 @@
 //! gate or meter them with a two-rate three-colour marker (RFC 2698) and send them to the
 //! gate of their colour; on a hit the rule's values are written into the packet.
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use bessemer_core::module::MAX_GATES;
@@ -12,8 +13,8 @@ use bessemer_core::{
 };
 
 use crate::classify::table::{
-    field_data, key_words, parse_fields, IntOrder, KeyBuilder, MatchField, ValueFields, DROP_GATE,
-    MAX_FIELDS,
+    field_data, hash_words, key_words, parse_fields, IntOrder, KeyBuilder, MatchField, ValueFields,
+    DROP_GATE, MAX_FIELDS,
 };
 use crate::util::{process_each, Verdict, IDLE};
 
@@ -119,8 +120,39 @@ struct Rule {
     meter: Option<Mutex<TrTcm>>,
 }
 
+/// A rule key: the masked key words.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Key([u64; 8]);
+
+impl Hash for Key {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // One multiply per word (the classifiers' hash) instead of SipHash over 64 bytes on
+        // every packet; the stored keys come from the control plane, so collisions cannot be
+        // forced by traffic.
+        state.write_u64(hash_words(&self.0));
+    }
+}
+
+/// Passes the key's own hash through.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ b as u64;
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
 struct Table {
-    rules: HashMap<[u64; 8], Arc<Rule>>,
+    rules: HashMap<Key, Arc<Rule>, BuildHasherDefault<KeyHasher>>,
     default_gate: u16,
 }
 
@@ -153,7 +185,7 @@ impl Qos {
 
     /// The key of a command's `fields` (FieldData, one per field): `value_bin` as given,
     /// `value_int` in host (little-endian) order, as the fork's `uint64_to_bin(.., false)`.
-    fn key(&self, list: &[Value], what: &str) -> Result<[u64; 8]> {
+    fn key(&self, list: &[Value], what: &str) -> Result<Key> {
         if list.len() != self.fields.len() {
             return Err(Error::invalid(format!(
                 "{what}.fields: must specify {} fields, got {}",
@@ -173,7 +205,7 @@ impl Qos {
         }
         let mut k = [0u64; 8];
         key_words(&bytes, &mut k);
-        Ok(k)
+        Ok(Key(k))
     }
 
     /// The `add` command: adds or replaces a rule.
@@ -271,7 +303,7 @@ impl Qos {
         let Some(key) = self.keys.build::<8>(offs, p) else {
             return Verdict::Drop(QosDrop::TooShort);
         };
-        let Some(rule) = t.rules.get(&key) else {
+        let Some(rule) = t.rules.get(&Key(key)) else {
             return match t.default_gate {
                 DROP_GATE => Verdict::Drop(QosDrop::NoMatch),
                 g => Verdict::Gate(g),
@@ -349,7 +381,7 @@ fn create(init: &mut InitContext, arg: &Value) -> Result<Instance> {
         values,
         entries,
         table: RwLock::new(Table {
-            rules: HashMap::new(),
+            rules: HashMap::default(),
             default_gate: DROP_GATE,
         }),
     })))
