@@ -362,6 +362,9 @@ const RESPONSE_OVERRIDES: &[(&str, &str, &str)] = &[
     ("NAT", "get_initial_arg", "NATArg"),
     ("StaticNAT", "get_initial_arg", "StaticNATArg"),
     ("BPF", "get_initial_arg", "BPFArg"),
+    ("IPFrag", "get_eth_mtu", "IPFragArg"),
+    ("FlowMeasure", "read", "FlowMeasureReadResponse"),
+    ("FlowMeasure", "flip", "FlowMeasureFlipResponse"),
 ];
 
 /// The message a command's result is encoded as: the override table, then

@@ -12,6 +12,7 @@ pub mod io;
 pub mod measure;
 pub mod queue;
 pub mod rewrite;
+pub mod upf;
 pub mod util;
 
 use bessemer_core::ModuleClass;
@@ -30,6 +31,7 @@ pub fn classes() -> &'static [&'static ModuleClass] {
             measure::CLASSES,
             queue::CLASSES,
             rewrite::CLASSES,
+            upf::CLASSES,
         ]
         .concat();
         all.sort_by_key(|c| c.name);

@@ -100,8 +100,15 @@ fn minimal_arg(class: &str, n: usize) -> Value {
         "ExactMatch" | "WildcardMatch" => {
             Value::map().with("fields", Value::List(vec![field(26, 4)]))
         }
+        "Counter" => Value::map().with("name_id", "c").with("total", 1),
         "FlowGen" => Value::map().with("template", vec![0u8; 60]),
+        "FlowMeasure" => Value::map()
+            .with("flag_attr_name", "f")
+            .with("leader", true),
+        "GtpuEcho" => Value::map().with("s1u_sgw_ip", 1),
         "HashLB" | "RandomSplit" | "RoundRobin" => gates(),
+        "IPDefrag" => Value::map().with("num_flows", 1),
+        "IPFrag" => Value::map().with("mtu", 1518),
         "NAT" => Value::map().with(
             "ext_addrs",
             Value::List(vec![Value::map().with("ext_addr", "203.0.113.1")]),

@@ -1,0 +1,191 @@
+//! GtpuParser (omec-project fork): fills the UPF's match attributes from a packet's headers,
+//! the inner ones for a GTP-U G-PDU and the outer ones otherwise.
+use bessemer_core::{
+    AccessMode, Args, Context, Instance, Module, ModuleClass, Packet, PacketBatch, Value,
+};
+
+use crate::checksum::{PROTO_TCP, PROTO_UDP};
+use crate::headers::{
+    ip_version, Ipv4Error, Ipv4View, PortsView, ETHERTYPE_ARP, ETHERTYPE_IPV4, ETH_LEN, PROTO_ICMP,
+};
+use crate::upf::gtpu::{self, GtpuError};
+use crate::util::{add_attrs, process_each, Verdict};
+
+/// IP protocol number of ESP (no ports: its payload is encrypted).
+const PROTO_ESP: u8 = 50;
+/// What the fork writes for a field the packet does not have (all ones).
+const NONE4: [u8; 4] = [0xff; 4];
+const NONE2: [u8; 2] = [0xff; 2];
+
+const GATE_DEFAULT: u16 = 0;
+const GATE_FORWARD: u16 = 1;
+
+const ATTR_SRC_IP: usize = 0;
+const ATTR_DST_IP: usize = 1;
+const ATTR_SRC_PORT: usize = 2;
+const ATTR_DST_PORT: usize = 3;
+const ATTR_TEID: usize = 4;
+const ATTR_TUNNEL_DST: usize = 5;
+const ATTR_PROTO: usize = 6;
+
+bessemer_core::drop_reasons! {
+    /// Why GtpuParser drops packets.
+    pub enum GtpuParserDrop {
+        Gtpu(GtpuError),
+        /// The packet inside a G-PDU is a truncated or malformed IPv4 packet.
+        InnerMalformed = "inner_malformed",
+    }
+}
+
+/// The attribute values of one packet, every field as on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Fields {
+    src: [u8; 4],
+    dst: [u8; 4],
+    sport: [u8; 2],
+    dport: [u8; 2],
+    teid: [u8; 4],
+    tunnel_dst: [u8; 4],
+    proto: u8,
+}
+
+/// Ports of a TCP or UDP packet, or all ones for a later fragment (which has no L4 header)
+/// and for other protocols; `Err` when the L4 header is cut short.
+fn ports<T: AsRef<[u8]>>(ip: &Ipv4View<T>) -> Result<([u8; 2], [u8; 2]), ()> {
+    let p = ip.protocol();
+    if (p != PROTO_TCP && p != PROTO_UDP) || !ip.has_l4_header() {
+        return Ok((NONE2, NONE2));
+    }
+    let v = PortsView::new_checked(ip.payload()).map_err(|_| ())?;
+    Ok((v.src_port().to_be_bytes(), v.dst_port().to_be_bytes()))
+}
+
+/// The fields of an IPv4 packet carried in no tunnel, or None for a protocol the fork
+/// leaves unparsed (the packet goes on without attributes).
+fn outer_fields<T: AsRef<[u8]>>(ip: &Ipv4View<T>) -> Result<Option<Fields>, GtpuParserDrop> {
+    let p = ip.protocol();
+    if !matches!(p, PROTO_TCP | PROTO_UDP | PROTO_ICMP | PROTO_ESP) {
+        return Ok(None);
+    }
+    let (sport, dport) = ports(ip).map_err(|_| GtpuError::Ipv4(Ipv4Error::TooShort))?;
+    Ok(Some(Fields {
+        src: ip.src_bytes(),
+        dst: ip.dst_bytes(),
+        sport,
+        dport,
+        teid: NONE4,
+        tunnel_dst: NONE4,
+        proto: p,
+    }))
+}
+
+/// The gate of a frame and the attributes to write (None: write none).
+fn classify(d: &[u8]) -> Result<(u16, Option<Fields>), GtpuParserDrop> {
+    let Some(t) = d.get(12..ETH_LEN) else {
+        return Err(GtpuError::Ipv4(Ipv4Error::TooShort).into());
+    };
+    match u16::from_be_bytes([t[0], t[1]]) {
+        ETHERTYPE_IPV4 => {}
+        // The fork forwards ARP on the forward gate (and reads its bytes as IPv4); nothing
+        // in an ARP packet is a match field, so none is written.
+        ETHERTYPE_ARP => return Ok((GATE_FORWARD, None)),
+        _ => return Ok((GATE_DEFAULT, None)),
+    }
+    let ip = Ipv4View::new_checked(&d[ETH_LEN..]).map_err(GtpuError::Ipv4)?;
+    let is_gtpu = ip.protocol() == PROTO_UDP
+        && ip.has_l4_header()
+        && PortsView::new_checked(ip.payload()).is_ok_and(|u| u.dst_port() == gtpu::PORT);
+    if !is_gtpu {
+        return Ok((GATE_FORWARD, outer_fields(&ip)?));
+    }
+    let tun = gtpu::parse(d)?;
+    if tun.msg_type != gtpu::MSG_GPDU {
+        // Signalling (echo, end marker, error indication) carries no user packet to match.
+        return Ok((GATE_DEFAULT, None));
+    }
+    let inner = &d[tun.payload_off()..tun.end()];
+    if ip_version(inner) != Some(4) {
+        return Ok((GATE_DEFAULT, None));
+    }
+    let iip = Ipv4View::new_checked(inner).map_err(|_| GtpuParserDrop::InnerMalformed)?;
+    let (sport, dport) = ports(&iip).map_err(|_| GtpuParserDrop::InnerMalformed)?;
+    Ok((
+        GATE_FORWARD,
+        Some(Fields {
+            src: iip.src_bytes(),
+            dst: iip.dst_bytes(),
+            sport,
+            dport,
+            teid: tun.teid,
+            tunnel_dst: tun.dst,
+            proto: iip.protocol(),
+        }),
+    ))
+}
+
+/// Writes `src_ip`, `dst_ip`, `src_port`, `dst_port`, `teid`, `tunnel_ipv4_dst` and
+/// `ip_proto` (network byte order, all ones where absent) from the inner headers of a GTP-U
+/// G-PDU or the headers of a plain IPv4 packet, and sends it out of gate 1; other EtherTypes
+/// and GTP-U signalling go out of gate 0; malformed packets are dropped under named reasons.
+pub struct GtpuParser;
+
+impl Module for GtpuParser {
+    fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
+        let offs = [
+            ctx.attr(ATTR_SRC_IP),
+            ctx.attr(ATTR_DST_IP),
+            ctx.attr(ATTR_SRC_PORT),
+            ctx.attr(ATTR_DST_PORT),
+            ctx.attr(ATTR_TEID),
+            ctx.attr(ATTR_TUNNEL_DST),
+            ctx.attr(ATTR_PROTO),
+        ];
+        process_each(ctx, batch, |p: &mut Packet| match classify(p.data()) {
+            Err(r) => Verdict::Drop(r),
+            Ok((gate, f)) => {
+                if let Some(f) = f {
+                    p.set_attr(offs[ATTR_SRC_IP], &f.src);
+                    p.set_attr(offs[ATTR_DST_IP], &f.dst);
+                    p.set_attr(offs[ATTR_SRC_PORT], &f.sport);
+                    p.set_attr(offs[ATTR_DST_PORT], &f.dport);
+                    p.set_attr(offs[ATTR_TEID], &f.teid);
+                    p.set_attr(offs[ATTR_TUNNEL_DST], &f.tunnel_dst);
+                    p.set_attr(offs[ATTR_PROTO], &[f.proto]);
+                }
+                Verdict::Gate(gate)
+            }
+        });
+    }
+}
+
+/// The GtpuParser class.
+pub static CLASS: ModuleClass = ModuleClass {
+    name: "GtpuParser",
+    name_template: "gtpu_parser",
+    help: "parsing module for gtp traffic",
+    arg_type: "EmptyArg",
+    arg_doc: &[
+        "(no fields) — writes src_ip, dst_ip, teid, tunnel_ipv4_dst (4), src_port, dst_port (2), ip_proto (1); gate 1 parsed, gate 0 not IPv4 or GTP-U signalling",
+    ],
+    igates: 1,
+    ogates: 2,
+    commands: &[],
+    drop_reasons: GtpuParserDrop::NAMES,
+    mt_safe: true,
+    create: |init, arg: &Value| {
+        Args::new(arg, "EmptyArg")?.finish()?;
+        add_attrs(
+            init,
+            &[
+                ("src_ip", 4, AccessMode::Write),
+                ("dst_ip", 4, AccessMode::Write),
+                ("src_port", 2, AccessMode::Write),
+                ("dst_port", 2, AccessMode::Write),
+                ("teid", 4, AccessMode::Write),
+                ("tunnel_ipv4_dst", 4, AccessMode::Write),
+                ("ip_proto", 1, AccessMode::Write),
+            ],
+        )?;
+        Ok(Instance::Exclusive(Box::new(GtpuParser)))
+    },
+};
