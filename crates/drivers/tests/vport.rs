@@ -402,7 +402,9 @@ fn loopback_sends_frames_back_in_tagged() {
         );
     }
     let untag = |f: &[u8]| [&f[..12], &f[16..]].concat();
-    assert_eq!(back.len(), 2, "looped frames");
+    // The host may loop frames of its own too (a larger batch can bring them in the same
+    // read); ours come first.
+    assert!(back.len() >= 2, "looped frames: {}", back.len());
     assert_eq!(untag(&back[0]), arp);
     assert_eq!(untag(&back[1]), echo);
     // The host never saw them: no ARP entry for the asker.

@@ -127,20 +127,29 @@ fn port_out_to_port_inc_moves_packets_and_counts_them() {
     h.add(&port_out::CLASS, "out", &arg("lo0")).unwrap();
     h.add(&port_inc::CLASS, "inc", &arg("lo0")).unwrap();
     let cap = h.capture("inc", 0);
-    let frames: Vec<Vec<u8>> = (0..40u8).map(|i| vec![i; 60 + i as usize]).collect();
+    let b = bessemer_core::MAX_BURST;
+    let frames: Vec<Vec<u8>> = (0..(b + 8) as u8)
+        .map(|i| vec![i; 60 + i as usize])
+        .collect();
     h.inject("out", 0, &frames);
     let r1 = h.run_task("inc", 0);
     let r2 = h.run_task("inc", 0);
     assert_eq!(
-        (r1.packets, r2.packets),
-        (32, 8),
-        "one burst is at most 32 packets"
+        (r1.packets as usize, r2.packets),
+        (b, 8),
+        "one burst is at most a batch"
     );
     assert_eq!(cap.take_data(), frames);
     let (inc, out) = h.graph.ports().get("lo0").unwrap().counts();
     let bytes: u64 = frames.iter().map(|f| f.len() as u64).sum();
-    assert_eq!((inc.packets, inc.bytes, inc.dropped), (40, bytes, 0));
-    assert_eq!((out.packets, out.bytes, out.dropped), (40, bytes, 0));
+    assert_eq!(
+        (inc.packets, inc.bytes, inc.dropped),
+        (frames.len() as u64, bytes, 0)
+    );
+    assert_eq!(
+        (out.packets, out.bytes, out.dropped),
+        (frames.len() as u64, bytes, 0)
+    );
     assert!(h.run_task("inc", 0).block, "an empty queue blocks the task");
 }
 

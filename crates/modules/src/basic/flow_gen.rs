@@ -891,7 +891,11 @@ mod tests {
         assert_eq!(r.bits, (100 + 24) * 2 * 8);
         c.take();
         let e = h
-            .command("fg", "set_burst", &Value::map().with("burst", 33))
+            .command(
+                "fg",
+                "set_burst",
+                &Value::map().with("burst", bessemer_core::MAX_BURST + 1),
+            )
             .unwrap_err();
         assert!(
             e.msg.contains("FlowGenCommandSetBurstArg.burst"),

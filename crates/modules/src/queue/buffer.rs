@@ -34,7 +34,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     name_template: "buffer",
     help: "gathers packets into full batches",
     arg_type: "BufferArg",
-    arg_doc: &["(no fields) — forwards only full batches of 32 packets"],
+    arg_doc: &["(no fields) — forwards only full batches (64 packets)"],
     igates: 1,
     ogates: 1,
     commands: &[],
@@ -71,17 +71,18 @@ mod tests {
                 .find(|m| m.name == "buf")
                 .unwrap()
                 .desc,
-            "20/32"
+            format!("20/{MAX_BURST}")
         );
-        h.inject("buf", 0, &pkts(20..40));
+        let b = MAX_BURST as u8;
+        h.inject("buf", 0, &pkts(20..b + 8));
         let got = c.take();
         assert_eq!(got.len(), MAX_BURST);
         let firsts: Vec<u8> = got.iter().map(|p| p.data[0]).collect();
-        assert_eq!(firsts, (0..32).collect::<Vec<u8>>());
-        // 8 wait; 24 more complete the next batch exactly.
-        h.inject("buf", 0, &pkts(40..64));
+        assert_eq!(firsts, (0..b).collect::<Vec<u8>>());
+        // 8 wait; B - 8 more complete the next batch exactly.
+        h.inject("buf", 0, &pkts(b + 8..2 * b));
         let firsts: Vec<u8> = c.take().iter().map(|p| p.data[0]).collect();
-        assert_eq!(firsts, (32..64).collect::<Vec<u8>>());
+        assert_eq!(firsts, (b..2 * b).collect::<Vec<u8>>());
     }
 
     #[test]

@@ -369,7 +369,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         "num_flows: uint32 — most flows tracked at once (default 4096; idle flows are forgotten after 300 s)",
         "quantum: uint64 — bytes added to a flow's deficit per round (default 1500)",
         "max_flow_queue_size: uint32 — packets one flow may queue (default 8192)",
-        "  its own task dequeues up to 32 packets per run; non-IPv4 frames share one flow",
+        "  its own task dequeues up to a batch (64 packets) per run; non-IPv4 frames share one flow",
     ],
     igates: 1,
     ogates: 1,
@@ -398,6 +398,7 @@ pub static CLASS: ModuleClass = ModuleClass {
 mod tests {
     use super::*;
     use bessemer_core::testing::Harness;
+    use bessemer_core::MAX_BURST;
 
     /// An Ethernet/IPv4/UDP frame of `len` bytes from source port `sport`.
     fn pkt(sport: u16, len: usize) -> Vec<u8> {
@@ -425,22 +426,23 @@ mod tests {
         let mut h = Harness::new();
         drr(&mut h, Value::map().with("quantum", 600));
         let c = h.capture("drr", 0);
-        // Flow 1: 100-byte packets, flow 2: 200, flow 3: 300; 10 000 bytes each, so all
-        // stay backlogged for the 5 runs below.
+        // Flow 1: 100-byte packets, flow 2: 200, flow 3: 300; 10 000 bytes each per 32 of
+        // batch capacity, so all stay backlogged for the 5 runs below.
+        let k = MAX_BURST / 32;
         let mut input = Vec::new();
-        for i in 0..100 {
+        for i in 0..100 * k {
             input.push(pkt(1, 100));
-            if i < 50 {
+            if i < 50 * k {
                 input.push(pkt(2, 200));
             }
-            if i < 34 {
+            if i < 34 * k {
                 input.push(pkt(3, 300));
             }
         }
         h.inject("drr", 0, &input);
         // One round: 6 x 100, 3 x 200, 2 x 300 = 600 bytes each.
         let r = h.run_task("drr", 0);
-        assert_eq!(r.packets, 32);
+        assert_eq!(r.packets as usize, MAX_BURST);
         let got = c.take_data();
         let first: Vec<u16> = got[..11].iter().map(|p| sport(p)).collect();
         assert_eq!(first, [1, 1, 1, 1, 1, 1, 2, 2, 2, 3, 3]);
@@ -449,7 +451,7 @@ mod tests {
             bytes[sport(p) as usize] += p.len();
         }
         for _ in 0..4 {
-            assert_eq!(h.run_task("drr", 0).packets, 32);
+            assert_eq!(h.run_task("drr", 0).packets as usize, MAX_BURST);
             for p in c.take_data() {
                 bytes[sport(&p) as usize] += p.len();
             }
@@ -460,9 +462,13 @@ mod tests {
             );
             assert!(hi - lo <= 600, "{bytes:?}");
         }
-        // 5 runs x 32 packets = 160 packets = 14.5 rounds of 11: 8400..9000 bytes per flow.
+        // 5 runs of a batch each, 11 packets (600 bytes per flow) a round: every flow got
+        // the whole rounds served, give or take the round in progress.
+        let rounds = 5 * MAX_BURST / 11;
         assert!(
-            bytes[1..].iter().all(|&b| (8400..=9000).contains(&b)),
+            bytes[1..]
+                .iter()
+                .all(|&b| (rounds * 600..=(rounds + 1) * 600).contains(&b)),
             "{bytes:?}"
         );
     }
