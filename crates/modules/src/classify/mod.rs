@@ -1,6 +1,7 @@
 //! Classifiers: modules that choose an output gate per packet from its headers or metadata.
 
 pub mod acl;
+pub mod acl_index;
 pub mod bpf;
 pub mod exact_match;
 pub mod hash_lb;
