@@ -6,7 +6,7 @@
 //! packet length; a load past the end ends the program with "no match", as the kernel's filter
 //! does. Packets are not run through the programs one by one: all filters are merged into one
 //! structure (bpf_compile.rs) that finds the first accepting filter with a few table lookups.
-use super::bpf_compile::{analyse, Merged, PathSpec};
+use super::bpf_compile::{analyse, Merged, PathSpec, MAX_FIELDS};
 use crate::util::{parse_list, IDLE};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 use std::sync::{Mutex, RwLock};
@@ -584,10 +584,11 @@ impl SharedModule for Bpf {
             return ctx.forward(0, batch);
         }
         let list = &filters.list;
+        let mut scratch = [0u32; MAX_FIELDS];
         for pkt in batch.drain() {
             let gate = filters
                 .merged
-                .first_match(pkt.data(), |i| &list[i as usize].prog)
+                .first_match_with(&mut scratch, pkt.data(), |i| &list[i as usize].prog)
                 .map_or(0, |i| list[i as usize].gate);
             ctx.emit(gate, pkt);
         }

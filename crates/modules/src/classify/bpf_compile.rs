@@ -18,7 +18,7 @@
 //! the interpreter, in their place in the order.
 use std::collections::HashMap;
 
-use super::bpf::{alu, exec, load, Op, AND};
+use super::bpf::{alu, exec, Op, AND};
 
 /// A packet quantity programs test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -49,22 +49,6 @@ impl Field {
             mask: u32::MAX,
             ..self
         }
-    }
-
-    /// The field's value in `p`, None when a load is past the end (as the interpreter's).
-    #[inline(always)]
-    fn eval(&self, p: &[u8]) -> Option<u32> {
-        let x = match self.msh {
-            Some(k) => (load::<1>(p, 0, k)? & 0x0f) << 2,
-            None => self.xc,
-        };
-        let v = match self.size {
-            0 => p.len() as u32,
-            1 => load::<1>(p, x, self.off)?,
-            2 => load::<2>(p, x, self.off)?,
-            _ => load::<4>(p, x, self.off)?,
-        };
-        Some(v & self.mask)
     }
 }
 
@@ -264,7 +248,46 @@ pub fn analyse(prog: &[Op]) -> Option<Vec<PathSpec>> {
 }
 
 /// Most distinct fields the merged structure evaluates per packet (a bit each in a u64).
-const MAX_FIELDS: usize = 64;
+pub const MAX_FIELDS: usize = 64;
+
+/// How a field's value is computed per packet, from the packet or from an earlier field.
+#[derive(Clone, Copy, Debug)]
+enum Load {
+    Len,
+    /// `size` bytes at `at`.
+    Abs {
+        at: usize,
+        size: u8,
+    },
+    /// `size` bytes at 4 * (field `x` & 0xf) + `off`.
+    Ind {
+        x: u8,
+        off: u32,
+        size: u8,
+    },
+    /// The value of field i (before this field's mask).
+    Of(u8),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct FieldOp {
+    load: Load,
+    mask: u32,
+}
+
+/// `size` big-endian bytes of `p` at `at`, None past the end (as the interpreter's loads).
+#[inline(always)]
+fn be(p: &[u8], at: usize, size: u8) -> Option<u32> {
+    match size {
+        1 => p.get(at).map(|&b| b as u32),
+        2 => p
+            .get(at..at + 2)
+            .map(|b| u16::from_be_bytes([b[0], b[1]]) as u32),
+        _ => p
+            .get(at..at + 4)
+            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]])),
+    }
+}
 
 #[derive(Clone, Copy, Debug)]
 struct Cond {
@@ -336,6 +359,8 @@ impl KeyTable {
 pub struct Merged {
     /// Every field any path reads, evaluated once per packet.
     fields: Vec<Field>,
+    /// How to compute each of `fields`, in order.
+    ops: Vec<FieldOp>,
     paths: Vec<Path>,
     conds: Vec<Cond>,
     keys: Vec<KeyTable>,
@@ -362,8 +387,10 @@ impl Merged {
             // All of a filter's fields get an index, or it is interpreted.
             let mut new: Vec<Field> = Vec::new();
             for p in paths {
-                for f in p.conds.iter().map(|c| c.0).chain(p.loads.iter().copied()) {
-                    for f in [f, f.unmasked()] {
+                // Loads first, each unmasked form before its masked ones: a field is then
+                // always computed after the fields its value is derived from.
+                for f in p.loads.iter().copied().chain(p.conds.iter().map(|c| c.0)) {
+                    for f in [f.unmasked(), f] {
                         if !field_ix.contains_key(&f) && !new.contains(&f) {
                             new.push(f);
                         }
@@ -426,6 +453,29 @@ impl Merged {
                 None => m.unkeyed.push(pid),
             }
         }
+        m.ops = m
+            .fields
+            .iter()
+            .map(|f| {
+                let load = if f.mask != u32::MAX {
+                    Load::Of(field_ix[&f.unmasked()])
+                } else {
+                    match (f.size, f.msh) {
+                        (0, _) => Load::Len,
+                        (size, None) => Load::Abs {
+                            at: f.xc as usize + f.off as usize,
+                            size,
+                        },
+                        (size, Some(k)) => Load::Ind {
+                            x: field_ix[&Field::load(1, None, 0, k)],
+                            off: f.off,
+                            size,
+                        },
+                    }
+                };
+                FieldOp { load, mask: f.mask }
+            })
+            .collect();
         let mut fields: Vec<_> = by_key.into_iter().collect();
         fields.sort_by_key(|(f, _)| *f);
         for (f, vals) in fields {
@@ -456,14 +506,37 @@ impl Merged {
     /// filter i's decoded program, for the interpreted ones.
     #[inline(always)]
     pub fn first_match<'p>(&self, p: &[u8], progs: impl Fn(u32) -> &'p [Op]) -> Option<u32> {
-        let mut vals = [0u32; MAX_FIELDS];
+        self.first_match_with(&mut [0; MAX_FIELDS], p, progs)
+    }
+
+    /// As [`Merged::first_match`], with `vals` as scratch space (reused across packets, so
+    /// it is not cleared for each: only fields found valid are read).
+    #[inline(always)]
+    pub fn first_match_with<'p>(
+        &self,
+        vals: &mut [u32; MAX_FIELDS],
+        p: &[u8],
+        progs: impl Fn(u32) -> &'p [Op],
+    ) -> Option<u32> {
         let mut valid = 0u64;
-        for (i, f) in self.fields.iter().enumerate() {
-            if let Some(v) = f.eval(p) {
-                vals[i] = v;
+        for (i, f) in self.ops.iter().enumerate() {
+            let v = match f.load {
+                Load::Len => Some(p.len() as u32),
+                Load::Abs { at, size } => be(p, at, size),
+                Load::Ind { x, off, size } if valid & (1 << x) != 0 => be(
+                    p,
+                    ((vals[x as usize] & 0x0f) << 2) as usize + off as usize,
+                    size,
+                ),
+                Load::Of(j) if valid & (1 << j) != 0 => Some(vals[j as usize]),
+                _ => None,
+            };
+            if let Some(v) = v {
+                vals[i] = v & f.mask;
                 valid |= 1 << i;
             }
         }
+        let vals = &*vals;
         let mut best = u32::MAX;
         let scan = |ids: &[u32], best: &mut u32| {
             for &pid in ids {
@@ -471,7 +544,7 @@ impl Merged {
                 if path.filter >= *best {
                     break;
                 }
-                if self.path_holds(path, &vals, valid) {
+                if self.path_holds(path, vals, valid) {
                     *best = path.filter;
                     break;
                 }
