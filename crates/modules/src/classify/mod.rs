@@ -9,6 +9,7 @@ pub mod hash_lb;
 pub mod ip_lookup;
 pub mod l2_forward;
 pub mod table;
+pub mod tuple_table;
 pub mod url_filter;
 pub mod vlan_split;
 pub mod wildcard_match;

@@ -516,9 +516,24 @@ impl KeyBuilder {
         pkt: &bessemer_core::Packet,
     ) -> Option<[u64; W]> {
         let mut k = [0u64; W];
+        self.build_into(offs, pkt, &mut k).then_some(k)
+    }
+
+    /// As [`KeyBuilder::build`], into `k` (all zero on entry); false when the packet is too
+    /// short for a packet field.
+    #[inline(always)]
+    pub fn build_into<const W: usize>(
+        &self,
+        offs: &[bessemer_core::AttrOffset],
+        pkt: &bessemer_core::Packet,
+        k: &mut [u64; W],
+    ) -> bool {
         for (i, f) in self.fields.iter().enumerate() {
             let v = match f.offset {
-                Some(o) => load_le(pkt.data(), o, f.size)?,
+                Some(o) => match load_le(pkt.data(), o, f.size) {
+                    Some(v) => v,
+                    None => return false,
+                },
                 None => match offs[i] {
                     bessemer_core::AttrOffset::At(m) => {
                         load_le(&pkt.metadata()[..], m as usize, f.size).unwrap_or(0)
@@ -531,7 +546,7 @@ impl KeyBuilder {
                 k[f.word + 1] |= v >> (64 - f.shift);
             }
         }
-        Some(k)
+        true
     }
 }
 

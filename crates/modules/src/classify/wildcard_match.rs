@@ -7,10 +7,12 @@ use bessemer_core::{
 
 use super::table::{
     bin_list, check_field_count, check_gate, cmd_add, cmd_get_runtime_config, cmd_set_default_gate,
-    cmd_set_runtime_config, field_bytes, field_data, hash_words, initial_arg, key_bytes, key_words,
-    parse_fields, process_batch, resolve_gate, split, FlatTable, IntOrder, Matcher, RuleClassifier,
-    TableDrop, ValueFields,
+    cmd_set_runtime_config, field_bytes, field_data, initial_arg, key_bytes, key_words,
+    parse_fields, process_batch, resolve_gate, split, IntOrder, Matcher, RuleClassifier, TableDrop,
+    ValueFields,
 };
+use super::tuple_table::TupleTable;
+use std::hint::select_unpredictable;
 
 /// Most distinct masks (tuples). BESS allows 8; Bessemer allows more.
 pub const MAX_TUPLES: usize = 32;
@@ -25,8 +27,8 @@ struct RuleData {
 
 pub(crate) struct Tuple {
     mask: [u64; 8],
-    /// Masked key -> index into `data`.
-    table: FlatTable,
+    /// Masked key -> (rank, index into `data`).
+    table: TupleTable,
     data: Vec<RuleData>,
     free: Vec<u32>,
     max_priority: i32,
@@ -42,6 +44,12 @@ impl Tuple {
             .map(|(_, i)| self.data[i as usize].priority)
             .max()
             .unwrap_or(i32::MIN);
+    }
+
+    /// A rule's place in the match order as one number (higher wins, never 0): priority,
+    /// then the tuple's creation order, as BESS breaks ties.
+    fn rank(&self, priority: i32) -> u64 {
+        (((priority as u32) ^ 0x8000_0000) as u64) << 32 | (self.seq as u32 as u64)
     }
 }
 
@@ -156,7 +164,7 @@ impl RuleClassifier for WildcardMatch {
                 self.next_seq += 1;
                 self.tuples.push(Tuple {
                     mask,
-                    table: FlatTable::sparse(w),
+                    table: TupleTable::new(w),
                     data: Vec::new(),
                     free: Vec::new(),
                     max_priority: i32::MIN,
@@ -171,8 +179,12 @@ impl RuleClassifier for WildcardMatch {
             gate,
             vals,
         };
+        let rank = t.rank(priority);
         match t.table.get(&key[..w]) {
-            Some(i) => t.data[i as usize] = d,
+            Some(i) => {
+                t.data[i as usize] = d;
+                t.table.insert(&key[..w], rank, i);
+            }
             None => {
                 let i = match t.free.pop() {
                     Some(i) => {
@@ -184,7 +196,7 @@ impl RuleClassifier for WildcardMatch {
                         (t.data.len() - 1) as u32
                     }
                 };
-                t.table.insert(&key[..w], i);
+                t.table.insert(&key[..w], rank, i);
             }
         }
         t.recompute_max();
@@ -200,7 +212,7 @@ impl RuleClassifier for WildcardMatch {
             let mb = split(&t.mask[..]);
             for (k, i) in t.table.iter() {
                 let d = t.data[i as usize];
-                rows.push((d.priority, d.gate, mb.clone(), split(k), d.vals));
+                rows.push((d.priority, d.gate, mb.clone(), split(&k), d.vals));
             }
         }
         // Priority, gate, masks, values: BESS's order.
@@ -234,45 +246,57 @@ impl RuleClassifier for WildcardMatch {
         let mut keys = [[0u64; W]; MAX_BURST];
         let mut status: [Option<TableDrop>; MAX_BURST] = [None; MAX_BURST];
         for (i, p) in batch.pkts().iter().enumerate() {
-            match self.matcher.keys.build::<W>(offs, p) {
-                Some(k) => keys[i] = k,
-                None => status[i] = Some(TableDrop::TooShort),
+            // Built in place: a copy out of a key just assembled stalls on store forwarding.
+            if !self.matcher.keys.build_into::<W>(offs, p, &mut keys[i]) {
+                status[i] = Some(TableDrop::TooShort);
             }
         }
-        // Best (priority, tuple seq, gate, rule) per packet; seq 0 = no match yet.
-        let mut best = [(i32::MIN, 0u64, 0u16, (0usize, 0u32)); MAX_BURST];
+        // Best rank and (tuple, rule) per packet; rank 0 = no match yet, u64::MAX = too short
+        // (it then takes no part: nothing can beat it).
+        let mut best = [0u64; MAX_BURST];
+        let mut rule = [(0u32, 0u32); MAX_BURST];
+        for i in 0..n {
+            if status[i].is_some() {
+                best[i] = u64::MAX;
+            }
+        }
         for (ti, t) in self.tuples.iter().enumerate() {
+            // Tuples come in decreasing order of their best rank: once every packet has a
+            // match that beats it, no later tuple can change anything.
+            let floor = best[..n].iter().copied().min().unwrap_or(u64::MAX);
+            if floor > t.rank(t.max_priority) {
+                break;
+            }
             let mask: &[u64; W] = t.mask[..W].try_into().unwrap();
             for i in 0..n {
-                let b = best[i];
-                if status[i].is_some() || t.max_priority < b.0 {
-                    continue;
-                }
                 let mut mk = [0u64; W];
                 for j in 0..W {
                     mk[j] = keys[i][j] & mask[j];
                 }
-                if let Some(x) = t.table.get_near(&mk, hash_words(&mk)) {
-                    let d = t.data[x as usize];
-                    if b.1 == 0 || d.priority > b.0 || (d.priority == b.0 && t.seq > b.1) {
-                        best[i] = (d.priority, t.seq, d.gate, (ti, x));
-                    }
-                }
+                let (r, x) = t.table.lookup::<W>(&mk);
+                let better = r > best[i];
+                best[i] = select_unpredictable(better, r, best[i]);
+                rule[i] = select_unpredictable(better, (ti as u32, x), rule[i]);
             }
+        }
+        let mut found = [false; MAX_BURST];
+        for i in 0..n {
+            found[i] = status[i].is_none() && best[i] != 0;
         }
         let def = self.matcher.default_gate;
         let mut gates = [0u16; MAX_BURST];
         for i in 0..n {
-            let found = (best[i].1 != 0).then_some(best[i].2);
-            resolve_gate(found, def, &mut status[i], &mut gates[i]);
+            let (ti, x) = rule[i];
+            let g = found[i].then(|| self.tuples[ti as usize].data[x as usize].gate);
+            resolve_gate(g, def, &mut status[i], &mut gates[i]);
         }
         if !self.values.is_empty() {
             // The fork writes a matched rule's values when its gate is not the default gate.
             let offs = self.values.offsets(ctx);
             for (i, p) in batch.pkts_mut().iter_mut().enumerate() {
-                let (_, seq, gate, (ti, x)) = best[i];
-                if seq != 0 && gate != def {
-                    let d = &self.tuples[ti].data[x as usize];
+                let (ti, x) = rule[i];
+                let d = &self.tuples[ti as usize].data[x as usize];
+                if found[i] && d.gate != def {
                     self.values.apply(p, &offs, &d.vals);
                 }
             }
