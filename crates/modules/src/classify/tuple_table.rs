@@ -8,20 +8,18 @@ use std::hint::select_unpredictable;
 
 use super::table::hash_words;
 
-/// Slot marker for "no key".
-const EMPTY: u64 = u64::MAX;
-
-/// A table from keys of `words` u64 words to (rank, value): rank orders matches (0 = none).
+/// A table from keys of `words` u64 words to non-zero u64 tags; a lookup's tag orders
+/// matches (0 = no match).
 #[derive(Clone, Debug)]
 pub struct TupleTable {
     words: usize,
-    /// Words per slot: the key, then the rank, then the value (EMPTY: free slot).
+    /// Words per slot: the key, then the tag (0: free slot, whose key is all zero).
     stride: usize,
     bits: u32,
     /// 2^bits + 1 slots: the last one only ever holds keys whose home is the one before it.
     slots: Vec<u64>,
-    /// Keys that found no room (kept rare by the size bound): (key, rank, value).
-    overflow: Vec<(Vec<u64>, u64, u32)>,
+    /// Keys that found no room (kept rare by the size bound): (key, tag).
+    overflow: Vec<(Vec<u64>, u64)>,
     len: usize,
 }
 
@@ -30,7 +28,7 @@ impl TupleTable {
     pub fn new(words: usize) -> TupleTable {
         let mut t = TupleTable {
             words,
-            stride: words + 2,
+            stride: words + 1,
             bits: 0,
             slots: Vec::new(),
             overflow: Vec::new(),
@@ -43,9 +41,6 @@ impl TupleTable {
     fn reset(&mut self, bits: u32) {
         self.bits = bits;
         self.slots = vec![0; ((1usize << bits) + 1) * self.stride];
-        for s in self.slots.chunks_exact_mut(self.stride) {
-            s[self.words + 1] = EMPTY;
-        }
     }
 
     /// Number of keys stored.
@@ -58,6 +53,11 @@ impl TupleTable {
         self.len == 0
     }
 
+    /// True when some key sits in the overflow list ([`TupleTable::lookup`] must scan it).
+    pub fn has_overflow(&self) -> bool {
+        !self.overflow.is_empty()
+    }
+
     #[inline(always)]
     fn home(&self, h: u64) -> usize {
         (h >> (64 - self.bits)) as usize
@@ -67,62 +67,55 @@ impl TupleTable {
         let i = self.home(hash_words(key));
         (i..i + 2).find(|&j| {
             let s = &self.slots[j * self.stride..(j + 1) * self.stride];
-            s[self.words + 1] != EMPTY && s[..self.words] == *key
+            s[self.words] != 0 && s[..self.words] == *key
         })
     }
 
-    /// The value stored under `key`.
-    pub fn get(&self, key: &[u64]) -> Option<u32> {
+    /// The tag stored under `key`.
+    pub fn get(&self, key: &[u64]) -> Option<u64> {
         match self.find(key) {
-            Some(j) => Some(self.slots[j * self.stride + self.words + 1] as u32),
-            None => self.overflow.iter().find(|o| o.0 == key).map(|o| o.2),
+            Some(j) => Some(self.slots[j * self.stride + self.words]),
+            None => self.overflow.iter().find(|o| o.0 == key).map(|o| o.1),
         }
     }
 
-    /// Inserts or replaces `key`; returns the value it replaced.
-    pub fn insert(&mut self, key: &[u64], rank: u64, v: u32) -> Option<u32> {
-        debug_assert!(rank != 0);
-        let w = self.words;
+    /// Inserts or replaces `key` with a non-zero tag; returns the tag it replaced.
+    pub fn insert(&mut self, key: &[u64], tag: u64) -> Option<u64> {
+        assert!(tag != 0, "tag 0 marks free slots");
         if let Some(j) = self.find(key) {
-            let s = &mut self.slots[j * self.stride..(j + 1) * self.stride];
-            let old = s[w + 1] as u32;
-            s[w] = rank;
-            s[w + 1] = v as u64;
-            return Some(old);
+            let s = &mut self.slots[j * self.stride + self.words];
+            return Some(std::mem::replace(s, tag));
         }
         if let Some(o) = self.overflow.iter_mut().find(|o| o.0 == key) {
-            let old = o.2;
-            (o.1, o.2) = (rank, v);
-            return Some(old);
+            return Some(std::mem::replace(&mut o.1, tag));
         }
         self.len += 1;
-        self.place(key, rank, v);
+        self.place(key, tag);
         None
     }
 
-    fn try_place(&mut self, key: &[u64], rank: u64, v: u32) -> bool {
+    fn try_place(&mut self, key: &[u64], tag: u64) -> bool {
         let (w, st) = (self.words, self.stride);
         let i = self.home(hash_words(key));
         for j in i..i + 2 {
             let s = &mut self.slots[j * st..(j + 1) * st];
-            if s[w + 1] == EMPTY {
+            if s[w] == 0 {
                 s[..w].copy_from_slice(key);
-                s[w] = rank;
-                s[w + 1] = v as u64;
+                s[w] = tag;
                 return true;
             }
         }
         false
     }
 
-    fn place(&mut self, key: &[u64], rank: u64, v: u32) {
-        if self.try_place(key, rank, v) {
+    fn place(&mut self, key: &[u64], tag: u64) {
+        if self.try_place(key, tag) {
             return;
         }
         // Grow while the table stays within 16 slots per key; past that the key is one of
         // a rare cluster and goes to the overflow list.
-        let mut entries: Vec<(Vec<u64>, u64, u32)> = self.entries().collect();
-        entries.push((key.to_vec(), rank, v));
+        let mut entries: Vec<(Vec<u64>, u64)> = self.iter().collect();
+        entries.push((key.to_vec(), tag));
         let mut bits = self.bits;
         loop {
             bits += 1;
@@ -130,81 +123,88 @@ impl TupleTable {
                 // Keep the larger table; whatever does not fit overflows.
                 self.reset(bits - 1);
                 self.overflow.clear();
-                for (k, r, v) in &entries {
-                    if !self.try_place(k, *r, *v) {
-                        self.overflow.push((k.clone(), *r, *v));
+                for (k, t) in &entries {
+                    if !self.try_place(k, *t) {
+                        self.overflow.push((k.clone(), *t));
                     }
                 }
                 return;
             }
             self.reset(bits);
-            if entries.iter().all(|(k, r, v)| self.try_place(k, *r, *v)) {
+            if entries.iter().all(|(k, t)| self.try_place(k, *t)) {
                 self.overflow.clear();
                 return;
             }
         }
     }
 
-    fn entries(&self) -> impl Iterator<Item = (Vec<u64>, u64, u32)> + '_ {
+    /// Removes `key`; returns its tag.
+    pub fn remove(&mut self, key: &[u64]) -> Option<u64> {
         let w = self.words;
-        self.slots
-            .chunks_exact(self.stride)
-            .filter(move |s| s[w + 1] != EMPTY)
-            .map(move |s| (s[..w].to_vec(), s[w], s[w + 1] as u32))
-            .chain(self.overflow.iter().cloned())
-    }
-
-    /// Removes `key`; returns its value.
-    pub fn remove(&mut self, key: &[u64]) -> Option<u32> {
-        let w = self.words;
-        let v = match self.find(key) {
+        let t = match self.find(key) {
             Some(j) => {
                 let s = &mut self.slots[j * self.stride..(j + 1) * self.stride];
-                let v = s[w + 1] as u32;
+                let t = s[w];
                 s.fill(0);
-                s[w + 1] = EMPTY;
-                v
+                t
             }
             None => {
                 let i = self.overflow.iter().position(|o| o.0 == key)?;
-                self.overflow.swap_remove(i).2
+                self.overflow.swap_remove(i).1
             }
         };
         self.len -= 1;
-        Some(v)
+        Some(t)
     }
 
-    /// Every (key, value) pair.
-    pub fn iter(&self) -> impl Iterator<Item = (Vec<u64>, u32)> + '_ {
-        self.entries().map(|(k, _, v)| (k, v))
+    /// Every (key, tag) pair.
+    pub fn iter(&self) -> impl Iterator<Item = (Vec<u64>, u64)> + '_ {
+        let w = self.words;
+        self.slots
+            .chunks_exact(self.stride)
+            .filter(move |s| s[w] != 0)
+            .map(move |s| (s[..w].to_vec(), s[w]))
+            .chain(self.overflow.iter().cloned())
     }
 
-    /// Looks up a key of `W` words (the table's width): (rank, value), rank 0 if absent.
+    /// Replaces every tag by `f(tag)` (non-zero).
+    pub fn map_tags(&mut self, f: impl Fn(u64) -> u64) {
+        let w = self.words;
+        for s in self.slots.chunks_exact_mut(self.stride) {
+            if s[w] != 0 {
+                s[w] = f(s[w]);
+            }
+        }
+        for o in &mut self.overflow {
+            o.1 = f(o.1);
+        }
+    }
+
+    /// Looks up a key of `W` words (the table's width): its tag, 0 if absent. With
+    /// `OVERFLOW` false the overflow list is not scanned (the caller checked it is empty).
     #[inline(always)]
-    pub fn lookup<const W: usize>(&self, key: &[u64; W]) -> (u64, u32) {
+    pub fn lookup<const W: usize, const OVERFLOW: bool>(&self, key: &[u64; W]) -> u64 {
         debug_assert_eq!(W, self.words);
-        let i = self.home(hash_words(key)) * (W + 2);
-        let s = &self.slots[i..i + 2 * (W + 2)];
+        let i = self.home(hash_words(key)) * (W + 1);
+        let s = &self.slots[i..i + 2 * (W + 1)];
         let (mut d0, mut d1) = (0u64, 0u64);
         for j in 0..W {
             d0 |= s[j] ^ key[j];
-            d1 |= s[W + 2 + j] ^ key[j];
+            d1 |= s[W + 1 + j] ^ key[j];
         }
-        // Free slots hold a zero key and rank, so an all-zero key "matching" one gives rank 0.
-        // Selects, not branches: whether a probe hits is random from packet to packet.
-        let r0 = select_unpredictable(d0 == 0, s[W], 0);
-        let r1 = select_unpredictable(d1 == 0, s[2 * W + 2], 0);
-        let first = r0 >= r1;
-        let mut r = select_unpredictable(first, r0, r1);
-        let mut v = select_unpredictable(first, s[W + 1], s[2 * W + 3]) as u32;
-        if !self.overflow.is_empty() {
+        // Selects, not branches: whether a probe hits is random from packet to packet. A
+        // free slot holds a zero key and tag, so an all-zero key "matching" it gives 0.
+        let t0 = select_unpredictable(d0 == 0, s[W], 0);
+        let t1 = select_unpredictable(d1 == 0, s[2 * W + 1], 0);
+        let mut t = t0 | t1;
+        if OVERFLOW {
             for o in &self.overflow {
-                if o.0[..] == key[..] && o.1 > r {
-                    (r, v) = (o.1, o.2);
+                if o.0[..] == key[..] {
+                    t = o.1;
                 }
             }
         }
-        (r, v)
+        t
     }
 }
 
@@ -214,6 +214,10 @@ mod tests {
     use proptest::prelude::*;
     use std::collections::HashMap;
 
+    fn key(k: u64) -> [u64; 2] {
+        [k.wrapping_mul(0x1_0000_0001) & 0xff_00ff, k >> 3]
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
@@ -221,25 +225,25 @@ mod tests {
         /// they collide and replace; lookups of every key after each step.
         #[test]
         fn agrees_with_a_hashmap(
-            ops in proptest::collection::vec((any::<bool>(), 0u64..300, 1u64..5), 1..400),
+            ops in proptest::collection::vec((any::<bool>(), 0u64..300), 1..400),
         ) {
             let mut t = TupleTable::new(2);
-            let mut m: HashMap<[u64; 2], (u64, u32)> = HashMap::new();
-            for (n, (ins, k, rank)) in ops.into_iter().enumerate() {
-                let key = [k.wrapping_mul(0x1_0000_0001) & 0xff_00ff, k >> 3];
+            let mut m: HashMap<[u64; 2], u64> = HashMap::new();
+            for (n, (ins, k)) in ops.into_iter().enumerate() {
+                let tag = n as u64 + 1;
                 if ins {
-                    let old = m.insert(key, (rank, n as u32)).map(|o| o.1);
-                    prop_assert_eq!(t.insert(&key, rank, n as u32), old);
+                    prop_assert_eq!(t.insert(&key(k), tag), m.insert(key(k), tag));
                 } else {
-                    prop_assert_eq!(t.remove(&key), m.remove(&key).map(|o| o.1));
+                    prop_assert_eq!(t.remove(&key(k)), m.remove(&key(k)));
                 }
                 prop_assert_eq!(t.len(), m.len());
                 for k in 0u64..300 {
-                    let key = [k.wrapping_mul(0x1_0000_0001) & 0xff_00ff, k >> 3];
-                    let want = m.get(&key).copied();
-                    prop_assert_eq!(t.get(&key), want.map(|w| w.1));
-                    let got = t.lookup::<2>(&key);
-                    prop_assert_eq!(got, want.unwrap_or((0, got.1)));
+                    let want = m.get(&key(k)).copied();
+                    prop_assert_eq!(t.get(&key(k)), want);
+                    prop_assert_eq!(t.lookup::<2, true>(&key(k)), want.unwrap_or(0));
+                    if !t.has_overflow() {
+                        prop_assert_eq!(t.lookup::<2, false>(&key(k)), want.unwrap_or(0));
+                    }
                 }
             }
         }
@@ -248,10 +252,31 @@ mod tests {
     #[test]
     fn the_all_zero_key_is_found_and_missed() {
         let mut t = TupleTable::new(1);
-        assert_eq!(t.lookup::<1>(&[0]).0, 0);
-        t.insert(&[0], 7, 3);
-        assert_eq!(t.lookup::<1>(&[0]), (7, 3));
-        assert_eq!(t.remove(&[0]), Some(3));
-        assert_eq!(t.lookup::<1>(&[0]).0, 0);
+        assert_eq!(t.lookup::<1, false>(&[0]), 0);
+        t.insert(&[0], 7);
+        assert_eq!(t.lookup::<1, false>(&[0]), 7);
+        assert_eq!(t.remove(&[0]), Some(7));
+        assert_eq!(t.lookup::<1, false>(&[0]), 0);
+    }
+
+    #[test]
+    fn a_cluster_that_cannot_be_placed_overflows() {
+        // Keys whose hashes share their top bits all want the same home slot.
+        let mut t = TupleTable::new(1);
+        let mut keys: Vec<u64> = Vec::new();
+        let mut k = 0u64;
+        while keys.len() < 6 {
+            if hash_words(&[k]) >> 50 == 0 {
+                keys.push(k);
+            }
+            k += 1;
+        }
+        for (i, &k) in keys.iter().enumerate() {
+            t.insert(&[k], i as u64 + 1);
+        }
+        assert!(t.has_overflow());
+        for (i, &k) in keys.iter().enumerate() {
+            assert_eq!(t.lookup::<1, true>(&[k]), i as u64 + 1);
+        }
     }
 }

@@ -12,7 +12,6 @@ use super::table::{
     ValueFields,
 };
 use super::tuple_table::TupleTable;
-use std::hint::select_unpredictable;
 
 /// Most distinct masks (tuples). BESS allows 8; Bessemer allows more.
 pub const MAX_TUPLES: usize = 32;
@@ -27,13 +26,25 @@ struct RuleData {
 
 pub(crate) struct Tuple {
     mask: [u64; 8],
-    /// Masked key -> (rank, index into `data`).
+    /// Masked key -> tag (see [`Tuple::tag`]).
     table: TupleTable,
     data: Vec<RuleData>,
     free: Vec<u32>,
     max_priority: i32,
-    /// Creation order: among equal priorities the rule of the later tuple wins, as in BESS.
-    seq: u64,
+    /// Creation order (1..=MAX_ORDER, renumbered when used up): among equal priorities the
+    /// rule of the later tuple wins, as in BESS.
+    order: u32,
+}
+
+/// Tag bits below the tuple order: the rule's index in its tuple's `data`.
+const IDX_BITS: u32 = 26;
+const IDX_MASK: u64 = (1 << IDX_BITS) - 1;
+/// Highest tuple order a tag can carry (6 bits; at least MAX_TUPLES + 1).
+const MAX_ORDER: u32 = 63;
+
+/// The index into `data` of a tag.
+fn rule_index(tag: u64) -> usize {
+    (tag & IDX_MASK) as usize
 }
 
 impl Tuple {
@@ -41,15 +52,30 @@ impl Tuple {
         self.max_priority = self
             .table
             .iter()
-            .map(|(_, i)| self.data[i as usize].priority)
+            .map(|(_, tag)| self.data[rule_index(tag)].priority)
             .max()
             .unwrap_or(i32::MIN);
     }
 
-    /// A rule's place in the match order as one number (higher wins, never 0): priority,
-    /// then the tuple's creation order, as BESS breaks ties.
-    fn rank(&self, priority: i32) -> u64 {
-        (((priority as u32) ^ 0x8000_0000) as u64) << 32 | (self.seq as u32 as u64)
+    /// A rule's tag: its place in the match order as one number (higher wins, never 0:
+    /// priority, then the tuple's creation order, as BESS breaks ties) over its index.
+    fn tag(&self, priority: i32, i: u32) -> u64 {
+        ((((priority as u32) ^ 0x8000_0000) as u64) << 32)
+            | ((self.order as u64) << IDX_BITS)
+            | i as u64
+    }
+
+    /// A tag above every tag of this tuple.
+    fn bound(&self) -> u64 {
+        self.tag(self.max_priority, IDX_MASK as u32)
+    }
+
+    /// Renumbers the tuple (its tags carry its order).
+    fn set_order(&mut self, order: u32) {
+        self.order = order;
+        let bits = (order as u64) << IDX_BITS;
+        let mask = (MAX_ORDER as u64) << IDX_BITS;
+        self.table.map_tags(|t| (t & !mask) | bits);
     }
 }
 
@@ -58,7 +84,6 @@ pub struct WildcardMatch {
     matcher: Matcher,
     /// Tuples in lookup order: highest max priority first, later-created first on ties.
     tuples: Vec<Tuple>,
-    next_seq: u64,
     /// Fields written when a rule matches (omec-project fork's `values`).
     values: ValueFields,
     /// Most rules (the fork's `entries`; 0 = no limit).
@@ -103,8 +128,11 @@ impl WildcardMatch {
     }
 
     fn sort_tuples(&mut self) {
-        self.tuples
-            .sort_by(|a, b| b.max_priority.cmp(&a.max_priority).then(b.seq.cmp(&a.seq)));
+        self.tuples.sort_by(|a, b| {
+            b.max_priority
+                .cmp(&a.max_priority)
+                .then(b.order.cmp(&a.order))
+        });
     }
 }
 
@@ -161,14 +189,23 @@ impl RuleClassifier for WildcardMatch {
                         format!("{what}.masks: at most {MAX_TUPLES} distinct masks"),
                     ));
                 }
-                self.next_seq += 1;
+                let mut order = self.tuples.iter().map(|t| t.order).max().unwrap_or(0) + 1;
+                if order > MAX_ORDER {
+                    // Orders used up by tuples since deleted: renumber 1.. keeping the order.
+                    let mut by_order: Vec<&mut Tuple> = self.tuples.iter_mut().collect();
+                    by_order.sort_by_key(|t| t.order);
+                    for (o, t) in by_order.into_iter().enumerate() {
+                        t.set_order(o as u32 + 1);
+                    }
+                    order = self.tuples.len() as u32 + 1;
+                }
                 self.tuples.push(Tuple {
                     mask,
                     table: TupleTable::new(w),
                     data: Vec::new(),
                     free: Vec::new(),
                     max_priority: i32::MIN,
-                    seq: self.next_seq,
+                    order,
                 });
                 self.tuples.len() - 1
             }
@@ -179,13 +216,19 @@ impl RuleClassifier for WildcardMatch {
             gate,
             vals,
         };
-        let rank = t.rank(priority);
         match t.table.get(&key[..w]) {
-            Some(i) => {
-                t.data[i as usize] = d;
-                t.table.insert(&key[..w], rank, i);
+            Some(tag) => {
+                let i = rule_index(tag);
+                t.data[i] = d;
+                t.table.insert(&key[..w], t.tag(priority, i as u32));
             }
             None => {
+                if t.free.is_empty() && t.data.len() as u64 > IDX_MASK {
+                    return Err(Error::new(
+                        libc::ENOSPC,
+                        format!("{what}: too many rules with this mask"),
+                    ));
+                }
                 let i = match t.free.pop() {
                     Some(i) => {
                         t.data[i as usize] = d;
@@ -196,7 +239,7 @@ impl RuleClassifier for WildcardMatch {
                         (t.data.len() - 1) as u32
                     }
                 };
-                t.table.insert(&key[..w], rank, i);
+                t.table.insert(&key[..w], t.tag(priority, i));
             }
         }
         t.recompute_max();
@@ -210,8 +253,8 @@ impl RuleClassifier for WildcardMatch {
         let mut rows: Vec<Row> = Vec::new();
         for t in &self.tuples {
             let mb = split(&t.mask[..]);
-            for (k, i) in t.table.iter() {
-                let d = t.data[i as usize];
+            for (k, tag) in t.table.iter() {
+                let d = t.data[rule_index(tag)];
                 rows.push((d.priority, d.gate, mb.clone(), split(&k), d.vals));
             }
         }
@@ -251,57 +294,76 @@ impl RuleClassifier for WildcardMatch {
                 status[i] = Some(TableDrop::TooShort);
             }
         }
-        // Best rank and (tuple, rule) per packet; rank 0 = no match yet, u64::MAX = too short
-        // (it then takes no part: nothing can beat it).
+        // Best tag per packet; 0 = no match yet, u64::MAX = too short (it then takes no part:
+        // nothing can beat it).
         let mut best = [0u64; MAX_BURST];
-        let mut rule = [(0u32, 0u32); MAX_BURST];
         for i in 0..n {
             if status[i].is_some() {
                 best[i] = u64::MAX;
             }
         }
+        let mut by_order = [0u8; MAX_ORDER as usize + 1];
         for (ti, t) in self.tuples.iter().enumerate() {
-            // Tuples come in decreasing order of their best rank: once every packet has a
-            // match that beats it, no later tuple can change anything.
+            by_order[t.order as usize] = ti as u8;
+            // Tuples come in decreasing order of their bound: once every packet has a match
+            // that beats it, no later tuple can change anything.
             let floor = best[..n].iter().copied().min().unwrap_or(u64::MAX);
-            if floor > t.rank(t.max_priority) {
+            if floor > t.bound() {
                 break;
             }
             let mask: &[u64; W] = t.mask[..W].try_into().unwrap();
-            for i in 0..n {
-                let mut mk = [0u64; W];
-                for j in 0..W {
-                    mk[j] = keys[i][j] & mask[j];
-                }
-                let (r, x) = t.table.lookup::<W>(&mk);
-                let better = r > best[i];
-                best[i] = select_unpredictable(better, r, best[i]);
-                rule[i] = select_unpredictable(better, (ti as u32, x), rule[i]);
+            if t.table.has_overflow() {
+                probe::<W, true>(t, mask, &keys[..n], &mut best[..n]);
+            } else {
+                probe::<W, false>(t, mask, &keys[..n], &mut best[..n]);
             }
         }
-        let mut found = [false; MAX_BURST];
-        for i in 0..n {
-            found[i] = status[i].is_none() && best[i] != 0;
+        // The matched rule of packet i, if any.
+        let rule = |i: usize| -> Option<&RuleData> {
+            let tag = best[i];
+            (status[i].is_none() && tag != 0).then(|| {
+                let ti = by_order[(tag >> IDX_BITS & MAX_ORDER as u64) as usize];
+                &self.tuples[ti as usize].data[rule_index(tag)]
+            })
+        };
+        let mut found = [None; MAX_BURST];
+        for (i, f) in found[..n].iter_mut().enumerate() {
+            *f = rule(i);
         }
         let def = self.matcher.default_gate;
         let mut gates = [0u16; MAX_BURST];
         for i in 0..n {
-            let (ti, x) = rule[i];
-            let g = found[i].then(|| self.tuples[ti as usize].data[x as usize].gate);
-            resolve_gate(g, def, &mut status[i], &mut gates[i]);
+            resolve_gate(found[i].map(|d| d.gate), def, &mut status[i], &mut gates[i]);
         }
         if !self.values.is_empty() {
             // The fork writes a matched rule's values when its gate is not the default gate.
             let offs = self.values.offsets(ctx);
             for (i, p) in batch.pkts_mut().iter_mut().enumerate() {
-                let (ti, x) = rule[i];
-                let d = &self.tuples[ti as usize].data[x as usize];
-                if found[i] && d.gate != def {
-                    self.values.apply(p, &offs, &d.vals);
+                if let Some(d) = found[i] {
+                    if d.gate != def {
+                        self.values.apply(p, &offs, &d.vals);
+                    }
                 }
             }
         }
         split(ctx, batch, &gates, &status);
+    }
+}
+
+/// Probes tuple `t` for every key, keeping each packet's highest tag in `best`.
+#[inline(always)]
+fn probe<const W: usize, const OVERFLOW: bool>(
+    t: &Tuple,
+    mask: &[u64; W],
+    keys: &[[u64; W]],
+    best: &mut [u64],
+) {
+    for (k, b) in keys.iter().zip(best.iter_mut()) {
+        let mut mk = [0u64; W];
+        for j in 0..W {
+            mk[j] = k[j] & mask[j];
+        }
+        *b = (*b).max(t.table.lookup::<W, OVERFLOW>(&mk));
     }
 }
 
@@ -319,12 +381,12 @@ impl WildcardMatch {
             return Err(Error::not_found(format!("{what}: no rule with this mask")));
         };
         let t = &mut self.tuples[ti];
-        let Some(i) = t.table.remove(&key[..w]) else {
+        let Some(tag) = t.table.remove(&key[..w]) else {
             return Err(Error::not_found(format!(
                 "{what}: no rule with these values"
             )));
         };
-        t.free.push(i);
+        t.free.push(rule_index(tag) as u32);
         if t.table.is_empty() {
             self.tuples.remove(ti);
         } else {
@@ -378,7 +440,6 @@ fn create(init: &mut bessemer_core::InitContext, arg: &Value) -> Result<Instance
     Ok(Instance::Exclusive(Box::new(WildcardMatch {
         matcher: Matcher::new(parsed, &[]),
         tuples: Vec::new(),
-        next_seq: 0,
         values,
         entries,
     })))
