@@ -306,9 +306,9 @@ impl RuleClassifier for WildcardMatch {
         for (ti, t) in self.tuples.iter().enumerate() {
             by_order[t.order as usize] = ti as u8;
             // Tuples come in decreasing order of their bound: once every packet has a match
-            // that beats it, no later tuple can change anything.
-            let floor = best[..n].iter().copied().min().unwrap_or(u64::MAX);
-            if floor > t.bound() {
+            // that beats it, no later tuple can change anything. Checked every fourth tuple:
+            // the minimum of 32 u64s is dear next to a probe of them all.
+            if ti % 4 == 0 && best[..n].iter().copied().min().unwrap_or(u64::MAX) > t.bound() {
                 break;
             }
             let mask: &[u64; W] = t.mask[..W].try_into().unwrap();
