@@ -417,24 +417,41 @@ impl Merged {
             }
         }
         let mut by_key: HashMap<u8, HashMap<u32, Vec<u32>>> = HashMap::new();
-        for (fi, p) in accepted {
+        'paths: for (fi, p) in accepted {
             let pid = m.paths.len() as u32;
             let start = m.conds.len() as u32;
             let mut need = 0u64;
-            for f in &p.loads {
+            for f in p.loads.iter().chain(p.conds.iter().map(|c| &c.0)) {
                 need |= 1 << field_ix[&f.unmasked()];
             }
             let mut key: Option<(Field, u32)> = None;
             for &(f, t, expect) in &p.conds {
-                need |= 1 << field_ix[&f.unmasked()];
-                m.conds.push(Cond {
-                    field: field_ix[&f],
-                    test: t,
-                    expect,
-                });
                 if let (Test::Eq(k), true) = (t, expect) {
                     if key.is_none_or(|best| count[&(f, k)] <= count[&best]) {
                         key = Some((f, k));
+                    }
+                }
+            }
+            // A field the path requires to equal a constant decides every other test of it
+            // here: those conditions are dropped, or the path with them if one fails (it
+            // can never be taken). The key's own equality is what the lookup checks.
+            let mut known: Vec<(Field, u32)> = key.into_iter().collect();
+            for &(f, t, expect) in &p.conds {
+                match known.iter().find(|kv| kv.0 == f) {
+                    Some(&(_, c)) if t.holds(c) == expect => {}
+                    Some(_) => {
+                        m.conds.truncate(start as usize);
+                        continue 'paths;
+                    }
+                    None => {
+                        if let (Test::Eq(k), true) = (t, expect) {
+                            known.push((f, k));
+                        }
+                        m.conds.push(Cond {
+                            field: field_ix[&f],
+                            test: t,
+                            expect,
+                        });
                     }
                 }
             }
