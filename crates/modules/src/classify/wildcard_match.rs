@@ -26,14 +26,32 @@ struct RuleData {
 
 pub(crate) struct Tuple {
     mask: [u64; 8],
-    /// Masked key -> tag (see [`Tuple::tag`]).
+    /// Masked key (folded, see `fold`) -> tag (see [`Tuple::tag`]).
     table: TupleTable,
+    /// When the mask has at most 64 bits set and each key word's masked bits, rotated by
+    /// fold[j], miss those of the words before: the table is keyed by the OR of the rotated
+    /// words, one word, which is cheaper to hash and compare. None: the full key.
+    fold: Option<[u32; 8]>,
     data: Vec<RuleData>,
     free: Vec<u32>,
     max_priority: i32,
     /// Creation order (1..=MAX_ORDER, renumbered when used up): among equal priorities the
     /// rule of the later tuple wins, as in BESS.
     order: u32,
+}
+
+/// The rotations folding a mask of `w` words into one word (see `Tuple::fold`), if any.
+fn fold_of(mask: &[u64; 8], w: usize) -> Option<[u32; 8]> {
+    if w == 1 {
+        return None;
+    }
+    let (mut used, mut rot) = (mask[0], [0u32; 8]);
+    for j in 1..w {
+        let r = (0..64).find(|&r| used & mask[j].rotate_left(r) == 0)?;
+        rot[j] = r;
+        used |= mask[j].rotate_left(r);
+    }
+    Some(rot)
 }
 
 /// Tag bits below the tuple order: the rule's index in its tuple's `data`.
@@ -68,6 +86,24 @@ impl Tuple {
     /// A tag above every tag of this tuple.
     fn bound(&self) -> u64 {
         self.tag(self.max_priority, IDX_MASK as u32)
+    }
+
+    /// The table key of a masked key of `w` words.
+    fn table_key(&self, key: &[u64], w: usize) -> Vec<u64> {
+        match self.fold {
+            Some(rot) => vec![(0..w).fold(0, |x, j| x | key[j].rotate_left(rot[j]))],
+            None => key[..w].to_vec(),
+        }
+    }
+
+    /// The masked key of `w` words a table key stands for.
+    fn masked_key(&self, tk: &[u64], w: usize) -> Vec<u64> {
+        match self.fold {
+            Some(rot) => (0..w)
+                .map(|j| tk[0].rotate_right(rot[j]) & self.mask[j])
+                .collect(),
+            None => tk.to_vec(),
+        }
     }
 
     /// Renumbers the tuple (its tags carry its order).
@@ -171,7 +207,7 @@ impl RuleClassifier for WildcardMatch {
             let exists = self
                 .tuples
                 .iter()
-                .any(|t| t.mask[..w] == mask[..w] && t.table.get(&key[..w]).is_some());
+                .any(|t| t.mask[..w] == mask[..w] && t.table.get(&t.table_key(&key, w)).is_some());
             let n: usize = self.tuples.iter().map(|t| t.table.len()).sum();
             if !exists && n as u64 >= self.entries {
                 return Err(Error::new(
@@ -201,7 +237,8 @@ impl RuleClassifier for WildcardMatch {
                 }
                 self.tuples.push(Tuple {
                     mask,
-                    table: TupleTable::new(w),
+                    table: TupleTable::new(if fold_of(&mask, w).is_some() { 1 } else { w }),
+                    fold: fold_of(&mask, w),
                     data: Vec::new(),
                     free: Vec::new(),
                     max_priority: i32::MIN,
@@ -216,11 +253,12 @@ impl RuleClassifier for WildcardMatch {
             gate,
             vals,
         };
-        match t.table.get(&key[..w]) {
+        let tk = t.table_key(&key, w);
+        match t.table.get(&tk) {
             Some(tag) => {
                 let i = rule_index(tag);
                 t.data[i] = d;
-                t.table.insert(&key[..w], t.tag(priority, i as u32));
+                t.table.insert(&tk, t.tag(priority, i as u32));
             }
             None => {
                 if t.free.is_empty() && t.data.len() as u64 > IDX_MASK {
@@ -239,7 +277,7 @@ impl RuleClassifier for WildcardMatch {
                         (t.data.len() - 1) as u32
                     }
                 };
-                t.table.insert(&key[..w], t.tag(priority, i));
+                t.table.insert(&tk, t.tag(priority, i));
             }
         }
         t.recompute_max();
@@ -255,6 +293,7 @@ impl RuleClassifier for WildcardMatch {
             let mb = split(&t.mask[..]);
             for (k, tag) in t.table.iter() {
                 let d = t.data[rule_index(tag)];
+                let k = t.masked_key(&k, self.matcher.words);
                 rows.push((d.priority, d.gate, mb.clone(), split(&k), d.vals));
             }
         }
@@ -312,10 +351,15 @@ impl RuleClassifier for WildcardMatch {
                 break;
             }
             let mask: &[u64; W] = t.mask[..W].try_into().unwrap();
-            if t.table.has_overflow() {
-                probe::<W, true>(t, mask, &keys[..n], &mut best[..n]);
-            } else {
-                probe::<W, false>(t, mask, &keys[..n], &mut best[..n]);
+            match (t.fold, t.table.has_overflow()) {
+                (Some(rot), true) => {
+                    probe_folded::<W, true>(t, mask, &rot, &keys[..n], &mut best[..n])
+                }
+                (Some(rot), false) => {
+                    probe_folded::<W, false>(t, mask, &rot, &keys[..n], &mut best[..n])
+                }
+                (None, true) => probe::<W, true>(t, mask, &keys[..n], &mut best[..n]),
+                (None, false) => probe::<W, false>(t, mask, &keys[..n], &mut best[..n]),
             }
         }
         // The matched rule of packet i, if any.
@@ -367,6 +411,24 @@ fn probe<const W: usize, const OVERFLOW: bool>(
     }
 }
 
+/// As [`probe`], for a tuple keyed by folded keys (`rot`: see `Tuple::fold`).
+#[inline(always)]
+fn probe_folded<const W: usize, const OVERFLOW: bool>(
+    t: &Tuple,
+    mask: &[u64; W],
+    rot: &[u32; 8],
+    keys: &[[u64; W]],
+    best: &mut [u64],
+) {
+    for (k, b) in keys.iter().zip(best.iter_mut()) {
+        let mut x = 0u64;
+        for j in 0..W {
+            x |= (k[j] & mask[j]).rotate_left(rot[j]);
+        }
+        *b = (*b).max(t.table.lookup::<1, OVERFLOW>(&[x]));
+    }
+}
+
 impl WildcardMatch {
     /// The `delete` command.
     fn cmd_delete(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
@@ -381,7 +443,7 @@ impl WildcardMatch {
             return Err(Error::not_found(format!("{what}: no rule with this mask")));
         };
         let t = &mut self.tuples[ti];
-        let Some(tag) = t.table.remove(&key[..w]) else {
+        let Some(tag) = t.table.remove(&t.table_key(&key, w)) else {
             return Err(Error::not_found(format!(
                 "{what}: no rule with these values"
             )));
@@ -872,6 +934,143 @@ mod tests {
             h.inject("wm", 0, &input);
             for g in 0..10 {
                 prop_assert_eq!(caps[g].take_data(), want[g].clone());
+            }
+        }
+    }
+
+    #[derive(Clone, Debug)]
+    enum Step {
+        /// Mask (index into MASKS), value bytes, priority, gate.
+        Add(usize, [u8; 12], i64, u16),
+        /// The rule added at this position (modulo the number added), or a random one.
+        Delete(prop::sample::Index, bool),
+        Clear,
+    }
+
+    /// 12-byte keys (two words): masks of at most 64 bits (tables keyed by folded keys),
+    /// the whole key (not foldable) and overlapping ones.
+    const MASKS: [[u8; 12]; 6] = [
+        [0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        [0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0x0f],
+        [0xff; 12],
+        [0xf0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0, 0],
+        [
+            0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0x01,
+        ],
+        [
+            0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0,
+        ],
+    ];
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            8 => (0..MASKS.len(), any::<[u8; 12]>(), -2i64..3, 0u16..4)
+                .prop_map(|(m, v, p, g)| Step::Add(m, v, p, g)),
+            3 => (any::<prop::sample::Index>(), proptest::bool::weighted(0.2))
+                .prop_map(|(i, random)| Step::Delete(i, random)),
+            1 => Just(Step::Clear),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// Two-word keys through add / delete / clear: after every command each packet gets
+        /// the gate of the best rule of a plain list (highest priority, then the mask
+        /// created last), and get_runtime_config lists the rules of the list.
+        #[test]
+        fn wide_keys_agree_with_a_linear_model_through_commands(
+            steps in proptest::collection::vec(step(), 1..24),
+            pkts in proptest::collection::vec((any::<[u8; 12]>(), any::<prop::sample::Index>(), any::<bool>()), 1..32),
+        ) {
+            let mut h = Harness::new();
+            h.add(&CLASS, "wm", &Value::map().with("fields", Value::List(vec![off(0, 8), off(8, 4)]))).unwrap();
+            h.command("wm", "set_default_gate", &Value::map().with("gate", 9)).unwrap();
+            let caps: Vec<_> = (0..10).map(|g| h.capture("wm", g)).collect();
+            let and = |v: [u8; 12], m: [u8; 12]| -> [u8; 12] { std::array::from_fn(|i| v[i] & m[i]) };
+            let spec = |v: &[u8; 12], m: &[u8; 12]| {
+                (vec![bin(&v[..8]), bin(&v[8..])], vec![bin(&m[..8]), bin(&m[8..])])
+            };
+            // (mask, value, priority, gate); masks in creation order.
+            let mut model: Vec<([u8; 12], [u8; 12], i64, u16)> = Vec::new();
+            let mut order: Vec<[u8; 12]> = Vec::new();
+            let mut added: Vec<([u8; 12], [u8; 12])> = Vec::new();
+            for st in steps {
+                match st {
+                    Step::Add(mi, v, p, g) => {
+                        let m = MASKS[mi];
+                        let v = and(v, m);
+                        let (vs, ms) = spec(&v, &m);
+                        h.command("wm", "add", &rule(vs, ms, p, g as u64)).unwrap();
+                        if !order.contains(&m) {
+                            order.push(m);
+                        }
+                        model.retain(|r| (r.0, r.1) != (m, v));
+                        model.push((m, v, p, g));
+                        added.push((m, v));
+                    }
+                    Step::Delete(i, random) => {
+                        let (m, v) = if added.is_empty() || random {
+                            (MASKS[i.index(MASKS.len())], and([0x5a; 12], MASKS[i.index(MASKS.len())]))
+                        } else {
+                            added[i.index(added.len())]
+                        };
+                        let (vs, ms) = spec(&v, &m);
+                        let had = model.iter().any(|r| (r.0, r.1) == (m, v));
+                        let r = h.command("wm", "delete", &Value::map().with("values", Value::List(vs)).with("masks", Value::List(ms)));
+                        prop_assert_eq!(r.is_ok(), had);
+                        model.retain(|r| (r.0, r.1) != (m, v));
+                        if !model.iter().any(|r| r.0 == m) {
+                            order.retain(|x| *x != m);
+                        }
+                    }
+                    Step::Clear => {
+                        h.command("wm", "clear", &Value::map()).unwrap();
+                        model.clear();
+                        order.clear();
+                    }
+                }
+                let mut want: Vec<Vec<Vec<u8>>> = vec![Vec::new(); 10];
+                let mut input = Vec::new();
+                for (v, pick, from_rule) in &pkts {
+                    let v = if *from_rule && !added.is_empty() {
+                        let (m, rv) = added[pick.index(added.len())];
+                        std::array::from_fn(|i| rv[i] | (v[i] & !m[i]))
+                    } else {
+                        *v
+                    };
+                    let pos = |m: &[u8; 12]| order.iter().position(|x| x == m).unwrap();
+                    let g = model
+                        .iter()
+                        .filter(|r| and(v, r.0) == r.1)
+                        .max_by(|a, b| a.2.cmp(&b.2).then(pos(&a.0).cmp(&pos(&b.0))))
+                        .map_or(9, |r| r.3);
+                    want[g as usize].push(v.to_vec());
+                    input.push(v.to_vec());
+                }
+                h.inject("wm", 0, &input);
+                for (g, c) in caps.iter().enumerate() {
+                    prop_assert_eq!(c.take_data(), want[g].clone(), "gate {}", g);
+                }
+                let cfg = h.command("wm", "get_runtime_config", &Value::map()).unwrap();
+                let mut listed: Vec<Value> = match cfg.get("rules") {
+                    Some(Value::List(l)) => l.clone(),
+                    _ => Vec::new(),
+                };
+                let mut expected: Vec<Value> = model
+                    .iter()
+                    .map(|(m, v, p, g)| {
+                        Value::map()
+                            .with("gate", *g as u64)
+                            .with("priority", *p)
+                            .with("values", Value::List(spec(v, m).0))
+                            .with("masks", Value::List(spec(v, m).1))
+                    })
+                    .collect();
+                let key = |r: &Value| format!("{r:?}");
+                listed.sort_by_key(key);
+                expected.sort_by_key(key);
+                prop_assert_eq!(listed, expected);
             }
         }
     }
