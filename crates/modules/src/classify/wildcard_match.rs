@@ -610,6 +610,55 @@ mod tests {
     }
 
     #[test]
+    fn matches_survive_tuple_renumbering() {
+        let mut h = Harness::new();
+        h.add(&CLASS, "wm", &fields()).unwrap();
+        let c: Vec<_> = (0..4).map(|g| h.capture("wm", g)).collect();
+        let spec = |v: u8, m: u8| {
+            (
+                vec![bin(&[v, 0, 0, 0]), int(0)],
+                vec![bin(&[m, 0, 0, 0]), int(0)],
+            )
+        };
+        let add = |h: &mut Harness, v: u8, m: u8, prio: i64, g: u64| {
+            let (vs, ms) = spec(v, m);
+            h.command("wm", "add", &rule(vs, ms, prio, g)).unwrap();
+        };
+        let del = |h: &mut Harness, v: u8, m: u8| {
+            let (vs, ms) = spec(v, m);
+            let arg = Value::map()
+                .with("values", Value::List(vs))
+                .with("masks", Value::List(ms));
+            h.command("wm", "delete", &arg).unwrap();
+        };
+        // Z then B; Z goes, so B is not first. Two tuples that never match the packet then
+        // replace each other until the creation orders a tag can carry are used up and the
+        // tuples are renumbered; B's rule must still be found as B's.
+        add(&mut h, 10, 0xff, 0, 3);
+        add(&mut h, 10, 0xfe, 0, 1);
+        del(&mut h, 10, 0xff);
+        add(&mut h, 2, 0x0e, 0, 3);
+        for _ in 0..MAX_ORDER {
+            add(&mut h, 2, 0x0a, 0, 3);
+            del(&mut h, 2, 0x0e);
+            add(&mut h, 2, 0x0e, 0, 3);
+            del(&mut h, 2, 0x0a);
+        }
+        let p = pkt([10, 1, 2, 3], 9);
+        h.inject("wm", 0, std::slice::from_ref(&p));
+        assert_eq!(c[1].take_data(), vec![p.clone()]);
+        // A later tuple matching it with the same priority wins the tie; a higher priority
+        // in the older tuple wins over it.
+        add(&mut h, 10, 0x0e, 0, 2);
+        h.inject("wm", 0, std::slice::from_ref(&p));
+        assert_eq!(c[2].take_data(), vec![p.clone()]);
+        add(&mut h, 10, 0xfe, 1, 1);
+        h.inject("wm", 0, std::slice::from_ref(&p));
+        assert_eq!(c[1].take_data(), vec![p]);
+        assert!(c[0].is_empty() && c[3].is_empty());
+    }
+
+    #[test]
     fn values_are_written_when_the_rule_gate_is_not_the_default() {
         let mut h = Harness::new();
         let arg = Value::map()
