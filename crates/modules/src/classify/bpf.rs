@@ -244,7 +244,7 @@ pub fn validate(prog: &[Insn]) -> std::result::Result<(), String> {
 
 /// `N` bytes of `p` at `base + off` (big-endian), or None when any byte is past the end.
 #[inline(always)]
-pub(crate) fn load<const N: usize>(p: &[u8], base: u32, off: u32) -> Option<u32> {
+fn load<const N: usize>(p: &[u8], base: u32, off: u32) -> Option<u32> {
     let start = (base as usize).checked_add(off as usize)?;
     let b = p.get(start..start.checked_add(N)?)?;
     Some(b.iter().fold(0u32, |a, &x| (a << 8) | x as u32))

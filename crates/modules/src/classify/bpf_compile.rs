@@ -506,11 +506,6 @@ impl Merged {
         m
     }
 
-    /// True when no filter is installed.
-    pub fn is_empty(&self) -> bool {
-        self.paths.is_empty() && self.slow.is_empty()
-    }
-
     #[inline(always)]
     fn path_holds(&self, p: &Path, vals: &[u32; MAX_FIELDS], valid: u64) -> bool {
         p.need & !valid == 0
