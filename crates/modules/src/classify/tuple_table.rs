@@ -188,6 +188,16 @@ impl TupleTable {
             .chain(self.overflow.iter().cloned())
     }
 
+    /// Every tag (without copying keys out).
+    pub fn tags(&self) -> impl Iterator<Item = u64> + '_ {
+        let w = self.words;
+        self.slots
+            .chunks_exact(self.stride)
+            .map(move |s| s[w])
+            .filter(|&t| t != 0)
+            .chain(self.overflow.iter().map(|o| o.1))
+    }
+
     /// Replaces every tag by `f(tag)` (non-zero).
     pub fn map_tags(&mut self, f: impl Fn(u64) -> u64) {
         let w = self.words;

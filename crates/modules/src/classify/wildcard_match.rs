@@ -67,12 +67,12 @@ fn rule_index(tag: u64) -> usize {
 
 impl Tuple {
     fn recompute_max(&mut self) {
+        // A tag's top half is the rule's priority (biased), so the highest tag has it.
         self.max_priority = self
             .table
-            .iter()
-            .map(|(_, tag)| self.data[rule_index(tag)].priority)
+            .tags()
             .max()
-            .unwrap_or(i32::MIN);
+            .map_or(i32::MIN, |t| ((t >> 32) as u32 ^ 0x8000_0000) as i32);
     }
 
     /// A rule's tag: its place in the match order as one number (higher wins, never 0:
@@ -254,9 +254,13 @@ impl RuleClassifier for WildcardMatch {
             vals,
         };
         let tk = t.table_key(&key, w);
+        // Only replacing the rule that held the maximum with a lower priority needs a scan
+        // of the tuple (rules may number thousands, added one command each).
+        let mut rescan = false;
         match t.table.get(&tk) {
             Some(tag) => {
                 let i = rule_index(tag);
+                rescan = t.data[i].priority == t.max_priority && priority < t.max_priority;
                 t.data[i] = d;
                 t.table.insert(&tk, t.tag(priority, i as u32));
             }
@@ -280,7 +284,11 @@ impl RuleClassifier for WildcardMatch {
                 t.table.insert(&tk, t.tag(priority, i));
             }
         }
-        t.recompute_max();
+        if rescan {
+            t.recompute_max();
+        } else {
+            t.max_priority = t.max_priority.max(priority);
+        }
         self.sort_tuples();
         Ok(())
     }
@@ -655,6 +663,44 @@ mod tests {
         add(&mut h, 10, 0xfe, 1, 1);
         h.inject("wm", 0, std::slice::from_ref(&p));
         assert_eq!(c[1].take_data(), vec![p]);
+        assert!(c[0].is_empty() && c[3].is_empty());
+    }
+
+    #[test]
+    fn early_stop_uses_each_tuples_true_maximum() {
+        // Four tuples of priority-10 rules every packet matches, then (fifth, where the
+        // batch checks whether to stop) a tuple whose best rule must keep it in play.
+        let mut h = Harness::new();
+        h.add(&CLASS, "wm", &fields()).unwrap();
+        let c: Vec<_> = (0..4).map(|g| h.capture("wm", g)).collect();
+        let add = |h: &mut Harness, dst: [u8; 4], dm: [u8; 4], port: u64, pm: u64, prio, g| {
+            let r = rule(vec![bin(&dst), int(port)], vec![bin(&dm), int(pm)], prio, g);
+            h.command("wm", "add", &r).unwrap();
+        };
+        add(&mut h, [10, 0, 0, 0], [255, 0, 0, 0], 0, 0, 10, 1);
+        add(&mut h, [10, 1, 0, 0], [255, 255, 0, 0], 0, 0, 10, 1);
+        add(&mut h, [10, 1, 2, 0], [255, 255, 255, 0], 0, 0, 10, 1);
+        add(&mut h, [10, 1, 2, 3], [255, 255, 255, 255], 0, 0, 10, 1);
+        let ps: Vec<_> = (0..4).map(|_| pkt([10, 1, 2, 3], 9)).collect();
+        let port = |h: &mut Harness, p: u64, prio, g| add(h, [0; 4], [0; 4], p, 0xffff, prio, g);
+        // The matching rule (50) first, then a lower one: the tuple's maximum stays 50.
+        port(&mut h, 9, 50, 2);
+        port(&mut h, 8, 1, 3);
+        h.inject("wm", 0, &ps);
+        assert_eq!(c[2].take_data(), ps);
+        // The maximum lowered by a replacement (50 -> 30) is found among the others (40).
+        port(&mut h, 7, 40, 3);
+        port(&mut h, 9, 30, 2);
+        h.inject("wm", 0, &ps);
+        assert_eq!(c[2].take_data(), ps);
+        port(&mut h, 9, 5, 2);
+        h.inject("wm", 0, &ps);
+        assert_eq!(c[1].take_data(), ps);
+        // Replacing a rule below the maximum (40) leaves it.
+        port(&mut h, 8, 2, 3);
+        port(&mut h, 9, 35, 2);
+        h.inject("wm", 0, &ps);
+        assert_eq!(c[2].take_data(), ps);
         assert!(c[0].is_empty() && c[3].is_empty());
     }
 
