@@ -541,7 +541,7 @@ fn wildcard_match_cases(rules: &[usize]) -> Vec<Case> {
                 }
             })
             .stream(23, 15, data)
-            .target((n == 100).then_some(10.0))
+            .target((n == 100).then_some(25.0))
         })
         .collect()
 }
@@ -608,6 +608,7 @@ fn acl_cases(rules: &[usize]) -> Vec<Case> {
                 Value::map().with("rules", list),
             )
             .stream(26, 12, data)
+            .target((n == 1000).then_some(20.0))
             .note(
                 "ACL, BPF: each packet matches one rule / filter, chosen uniformly at random \
                  (ACL: among the allowing ones; every fourth rule denies): on average half the \
@@ -662,6 +663,11 @@ fn bpf_cases(filters: &[usize]) -> Vec<Case> {
                 Value::map().with("filters", list),
             )
             .stream(26, 12, data)
+            .target(match n {
+                10 => Some(40.0),
+                100 => Some(20.0),
+                _ => None,
+            })
             .note(
                 "ACL, BPF: each packet matches one rule / filter, chosen uniformly at random \
                  (ACL: among the allowing ones; every fourth rule denies): on average half the \

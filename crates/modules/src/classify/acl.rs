@@ -4,6 +4,7 @@ use bessemer_core::{
     Value,
 };
 
+use super::acl_index::{AclIndex, IndexRule};
 use crate::checksum::{PROTO_TCP, PROTO_UDP};
 use crate::headers::{ipv4_in_frame, Ipv4Error, PortsView, PROTO_SCTP};
 use crate::util::{parse_list, process_each, Verdict};
@@ -60,11 +61,6 @@ impl Prefix {
             mask,
         })
     }
-
-    #[inline(always)]
-    fn contains(&self, ip: u32) -> bool {
-        ip & self.mask == self.net
-    }
 }
 
 /// One rule: all given fields must match (port 0 = any port).
@@ -111,20 +107,12 @@ pub(crate) fn parse_tuple(d: &[u8]) -> std::result::Result<Tuple, ParseError> {
 }
 
 impl Rule {
-    #[inline(always)]
-    fn matches(&self, t: &Tuple) -> bool {
-        if !self.src.contains(t.src) || !self.dst.contains(t.dst) {
-            return false;
-        }
-        if self.src_port == 0 && self.dst_port == 0 {
-            return true;
-        }
-        match t.ports {
-            Some((s, d)) => {
-                (self.src_port == 0 || self.src_port == s)
-                    && (self.dst_port == 0 || self.dst_port == d)
-            }
-            None => false,
+    fn index_rule(&self) -> IndexRule {
+        IndexRule {
+            src: (self.src.net, self.src.mask),
+            dst: (self.dst.net, self.dst.mask),
+            src_port: self.src_port,
+            dst_port: self.dst_port,
         }
     }
 }
@@ -133,6 +121,8 @@ impl Rule {
 /// → dropped as `no_match`.
 pub struct Acl {
     rules: Vec<Rule>,
+    /// The rules by shape (tuple-space search), so a lookup does not scan them all.
+    index: AclIndex,
 }
 
 fn parse_rules(arg: &Value, msg: &str) -> Result<Vec<Rule>> {
@@ -172,7 +162,7 @@ impl Acl {
     /// The `add` command.
     fn cmd_add(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
         let new = parse_rules(arg, "ACLArg")?;
-        self.rules.extend(new);
+        self.append(new);
         Ok(Value::Null)
     }
 
@@ -180,7 +170,15 @@ impl Acl {
     fn cmd_clear(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
         Args::new(arg, "EmptyArg")?.finish()?;
         self.rules.clear();
+        self.index.clear();
         Ok(Value::Null)
+    }
+
+    fn append(&mut self, new: Vec<Rule>) {
+        for r in new {
+            self.index.push(&r.index_rule());
+            self.rules.push(r);
+        }
     }
 }
 
@@ -191,8 +189,8 @@ impl Module for Acl {
                 Ok(t) => t,
                 Err(reason) => return Verdict::Drop(AclDrop::from(reason)),
             };
-            match self.rules.iter().find(|r| r.matches(&t)) {
-                Some(r) if !r.drop => Verdict::Gate(0),
+            match self.index.lookup(t.src, t.dst, t.ports) {
+                Some(i) if !self.rules[i as usize].drop => Verdict::Gate(0),
                 Some(_) => Verdict::Drop(AclDrop::Denied),
                 None => Verdict::Drop(AclDrop::NoMatch),
             }
@@ -238,8 +236,12 @@ pub static CLASS: ModuleClass = ModuleClass {
     drop_reasons: AclDrop::NAMES,
     mt_safe: true,
     create: |_, arg| {
-        let rules = parse_rules(arg, "ACLArg")?;
-        Ok(Instance::Exclusive(Box::new(Acl { rules })))
+        let mut acl = Acl {
+            rules: Vec::new(),
+            index: AclIndex::new(),
+        };
+        acl.append(parse_rules(arg, "ACLArg")?);
+        Ok(Instance::Exclusive(Box::new(acl)))
     },
 };
 

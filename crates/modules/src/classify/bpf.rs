@@ -2,8 +2,11 @@
 //! filter chooses the output gate.
 //!
 //! Expressions are compiled by libpcap (for Ethernet, snaplen 65535) into classic BPF, which
-//! a small interpreter here runs with every packet load checked against the packet length;
-//! a load past the end ends the program with "no match", as the kernel's filter does.
+//! a small interpreter here defines the semantics, with every packet load checked against the
+//! packet length; a load past the end ends the program with "no match", as the kernel's filter
+//! does. Packets are not run through the programs one by one: all filters are merged into one
+//! structure (bpf_compile.rs) that finds the first accepting filter with a few table lookups.
+use super::bpf_compile::{analyse, Merged, PathSpec, MAX_FIELDS};
 use crate::util::{parse_list, IDLE};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 use std::sync::{Mutex, RwLock};
@@ -114,7 +117,7 @@ const SUB: u16 = 0x10;
 const MUL: u16 = 0x20;
 const DIV: u16 = 0x30;
 const OR: u16 = 0x40;
-const AND: u16 = 0x50;
+pub(crate) const AND: u16 = 0x50;
 const LSH: u16 = 0x60;
 const RSH: u16 = 0x70;
 const NEG: u16 = 0x80;
@@ -363,7 +366,7 @@ pub fn decode(prog: &[Insn]) -> Vec<Op> {
 }
 
 #[inline(always)]
-fn alu(op: u16, a: u32, v: u32) -> Option<u32> {
+pub(crate) fn alu(op: u16, a: u32, v: u32) -> Option<u32> {
     Some(match op {
         ADD => a.wrapping_add(v),
         SUB => a.wrapping_sub(v),
@@ -459,13 +462,28 @@ struct Filter {
     expr: String,
     gate: u16,
     prog: Vec<Op>,
+    /// The program's accepting paths (None: too complex to merge, so it is interpreted).
+    paths: Option<Vec<PathSpec>>,
+}
+
+/// The installed filters and, rebuilt on every change, their merged form.
+#[derive(Default)]
+struct Filters {
+    list: Vec<Filter>,
+    merged: Merged,
+}
+
+impl Filters {
+    fn rebuild(&mut self) {
+        self.merged = Merged::build(self.list.iter().map(|f| f.paths.as_deref()));
+    }
 }
 
 /// Filters in priority order (highest first; equal priorities in the order added). The first
 /// that matches chooses the gate; unmatched packets leave by gate 0. Several workers may run
 /// one instance (as in BESS), so the filters sit behind a lock taken once per batch.
 pub struct Bpf {
-    filters: RwLock<Vec<Filter>>,
+    filters: RwLock<Filters>,
 }
 
 /// One entry of a `filters` list (message `m`): its priority, expression and gate.
@@ -488,23 +506,26 @@ fn parse_filters(arg: &Value, msg: &str) -> Result<Vec<Filter>> {
                 "{m}.filter: '{expr}' compiled to a bad program: {e}"
             ))
         })?;
+        let prog = decode(&prog);
         Ok(Filter {
             priority,
             expr,
             gate,
-            prog: decode(&prog),
+            paths: analyse(&prog),
+            prog,
         })
     })
 }
 
-fn add_sorted(filters: &mut Vec<Filter>, new: Vec<Filter>) {
-    filters.extend(new);
+fn add_sorted(filters: &mut Filters, new: Vec<Filter>) {
+    filters.list.extend(new);
     // Stable: equal priorities keep the order they were added in.
-    filters.sort_by_key(|f| std::cmp::Reverse(f.priority));
+    filters.list.sort_by_key(|f| std::cmp::Reverse(f.priority));
+    filters.rebuild();
 }
 
 impl Bpf {
-    fn filters(&self) -> std::sync::RwLockReadGuard<'_, Vec<Filter>> {
+    fn filters(&self) -> std::sync::RwLockReadGuard<'_, Filters> {
         self.filters.read().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -523,10 +544,9 @@ impl Bpf {
     /// The `clear` command.
     fn cmd_clear(&self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
         Args::new(arg, "EmptyArg")?.finish()?;
-        self.filters
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+        let mut filters = self.filters.write().unwrap_or_else(|e| e.into_inner());
+        filters.list.clear();
+        filters.rebuild();
         Ok(Value::Null)
     }
 
@@ -538,12 +558,14 @@ impl Bpf {
         let mut filters = self.filters.write().unwrap_or_else(|e| e.into_inner());
         for (priority, expr, gate) in del {
             if let Some(i) = filters
+                .list
                 .iter()
                 .position(|f| f.priority == priority && f.gate == gate && f.expr == expr)
             {
-                filters.remove(i);
+                filters.list.remove(i);
             }
         }
+        filters.rebuild();
         Ok(Value::Null)
     }
 
@@ -558,15 +580,16 @@ impl Bpf {
 impl SharedModule for Bpf {
     fn process_batch(&self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         let filters = self.filters();
-        if filters.is_empty() {
+        if filters.list.is_empty() {
             return ctx.forward(0, batch);
         }
+        let list = &filters.list;
+        let mut scratch = [0u32; MAX_FIELDS];
         for pkt in batch.drain() {
-            let d = pkt.data();
             let gate = filters
-                .iter()
-                .find(|f| exec(&f.prog, d) != 0)
-                .map_or(0, |f| f.gate);
+                .merged
+                .first_match_with(&mut scratch, pkt.data(), |i| &list[i as usize].prog)
+                .map_or(0, |i| list[i as usize].gate);
             ctx.emit(gate, pkt);
         }
     }
@@ -576,7 +599,7 @@ impl SharedModule for Bpf {
     }
 
     fn desc(&self) -> String {
-        format!("{} filters", self.filters().len())
+        format!("{} filters", self.filters().list.len())
     }
 
     fn info(&self) -> Value {
@@ -584,6 +607,7 @@ impl SharedModule for Bpf {
             "filters",
             Value::List(
                 self.filters()
+                    .list
                     .iter()
                     .map(|f| {
                         Value::map()
@@ -643,7 +667,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     drop_reasons: &[],
     mt_safe: true,
     create: |_, arg| {
-        let mut filters = Vec::new();
+        let mut filters = Filters::default();
         add_sorted(&mut filters, parse_filters(arg, "BPFArg")?);
         Ok(Instance::Shared(Box::new(Bpf {
             filters: RwLock::new(filters),
@@ -1135,6 +1159,84 @@ mod tests {
             if validate(&prog).is_ok() {
                 prop_assert!(libpcap_valid(&prog), "libpcap refuses {:?}", prog);
                 prop_assert_eq!(run(&prog, &pkt), reference(&prog, &pkt), "{:?}", prog);
+            }
+        }
+    }
+
+    #[derive(Clone, Debug)]
+    enum Step {
+        Add(Vec<(i64, String, i64)>),
+        /// Deletes the installed filter at this position (modulo their number), or, when
+        /// none is installed or the flag is set, one that is not installed.
+        Delete(usize, bool),
+        Clear,
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        use crate::classify::bpf_compile::tests::expr;
+        prop_oneof![
+            6 => proptest::collection::vec((0i64..4, expr(), 0i64..4), 1..8).prop_map(Step::Add),
+            3 => (any::<usize>(), proptest::bool::weighted(0.2))
+                .prop_map(|(i, absent)| Step::Delete(i, absent)),
+            1 => Just(Step::Clear),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// add / delete / clear in random order: after each command every packet leaves by
+        /// the gate of the first matching filter of a priority-sorted list (gate 0 if none).
+        #[test]
+        fn commands_agree_with_a_linear_model(
+            steps in proptest::collection::vec(step(), 1..8),
+            pkts in proptest::collection::vec(crate::classify::bpf_compile::tests::frame(), 1..24),
+        ) {
+            let mut h = Harness::new();
+            h.add(&CLASS, "bpf", &filters(vec![])).unwrap();
+            let caps: Vec<_> = (0..4).map(|g| h.capture("bpf", g)).collect();
+            let mut model: Vec<(i64, String, i64, Vec<Op>)> = Vec::new();
+            for s in steps {
+                match s {
+                    Step::Add(new) => {
+                        let list = new.iter().map(|(p, e, g)| filter(*p, e, *g)).collect();
+                        h.command("bpf", "add", &filters(list)).unwrap();
+                        for (p, e, g) in new {
+                            let prog = decode(&compile(&e).unwrap());
+                            model.push((p, e, g, prog));
+                        }
+                        model.sort_by_key(|f| std::cmp::Reverse(f.0));
+                    }
+                    Step::Delete(i, absent) => {
+                        let f = if model.is_empty() || absent {
+                            (99, "ip".to_string(), 1)
+                        } else {
+                            let f = &model[i % model.len()];
+                            (f.0, f.1.clone(), f.2)
+                        };
+                        h.command("bpf", "delete", &filters(vec![filter(f.0, &f.1, f.2)]))
+                            .unwrap();
+                        if let Some(j) = model
+                            .iter()
+                            .position(|m| (m.0, &m.1, m.2) == (f.0, &f.1, f.2))
+                        {
+                            model.remove(j);
+                        }
+                    }
+                    Step::Clear => {
+                        h.command("bpf", "clear", &Value::map()).unwrap();
+                        model.clear();
+                    }
+                }
+                h.inject("bpf", 0, &pkts);
+                let mut want: Vec<Vec<Vec<u8>>> = vec![Vec::new(); 4];
+                for p in &pkts {
+                    let g = model.iter().find(|m| exec(&m.3, p) != 0).map_or(0, |m| m.2);
+                    want[g as usize].push(p.clone());
+                }
+                for (g, cap) in caps.iter().enumerate() {
+                    prop_assert_eq!(cap.take_data(), want[g].clone(), "gate {}", g);
+                }
             }
         }
     }

@@ -1,12 +1,15 @@
 //! Classifiers: modules that choose an output gate per packet from its headers or metadata.
 
 pub mod acl;
+pub mod acl_index;
 pub mod bpf;
+pub mod bpf_compile;
 pub mod exact_match;
 pub mod hash_lb;
 pub mod ip_lookup;
 pub mod l2_forward;
 pub mod table;
+pub mod tuple_table;
 pub mod url_filter;
 pub mod vlan_split;
 pub mod wildcard_match;

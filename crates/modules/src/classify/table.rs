@@ -507,6 +507,27 @@ impl KeyBuilder {
         KeyBuilder { fields }
     }
 
+    /// Field `f` (number `i`) of `pkt`, masked; None when the packet is too short for it.
+    #[inline(always)]
+    fn field(
+        &self,
+        i: usize,
+        f: &KeyField,
+        offs: &[bessemer_core::AttrOffset],
+        pkt: &bessemer_core::Packet,
+    ) -> Option<u64> {
+        let v = match f.offset {
+            Some(o) => load_le(pkt.data(), o, f.size)?,
+            None => match offs[i] {
+                bessemer_core::AttrOffset::At(m) => {
+                    load_le(&pkt.metadata()[..], m as usize, f.size).unwrap_or(0)
+                }
+                _ => 0,
+            },
+        };
+        Some(v & f.mask)
+    }
+
     /// The key of `pkt` (`offs[i]`: field i's attribute offset), or None when the packet
     /// is too short for a packet field.
     #[inline(always)]
@@ -516,9 +537,40 @@ impl KeyBuilder {
         pkt: &bessemer_core::Packet,
     ) -> Option<[u64; W]> {
         let mut k = [0u64; W];
+        self.build_into(offs, pkt, &mut k).then_some(k)
+    }
+
+    /// As [`KeyBuilder::build`], into `k` (all zero on entry); false when the packet is too
+    /// short for a packet field.
+    #[inline(always)]
+    pub fn build_into<const W: usize>(
+        &self,
+        offs: &[bessemer_core::AttrOffset],
+        pkt: &bessemer_core::Packet,
+        k: &mut [u64; W],
+    ) -> bool {
+        if W <= 2 {
+            // Keys of up to two words are assembled in a u128 (registers): OR-ing each field
+            // into `k[word]` in memory makes a chain of read-modify-writes per packet.
+            let mut acc = 0u128;
+            for (i, f) in self.fields.iter().enumerate() {
+                let Some(v) = self.field(i, f, offs, pkt) else {
+                    return false;
+                };
+                acc |= (v as u128) << (f.word * 64 + f.shift as usize);
+            }
+            k[0] |= acc as u64;
+            if W == 2 {
+                k[W - 1] |= (acc >> 64) as u64;
+            }
+            return true;
+        }
         for (i, f) in self.fields.iter().enumerate() {
             let v = match f.offset {
-                Some(o) => load_le(pkt.data(), o, f.size)?,
+                Some(o) => match load_le(pkt.data(), o, f.size) {
+                    Some(v) => v,
+                    None => return false,
+                },
                 None => match offs[i] {
                     bessemer_core::AttrOffset::At(m) => {
                         load_le(&pkt.metadata()[..], m as usize, f.size).unwrap_or(0)
@@ -531,7 +583,7 @@ impl KeyBuilder {
                 k[f.word + 1] |= v >> (64 - f.shift);
             }
         }
-        Some(k)
+        true
     }
 }
 

@@ -7,10 +7,11 @@ use bessemer_core::{
 
 use super::table::{
     bin_list, check_field_count, check_gate, cmd_add, cmd_get_runtime_config, cmd_set_default_gate,
-    cmd_set_runtime_config, field_bytes, field_data, hash_words, initial_arg, key_bytes, key_words,
-    parse_fields, process_batch, resolve_gate, split, FlatTable, IntOrder, Matcher, RuleClassifier,
-    TableDrop, ValueFields,
+    cmd_set_runtime_config, field_bytes, field_data, initial_arg, key_bytes, key_words,
+    parse_fields, process_batch, resolve_gate, split, IntOrder, Matcher, RuleClassifier, TableDrop,
+    ValueFields,
 };
+use super::tuple_table::TupleTable;
 
 /// Most distinct masks (tuples). BESS allows 8; Bessemer allows more.
 pub const MAX_TUPLES: usize = 32;
@@ -25,23 +26,92 @@ struct RuleData {
 
 pub(crate) struct Tuple {
     mask: [u64; 8],
-    /// Masked key -> index into `data`.
-    table: FlatTable,
+    /// Masked key (folded, see `fold`) -> tag (see [`Tuple::tag`]).
+    table: TupleTable,
+    /// When the mask has at most 64 bits set and each key word's masked bits, rotated by
+    /// fold[j], miss those of the words before: the table is keyed by the OR of the rotated
+    /// words, one word, which is cheaper to hash and compare. None: the full key.
+    fold: Option<[u32; 8]>,
     data: Vec<RuleData>,
     free: Vec<u32>,
     max_priority: i32,
-    /// Creation order: among equal priorities the rule of the later tuple wins, as in BESS.
-    seq: u64,
+    /// Creation order (1..=MAX_ORDER, renumbered when used up): among equal priorities the
+    /// rule of the later tuple wins, as in BESS.
+    order: u32,
+}
+
+/// The rotations folding a mask of `w` words into one word (see `Tuple::fold`), if any.
+fn fold_of(mask: &[u64; 8], w: usize) -> Option<[u32; 8]> {
+    if w == 1 {
+        return None;
+    }
+    let (mut used, mut rot) = (mask[0], [0u32; 8]);
+    for j in 1..w {
+        let r = (0..64).find(|&r| used & mask[j].rotate_left(r) == 0)?;
+        rot[j] = r;
+        used |= mask[j].rotate_left(r);
+    }
+    Some(rot)
+}
+
+/// Tag bits below the tuple order: the rule's index in its tuple's `data`.
+const IDX_BITS: u32 = 26;
+const IDX_MASK: u64 = (1 << IDX_BITS) - 1;
+/// Highest tuple order a tag can carry (6 bits; at least MAX_TUPLES + 1).
+const MAX_ORDER: u32 = 63;
+
+/// The index into `data` of a tag.
+fn rule_index(tag: u64) -> usize {
+    (tag & IDX_MASK) as usize
 }
 
 impl Tuple {
     fn recompute_max(&mut self) {
+        // A tag's top half is the rule's priority (biased), so the highest tag has it.
         self.max_priority = self
             .table
-            .iter()
-            .map(|(_, i)| self.data[i as usize].priority)
+            .tags()
             .max()
-            .unwrap_or(i32::MIN);
+            .map_or(i32::MIN, |t| ((t >> 32) as u32 ^ 0x8000_0000) as i32);
+    }
+
+    /// A rule's tag: its place in the match order as one number (higher wins, never 0:
+    /// priority, then the tuple's creation order, as BESS breaks ties) over its index.
+    fn tag(&self, priority: i32, i: u32) -> u64 {
+        ((((priority as u32) ^ 0x8000_0000) as u64) << 32)
+            | ((self.order as u64) << IDX_BITS)
+            | i as u64
+    }
+
+    /// A tag above every tag of this tuple.
+    fn bound(&self) -> u64 {
+        self.tag(self.max_priority, IDX_MASK as u32)
+    }
+
+    /// The table key of a masked key of `w` words.
+    fn table_key(&self, key: &[u64], w: usize) -> Vec<u64> {
+        match self.fold {
+            Some(rot) => vec![(0..w).fold(0, |x, j| x | key[j].rotate_left(rot[j]))],
+            None => key[..w].to_vec(),
+        }
+    }
+
+    /// The masked key of `w` words a table key stands for.
+    fn masked_key(&self, tk: &[u64], w: usize) -> Vec<u64> {
+        match self.fold {
+            Some(rot) => (0..w)
+                .map(|j| tk[0].rotate_right(rot[j]) & self.mask[j])
+                .collect(),
+            None => tk.to_vec(),
+        }
+    }
+
+    /// Renumbers the tuple (its tags carry its order).
+    fn set_order(&mut self, order: u32) {
+        self.order = order;
+        let bits = (order as u64) << IDX_BITS;
+        let mask = (MAX_ORDER as u64) << IDX_BITS;
+        self.table.map_tags(|t| (t & !mask) | bits);
     }
 }
 
@@ -50,7 +120,6 @@ pub struct WildcardMatch {
     matcher: Matcher,
     /// Tuples in lookup order: highest max priority first, later-created first on ties.
     tuples: Vec<Tuple>,
-    next_seq: u64,
     /// Fields written when a rule matches (omec-project fork's `values`).
     values: ValueFields,
     /// Most rules (the fork's `entries`; 0 = no limit).
@@ -95,8 +164,11 @@ impl WildcardMatch {
     }
 
     fn sort_tuples(&mut self) {
-        self.tuples
-            .sort_by(|a, b| b.max_priority.cmp(&a.max_priority).then(b.seq.cmp(&a.seq)));
+        self.tuples.sort_by(|a, b| {
+            b.max_priority
+                .cmp(&a.max_priority)
+                .then(b.order.cmp(&a.order))
+        });
     }
 }
 
@@ -135,7 +207,7 @@ impl RuleClassifier for WildcardMatch {
             let exists = self
                 .tuples
                 .iter()
-                .any(|t| t.mask[..w] == mask[..w] && t.table.get(&key[..w]).is_some());
+                .any(|t| t.mask[..w] == mask[..w] && t.table.get(&t.table_key(&key, w)).is_some());
             let n: usize = self.tuples.iter().map(|t| t.table.len()).sum();
             if !exists && n as u64 >= self.entries {
                 return Err(Error::new(
@@ -153,14 +225,24 @@ impl RuleClassifier for WildcardMatch {
                         format!("{what}.masks: at most {MAX_TUPLES} distinct masks"),
                     ));
                 }
-                self.next_seq += 1;
+                let mut order = self.tuples.iter().map(|t| t.order).max().unwrap_or(0) + 1;
+                if order > MAX_ORDER {
+                    // Orders used up by tuples since deleted: renumber 1.. keeping the order.
+                    let mut by_order: Vec<&mut Tuple> = self.tuples.iter_mut().collect();
+                    by_order.sort_by_key(|t| t.order);
+                    for (o, t) in by_order.into_iter().enumerate() {
+                        t.set_order(o as u32 + 1);
+                    }
+                    order = self.tuples.len() as u32 + 1;
+                }
                 self.tuples.push(Tuple {
                     mask,
-                    table: FlatTable::sparse(w),
+                    table: TupleTable::new(if fold_of(&mask, w).is_some() { 1 } else { w }),
+                    fold: fold_of(&mask, w),
                     data: Vec::new(),
                     free: Vec::new(),
                     max_priority: i32::MIN,
-                    seq: self.next_seq,
+                    order,
                 });
                 self.tuples.len() - 1
             }
@@ -171,9 +253,24 @@ impl RuleClassifier for WildcardMatch {
             gate,
             vals,
         };
-        match t.table.get(&key[..w]) {
-            Some(i) => t.data[i as usize] = d,
+        let tk = t.table_key(&key, w);
+        // Only replacing the rule that held the maximum with a lower priority needs a scan
+        // of the tuple (rules may number thousands, added one command each).
+        let mut rescan = false;
+        match t.table.get(&tk) {
+            Some(tag) => {
+                let i = rule_index(tag);
+                rescan = t.data[i].priority == t.max_priority && priority < t.max_priority;
+                t.data[i] = d;
+                t.table.insert(&tk, t.tag(priority, i as u32));
+            }
             None => {
+                if t.free.is_empty() && t.data.len() as u64 > IDX_MASK {
+                    return Err(Error::new(
+                        libc::ENOSPC,
+                        format!("{what}: too many rules with this mask"),
+                    ));
+                }
                 let i = match t.free.pop() {
                     Some(i) => {
                         t.data[i as usize] = d;
@@ -184,10 +281,14 @@ impl RuleClassifier for WildcardMatch {
                         (t.data.len() - 1) as u32
                     }
                 };
-                t.table.insert(&key[..w], i);
+                t.table.insert(&tk, t.tag(priority, i));
             }
         }
-        t.recompute_max();
+        if rescan {
+            t.recompute_max();
+        } else {
+            t.max_priority = t.max_priority.max(priority);
+        }
         self.sort_tuples();
         Ok(())
     }
@@ -198,9 +299,10 @@ impl RuleClassifier for WildcardMatch {
         let mut rows: Vec<Row> = Vec::new();
         for t in &self.tuples {
             let mb = split(&t.mask[..]);
-            for (k, i) in t.table.iter() {
-                let d = t.data[i as usize];
-                rows.push((d.priority, d.gate, mb.clone(), split(k), d.vals));
+            for (k, tag) in t.table.iter() {
+                let d = t.data[rule_index(tag)];
+                let k = t.masked_key(&k, self.matcher.words);
+                rows.push((d.priority, d.gate, mb.clone(), split(&k), d.vals));
             }
         }
         // Priority, gate, masks, values: BESS's order.
@@ -234,50 +336,104 @@ impl RuleClassifier for WildcardMatch {
         let mut keys = [[0u64; W]; MAX_BURST];
         let mut status: [Option<TableDrop>; MAX_BURST] = [None; MAX_BURST];
         for (i, p) in batch.pkts().iter().enumerate() {
-            match self.matcher.keys.build::<W>(offs, p) {
-                Some(k) => keys[i] = k,
-                None => status[i] = Some(TableDrop::TooShort),
+            // Built in place: a copy out of a key just assembled stalls on store forwarding.
+            if !self.matcher.keys.build_into::<W>(offs, p, &mut keys[i]) {
+                status[i] = Some(TableDrop::TooShort);
             }
         }
-        // Best (priority, tuple seq, gate, rule) per packet; seq 0 = no match yet.
-        let mut best = [(i32::MIN, 0u64, 0u16, (0usize, 0u32)); MAX_BURST];
-        for (ti, t) in self.tuples.iter().enumerate() {
-            let mask: &[u64; W] = t.mask[..W].try_into().unwrap();
-            for i in 0..n {
-                let b = best[i];
-                if status[i].is_some() || t.max_priority < b.0 {
-                    continue;
-                }
-                let mut mk = [0u64; W];
-                for j in 0..W {
-                    mk[j] = keys[i][j] & mask[j];
-                }
-                if let Some(x) = t.table.get_near(&mk, hash_words(&mk)) {
-                    let d = t.data[x as usize];
-                    if b.1 == 0 || d.priority > b.0 || (d.priority == b.0 && t.seq > b.1) {
-                        best[i] = (d.priority, t.seq, d.gate, (ti, x));
-                    }
-                }
+        // Best tag per packet; 0 = no match yet, u64::MAX = too short (it then takes no part:
+        // nothing can beat it).
+        let mut best = [0u64; MAX_BURST];
+        for i in 0..n {
+            if status[i].is_some() {
+                best[i] = u64::MAX;
             }
+        }
+        let mut by_order = [0u8; MAX_ORDER as usize + 1];
+        for (ti, t) in self.tuples.iter().enumerate() {
+            by_order[t.order as usize] = ti as u8;
+            // Tuples come in decreasing order of their bound: once every packet has a match
+            // that beats it, no later tuple can change anything. Checked every fourth tuple:
+            // the minimum of 32 u64s is dear next to a probe of them all.
+            if ti % 4 == 0 && best[..n].iter().copied().min().unwrap_or(u64::MAX) > t.bound() {
+                break;
+            }
+            let mask: &[u64; W] = t.mask[..W].try_into().unwrap();
+            match (t.fold, t.table.has_overflow()) {
+                (Some(rot), true) => {
+                    probe_folded::<W, true>(t, mask, &rot, &keys[..n], &mut best[..n])
+                }
+                (Some(rot), false) => {
+                    probe_folded::<W, false>(t, mask, &rot, &keys[..n], &mut best[..n])
+                }
+                (None, true) => probe::<W, true>(t, mask, &keys[..n], &mut best[..n]),
+                (None, false) => probe::<W, false>(t, mask, &keys[..n], &mut best[..n]),
+            }
+        }
+        // The matched rule of packet i, if any.
+        let rule = |i: usize| -> Option<&RuleData> {
+            let tag = best[i];
+            (status[i].is_none() && tag != 0).then(|| {
+                let ti = by_order[(tag >> IDX_BITS & MAX_ORDER as u64) as usize];
+                &self.tuples[ti as usize].data[rule_index(tag)]
+            })
+        };
+        let mut found = [None; MAX_BURST];
+        for (i, f) in found[..n].iter_mut().enumerate() {
+            *f = rule(i);
         }
         let def = self.matcher.default_gate;
         let mut gates = [0u16; MAX_BURST];
         for i in 0..n {
-            let found = (best[i].1 != 0).then_some(best[i].2);
-            resolve_gate(found, def, &mut status[i], &mut gates[i]);
+            resolve_gate(found[i].map(|d| d.gate), def, &mut status[i], &mut gates[i]);
         }
         if !self.values.is_empty() {
             // The fork writes a matched rule's values when its gate is not the default gate.
             let offs = self.values.offsets(ctx);
             for (i, p) in batch.pkts_mut().iter_mut().enumerate() {
-                let (_, seq, gate, (ti, x)) = best[i];
-                if seq != 0 && gate != def {
-                    let d = &self.tuples[ti].data[x as usize];
-                    self.values.apply(p, &offs, &d.vals);
+                if let Some(d) = found[i] {
+                    if d.gate != def {
+                        self.values.apply(p, &offs, &d.vals);
+                    }
                 }
             }
         }
         split(ctx, batch, &gates, &status);
+    }
+}
+
+/// Probes tuple `t` for every key, keeping each packet's highest tag in `best`.
+#[inline(always)]
+fn probe<const W: usize, const OVERFLOW: bool>(
+    t: &Tuple,
+    mask: &[u64; W],
+    keys: &[[u64; W]],
+    best: &mut [u64],
+) {
+    for (k, b) in keys.iter().zip(best.iter_mut()) {
+        let mut mk = [0u64; W];
+        for j in 0..W {
+            mk[j] = k[j] & mask[j];
+        }
+        *b = (*b).max(t.table.lookup::<W, OVERFLOW>(&mk));
+    }
+}
+
+/// As [`probe`], for a tuple keyed by folded keys (`rot`: see `Tuple::fold`).
+#[inline(always)]
+fn probe_folded<const W: usize, const OVERFLOW: bool>(
+    t: &Tuple,
+    mask: &[u64; W],
+    rot: &[u32; 8],
+    keys: &[[u64; W]],
+    best: &mut [u64],
+) {
+    for (k, b) in keys.iter().zip(best.iter_mut()) {
+        let mut x = 0u64;
+        for j in 0..W {
+            x |= (k[j] & mask[j]).rotate_left(rot[j]);
+        }
+        *b = (*b).max(t.table.lookup::<1, OVERFLOW>(&[x]));
     }
 }
 
@@ -295,12 +451,12 @@ impl WildcardMatch {
             return Err(Error::not_found(format!("{what}: no rule with this mask")));
         };
         let t = &mut self.tuples[ti];
-        let Some(i) = t.table.remove(&key[..w]) else {
+        let Some(tag) = t.table.remove(&t.table_key(&key, w)) else {
             return Err(Error::not_found(format!(
                 "{what}: no rule with these values"
             )));
         };
-        t.free.push(i);
+        t.free.push(rule_index(tag) as u32);
         if t.table.is_empty() {
             self.tuples.remove(ti);
         } else {
@@ -354,7 +510,6 @@ fn create(init: &mut bessemer_core::InitContext, arg: &Value) -> Result<Instance
     Ok(Instance::Exclusive(Box::new(WildcardMatch {
         matcher: Matcher::new(parsed, &[]),
         tuples: Vec::new(),
-        next_seq: 0,
         values,
         entries,
     })))
@@ -460,6 +615,93 @@ mod tests {
 
     fn fields() -> Value {
         Value::map().with("fields", Value::List(vec![off(30, 4), off(36, 2)]))
+    }
+
+    #[test]
+    fn matches_survive_tuple_renumbering() {
+        let mut h = Harness::new();
+        h.add(&CLASS, "wm", &fields()).unwrap();
+        let c: Vec<_> = (0..4).map(|g| h.capture("wm", g)).collect();
+        let spec = |v: u8, m: u8| {
+            (
+                vec![bin(&[v, 0, 0, 0]), int(0)],
+                vec![bin(&[m, 0, 0, 0]), int(0)],
+            )
+        };
+        let add = |h: &mut Harness, v: u8, m: u8, prio: i64, g: u64| {
+            let (vs, ms) = spec(v, m);
+            h.command("wm", "add", &rule(vs, ms, prio, g)).unwrap();
+        };
+        let del = |h: &mut Harness, v: u8, m: u8| {
+            let (vs, ms) = spec(v, m);
+            let arg = Value::map()
+                .with("values", Value::List(vs))
+                .with("masks", Value::List(ms));
+            h.command("wm", "delete", &arg).unwrap();
+        };
+        // Z then B; Z goes, so B is not first. Two tuples that never match the packet then
+        // replace each other until the creation orders a tag can carry are used up and the
+        // tuples are renumbered; B's rule must still be found as B's.
+        add(&mut h, 10, 0xff, 0, 3);
+        add(&mut h, 10, 0xfe, 0, 1);
+        del(&mut h, 10, 0xff);
+        add(&mut h, 2, 0x0e, 0, 3);
+        for _ in 0..MAX_ORDER {
+            add(&mut h, 2, 0x0a, 0, 3);
+            del(&mut h, 2, 0x0e);
+            add(&mut h, 2, 0x0e, 0, 3);
+            del(&mut h, 2, 0x0a);
+        }
+        let p = pkt([10, 1, 2, 3], 9);
+        h.inject("wm", 0, std::slice::from_ref(&p));
+        assert_eq!(c[1].take_data(), vec![p.clone()]);
+        // A later tuple matching it with the same priority wins the tie; a higher priority
+        // in the older tuple wins over it.
+        add(&mut h, 10, 0x0e, 0, 2);
+        h.inject("wm", 0, std::slice::from_ref(&p));
+        assert_eq!(c[2].take_data(), vec![p.clone()]);
+        add(&mut h, 10, 0xfe, 1, 1);
+        h.inject("wm", 0, std::slice::from_ref(&p));
+        assert_eq!(c[1].take_data(), vec![p]);
+        assert!(c[0].is_empty() && c[3].is_empty());
+    }
+
+    #[test]
+    fn early_stop_uses_each_tuples_true_maximum() {
+        // Four tuples of priority-10 rules every packet matches, then (fifth, where the
+        // batch checks whether to stop) a tuple whose best rule must keep it in play.
+        let mut h = Harness::new();
+        h.add(&CLASS, "wm", &fields()).unwrap();
+        let c: Vec<_> = (0..4).map(|g| h.capture("wm", g)).collect();
+        let add = |h: &mut Harness, dst: [u8; 4], dm: [u8; 4], port: u64, pm: u64, prio, g| {
+            let r = rule(vec![bin(&dst), int(port)], vec![bin(&dm), int(pm)], prio, g);
+            h.command("wm", "add", &r).unwrap();
+        };
+        add(&mut h, [10, 0, 0, 0], [255, 0, 0, 0], 0, 0, 10, 1);
+        add(&mut h, [10, 1, 0, 0], [255, 255, 0, 0], 0, 0, 10, 1);
+        add(&mut h, [10, 1, 2, 0], [255, 255, 255, 0], 0, 0, 10, 1);
+        add(&mut h, [10, 1, 2, 3], [255, 255, 255, 255], 0, 0, 10, 1);
+        let ps: Vec<_> = (0..4).map(|_| pkt([10, 1, 2, 3], 9)).collect();
+        let port = |h: &mut Harness, p: u64, prio, g| add(h, [0; 4], [0; 4], p, 0xffff, prio, g);
+        // The matching rule (50) first, then a lower one: the tuple's maximum stays 50.
+        port(&mut h, 9, 50, 2);
+        port(&mut h, 8, 1, 3);
+        h.inject("wm", 0, &ps);
+        assert_eq!(c[2].take_data(), ps);
+        // The maximum lowered by a replacement (50 -> 30) is found among the others (40).
+        port(&mut h, 7, 40, 3);
+        port(&mut h, 9, 30, 2);
+        h.inject("wm", 0, &ps);
+        assert_eq!(c[2].take_data(), ps);
+        port(&mut h, 9, 5, 2);
+        h.inject("wm", 0, &ps);
+        assert_eq!(c[1].take_data(), ps);
+        // Replacing a rule below the maximum (40) leaves it.
+        port(&mut h, 8, 2, 3);
+        port(&mut h, 9, 35, 2);
+        h.inject("wm", 0, &ps);
+        assert_eq!(c[2].take_data(), ps);
+        assert!(c[0].is_empty() && c[3].is_empty());
     }
 
     #[test]
@@ -787,6 +1029,143 @@ mod tests {
             h.inject("wm", 0, &input);
             for g in 0..10 {
                 prop_assert_eq!(caps[g].take_data(), want[g].clone());
+            }
+        }
+    }
+
+    #[derive(Clone, Debug)]
+    enum Step {
+        /// Mask (index into MASKS), value bytes, priority, gate.
+        Add(usize, [u8; 12], i64, u16),
+        /// The rule added at this position (modulo the number added), or a random one.
+        Delete(prop::sample::Index, bool),
+        Clear,
+    }
+
+    /// 12-byte keys (two words): masks of at most 64 bits (tables keyed by folded keys),
+    /// the whole key (not foldable) and overlapping ones.
+    const MASKS: [[u8; 12]; 6] = [
+        [0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        [0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0x0f],
+        [0xff; 12],
+        [0xf0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0, 0],
+        [
+            0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0x01,
+        ],
+        [
+            0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0,
+        ],
+    ];
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            8 => (0..MASKS.len(), any::<[u8; 12]>(), -2i64..3, 0u16..4)
+                .prop_map(|(m, v, p, g)| Step::Add(m, v, p, g)),
+            3 => (any::<prop::sample::Index>(), proptest::bool::weighted(0.2))
+                .prop_map(|(i, random)| Step::Delete(i, random)),
+            1 => Just(Step::Clear),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// Two-word keys through add / delete / clear: after every command each packet gets
+        /// the gate of the best rule of a plain list (highest priority, then the mask
+        /// created last), and get_runtime_config lists the rules of the list.
+        #[test]
+        fn wide_keys_agree_with_a_linear_model_through_commands(
+            steps in proptest::collection::vec(step(), 1..24),
+            pkts in proptest::collection::vec((any::<[u8; 12]>(), any::<prop::sample::Index>(), any::<bool>()), 1..32),
+        ) {
+            let mut h = Harness::new();
+            h.add(&CLASS, "wm", &Value::map().with("fields", Value::List(vec![off(0, 8), off(8, 4)]))).unwrap();
+            h.command("wm", "set_default_gate", &Value::map().with("gate", 9)).unwrap();
+            let caps: Vec<_> = (0..10).map(|g| h.capture("wm", g)).collect();
+            let and = |v: [u8; 12], m: [u8; 12]| -> [u8; 12] { std::array::from_fn(|i| v[i] & m[i]) };
+            let spec = |v: &[u8; 12], m: &[u8; 12]| {
+                (vec![bin(&v[..8]), bin(&v[8..])], vec![bin(&m[..8]), bin(&m[8..])])
+            };
+            // (mask, value, priority, gate); masks in creation order.
+            let mut model: Vec<([u8; 12], [u8; 12], i64, u16)> = Vec::new();
+            let mut order: Vec<[u8; 12]> = Vec::new();
+            let mut added: Vec<([u8; 12], [u8; 12])> = Vec::new();
+            for st in steps {
+                match st {
+                    Step::Add(mi, v, p, g) => {
+                        let m = MASKS[mi];
+                        let v = and(v, m);
+                        let (vs, ms) = spec(&v, &m);
+                        h.command("wm", "add", &rule(vs, ms, p, g as u64)).unwrap();
+                        if !order.contains(&m) {
+                            order.push(m);
+                        }
+                        model.retain(|r| (r.0, r.1) != (m, v));
+                        model.push((m, v, p, g));
+                        added.push((m, v));
+                    }
+                    Step::Delete(i, random) => {
+                        let (m, v) = if added.is_empty() || random {
+                            (MASKS[i.index(MASKS.len())], and([0x5a; 12], MASKS[i.index(MASKS.len())]))
+                        } else {
+                            added[i.index(added.len())]
+                        };
+                        let (vs, ms) = spec(&v, &m);
+                        let had = model.iter().any(|r| (r.0, r.1) == (m, v));
+                        let r = h.command("wm", "delete", &Value::map().with("values", Value::List(vs)).with("masks", Value::List(ms)));
+                        prop_assert_eq!(r.is_ok(), had);
+                        model.retain(|r| (r.0, r.1) != (m, v));
+                        if !model.iter().any(|r| r.0 == m) {
+                            order.retain(|x| *x != m);
+                        }
+                    }
+                    Step::Clear => {
+                        h.command("wm", "clear", &Value::map()).unwrap();
+                        model.clear();
+                        order.clear();
+                    }
+                }
+                let mut want: Vec<Vec<Vec<u8>>> = vec![Vec::new(); 10];
+                let mut input = Vec::new();
+                for (v, pick, from_rule) in &pkts {
+                    let v = if *from_rule && !added.is_empty() {
+                        let (m, rv) = added[pick.index(added.len())];
+                        std::array::from_fn(|i| rv[i] | (v[i] & !m[i]))
+                    } else {
+                        *v
+                    };
+                    let pos = |m: &[u8; 12]| order.iter().position(|x| x == m).unwrap();
+                    let g = model
+                        .iter()
+                        .filter(|r| and(v, r.0) == r.1)
+                        .max_by(|a, b| a.2.cmp(&b.2).then(pos(&a.0).cmp(&pos(&b.0))))
+                        .map_or(9, |r| r.3);
+                    want[g as usize].push(v.to_vec());
+                    input.push(v.to_vec());
+                }
+                h.inject("wm", 0, &input);
+                for (g, c) in caps.iter().enumerate() {
+                    prop_assert_eq!(c.take_data(), want[g].clone(), "gate {}", g);
+                }
+                let cfg = h.command("wm", "get_runtime_config", &Value::map()).unwrap();
+                let mut listed: Vec<Value> = match cfg.get("rules") {
+                    Some(Value::List(l)) => l.clone(),
+                    _ => Vec::new(),
+                };
+                let mut expected: Vec<Value> = model
+                    .iter()
+                    .map(|(m, v, p, g)| {
+                        Value::map()
+                            .with("gate", *g as u64)
+                            .with("priority", *p)
+                            .with("values", Value::List(spec(v, m).0))
+                            .with("masks", Value::List(spec(v, m).1))
+                    })
+                    .collect();
+                let key = |r: &Value| format!("{r:?}");
+                listed.sort_by_key(key);
+                expected.sort_by_key(key);
+                prop_assert_eq!(listed, expected);
             }
         }
     }

@@ -1,0 +1,759 @@
+//! BPF filters merged into one decision structure.
+//!
+//! Each decoded classic-BPF program is executed symbolically once, when installed: every path
+//! from the first instruction to a return becomes a list of conditions on packet *fields*
+//! (a load at a fixed offset, or past the IPv4 header through the `ldxb 4*([k]&0xf)` idiom,
+//! optionally ANDed with a constant; or the packet length). A path accepts when it ends in
+//! a non-zero return, and it is taken exactly when its conditions hold and all its loads are
+//! inside the packet, because a program's control flow depends on nothing else.
+//!
+//! All filters' accepting paths are then indexed together: each path that requires some
+//! field to equal a constant is filed under its rarest such (field, constant) pair in a
+//! per-field hash table, so a packet reads each key field once, looks its value up, and only
+//! checks the few paths listed there (plus paths without any equality). Lists are in filter
+//! order and searching stops once no remaining candidate can come before the best match: the
+//! result is always the first filter (in priority order) whose program returns non-zero,
+//! as a scan running every program would find. Programs the analysis does not model (loads
+//! indexed by computed values, arithmetic on packet data, too many paths) keep being run by
+//! the interpreter, in their place in the order.
+use std::collections::HashMap;
+
+use super::bpf::{alu, exec, Op, AND};
+
+/// A packet quantity programs test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Field {
+    /// Bytes loaded (1, 2, 4), or 0 for the packet length.
+    size: u8,
+    /// For an indexed load: X = 4 * (byte at this offset & 0xf); None: X = `xc`.
+    msh: Option<u32>,
+    xc: u32,
+    off: u32,
+    mask: u32,
+}
+
+impl Field {
+    fn load(size: u8, msh: Option<u32>, xc: u32, off: u32) -> Field {
+        Field {
+            size,
+            msh,
+            xc,
+            off,
+            mask: u32::MAX,
+        }
+    }
+
+    /// The same load without the AND: whether it is valid does not depend on the mask.
+    fn unmasked(self) -> Field {
+        Field {
+            mask: u32::MAX,
+            ..self
+        }
+    }
+}
+
+/// A comparison a jump makes against a constant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Test {
+    Eq(u32),
+    Gt(u32),
+    Ge(u32),
+    Set(u32),
+}
+
+impl Test {
+    #[inline(always)]
+    fn holds(self, v: u32) -> bool {
+        match self {
+            Test::Eq(k) => v == k,
+            Test::Gt(k) => v > k,
+            Test::Ge(k) => v >= k,
+            Test::Set(k) => v & k != 0,
+        }
+    }
+}
+
+/// One accepting path of a program: conditions (field, test, outcome) and every load made.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PathSpec {
+    conds: Vec<(Field, Test, bool)>,
+    loads: Vec<Field>,
+}
+
+/// What symbolic execution knows of a register or scratch word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sym {
+    Const(u32),
+    Field(Field),
+    /// 4 * (byte at k & 0xf): the IPv4 header length idiom (only ever used as X).
+    Msh(u32),
+}
+
+#[derive(Clone)]
+struct State {
+    pc: usize,
+    a: Sym,
+    x: Sym,
+    mem: [Option<Sym>; 16],
+    conds: Vec<(Field, Test, bool)>,
+    loads: Vec<Field>,
+}
+
+/// Most paths (accepting or not) one program may have before it is left to the interpreter.
+const MAX_PATHS: usize = 256;
+
+/// The accepting paths of a validated, decoded program, or None when it does something the
+/// analysis does not model (the interpreter then runs it).
+pub fn analyse(prog: &[Op]) -> Option<Vec<PathSpec>> {
+    let mut out = Vec::new();
+    let mut stack = vec![State {
+        pc: 0,
+        a: Sym::Const(0),
+        x: Sym::Const(0),
+        mem: [None; 16],
+        conds: Vec::new(),
+        loads: Vec::new(),
+    }];
+    let mut paths = 0usize;
+    while let Some(mut s) = stack.pop() {
+        paths += 1;
+        if paths > MAX_PATHS {
+            return None;
+        }
+        loop {
+            let op = *prog.get(s.pc)?;
+            s.pc += 1;
+            let ld = |s: &mut State, size: u8, ind: bool, k: u32| -> Option<Sym> {
+                let f = if !ind {
+                    Field::load(size, None, 0, k)
+                } else {
+                    match s.x {
+                        Sym::Const(c) => Field::load(size, None, c, k),
+                        Sym::Msh(m) => Field::load(size, Some(m), 0, k),
+                        Sym::Field(_) => return None,
+                    }
+                };
+                if let Some(m) = f.msh {
+                    s.loads.push(Field::load(1, None, 0, m));
+                }
+                s.loads.push(f);
+                Some(Sym::Field(f))
+            };
+            // Jump: Some(outcome) when decided, None when the path forks on a field.
+            let mut cond = |v: Sym, s: &mut State, t: Test, jt: u8, jf: u8| -> Option<()> {
+                match v {
+                    Sym::Const(c) => {
+                        s.pc += if t.holds(c) { jt } else { jf } as usize;
+                        Some(())
+                    }
+                    Sym::Field(f) => {
+                        let mut other = s.clone();
+                        other.conds.push((f, t, false));
+                        other.pc += jf as usize;
+                        stack.push(other);
+                        s.conds.push((f, t, true));
+                        s.pc += jt as usize;
+                        Some(())
+                    }
+                    Sym::Msh(_) => None,
+                }
+            };
+            match op {
+                Op::LdAbsW(k) => s.a = ld(&mut s, 4, false, k)?,
+                Op::LdAbsH(k) => s.a = ld(&mut s, 2, false, k)?,
+                Op::LdAbsB(k) => s.a = ld(&mut s, 1, false, k)?,
+                Op::LdIndW(k) => s.a = ld(&mut s, 4, true, k)?,
+                Op::LdIndH(k) => s.a = ld(&mut s, 2, true, k)?,
+                Op::LdIndB(k) => s.a = ld(&mut s, 1, true, k)?,
+                Op::LdLen => s.a = Sym::Field(Field::load(0, None, 0, 0)),
+                Op::LdxLen => s.x = Sym::Field(Field::load(0, None, 0, 0)),
+                Op::LdImm(k) => s.a = Sym::Const(k),
+                Op::LdxImm(k) => s.x = Sym::Const(k),
+                Op::LdMem(m) => s.a = s.mem[m as usize]?,
+                Op::LdxMem(m) => s.x = s.mem[m as usize]?,
+                Op::LdxMsh(k) => {
+                    s.loads.push(Field::load(1, None, 0, k));
+                    s.x = Sym::Msh(k);
+                }
+                Op::St(m) => s.mem[m as usize] = Some(s.a),
+                Op::Stx(m) => s.mem[m as usize] = Some(s.x),
+                Op::Alu(..) | Op::AluX(_) => {
+                    let (o, v) = match (op, s.x) {
+                        (Op::Alu(o, k), _) => (o, k),
+                        (Op::AluX(o), Sym::Const(c)) => (o, c),
+                        _ => return None,
+                    };
+                    match s.a {
+                        Sym::Const(a) => match alu(o, a, v) {
+                            Some(r) => s.a = Sym::Const(r),
+                            // Division by zero: the program returns 0 here.
+                            None => break,
+                        },
+                        Sym::Field(mut f) if o == AND => {
+                            f.mask &= v;
+                            s.a = Sym::Field(f);
+                        }
+                        _ => return None,
+                    }
+                }
+                Op::Ja(k) => s.pc += k as usize,
+                Op::JeqK(k, t, f) => cond(s.a, &mut s, Test::Eq(k), t, f)?,
+                Op::JgtK(k, t, f) => cond(s.a, &mut s, Test::Gt(k), t, f)?,
+                Op::JgeK(k, t, f) => cond(s.a, &mut s, Test::Ge(k), t, f)?,
+                Op::JsetK(k, t, f) => cond(s.a, &mut s, Test::Set(k), t, f)?,
+                Op::JeqX(t, f) | Op::JgtX(t, f) | Op::JgeX(t, f) | Op::JsetX(t, f) => {
+                    let Sym::Const(k) = s.x else { return None };
+                    let test = match op {
+                        Op::JeqX(..) => Test::Eq(k),
+                        Op::JgtX(..) => Test::Gt(k),
+                        Op::JgeX(..) => Test::Ge(k),
+                        _ => Test::Set(k),
+                    };
+                    cond(s.a, &mut s, test, t, f)?
+                }
+                Op::RetK(k) => {
+                    if k != 0 {
+                        out.push(PathSpec {
+                            conds: s.conds,
+                            loads: s.loads,
+                        });
+                    }
+                    break;
+                }
+                Op::RetA => {
+                    match s.a {
+                        Sym::Const(0) => {}
+                        Sym::Const(_) => out.push(PathSpec {
+                            conds: s.conds,
+                            loads: s.loads,
+                        }),
+                        Sym::Field(f) => {
+                            s.conds.push((f, Test::Set(u32::MAX), true));
+                            out.push(PathSpec {
+                                conds: s.conds,
+                                loads: s.loads,
+                            });
+                        }
+                        Sym::Msh(_) => return None,
+                    }
+                    break;
+                }
+                Op::Tax => s.x = s.a,
+                Op::Txa => s.a = s.x,
+                Op::Bad => break,
+            };
+        }
+    }
+    Some(out)
+}
+
+/// Most distinct fields the merged structure evaluates per packet (a bit each in a u64).
+pub const MAX_FIELDS: usize = 64;
+
+/// How a field's value is computed per packet, from the packet or from an earlier field.
+#[derive(Clone, Copy, Debug)]
+enum Load {
+    Len,
+    /// `size` bytes at `at`.
+    Abs {
+        at: usize,
+        size: u8,
+    },
+    /// `size` bytes at 4 * (field `x` & 0xf) + `off`.
+    Ind {
+        x: u8,
+        off: u32,
+        size: u8,
+    },
+    /// The value of field i (before this field's mask).
+    Of(u8),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct FieldOp {
+    load: Load,
+    mask: u32,
+}
+
+/// `size` big-endian bytes of `p` at `at`, None past the end (as the interpreter's loads).
+#[inline(always)]
+fn be(p: &[u8], at: usize, size: u8) -> Option<u32> {
+    match size {
+        1 => p.get(at).map(|&b| b as u32),
+        2 => p
+            .get(at..at + 2)
+            .map(|b| u16::from_be_bytes([b[0], b[1]]) as u32),
+        _ => p
+            .get(at..at + 4)
+            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]])),
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Cond {
+    field: u8,
+    test: Test,
+    expect: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Path {
+    filter: u32,
+    /// Fields that must be inside the packet.
+    need: u64,
+    conds: (u32, u32),
+}
+
+/// An open-addressing map from a key field's value to a run of path ids in `Merged::lists`.
+#[derive(Clone, Debug, Default)]
+struct KeyTable {
+    field: u8,
+    shift: u32,
+    /// (value, start, len); len 0 = empty slot.
+    slots: Vec<(u32, u32, u32)>,
+}
+
+impl KeyTable {
+    #[inline(always)]
+    fn home(&self, v: u32) -> usize {
+        (v.wrapping_mul(0x9E37_79B1) >> self.shift) as usize
+    }
+
+    fn build(field: u8, entries: &[(u32, u32, u32)]) -> KeyTable {
+        let bits = (entries.len() * 2)
+            .next_power_of_two()
+            .max(4)
+            .trailing_zeros();
+        let mut t = KeyTable {
+            field,
+            shift: 32 - bits,
+            slots: vec![(0, 0, 0); 1 << bits],
+        };
+        let m = t.slots.len() - 1;
+        for &e in entries {
+            let mut i = t.home(e.0);
+            while t.slots[i].2 != 0 {
+                i = (i + 1) & m;
+            }
+            t.slots[i] = e;
+        }
+        t
+    }
+
+    #[inline(always)]
+    fn get(&self, v: u32) -> (u32, u32) {
+        let m = self.slots.len() - 1;
+        let mut i = self.home(v);
+        loop {
+            let s = self.slots[i];
+            if s.2 == 0 || s.0 == v {
+                return (s.1, s.2);
+            }
+            i = (i + 1) & m;
+        }
+    }
+}
+
+/// All installed filters as one structure (see the module comment).
+#[derive(Clone, Debug, Default)]
+pub struct Merged {
+    /// Every field any path reads, evaluated once per packet.
+    fields: Vec<Field>,
+    /// How to compute each of `fields`, in order.
+    ops: Vec<FieldOp>,
+    paths: Vec<Path>,
+    conds: Vec<Cond>,
+    keys: Vec<KeyTable>,
+    /// Path ids, runs per key value, each in filter order.
+    lists: Vec<u32>,
+    /// Paths without an equality to file them under, in filter order.
+    unkeyed: Vec<u32>,
+    /// Filters the interpreter runs, in order.
+    slow: Vec<u32>,
+}
+
+impl Merged {
+    /// Merges filters given in priority order as their analysis (None: interpreted).
+    pub fn build<'a>(filters: impl IntoIterator<Item = Option<&'a [PathSpec]>>) -> Merged {
+        let mut m = Merged::default();
+        let mut field_ix: HashMap<Field, u8> = HashMap::new();
+        let mut accepted: Vec<(u32, &'a PathSpec)> = Vec::new();
+        for (fi, a) in filters.into_iter().enumerate() {
+            let fi = fi as u32;
+            let Some(paths) = a else {
+                m.slow.push(fi);
+                continue;
+            };
+            // All of a filter's fields get an index, or it is interpreted.
+            let mut new: Vec<Field> = Vec::new();
+            for p in paths {
+                // Loads first, each unmasked form before its masked ones: a field is then
+                // always computed after the fields its value is derived from.
+                for f in p.loads.iter().copied().chain(p.conds.iter().map(|c| c.0)) {
+                    for f in [f.unmasked(), f] {
+                        if !field_ix.contains_key(&f) && !new.contains(&f) {
+                            new.push(f);
+                        }
+                    }
+                }
+            }
+            if field_ix.len() + new.len() > MAX_FIELDS {
+                m.slow.push(fi);
+                continue;
+            }
+            for f in new {
+                field_ix.insert(f, m.fields.len() as u8);
+                m.fields.push(f);
+            }
+            accepted.extend(paths.iter().map(|p| (fi, p)));
+        }
+        // How many paths require each (field, value): a path is filed under its rarest.
+        let mut count: HashMap<(Field, u32), u32> = HashMap::new();
+        for (_, p) in &accepted {
+            for &(f, t, e) in &p.conds {
+                if let (Test::Eq(k), true) = (t, e) {
+                    *count.entry((f, k)).or_default() += 1;
+                }
+            }
+        }
+        let mut by_key: HashMap<u8, HashMap<u32, Vec<u32>>> = HashMap::new();
+        'paths: for (fi, p) in accepted {
+            let pid = m.paths.len() as u32;
+            let start = m.conds.len() as u32;
+            let mut need = 0u64;
+            for f in p.loads.iter().chain(p.conds.iter().map(|c| &c.0)) {
+                need |= 1 << field_ix[&f.unmasked()];
+            }
+            let mut key: Option<(Field, u32)> = None;
+            for &(f, t, expect) in &p.conds {
+                if let (Test::Eq(k), true) = (t, expect) {
+                    if key.is_none_or(|best| count[&(f, k)] <= count[&best]) {
+                        key = Some((f, k));
+                    }
+                }
+            }
+            // A field the path requires to equal a constant decides every other test of it
+            // here: those conditions are dropped, or the path with them if one fails (it
+            // can never be taken). The key's own equality is what the lookup checks.
+            let mut known: Vec<(Field, u32)> = key.into_iter().collect();
+            for &(f, t, expect) in &p.conds {
+                match known.iter().find(|kv| kv.0 == f) {
+                    Some(&(_, c)) if t.holds(c) == expect => {}
+                    Some(_) => {
+                        m.conds.truncate(start as usize);
+                        continue 'paths;
+                    }
+                    None => {
+                        if let (Test::Eq(k), true) = (t, expect) {
+                            known.push((f, k));
+                        }
+                        m.conds.push(Cond {
+                            field: field_ix[&f],
+                            test: t,
+                            expect,
+                        });
+                    }
+                }
+            }
+            m.paths.push(Path {
+                filter: fi,
+                need,
+                conds: (start, m.conds.len() as u32),
+            });
+            match key {
+                Some((f, k)) => by_key
+                    .entry(field_ix[&f])
+                    .or_default()
+                    .entry(k)
+                    .or_default()
+                    .push(pid),
+                None => m.unkeyed.push(pid),
+            }
+        }
+        m.ops = m
+            .fields
+            .iter()
+            .map(|f| {
+                let load = if f.mask != u32::MAX {
+                    Load::Of(field_ix[&f.unmasked()])
+                } else {
+                    match (f.size, f.msh) {
+                        (0, _) => Load::Len,
+                        (size, None) => Load::Abs {
+                            at: f.xc as usize + f.off as usize,
+                            size,
+                        },
+                        (size, Some(k)) => Load::Ind {
+                            x: field_ix[&Field::load(1, None, 0, k)],
+                            off: f.off,
+                            size,
+                        },
+                    }
+                };
+                FieldOp { load, mask: f.mask }
+            })
+            .collect();
+        let mut fields: Vec<_> = by_key.into_iter().collect();
+        fields.sort_by_key(|(f, _)| *f);
+        for (f, vals) in fields {
+            let mut entries = Vec::new();
+            for (v, list) in vals {
+                entries.push((v, m.lists.len() as u32, list.len() as u32));
+                m.lists.extend(list);
+            }
+            m.keys.push(KeyTable::build(f, &entries));
+        }
+        m
+    }
+
+    #[inline(always)]
+    fn path_holds(&self, p: &Path, vals: &[u32; MAX_FIELDS], valid: u64) -> bool {
+        p.need & !valid == 0
+            && self.conds[p.conds.0 as usize..p.conds.1 as usize]
+                .iter()
+                .all(|c| c.test.holds(vals[c.field as usize]) == c.expect)
+    }
+
+    /// The first filter (index in priority order) whose program accepts `p`; `progs(i)` is
+    /// filter i's decoded program, for the interpreted ones.
+    #[inline(always)]
+    pub fn first_match<'p>(&self, p: &[u8], progs: impl Fn(u32) -> &'p [Op]) -> Option<u32> {
+        self.first_match_with(&mut [0; MAX_FIELDS], p, progs)
+    }
+
+    /// As [`Merged::first_match`], with `vals` as scratch space (reused across packets, so
+    /// it is not cleared for each: only fields found valid are read).
+    #[inline(always)]
+    pub fn first_match_with<'p>(
+        &self,
+        vals: &mut [u32; MAX_FIELDS],
+        p: &[u8],
+        progs: impl Fn(u32) -> &'p [Op],
+    ) -> Option<u32> {
+        let mut valid = 0u64;
+        for (i, f) in self.ops.iter().enumerate() {
+            let v = match f.load {
+                Load::Len => Some(p.len() as u32),
+                Load::Abs { at, size } => be(p, at, size),
+                Load::Ind { x, off, size } if valid & (1 << x) != 0 => be(
+                    p,
+                    ((vals[x as usize] & 0x0f) << 2) as usize + off as usize,
+                    size,
+                ),
+                Load::Of(j) if valid & (1 << j) != 0 => Some(vals[j as usize]),
+                _ => None,
+            };
+            if let Some(v) = v {
+                vals[i] = v & f.mask;
+                valid |= 1 << i;
+            }
+        }
+        let vals = &*vals;
+        let mut best = u32::MAX;
+        let scan = |ids: &[u32], best: &mut u32| {
+            for &pid in ids {
+                let path = &self.paths[pid as usize];
+                if path.filter >= *best {
+                    break;
+                }
+                if self.path_holds(path, vals, valid) {
+                    *best = path.filter;
+                    break;
+                }
+            }
+        };
+        for k in &self.keys {
+            if valid & (1 << k.field) == 0 {
+                continue;
+            }
+            let (start, len) = k.get(vals[k.field as usize]);
+            scan(
+                &self.lists[start as usize..(start + len) as usize],
+                &mut best,
+            );
+        }
+        scan(&self.unkeyed, &mut best);
+        for &fi in &self.slow {
+            if fi >= best {
+                break;
+            }
+            if exec(progs(fi), p) != 0 {
+                best = fi;
+                break;
+            }
+        }
+        (best != u32::MAX).then_some(best)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::classify::bpf::{compile, decode, validate, Insn};
+    use proptest::prelude::*;
+
+    /// Ethernet frames: IPv4 (random IHL, protocol, fragment, addresses, ports), IPv6, ARP
+    /// and tagged ones, cut at a random length.
+    pub(crate) fn frame() -> impl Strategy<Value = Vec<u8>> {
+        (
+            prop_oneof![4 => Just(0x0800u16), 1 => Just(0x86dd), 1 => Just(0x0806), 1 => Just(0x8100)],
+            prop_oneof![4 => Just(0x45u8), 1 => Just(0x46), 1 => Just(0x4f), 1 => Just(0x42)],
+            prop_oneof![Just(6u8), Just(17), Just(1)],
+            prop_oneof![4 => Just(0u16), 1 => Just(0x2000), 1 => Just(0x0010)],
+            (0u8..3, 0u8..4),
+            (0u16..4, 0u16..4),
+            proptest::collection::vec(any::<u8>(), 0..40),
+            prop_oneof![4 => Just(usize::MAX), 1 => 0usize..100],
+        )
+            .prop_map(|(ty, vihl, proto, frag, (net, host), (sp, dp), tail, cut)| {
+                let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2];
+                f.extend_from_slice(&ty.to_be_bytes());
+                if ty == 0x8100 {
+                    f.extend_from_slice(&[0x00, 0x05, 0x08, 0x00]);
+                }
+                let mut ip = vec![vihl, 0, 0, 60, 0, 1];
+                ip.extend_from_slice(&frag.to_be_bytes());
+                ip.extend_from_slice(&[64, proto, 0, 0, 10, net, 0, host, 10, 0, net, host]);
+                ip.extend_from_slice(&(1000 + sp).to_be_bytes());
+                ip.extend_from_slice(&(1000 + dp).to_be_bytes());
+                ip.extend_from_slice(&tail);
+                f.extend_from_slice(&ip);
+                f.truncate(cut.max(1).min(f.len()));
+                f
+            })
+    }
+
+    /// pcap-filter expressions, some with constants drawn at random so several filters
+    /// share fields and values.
+    pub(crate) fn expr() -> impl Strategy<Value = String> {
+        let port = || 1000u16..1004;
+        prop_oneof![
+            port().prop_map(|p| format!("udp dst port {p}")),
+            port().prop_map(|p| format!("tcp src port {p}")),
+            port().prop_map(|p| format!("port {p}")),
+            (0u8..3).prop_map(|n| format!("src net 10.{n}.0.0/16 and udp")),
+            (0u8..3, 0u8..4).prop_map(|(n, h)| format!("dst host 10.0.{n}.{h}")),
+            (0u8..3).prop_map(|n| format!("ip and not src net 10.{n}.0.0/16")),
+            port().prop_map(|p| format!("portrange {p}-{} or icmp", p + 1)),
+            Just("ip".to_string()),
+            Just("ip6".to_string()),
+            Just("arp".to_string()),
+            Just("vlan".to_string()),
+            Just("ip[6:2] & 0x1fff = 0".to_string()),
+            Just("tcp[13] & 2 != 0".to_string()),
+            Just("udp and len > 60".to_string()),
+            Just("ip[0] & 0xf > 5".to_string()),
+            Just("ip[ip[0] & 3] = 0".to_string()),
+        ]
+    }
+
+    fn prog_of(e: &str) -> Vec<Op> {
+        let p = compile(e).unwrap();
+        validate(&p).unwrap();
+        decode(&p)
+    }
+
+    fn linear(progs: &[Vec<Op>], p: &[u8]) -> Option<u32> {
+        progs.iter().position(|g| exec(g, p) != 0).map(|i| i as u32)
+    }
+
+    fn merged(progs: &[Vec<Op>]) -> Merged {
+        let an: Vec<_> = progs.iter().map(|p| analyse(p)).collect();
+        Merged::build(an.iter().map(|a| a.as_deref()))
+    }
+
+    #[test]
+    fn common_filters_are_merged_not_interpreted() {
+        for e in [
+            "udp dst port 53",
+            "src net 10.0.0.0/24 and udp",
+            "tcp and src net 10.0.0.0/8",
+            "portrange 50-60 or icmp",
+            "vlan 5 and udp",
+            "udp and len > 60",
+        ] {
+            assert!(analyse(&prog_of(e)).is_some(), "{e}");
+        }
+        let m = merged(&[prog_of("udp dst port 53"), prog_of("udp dst port 54")]);
+        assert!(m.slow.is_empty() && m.unkeyed.is_empty());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        /// Sets of real filters: the merged structure finds the first accepting one.
+        #[test]
+        fn merged_filters_agree_with_a_linear_scan(
+            exprs in proptest::collection::vec(expr(), 0..24),
+            pkts in proptest::collection::vec(frame(), 1..32),
+        ) {
+            let progs: Vec<Vec<Op>> = exprs.iter().map(|e| prog_of(e)).collect();
+            let m = merged(&progs);
+            for p in &pkts {
+                prop_assert_eq!(
+                    m.first_match(p, |i| &progs[i as usize]),
+                    linear(&progs, p),
+                    "{:?}", exprs
+                );
+            }
+        }
+
+        /// Random valid programs, alone and after a filter that rarely matches: the merged
+        /// form accepts exactly what the interpreter accepts.
+        #[test]
+        fn random_programs_agree_with_the_interpreter(
+            prog in proptest::collection::vec(
+                (
+                    prop::sample::select(vec![
+                        0x20u16, 0x28, 0x30, 0x40, 0x48, 0x50, 0x80, 0x81, 0x00, 0x01,
+                        0x60, 0x61, 0xb1, 0x02, 0x03, 0x04, 0x14, 0x24, 0x34, 0x3c, 0x44,
+                        0x54, 0x5c, 0x64, 0x74, 0x84, 0x94, 0xa4, 0x05, 0x15, 0x15, 0x15,
+                        0x25, 0x2d, 0x35, 0x45, 0x1d, 0x06, 0x16, 0x07, 0x87,
+                    ]),
+                    0u8..4,
+                    0u8..4,
+                    prop_oneof![0u32..40, Just(0x0800), Just(0x45), Just(0xf), any::<u32>()],
+                ),
+                1..24,
+            ),
+            pkts in proptest::collection::vec(frame(), 1..16),
+        ) {
+            let mut prog: Vec<Insn> = prog
+                .into_iter()
+                .map(|(code, jt, jf, k)| Insn { code, jt, jf, k })
+                .collect();
+            prog.push(Insn { code: 0x16, jt: 0, jf: 0, k: 0 });
+            let n = prog.len();
+            for (pc, i) in prog.iter_mut().enumerate() {
+                let room = (n - pc - 1).max(1);
+                match i.code & 0x07 {
+                    0x02 | 0x03 => i.k %= 16,
+                    0x00 | 0x01 if i.code & 0xe0 == 0x60 => i.k %= 16,
+                    0x05 if i.code & 0xf0 == 0 => i.k %= room as u32,
+                    0x05 => {
+                        i.jt %= room.min(255) as u8;
+                        i.jf %= room.min(255) as u8;
+                    }
+                    0x04 if i.code & 0x08 == 0 => match i.code & 0xf0 {
+                        0x30 | 0x90 if i.k == 0 => i.k = 1,
+                        0x60 | 0x70 => i.k %= 32,
+                        _ => {}
+                    },
+                    _ => {}
+                }
+            }
+            prop_assume!(validate(&prog).is_ok());
+            let progs = vec![prog_of("udp dst port 1003 and src host 10.2.0.3"), decode(&prog)];
+            let alone = merged(&progs[1..]);
+            let both = merged(&progs);
+            for p in &pkts {
+                prop_assert_eq!(
+                    alone.first_match(p, |_| &progs[1]),
+                    (exec(&progs[1], p) != 0).then_some(0),
+                    "{:?}", prog
+                );
+                prop_assert_eq!(both.first_match(p, |i| &progs[i as usize]), linear(&progs, p));
+            }
+        }
+    }
+}
