@@ -244,6 +244,17 @@ pub async fn run(settings: Settings) -> Result<(), String> {
         .add_service(svc)
         .add_service(ext_svc);
     tracing::info!("bessemerd listening on {}", settings.listen);
+    if let Listen::Tcp(a) = &settings.listen {
+        if !a.ip().is_loopback() {
+            // BESS's protocol has no authentication: whoever reaches the port controls the
+            // daemon (creates ports on any interface, reads every packet with tcpdump hooks).
+            tracing::warn!(
+                "the control port {a} is reachable beyond this host and has no \
+                 authentication: anyone who can connect to it controls the daemon; \
+                 prefer 127.0.0.1 or --unix, or restrict it with a firewall"
+            );
+        }
+    }
     let unix_path = match &listener {
         Listener::Unix(_, p) => Some(p.clone()),
         Listener::Tcp(_) => None,
