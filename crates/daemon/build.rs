@@ -12,6 +12,7 @@ const FILES: &[&str] = &[
     "ports/port_msg.proto",
     "ext/bessemer_ports.proto",
     "ext/bessemer_observe.proto",
+    "ext/bessemer_service.proto",
     "service.proto",
 ];
 

@@ -22,6 +22,7 @@ _FILES = [
     "ports/port_msg.proto",
     "ext/bessemer_ports.proto",
     "ext/bessemer_observe.proto",
+    "ext/bessemer_service.proto",
     "service.proto",
 ]
 
@@ -78,7 +79,8 @@ def load() -> dict[str, ModuleType]:
         "port_msg": "ports.port_msg_pb2",
         "ext_port_msg": "ext.bessemer_ports_pb2",
         "ext_observe": "ext.bessemer_observe_pb2",
-        "ext_observe_grpc": "ext.bessemer_observe_pb2_grpc",
+        "ext_service": "ext.bessemer_service_pb2",
+        "ext_service_grpc": "ext.bessemer_service_pb2_grpc",
         "service": "service_pb2",
         "service_grpc": "service_pb2_grpc",
     }

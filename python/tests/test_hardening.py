@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from .conftest import running_daemon
 
 
@@ -38,3 +40,70 @@ def test_a_control_port_beyond_loopback_is_warned_about(tmp_path):
     with running_daemon(tmp_path) as d:
         d.client.get_version()
     assert "no authentication" not in d.log.read_text()
+
+
+def _drops(b) -> dict:
+    return {(m.name, d.reason): d.count for m in b.show_errors().modules for d in m.drops}
+
+
+def test_splices_in_transactions_drop_nothing_under_traffic(bess):
+    bess.create_module("Source", "src", {"pkt_size": 60})
+    bess.create_module("Sink", "sink")
+    bess.connect_modules("src", "sink")
+    bess.resume_all()
+    for i in range(40):
+        # Splice bp<i> in between src and sink, then out again, under traffic.
+        with bess.transaction() as tx:
+            bess.create_module("Bypass", f"bp{i}")
+            bess.disconnect_modules("src", 0)
+            bess.connect_modules("src", f"bp{i}")
+            bess.connect_modules(f"bp{i}", "sink")
+        assert tx.results[0].name == f"bp{i}"
+        with bess.transaction():
+            bess.disconnect_modules("src", 0)
+            bess.destroy_module(f"bp{i}")
+            bess.connect_modules("src", "sink")
+    bess.pause_all()
+    assert _drops(bess) == {}, "packets were dropped during the splices"
+    assert [m.name for m in bess.list_modules()] == ["src", "sink"]
+    info = bess.get_module_info("sink")
+    assert info.igates[0].pkts > 0
+
+
+def test_a_failed_transaction_changes_nothing_and_names_the_change(bess):
+    bess.create_module("Source", "src", {"pkt_size": 60})
+    bess.create_module("Bypass", "bp")
+    bess.create_module("Sink", "sink")
+    bess.connect_modules("src", "bp")
+    bess.connect_modules("bp", "sink")
+    em_field = {"offset": 30, "num_bytes": 4}
+    with pytest.raises(bess.Error) as exc:
+        with bess.transaction():
+            bess.create_module("ExactMatch", "em", {"fields": [em_field]})
+            bess.disconnect_modules("bp", 0)
+            bess.connect_modules("bp", "em")
+            bess.destroy_module("sink")
+            bess.connect_modules("em", "missing")
+    assert exc.value.code == 2
+    assert "change 5" in exc.value.errmsg and "missing" in exc.value.errmsg
+    assert [m.name for m in bess.list_modules()] == ["src", "bp", "sink"]
+    assert [(o.ogate, o.name) for o in bess.get_module_info("bp").ogates] == [(0, "sink")]
+    # A command to a module created in the same transaction, and its result.
+    with bess.transaction() as tx:
+        bess.create_module("ExactMatch", "em", {"fields": [em_field]})
+        bess.run_module_command(
+            "em",
+            "add",
+            "ExactMatchCommandAddArg",
+            {"gate": 0, "fields": [{"value_bin": b"\x0a\x00\x00\x01"}]},
+        )
+        bess.run_module_command("em", "get_runtime_config", "EmptyArg")
+    assert len(tx.results) == 3 and tx.results[2].data.type_url.endswith("ExactMatchConfig")
+    # Names are required inside, and transactions do not nest.
+    with pytest.raises(bess.Error, match="give each new module a name"):
+        with bess.transaction():
+            bess.create_module("Bypass")
+    with pytest.raises(bess.Error, match="already open"):
+        with bess.transaction():
+            with bess.transaction():
+                pass

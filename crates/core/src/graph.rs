@@ -105,6 +105,15 @@ pub(crate) enum InstanceCell {
     Shared(Box<dyn SharedModule>),
 }
 
+/// A connection taken out of the graph, counters and hooks included (see
+/// [`Pipeline::detach`]).
+pub(crate) struct DetachedGate {
+    src: u32,
+    ogate: u16,
+    og: OGate,
+    pos: usize,
+}
+
 /// A module instance constructed but not yet in the graph (see [`Pipeline::build_module`]).
 pub struct BuiltModule {
     class: &'static ModuleClass,
@@ -248,10 +257,83 @@ impl Pipeline {
 
     /// BESS's default name: the class template followed by the lowest unused number.
     pub fn default_name(&self, class: &ModuleClass) -> String {
+        self.default_name_besides(class, &|_| false)
+    }
+
+    /// BESS's generated name for a new module of `class` that is neither in the graph nor
+    /// `taken` (names chosen for modules not yet inserted).
+    pub fn default_name_besides(
+        &self,
+        class: &ModuleClass,
+        taken: &dyn Fn(&str) -> bool,
+    ) -> String {
         (0..)
             .map(|i| format!("{}{}", class.name_template, i))
-            .find(|n| !self.by_name.contains_key(n))
+            .find(|n| !self.by_name.contains_key(n) && !taken(n))
             .expect("some name is free")
+    }
+
+    /// Takes a connection out of the graph with its counters and hooks, to be put back
+    /// exactly by [`Pipeline::reattach`] (a transaction's rollback). Validates the gate as
+    /// [`Pipeline::disconnect`]; None if the gate is not connected.
+    pub(crate) fn detach(&mut self, from: &str, ogate: u16) -> Result<Option<DetachedGate>> {
+        let src = self.id_of(from)?;
+        let class = self.node(src).class;
+        if ogate >= class.ogates.min(MAX_GATES) {
+            return Err(Error::invalid(format!(
+                "module '{from}' ({}) has {} output gate(s); gate {ogate} is out of range",
+                class.name, class.ogates
+            )));
+        }
+        let Some(og) = self.nodes[src as usize]
+            .as_mut()
+            .and_then(|n| n.ogates.get_mut(ogate as usize))
+            .and_then(Option::take)
+        else {
+            return Ok(None);
+        };
+        let mut pos = 0;
+        if let Some(dst) = self.nodes[og.dst as usize].as_mut() {
+            if let Some(ups) = dst.igates.get_mut(og.igate as usize) {
+                if let Some(i) = ups.iter().position(|&(s, g)| s == src && g == ogate) {
+                    ups.remove(i);
+                    pos = i;
+                }
+            }
+        }
+        self.recompute()?;
+        Ok(Some(DetachedGate {
+            src,
+            ogate,
+            og,
+            pos,
+        }))
+    }
+
+    /// Puts back a connection taken by [`Pipeline::detach`], where it was.
+    pub(crate) fn reattach(&mut self, d: DetachedGate) {
+        let DetachedGate {
+            src,
+            ogate,
+            og,
+            pos,
+        } = d;
+        let (dst, igate) = (og.dst, og.igate as usize);
+        if let Some(d) = self.nodes[dst as usize].as_mut() {
+            if d.igates.len() <= igate {
+                d.igates.resize_with(igate + 1, Vec::new);
+            }
+            let ups = &mut d.igates[igate];
+            ups.insert(pos.min(ups.len()), (src, ogate));
+        }
+        if let Some(n) = self.nodes[src as usize].as_mut() {
+            if n.ogates.len() <= ogate as usize {
+                n.ogates.resize_with(ogate as usize + 1, || None);
+            }
+            n.ogates[ogate as usize] = Some(og);
+        }
+        // The graph with this connection was valid before.
+        let _ = self.recompute();
     }
 
     /// Creates a module (not yet connected). Returns its id and the task ids it registered.

@@ -27,12 +27,14 @@ use crate::convert::truncate;
 use crate::observe::DropRates;
 use crate::pb;
 
+mod ext;
 mod hooks;
 mod modules;
 mod observe;
 mod ports;
 mod system;
 mod tcs;
+mod transaction;
 mod workers;
 
 /// The version string GetVersion reports.

@@ -55,35 +55,42 @@ pub(super) async fn list_modules(ctl: &Control) -> RpcResult<pb::ListModulesResp
     answer("ListModules", r)
 }
 
+/// The class and argument of a CreateModule request, checked as BESS checks them.
+pub(super) fn create_request(
+    req: &pb::CreateModuleRequest,
+) -> Result<(&'static bessemer_core::ModuleClass, Value)> {
+    if req.mclass.is_empty() {
+        return Err(Error::invalid("Missing 'mclass' field"));
+    }
+    check_len(&req.mclass, "module class name")?;
+    check_len(&req.name, "module name")?;
+    let class = bessemer_modules::find(&req.mclass)
+        .ok_or_else(|| Error::not_found(format!("module class '{}' does not exist", req.mclass)))?;
+    let what = format!("module class '{}'", class.name);
+    // Clients (pybess, our script runner) always pack `<Class>Arg`; a class that
+    // takes no argument accepts that message when it is empty.
+    let own = format!("{}Arg", class.name);
+    let expected = match req.arg.as_ref() {
+        Some(a)
+            if class.arg_type == "EmptyArg"
+                && convert::type_name_of_url(&a.type_url) == convert::full_name(&own)
+                && a.value.is_empty() =>
+        {
+            None
+        }
+        _ => Some(class.arg_type),
+    };
+    let arg = convert::any_to_value(req.arg.as_ref(), expected, &what)?;
+    Ok((class, arg))
+}
+
 pub(super) async fn create_module(
     ctl: &Control,
     r: Request<pb::CreateModuleRequest>,
 ) -> RpcResult<pb::CreateModuleResponse> {
     let req = r.into_inner();
     let res = async {
-        if req.mclass.is_empty() {
-            return Err(Error::invalid("Missing 'mclass' field"));
-        }
-        check_len(&req.mclass, "module class name")?;
-        check_len(&req.name, "module name")?;
-        let class = bessemer_modules::find(&req.mclass).ok_or_else(|| {
-            Error::not_found(format!("module class '{}' does not exist", req.mclass))
-        })?;
-        let what = format!("module class '{}'", class.name);
-        // Clients (pybess, our script runner) always pack `<Class>Arg`; a class that
-        // takes no argument accepts that message when it is empty.
-        let own = format!("{}Arg", class.name);
-        let expected = match req.arg.as_ref() {
-            Some(a)
-                if class.arg_type == "EmptyArg"
-                    && convert::type_name_of_url(&a.type_url) == convert::full_name(&own)
-                    && a.value.is_empty() =>
-            {
-                None
-            }
-            _ => Some(class.arg_type),
-        };
-        let arg = convert::any_to_value(req.arg.as_ref(), expected, &what)?;
+        let (class, arg) = create_request(&req)?;
         let name = req.name;
         ctl.run(move |e| {
             let n = (!name.is_empty()).then_some(name.as_str());
@@ -310,20 +317,32 @@ fn offset_value(o: AttrOffset) -> i64 {
     }
 }
 
-fn run_module_command(e: &mut Engine, req: pb::CommandRequest) -> Result<pb::CommandResponse> {
+/// The module, command and argument of a ModuleCommand request; None for the argument
+/// when the class has no such command (the graph then names the class and its commands).
+pub(super) fn command_request(
+    e: &Engine,
+    req: &pb::CommandRequest,
+) -> Result<(String, String, Option<Value>)> {
     let name = need_name(&req.name, "module name")?;
     let cmd = need_name(&req.cmd, "command name")?;
     let class = e.graph().class_of(&name)?;
     let Some(spec) = class.command(&cmd) else {
-        // Let the graph name the class and list its commands.
-        return e
-            .command(&name, &cmd, &Value::map())
-            .map(|_| pb::CommandResponse::default());
+        return Ok((name, cmd, None));
     };
     let what = format!("command '{cmd}' of module '{name}' ({})", class.name);
     let arg = convert::any_to_value(req.arg.as_ref(), Some(spec.arg_type), &what)?;
-    let out = e.command(&name, &cmd, &arg)?;
-    let ty = convert::response_type(class.name, &cmd);
+    Ok((name, cmd, Some(arg)))
+}
+
+/// A command's result as BESS's `<Class>Command<Cmd>Response` (or EmptyArg).
+pub(super) fn command_response(
+    class: &str,
+    module: &str,
+    cmd: &str,
+    out: Value,
+) -> Result<prost_types::Any> {
+    let what = format!("command '{cmd}' of module '{module}' ({class})");
+    let ty = convert::response_type(class, cmd);
     let out = if ty.ends_with(".EmptyArg") && !matches!(&out, Value::Null) && out != Value::map() {
         tracing::warn!(
             "{what} returned data but the protocol has no response message for it; \
@@ -333,15 +352,27 @@ fn run_module_command(e: &mut Engine, req: pb::CommandRequest) -> Result<pb::Com
     } else {
         out
     };
-    let data = convert::value_to_any(&ty, &out).map_err(|err| {
+    convert::value_to_any(&ty, &out).map_err(|err| {
         Error::invalid(format!(
             "{what} ran, but its result cannot be encoded as {ty}: {}",
             err.msg
         ))
-    })?;
+    })
+}
+
+fn run_module_command(e: &mut Engine, req: pb::CommandRequest) -> Result<pb::CommandResponse> {
+    let (name, cmd, arg) = command_request(e, &req)?;
+    let Some(arg) = arg else {
+        // Let the graph name the class and list its commands.
+        return e
+            .command(&name, &cmd, &Value::map())
+            .map(|_| pb::CommandResponse::default());
+    };
+    let class = e.graph().class_of(&name)?.name;
+    let out = e.command(&name, &cmd, &arg)?;
     Ok(pb::CommandResponse {
         error: None,
-        data: Some(data),
+        data: Some(command_response(class, &name, &cmd, out)?),
     })
 }
 

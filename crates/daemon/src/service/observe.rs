@@ -1,12 +1,9 @@
-//! Bessemer's own `BessemerControl` service: `ShowErrors`, every module's drop counters by
-//! reason with their rates.
+//! `ShowErrors`: every module's drop counters by reason with their rates.
 
 use bessemer_core::{Engine, Result};
-use tonic::{Request, Response, Status};
 
-use super::{answer, lookup_name, Control, Reply};
+use super::{lookup_name, Reply};
 use crate::bessemer::pb as ext;
-use crate::bessemer::pb::bessemer_control_server::BessemerControl;
 use crate::observe::{drops_of, DropRates};
 use crate::pb;
 
@@ -34,7 +31,7 @@ pub(super) fn drop_counts(
         .collect())
 }
 
-fn show_errors(
+pub(super) fn show_errors(
     e: &Engine,
     rates: &DropRates,
     req: ext::ShowErrorsRequest,
@@ -67,22 +64,4 @@ fn show_errors(
         modules,
         timestamp: super::now(),
     })
-}
-
-#[tonic::async_trait]
-impl BessemerControl for Control {
-    async fn show_errors(
-        &self,
-        r: Request<ext::ShowErrorsRequest>,
-    ) -> std::result::Result<Response<ext::ShowErrorsResponse>, Status> {
-        let req = r.into_inner();
-        let rates = self.drop_rates();
-        let res = self
-            .run(move |e| {
-                let rates = rates.lock().unwrap_or_else(|p| p.into_inner());
-                show_errors(e, &rates, req)
-            })
-            .await;
-        answer("ShowErrors", res)
-    }
 }
