@@ -271,6 +271,46 @@ def add_module(s: Session, args) -> None:
     print(name)
 
 
+def splice(s: Session, args) -> None:
+    """Inserts NAME between FROM:OGATE and what it feeds, in one transaction (no packet is
+    dropped while the path is rewired)."""
+    down = [o for o in s.bess.get_module_info(args.m1).ogates if o.ogate == args.ogate]
+    if not down:
+        raise CliError(f"output gate {args.ogate} of '{args.m1}' is not connected")
+    with s.bess.transaction():
+        if args.mclass:
+            s.bess.create_module(args.mclass, args.name, _literal(args.arg, "module argument"))
+        s.bess.disconnect_modules(args.m1, args.ogate)
+        s.bess.connect_modules(args.m1, args.name, args.ogate, 0)
+        s.bess.connect_modules(args.name, down[0].name, 0, down[0].igate)
+    if args.mclass:
+        # Places the new module's tasks, as `add module` does.
+        s.bess.resume_all()
+    print(f"{args.m1}:{args.ogate} -> {args.name} -> {down[0].igate}:{down[0].name}")
+
+
+def unsplice(s: Session, args) -> None:
+    """Removes NAME from its path, joining its one upstream gate to what its gate 0 feeds, in
+    one transaction; destroys it unless --keep."""
+    info = s.bess.get_module_info(args.name)
+    ups = [(o.name, o.ogate) for ig in info.igates for o in ig.ogates]
+    outs = [o for o in info.ogates if o.ogate == 0]
+    if len(ups) != 1 or not outs:
+        raise CliError(
+            f"'{args.name}' must have exactly one upstream connection and output gate 0 "
+            f"connected (has {len(ups)} upstream, gate 0 {'connected' if outs else 'free'})"
+        )
+    (m1, ogate), down = ups[0], outs[0]
+    with s.bess.transaction():
+        s.bess.disconnect_modules(m1, ogate)
+        if args.keep:
+            s.bess.disconnect_modules(args.name, 0)
+        else:
+            s.bess.destroy_module(args.name)
+        s.bess.connect_modules(m1, down.name, ogate, down.igate)
+    print(f"{m1}:{ogate} -> {down.igate}:{down.name}")
+
+
 def add_connection(s: Session, args) -> None:
     with _changing(s):
         s.bess.connect_modules(args.m1, args.m2, args.ogate, args.igate)
@@ -643,6 +683,30 @@ def _parser() -> argparse.ArgumentParser:
         c = cmd(mo, name, func, text)
         c.add_argument("--interval", type=float, default=1.0, help="seconds between samples (1)")
         c.add_argument("--seconds", type=float, default=0, help="stop after this long (0: never)")
+
+    c = top.add_parser(
+        "splice",
+        help="insert a module into a live path without dropping packets",
+        description="Insert module NAME (created if CLASS is given) between output gate "
+        "OGATE of M1 and the module it feeds, in one transaction: no packet is dropped.",
+        exit_on_error=False,
+    )
+    c.add_argument("m1")
+    c.add_argument("ogate", type=int)
+    c.add_argument("name")
+    c.add_argument("mclass", nargs="?")
+    c.add_argument("arg", nargs="?")
+    c.set_defaults(func=splice)
+    c = top.add_parser(
+        "unsplice",
+        help="take a module out of a live path without dropping packets",
+        description="Join NAME's upstream gate to what NAME's gate 0 feeds and destroy NAME "
+        "(--keep: leave it unconnected), in one transaction.",
+        exit_on_error=False,
+    )
+    c.add_argument("name")
+    c.add_argument("--keep", action="store_true", help="disconnect NAME but do not destroy it")
+    c.set_defaults(func=unsplice)
 
     c = top.add_parser(
         "replay",

@@ -107,3 +107,24 @@ def test_a_failed_transaction_changes_nothing_and_names_the_change(bess):
         with bess.transaction():
             with bess.transaction():
                 pass
+
+
+def test_cli_splice_and_unsplice_rewire_a_live_path(daemon):
+    from bessemer import cli
+
+    b = daemon.client
+    b.create_module("Source", "src", {"pkt_size": 60})
+    b.create_module("Sink", "sink")
+    b.connect_modules("src", "sink")
+    b.resume_all()
+    port = ["--port", str(daemon.port)]
+    for _ in range(10):
+        assert cli.main([*port, "splice", "src", "0", "bp", "Bypass"]) == 0
+        assert [(o.ogate, o.name) for o in b.get_module_info("src").ogates] == [(0, "bp")]
+        assert [(o.ogate, o.name) for o in b.get_module_info("bp").ogates] == [(0, "sink")]
+        assert cli.main([*port, "unsplice", "bp"]) == 0
+        assert [m.name for m in b.list_modules()] == ["src", "sink"]
+    b.pause_all()
+    assert _drops(b) == {}
+    assert cli.main([*port, "splice", "sink", "0", "x", "Bypass"]) == 1
+    assert cli.main([*port, "unsplice", "src"]) == 1
