@@ -41,14 +41,16 @@ class CliError(Exception):
 class Session:
     """The daemon a command talks to; connects lazily, so `daemon start` works without one."""
 
-    def __init__(self, host: str, port: int):
+    def __init__(self, host: str, port: int, **security):
         self.host, self.port = host, port
+        # TLS and token options for BESS(): tls_ca, cert, key, token.
+        self.security = security
         self._bess: BESS | None = None
 
     @property
     def bess(self) -> BESS:
         if self._bess is None:
-            bess = BESS(self.host, self.port, timeout=10)
+            bess = BESS(self.host, self.port, timeout=10, **self.security)
             try:
                 bess.get_version()
             except BESS.Error as exc:
@@ -576,6 +578,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--host", default="localhost", help="daemon address (default localhost)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"daemon port ({DEFAULT_PORT})")
+    p.add_argument("--tls-ca", metavar="PEM", help="connect over TLS, trusting this CA")
+    p.add_argument("--cert", metavar="PEM", help="client certificate (with --key)")
+    p.add_argument("--key", metavar="PEM", help="client certificate's key")
+    p.add_argument(
+        "--token-file", metavar="FILE", help="send the bearer token in FILE's first line"
+    )
     top = p.add_subparsers(dest="command", metavar="COMMAND")
 
     def group(name: str, help_text: str):
@@ -771,7 +779,16 @@ def execute(argv: list[str], session: Session | None = None) -> int:
         print(f"bessemer: {exc}", file=sys.stderr)
         return 2
     own = session is None
-    s = session or Session(args.host, args.port)
+    token = None
+    if getattr(args, "token_file", None):
+        try:
+            with open(args.token_file) as f:
+                token = f.readline().strip()
+        except OSError as exc:
+            print(f"bessemer: cannot read the token file: {exc}", file=sys.stderr)
+            return 2
+    security = {"tls_ca": args.tls_ca, "cert": args.cert, "key": args.key, "token": token}
+    s = session or Session(args.host, args.port, **security)
     try:
         if getattr(args, "func", None) is None:
             if args.command == "shell" or args.command is None:

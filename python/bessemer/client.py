@@ -105,10 +105,35 @@ class BESS:
             self.code = code
             self.errmsg = errmsg
 
-    def __init__(self, host: str = "localhost", port: int = DEFAULT_PORT, timeout: float = 10.0):
+    def __init__(
+        self,
+        host: str = "localhost",
+        port: int = DEFAULT_PORT,
+        timeout: float = 10.0,
+        tls_ca: str | None = None,
+        token: str | None = None,
+        cert: str | None = None,
+        key: str | None = None,
+    ):
+        """`tls_ca` (a PEM file) connects over TLS, trusting that CA; `cert` and `key` (PEM
+        files) present a client certificate; `token` is sent as a bearer token with every
+        call. Without them the channel is plain, as BESS's."""
         self._pb = pb.load()
         self.timeout = timeout
-        self.channel = grpc.insecure_channel(f"{host}:{port}")
+        self._metadata = [("authorization", f"Bearer {token}")] if token else None
+        if tls_ca or cert:
+
+            def pem(path: str | None) -> bytes | None:
+                return open(path, "rb").read() if path else None
+
+            creds = grpc.ssl_channel_credentials(
+                root_certificates=pem(tls_ca),
+                private_key=pem(key),
+                certificate_chain=pem(cert),
+            )
+            self.channel = grpc.secure_channel(f"{host}:{port}", creds)
+        else:
+            self.channel = grpc.insecure_channel(f"{host}:{port}")
         self.stub = self._pb["service_grpc"].BESSControlStub(self.channel)
         self.ext_stub = self._pb["ext_service_grpc"].BessemerControlStub(self.channel)
         # Called after every request (progress reports count them).
@@ -179,7 +204,9 @@ class BESS:
         if self._tx is not None and rpc in self._TX_FIELDS:
             return self._queue(rpc, request)
         try:
-            resp = getattr(stub or self.stub, rpc)(request, timeout=self.timeout)
+            resp = getattr(stub or self.stub, rpc)(
+                request, timeout=self.timeout, metadata=self._metadata
+            )
         except grpc.RpcError as exc:
             raise BESS.Error(-1, f"{rpc}: {exc.code().name}: {exc.details()}") from None
         if self.on_request is not None:

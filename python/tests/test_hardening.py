@@ -34,7 +34,7 @@ def test_refused_requests_flood_is_summarised_not_logged_one_by_one(tmp_path):
 
 
 def test_a_control_port_beyond_loopback_is_warned_about(tmp_path):
-    with running_daemon(tmp_path, "--bind", "0.0.0.0") as d:
+    with running_daemon(tmp_path, "--bind", "0.0.0.0", "--insecure-remote") as d:
         d.client.get_version()
     assert "no authentication" in d.log.read_text()
     with running_daemon(tmp_path) as d:

@@ -58,6 +58,23 @@ struct Cli {
     /// HTTP endpoints answer loopback peers only.
     #[arg(long, value_name = "NETWORK")]
     http_allow: Vec<String>,
+    /// Serve the control port over TLS with this certificate chain (PEM).
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The TLS certificate's private key (PEM).
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Require TLS clients to present a certificate signed by this CA (PEM).
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
+    /// Require `authorization: Bearer TOKEN` on every RPC (and on HTTP requests from beyond
+    /// loopback); the token is the file's first line.
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    /// Allow a control port beyond loopback without TLS and credentials, as BESS does
+    /// (anyone who reaches it controls the daemon).
+    #[arg(long)]
+    insecure_remote: bool,
 }
 
 fn init_logs(cli: &Cli) -> Result<(), String> {
@@ -102,6 +119,13 @@ fn main() {
     settings.metrics = cli.metrics;
     settings.http = cli.http;
     settings.http_allow = cli.http_allow.clone();
+    settings.security = server::Security {
+        tls_cert: cli.tls_cert.clone(),
+        tls_key: cli.tls_key.clone(),
+        tls_client_ca: cli.tls_client_ca.clone(),
+        token_file: cli.token_file.clone(),
+        insecure_remote: cli.insecure_remote,
+    };
     if cli.no_hugepages {
         settings = settings.no_hugepages();
     }

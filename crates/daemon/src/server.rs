@@ -50,6 +50,109 @@ pub struct Settings {
     pub http: Option<SocketAddr>,
     /// Networks (besides loopback) whose peers may use the HTTP endpoints.
     pub http_allow: Vec<String>,
+    /// Who may use the control port.
+    pub security: Security,
+}
+
+/// Who may use the control port: TLS (optionally with client certificates) and a bearer
+/// token. A control port beyond loopback needs TLS and a credential, unless
+/// `insecure_remote` (BESS's behaviour: whoever reaches it controls the daemon).
+#[derive(Clone, Debug, Default)]
+pub struct Security {
+    /// Certificate chain (PEM) to serve TLS with.
+    pub tls_cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    pub tls_key: Option<PathBuf>,
+    /// CA (PEM) client certificates must be signed by.
+    pub tls_client_ca: Option<PathBuf>,
+    /// File whose first line is the bearer token every RPC must carry.
+    pub token_file: Option<PathBuf>,
+    /// Allow a plain, credential-free control port beyond loopback.
+    pub insecure_remote: bool,
+}
+
+/// The loaded credentials.
+struct Credentials {
+    tls: Option<tonic::transport::ServerTlsConfig>,
+    token: Option<Arc<str>>,
+}
+
+fn read(path: &std::path::Path, what: &str) -> Result<Vec<u8>, String> {
+    std::fs::read(path).map_err(|e| format!("cannot read the {what} {}: {e}", path.display()))
+}
+
+impl Security {
+    /// Loads the files and checks the rule for a control port beyond loopback.
+    fn load(&self, listen: &Listen) -> Result<Credentials, String> {
+        use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(c), Some(k)) => {
+                let id = Identity::from_pem(read(c, "TLS certificate")?, read(k, "TLS key")?);
+                let mut cfg = ServerTlsConfig::new().identity(id);
+                if let Some(ca) = &self.tls_client_ca {
+                    cfg = cfg.client_ca_root(Certificate::from_pem(read(ca, "client CA")?));
+                }
+                Some(cfg)
+            }
+            _ => None,
+        };
+        let token = match &self.token_file {
+            Some(p) => {
+                let text = String::from_utf8(read(p, "token file")?)
+                    .map_err(|_| format!("the token file {} is not text", p.display()))?;
+                let t = text.lines().next().unwrap_or("").trim().to_string();
+                if t.len() < 16 {
+                    return Err(format!(
+                        "the token in {} is shorter than 16 characters; use a long random one \
+                         (e.g. openssl rand -hex 32)",
+                        p.display()
+                    ));
+                }
+                Some(Arc::from(t))
+            }
+            None => None,
+        };
+        if let Listen::Tcp(a) = listen {
+            let credential = self.tls_client_ca.is_some() || token.is_some();
+            let secured = tls.is_some() && credential;
+            if !(a.ip().is_loopback() || secured || self.insecure_remote) {
+                return Err(format!(
+                    "refusing to serve the control port on {a} without TLS and a credential: \
+                     anyone who reaches it would control the daemon. Give --tls-cert/--tls-key \
+                     and --tls-client-ca or --token-file, bind 127.0.0.1 (the default) or \
+                     --unix, or accept the risk with --insecure-remote"
+                ));
+            }
+        }
+        Ok(Credentials { tls, token })
+    }
+}
+
+/// Compares without stopping at the first difference, so timing does not reveal the token.
+pub(crate) fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Refuses RPCs without the bearer token (when one is set).
+#[derive(Clone)]
+struct TokenCheck(Option<Arc<str>>);
+
+impl tonic::service::Interceptor for TokenCheck {
+    fn call(&mut self, req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        let Some(want) = &self.0 else { return Ok(req) };
+        let got = req
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        match got {
+            Some(t) if same_secret(t.as_bytes(), want.as_bytes()) => Ok(req),
+            Some(_) => Err(tonic::Status::unauthenticated("wrong bearer token")),
+            None => Err(tonic::Status::unauthenticated(
+                "this daemon requires 'authorization: Bearer <token>' (see --token-file)",
+            )),
+        }
+    }
 }
 
 impl Settings {
@@ -63,6 +166,7 @@ impl Settings {
             metrics: None,
             http: None,
             http_allow: Vec::new(),
+            security: Security::default(),
         }
     }
 
@@ -113,6 +217,7 @@ async fn bind(listen: &Listen) -> Result<Listener, String> {
 async fn bind_http(
     settings: &Settings,
     engine: &Arc<Mutex<Engine>>,
+    token: Option<Arc<str>>,
 ) -> Result<Vec<(tokio::net::TcpListener, axum::Router)>, String> {
     let allowed = Allowed::with(&settings.http_allow)?;
     let mut wanted: Vec<(SocketAddr, Endpoints)> = Vec::new();
@@ -140,7 +245,9 @@ async fn bind_http(
                  add --http-allow NETWORK to admit others"
             );
         }
-        out.push(observe::http::bind(addr, engine.clone(), allowed.clone(), what).await?);
+        out.push(
+            observe::http::bind(addr, engine.clone(), allowed.clone(), token.clone(), what).await?,
+        );
     }
     Ok(out)
 }
@@ -184,6 +291,7 @@ async fn stop_requested(mut sig: StopSignals, mut kill: watch::Receiver<bool>) {
 /// workers joined) and removes the pid file. Errors name what failed.
 pub async fn run(settings: Settings) -> Result<(), String> {
     let signals = StopSignals::install();
+    let creds = settings.security.load(&settings.listen)?;
     let mut engine = Engine::new(settings.engine.clone())
         .map_err(|e| format!("cannot create the packet pool: {e}"))?;
     engine
@@ -210,7 +318,7 @@ pub async fn run(settings: Settings) -> Result<(), String> {
             return Err(e);
         }
     };
-    let http = match bind_http(&settings, &engine).await {
+    let http = match bind_http(&settings, &engine, creds.token.clone()).await {
         Ok(h) => h,
         Err(e) => {
             if let Some(p) = &settings.pid_file {
@@ -222,8 +330,15 @@ pub async fn run(settings: Settings) -> Result<(), String> {
     let (kill_tx, kill_rx) = watch::channel(false);
     let control = Arc::new(Control::new(engine.clone(), kill_tx));
     observe::spawn_sampler(engine.clone(), control.drop_rates());
-    let svc = BessControlServer::from_arc(control.clone()).max_decoding_message_size(16 << 20);
-    let ext_svc = BessemerControlServer::from_arc(control);
+    let check = TokenCheck(creds.token.clone());
+    let svc = tonic::service::interceptor::InterceptedService::new(
+        BessControlServer::from_arc(control.clone()).max_decoding_message_size(16 << 20),
+        check.clone(),
+    );
+    let ext_svc = tonic::service::interceptor::InterceptedService::new(
+        BessemerControlServer::from_arc(control),
+        check,
+    );
     let (http_stop_tx, http_stop_rx) = watch::channel(false);
     let mut http_tasks = Vec::new();
     for (l, r) in http {
@@ -240,18 +355,24 @@ pub async fn run(settings: Settings) -> Result<(), String> {
     let shutdown = async {
         let _ = stop_rx.await;
     };
-    let router = tonic::transport::Server::builder()
-        .add_service(svc)
-        .add_service(ext_svc);
+    let secured =
+        creds.tls.is_some() && (creds.token.is_some() || settings.security.tls_client_ca.is_some());
+    let mut builder = tonic::transport::Server::builder();
+    if let (Some(tls), Listen::Tcp(_)) = (creds.tls, &settings.listen) {
+        builder = builder
+            .tls_config(tls)
+            .map_err(|e| format!("bad TLS certificate or key: {e}"))?;
+    }
+    let router = builder.add_service(svc).add_service(ext_svc);
     tracing::info!("bessemerd listening on {}", settings.listen);
     if let Listen::Tcp(a) = &settings.listen {
-        if !a.ip().is_loopback() {
+        if !a.ip().is_loopback() && !secured {
             // BESS's protocol has no authentication: whoever reaches the port controls the
             // daemon (creates ports on any interface, reads every packet with tcpdump hooks).
             tracing::warn!(
                 "the control port {a} is reachable beyond this host and has no \
-                 authentication: anyone who can connect to it controls the daemon; \
-                 prefer 127.0.0.1 or --unix, or restrict it with a firewall"
+                 authentication (--insecure-remote): anyone who can connect to it controls \
+                 the daemon; prefer TLS with a credential, 127.0.0.1 or --unix"
             );
         }
     }

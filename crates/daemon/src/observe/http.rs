@@ -65,6 +65,8 @@ impl Allowed {
 struct Shared {
     engine: SharedEngine,
     allowed: Arc<Allowed>,
+    /// The daemon's bearer token (`--token-file`): required from peers beyond loopback.
+    token: Option<Arc<str>>,
 }
 
 async fn snapshot(engine: &SharedEngine) -> Result<Snapshot, Response> {
@@ -108,6 +110,24 @@ async fn only_allowed(
     req: Request,
     next: Next,
 ) -> Response {
+    let remote = !Allowed::loopback().permits(peer.ip());
+    if remote && s.allowed.permits(peer.ip()) {
+        if let Some(want) = &s.token {
+            let got = req
+                .headers()
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "));
+            if !got.is_some_and(|t| crate::server::same_secret(t.as_bytes(), want.as_bytes())) {
+                tracing::warn!(%peer, "HTTP request refused: no or wrong bearer token");
+                return (
+                    StatusCode::UNAUTHORIZED,
+                    "this daemon requires 'Authorization: Bearer <token>' from beyond loopback\n",
+                )
+                    .into_response();
+            }
+        }
+    }
     if !s.allowed.permits(peer.ip()) {
         tracing::warn!(%peer, path = %req.uri().path(), "HTTP request refused: peer not allowed");
         return (
@@ -122,11 +142,17 @@ async fn only_allowed(
     next.run(req).await
 }
 
-/// The router for `what`.
-pub fn router(engine: SharedEngine, allowed: Allowed, what: Endpoints) -> Router {
+/// The router for `what`; `token` is required from peers beyond loopback.
+pub fn router(
+    engine: SharedEngine,
+    allowed: Allowed,
+    token: Option<Arc<str>>,
+    what: Endpoints,
+) -> Router {
     let shared = Shared {
         engine,
         allowed: Arc::new(allowed),
+        token,
     };
     let mut r = Router::new();
     if what.metrics {
@@ -146,6 +172,7 @@ pub async fn bind(
     addr: SocketAddr,
     engine: SharedEngine,
     allowed: Allowed,
+    token: Option<Arc<str>>,
     what: Endpoints,
 ) -> Result<(tokio::net::TcpListener, Router), String> {
     let l = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
@@ -155,7 +182,7 @@ pub async fn bind(
             format!("cannot serve HTTP on {addr}: {e}")
         }
     })?;
-    Ok((l, router(engine, allowed, what)))
+    Ok((l, router(engine, allowed, token, what)))
 }
 
 /// Serves a bound listener until `stop` resolves.
