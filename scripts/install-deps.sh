@@ -23,6 +23,8 @@ have iperf3 || [ -x /usr/bin/iperf3 ] || need_apt+=(iperf3)
 # view is loaded in headless Chromium.
 have promtool || need_apt+=(prometheus)
 have chromium || [ -x /usr/bin/chromium ] || need_apt+=(chromium)
+# Security tests make a CA and certificates with openssl.
+have openssl || need_apt+=(openssl)
 # The BPF module compiles tcpdump expressions with libpcap (headers + libpcap.so to link).
 [ -f /usr/include/pcap/pcap.h ] || need_apt+=(libpcap-dev)
 
