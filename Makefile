@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: deps build demo demo-inprocess test test-rust test-python lint lint-python fmt bench-core bench-profile bench-modules bench-ports clean
+.PHONY: deps build demo demo-inprocess test test-rust test-python lint lint-python fmt bench-core bench-profile bench-modules bench-ports fuzz clean
 
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -69,6 +69,11 @@ bench-modules: deps
 # in-kernel XDP_REDIRECT, the Linux bridge and OVS userspace (root); a table and one JSON line.
 bench-ports: deps
 	bench/ports.sh
+
+# Every fuzz target under libFuzzer for FUZZ_SECS seconds each (default 60; nightly
+# toolchain); make test replays the saved corpus on stable.
+fuzz:
+	scripts/fuzz.sh
 
 clean:
 	$(CARGO) clean

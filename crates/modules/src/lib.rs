@@ -12,6 +12,7 @@ pub mod io;
 pub mod measure;
 pub mod queue;
 pub mod rewrite;
+pub mod samples;
 pub mod upf;
 pub mod util;
 

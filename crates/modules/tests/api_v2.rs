@@ -92,32 +92,9 @@ fn field(offset: i64, num_bytes: i64) -> Value {
         .with("num_bytes", num_bytes)
 }
 
-/// The smallest valid argument of each class (an empty message where that is valid). The I/O
-/// classes name port `p`; each instance of one needs its own queue.
+/// The smallest valid argument of each class; the I/O classes name port `p{n}`.
 fn minimal_arg(class: &str, n: usize) -> Value {
-    let gates = || Value::map().with("gates", Value::List(vec![Value::Int(0)]));
-    match class {
-        "ExactMatch" | "WildcardMatch" => {
-            Value::map().with("fields", Value::List(vec![field(26, 4)]))
-        }
-        "Counter" => Value::map().with("name_id", "c").with("total", 1),
-        "FlowGen" => Value::map().with("template", vec![0u8; 60]),
-        "FlowMeasure" => Value::map()
-            .with("flag_attr_name", "f")
-            .with("leader", true),
-        "GtpuEcho" => Value::map().with("s1u_sgw_ip", 1),
-        "HashLB" | "RandomSplit" | "RoundRobin" => gates(),
-        "IPDefrag" => Value::map().with("num_flows", 1),
-        "IPFrag" => Value::map().with("mtu", 1518),
-        "NAT" => Value::map().with(
-            "ext_addrs",
-            Value::List(vec![Value::map().with("ext_addr", "203.0.113.1")]),
-        ),
-        "PortInc" | "PortOut" => Value::map().with("port", format!("p{n}")),
-        "QueueInc" | "QueueOut" => Value::map().with("port", "q").with("qid", 0),
-        "Split" => Value::map().with("size", 1).with("attribute", "a"),
-        _ => Value::map(),
-    }
+    bessemer_modules::samples::minimal_arg(class, &format!("p{n}"))
 }
 
 /// The errors dispatch itself produces (never a handler's).

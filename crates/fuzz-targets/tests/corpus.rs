@@ -1,0 +1,119 @@
+//! The smoke run of every fuzz target inside `make test`: every saved input in
+//! `fuzz/corpus/<target>/` (where `make fuzz` keeps what it finds), then seeds built here
+//! and a few thousand pseudo-random inputs (fixed seed, so a failure repeats).
+
+use std::path::Path;
+
+use bessemer_fuzz_targets::{run, TARGETS};
+
+fn corpus(target: &str) -> Vec<Vec<u8>> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fuzz/corpus")
+        .join(target);
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| std::fs::read(e.ok()?.path()).ok())
+        .collect()
+}
+
+/// A frame for `module_frames`: a 2-byte length, then the bytes.
+fn framed(frames: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for f in frames {
+        out.extend_from_slice(&(f.len() as u16).to_be_bytes());
+        out.extend_from_slice(f);
+    }
+    out
+}
+
+fn udp_frame(payload: &[u8]) -> Vec<u8> {
+    let mut f = vec![0u8; 42];
+    f[12] = 0x08;
+    f[14] = 0x45;
+    let total = (28 + payload.len()) as u16;
+    f[16..18].copy_from_slice(&total.to_be_bytes());
+    f[22] = 64;
+    f[23] = 17;
+    f[34..36].copy_from_slice(&2152u16.to_be_bytes());
+    f[36..38].copy_from_slice(&2152u16.to_be_bytes());
+    f[38..40].copy_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+fn seeds(target: &str) -> Vec<Vec<u8>> {
+    match target {
+        "module_frames" => {
+            let gtpu = [0x30, 0xff, 0, 8, 0, 0, 0, 1, 0x45, 0, 0, 8, 0, 0, 0, 0];
+            let frames = vec![
+                udp_frame(&gtpu),
+                udp_frame(&[]),
+                vec![0u8; 14],
+                vec![0xff; 60],
+                Vec::new(),
+                udp_frame(&[0x32, 0x01, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0]),
+            ];
+            (0..=255u8)
+                .map(|c| {
+                    let mut v = vec![c];
+                    v.extend(framed(&frames));
+                    v
+                })
+                .collect()
+        }
+        "pcap_read" => {
+            let mut classic = vec![0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0];
+            classic.extend([0u8; 8]);
+            classic.extend(65535u32.to_le_bytes());
+            classic.extend(1u32.to_le_bytes());
+            classic.extend([0u8; 8]);
+            classic.extend(4u32.to_le_bytes());
+            classic.extend(1000u32.to_le_bytes());
+            classic.extend([1, 2, 3, 4]);
+            let mut ng = vec![0x0a, 0x0d, 0x0d, 0x0a, 28, 0, 0, 0, 0x4d, 0x3c, 0x2b, 0x1a];
+            ng.extend([1, 0, 0, 0]);
+            ng.extend([0xff; 8]);
+            ng.extend(28u32.to_le_bytes());
+            vec![classic, ng, Vec::new(), vec![0xa1, 0xb2, 0xc3, 0xd4]]
+        }
+        _ => (0..=255u8)
+            .map(|c| vec![c, 0x08, 0x01, 0x10, 0x01])
+            .collect(),
+    }
+}
+
+/// xorshift64*: a fixed sequence, so a failing input is found again.
+fn random_inputs(n: usize, seed: u64) -> Vec<Vec<u8>> {
+    let mut x = seed;
+    let mut next = move || {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    };
+    (0..n)
+        .map(|_| {
+            let len = (next() % 300) as usize;
+            (0..len).map(|_| next() as u8).collect()
+        })
+        .collect()
+}
+
+#[test]
+fn every_fuzz_target_survives_its_corpus_seeds_and_random_inputs() {
+    for (i, target) in TARGETS.iter().enumerate() {
+        let mut inputs = corpus(target);
+        let saved = inputs.len();
+        inputs.extend(seeds(target));
+        inputs.extend(random_inputs(2000, 0x9e37_79b9_7f4a_7c15 ^ i as u64));
+        for input in &inputs {
+            run(target, input);
+        }
+        eprintln!(
+            "{target}: {} inputs ({saved} from fuzz/corpus)",
+            inputs.len()
+        );
+    }
+}
