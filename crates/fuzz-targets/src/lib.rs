@@ -74,9 +74,7 @@ pub fn module_frames(data: &[u8]) {
     let Ok(m) = h.add(class, "m", &arg) else {
         return;
     };
-    let caps: Vec<_> = (0..class.ogates.min(8) as u16)
-        .map(|g| h.capture(&m, g))
-        .collect();
+    let caps: Vec<_> = (0..class.ogates.min(8)).map(|g| h.capture(&m, g)).collect();
     h.inject(&m, 0, &frames);
     let out: usize = caps.iter().map(|c| c.take().len()).sum();
     let dropped = h.graph.total_drops(&m).expect("module exists") as usize;
