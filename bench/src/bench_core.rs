@@ -352,7 +352,7 @@ fn alloc_free(pool: &PacketPool, o: &Opts) -> Stat {
 }
 
 /// 1000 leaves, each a Source limited to 1 + i × 0.01 Mbps; returns (worst, mean) accuracy.
-fn rate_accuracy(pool: &PacketPool, secs: f64) -> (f64, f64, usize) {
+fn rate_accuracy(pool: &PacketPool, secs: f64) -> (f64, f64, usize, f64) {
     const N: usize = 1000;
     const PKT: usize = 128;
     let mut g = Pipeline::new();
@@ -403,9 +403,9 @@ fn rate_accuracy(pool: &PacketPool, secs: f64) -> (f64, f64, usize) {
             .map(|(n, _)| tree.stats(n).unwrap().bits)
             .collect()
     };
-    let (b0, t0) = (snap(&tree), tsc::rdtsc());
+    let (b0, t0, c0) = (snap(&tree), tsc::rdtsc(), thread_cpu_secs());
     run_for(&mut tree, &mut ctx, secs);
-    let (b1, t1) = (snap(&tree), tsc::rdtsc());
+    let (b1, t1, c1) = (snap(&tree), tsc::rdtsc(), thread_cpu_secs());
     let dt = (t1 - t0) as f64 / tsc::hz() as f64;
     let acc: Vec<f64> = (0..N)
         .map(|i| {
@@ -420,7 +420,10 @@ fn rate_accuracy(pool: &PacketPool, secs: f64) -> (f64, f64, usize) {
     let worst = acc.iter().cloned().fold(f64::INFINITY, f64::min);
     let mean = acc.iter().sum::<f64>() / N as f64;
     let below = acc.iter().filter(|&&a| a < 0.999).count();
-    (worst, mean, below)
+    // Rates are per wall-clock second: a thread that lost its core to other load cannot keep
+    // them, whatever the scheduler does.
+    let cpu_share = (c1 - c0) / dt.max(1e-9);
+    (worst, mean, below, cpu_share)
 }
 
 /// Scheduler cycles per round of `policy` over `leaves` classes, from this thread's CPU
@@ -611,10 +614,18 @@ fn main() {
             }
         }
         let secs = if o.base.quick { 1.0 } else { 6.0 };
-        let (worst, mean, below) = rate_accuracy(&pool, secs);
+        let (worst, mean, below, cpu_share) = rate_accuracy(&pool, secs);
         println!(
             "\nrate_limit accuracy, 1000 classes at 1-11 Mbps over {secs:.0} s: worst {worst:.5}, mean {mean:.5}, classes below 0.999: {below}"
         );
+        if cpu_share < 0.95 {
+            println!(
+                "warning: the thread had its core {:.0}% of the time (busy machine): the rates \
+                 above are bounded by that, not by the scheduler; rerun on a quiet machine",
+                cpu_share * 100.0
+            );
+        }
+        json.push(("rate_cpu_share".into(), format!("{cpu_share:.3}")));
         json.push(("rate_accuracy_worst".into(), format!("{worst:.6}")));
         json.push(("rate_accuracy_mean".into(), format!("{mean:.6}")));
         json.push(("rate_classes_below_0999".into(), below.to_string()));
