@@ -645,7 +645,8 @@ fn main() {
         ("tsc_ghz".into(), format!("{ghz:.3}")),
     ];
     let mut stage_tables: Vec<String> = Vec::new();
-    let mut met = true;
+    // Only judged at 5 000 sessions (false when that count is not run).
+    let mut met = o.sessions.contains(&5_000);
     for &n in &o.sessions {
         let t0 = Instant::now();
         let mut u = build(&pool, n, true);
