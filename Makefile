@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: deps build demo demo-inprocess test test-rust test-python lint lint-python fmt bench-core bench-profile bench-modules bench-ports fuzz clean
+.PHONY: deps build demo demo-inprocess test test-rust test-python lint lint-python fmt bench-core bench-profile bench-modules bench-ports bench-upf fuzz clean
 
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -54,6 +54,12 @@ fmt:
 # Dataplane core benchmark at batch capacity 32 and 64; ends with one JSON line.
 bench-core: deps
 	bench/core.sh
+
+# The UPF pipeline (conf/upf/upf.bess, sim mode) on one core: uplink and downlink at 1 000,
+# 5 000 and 100 000 sessions, with and without QER, cost per stage; ends with one JSON line
+# (make bench-upf ARGS=--quick).
+bench-upf: deps
+	bench/upf.sh $(ARGS)
 
 # Instructions per packet of one bench-core case by function, counted by callgrind
 # (make bench-profile CASE=chain8_60).

@@ -5,17 +5,68 @@ use bessemer_core::{
     PacketBatch, Result, Value, MAX_BURST,
 };
 
-use std::collections::HashMap;
-
 use super::table::{
     bin_list, check_field_count, check_gate, cmd_add, cmd_get_runtime_config, cmd_set_default_gate,
     cmd_set_runtime_config, field_bytes, field_data, hash_words, initial_arg, key_bytes, key_words,
-    parse_fields, process_batch, resolve_gate, split, FlatTable, IntOrder, Matcher, RuleClassifier,
-    TableDrop, ValueFields,
+    parse_fields, prefetch, process_batch, resolve_gate, split, FlatTable, IntOrder, Matcher,
+    RuleClassifier, TableDrop, ValueFields,
 };
 
-/// Rule key (masked key words) -> the bytes the rule writes (the fork's values).
-type Actions = HashMap<Vec<u64>, Vec<u8>>;
+/// Each rule's value bytes (the fork's `values`), found by the same key words as its gate:
+/// a flat table to a slot of `data`, probed with the gate table's hash and prefetched with
+/// it (a map keyed by `Vec`s cost a SipHash and several dependent cache misses on every hit).
+#[derive(Clone, Debug)]
+pub(crate) struct Actions {
+    index: FlatTable,
+    data: Vec<Vec<u8>>,
+    free: Vec<u32>,
+}
+
+impl Actions {
+    fn new(words: usize) -> Actions {
+        Actions {
+            index: FlatTable::new(words),
+            data: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+
+    fn get(&self, key: &[u64]) -> Option<&Vec<u8>> {
+        self.index.get(key).map(|i| &self.data[i as usize])
+    }
+
+    fn insert(&mut self, key: Vec<u64>, action: Vec<u8>) {
+        match self.index.get(&key) {
+            Some(i) => self.data[i as usize] = action,
+            None => {
+                let i = match self.free.pop() {
+                    Some(i) => {
+                        self.data[i as usize] = action;
+                        i
+                    }
+                    None => {
+                        self.data.push(action);
+                        (self.data.len() - 1) as u32
+                    }
+                };
+                self.index.insert(&key, i);
+            }
+        }
+    }
+
+    fn remove(&mut self, key: &[u64]) {
+        if let Some(i) = self.index.remove(key) {
+            self.data[i as usize] = Vec::new();
+            self.free.push(i);
+        }
+    }
+
+    fn clear(&mut self) {
+        self.index.clear();
+        self.data.clear();
+        self.free.clear();
+    }
+}
 
 /// Multi-field exact-match classifier.
 pub struct ExactMatch {
@@ -133,7 +184,7 @@ impl RuleClassifier for ExactMatch {
     fn take_rules(&mut self) -> (FlatTable, Actions) {
         (
             std::mem::replace(&mut self.table, FlatTable::new(self.matcher.words)),
-            std::mem::take(&mut self.actions),
+            std::mem::replace(&mut self.actions, Actions::new(self.matcher.words)),
         )
     }
     fn put_rules(&mut self, rules: (FlatTable, Actions)) {
@@ -154,12 +205,16 @@ impl RuleClassifier for ExactMatch {
                     keys[i] = k;
                     hashes[i] = hash_words(&k);
                     self.table.prefetch(hashes[i]);
+                    if !self.values.is_empty() {
+                        self.actions.index.prefetch(hashes[i]);
+                    }
                 }
                 None => status[i] = Some(TableDrop::TooShort),
             }
         }
         let def = self.matcher.default_gate;
         let mut hits = 0u64;
+        let mut acts: [Option<&Vec<u8>>; MAX_BURST] = [None; MAX_BURST];
         for i in 0..n {
             let found = if status[i].is_none() {
                 self.table.get_n(&keys[i], hashes[i])
@@ -168,6 +223,16 @@ impl RuleClassifier for ExactMatch {
             };
             if found.is_some() {
                 hits |= 1 << i;
+                if !self.values.is_empty() {
+                    acts[i] = self
+                        .actions
+                        .index
+                        .get_n(&keys[i], hashes[i])
+                        .map(|s| &self.actions.data[s as usize]);
+                    if let Some(a) = acts[i] {
+                        prefetch(a.as_ptr());
+                    }
+                }
             }
             let found = found.map(|g| g as u16);
             resolve_gate(found, def, &mut status[i], &mut gates[i]);
@@ -176,10 +241,8 @@ impl RuleClassifier for ExactMatch {
             // The fork's values: a hit writes its rule's bytes into the packet.
             let offs = self.values.offsets(ctx);
             for (i, p) in batch.pkts_mut().iter_mut().enumerate() {
-                if hits >> i & 1 == 1 {
-                    if let Some(a) = self.actions.get(&keys[i][..]) {
-                        self.values.apply(p, &offs, a);
-                    }
+                if let Some(a) = acts[i] {
+                    self.values.apply(p, &offs, a);
                 }
             }
         }
@@ -296,13 +359,14 @@ fn create(init: &mut bessemer_core::InitContext, arg: &Value) -> Result<Instance
                 .map(|b| b.unwrap_or_else(|| vec![0; f.size]))
         })
         .collect::<Result<Vec<_>>>()?;
+    let words = matcher.words;
     Ok(Instance::Exclusive(Box::new(ExactMatch {
-        table: FlatTable::new(matcher.words),
+        table: FlatTable::new(words),
         matcher,
         masks_given: !masks.is_empty(),
         mask,
         values,
-        actions: HashMap::new(),
+        actions: Actions::new(words),
         masksv,
         entries,
     })))
