@@ -162,5 +162,11 @@ def test_unix_socket_port_round_trip(daemon, tmp_path):
     got = [c.recv(4096) for _ in frames]
     c.close()
     assert got == [f[6:12] + f[0:6] + f[12:] for f in frames]
+    # The worker counts a sent batch after the send returns, so the client may read its
+    # frames just before the counter moves: wait for it (bounded).
+    deadline = time.monotonic() + 5
     st = b.get_port_stats("u")
+    while st.out.packets < 5 and time.monotonic() < deadline:
+        time.sleep(0.01)
+        st = b.get_port_stats("u")
     assert st.inc.packets == 5 and st.out.packets == 5
