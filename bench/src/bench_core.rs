@@ -4,7 +4,7 @@
 //! worker uses; reports Mpps per second of thread CPU time and TSC cycles per packet, the
 //! median of several runs with the spread (min..max). Ends with one JSON line.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bessemer_core::graph::Pipeline;
 use bessemer_core::mem::PagePolicy;
@@ -114,20 +114,8 @@ fn measure(secs: f64, mut step: impl FnMut() -> u64) -> Sample {
             cycles: cpu * tsc::hz() as f64 / pkts.max(1) as f64,
         };
     }
-    let warm = Instant::now();
-    while warm.elapsed() < Duration::from_millis(30) {
-        step();
-    }
-    let (c0, w0) = (thread_cpu_secs(), Instant::now());
-    let mut pkts = 0u64;
-    while w0.elapsed().as_secs_f64() < secs {
-        for _ in 0..256 {
-            pkts += step();
-        }
-    }
-    let cpu = (thread_cpu_secs() - c0).max(1e-9);
-    // Cycles of this thread's CPU time (TSC rate), so time the thread was not running (a
-    // busy machine) counts in neither figure.
+    let (pkts, cpu) = common::run_timed(secs, step);
+    // Cycles of this thread's CPU time (TSC rate).
     Sample {
         mpps: pkts as f64 / cpu / 1e6,
         cycles: cpu * tsc::hz() as f64 / pkts.max(1) as f64,

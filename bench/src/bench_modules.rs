@@ -21,7 +21,7 @@
 //! call it from `cases()`.
 
 use std::cell::RefCell;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bessemer_core::graph::Pipeline;
 use bessemer_core::mem::PagePolicy;
@@ -31,7 +31,6 @@ use bessemer_modules::util::FastRng;
 
 #[path = "common.rs"]
 mod common;
-use common::thread_cpu_secs;
 
 const PROG: &str = "bench-modules";
 
@@ -1257,7 +1256,7 @@ fn build(pool: &PacketPool, case: &Case, with_class: bool, stream: Option<Stream
 /// Runs the pipeline for `secs`; returns ns of thread CPU time per packet.
 fn measure(b: &mut Bench, secs: f64) -> f64 {
     let Bench { g, ctx, tree } = b;
-    let mut step = || {
+    let step = || {
         let mut n = 0u64;
         tree.schedule_once(&mut |t| {
             let r = ctx.run_task(g, t);
@@ -1266,18 +1265,8 @@ fn measure(b: &mut Bench, secs: f64) -> f64 {
         });
         n
     };
-    let warm = Instant::now();
-    while warm.elapsed() < Duration::from_millis(20) {
-        step();
-    }
-    let (c0, w0) = (thread_cpu_secs(), Instant::now());
-    let mut pkts = 0u64;
-    while w0.elapsed().as_secs_f64() < secs {
-        for _ in 0..256 {
-            pkts += step();
-        }
-    }
-    (thread_cpu_secs() - c0) * 1e9 / pkts.max(1) as f64
+    let (pkts, cpu) = common::run_timed(secs, step);
+    cpu * 1e9 / pkts.max(1) as f64
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

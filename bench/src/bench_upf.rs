@@ -16,7 +16,7 @@
 //! output wired to the Sink) and taking the difference of consecutive cuts. Median of several
 //! runs, min..max as spread. Ends with one JSON line.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bessemer_core::graph::Pipeline;
 use bessemer_core::mem::PagePolicy;
@@ -25,7 +25,6 @@ use bessemer_core::{tsc, Context, PacketPool, Value};
 
 #[path = "common.rs"]
 mod common;
-use common::thread_cpu_secs;
 
 const PROG: &str = "bench-upf";
 const PKT_SIZE: usize = 128;
@@ -528,7 +527,7 @@ fn measure(u: &mut Upf, dir: Dir, secs: f64) -> f64 {
     let task = if dir == Dir::Up { u.ul_task } else { u.dl_task };
     tree.attach_task("leaf", task).unwrap();
     let Upf { g, ctx, .. } = u;
-    let mut step = || {
+    let step = || {
         let mut n = 0u64;
         tree.schedule_once(&mut |t| {
             let r = ctx.run_task(g, t);
@@ -537,18 +536,8 @@ fn measure(u: &mut Upf, dir: Dir, secs: f64) -> f64 {
         });
         n
     };
-    let warm = Instant::now();
-    while warm.elapsed() < Duration::from_millis(20) {
-        step();
-    }
-    let (c0, w0) = (thread_cpu_secs(), Instant::now());
-    let mut pkts = 0u64;
-    while w0.elapsed().as_secs_f64() < secs {
-        for _ in 0..256 {
-            pkts += step();
-        }
-    }
-    pkts as f64 / (thread_cpu_secs() - c0).max(1e-9) / 1e6
+    let (pkts, cpu) = common::run_timed(secs, step);
+    pkts as f64 / cpu / 1e6
 }
 
 /// Median, min and max.

@@ -106,3 +106,21 @@ pub fn thread_cpu_secs() -> f64 {
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
+
+/// Runs `step` (packets done per call) for a short warm-up, then for `secs` of wall time;
+/// returns the packets done and the seconds of this thread's CPU time they took (so time the
+/// thread was not running, on a busy machine, counts in neither).
+pub fn run_timed(secs: f64, mut step: impl FnMut() -> u64) -> (u64, f64) {
+    let warm = std::time::Instant::now();
+    while warm.elapsed() < std::time::Duration::from_millis(30) {
+        step();
+    }
+    let (c0, w0) = (thread_cpu_secs(), std::time::Instant::now());
+    let mut pkts = 0u64;
+    while w0.elapsed().as_secs_f64() < secs {
+        for _ in 0..256 {
+            pkts += step();
+        }
+    }
+    (pkts, (thread_cpu_secs() - c0).max(1e-9))
+}
