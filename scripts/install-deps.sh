@@ -27,6 +27,15 @@ have chromium || [ -x /usr/bin/chromium ] || need_apt+=(chromium)
 have openssl || need_apt+=(openssl)
 # The BPF module compiles tcpdump expressions with libpcap (headers + libpcap.so to link).
 [ -f /usr/include/pcap/pcap.h ] || need_apt+=(libpcap-dev)
+# MegaPipe server tests fetch files with curl.
+have curl || need_apt+=(curl)
+# make bench-megapipe only (install-deps.sh --bench-megapipe): the peers and load generators.
+if [ "${1:-}" = "--bench-megapipe" ]; then
+  have memcached || [ -x /usr/bin/memcached ] || need_apt+=(memcached)
+  have nginx || [ -x /usr/sbin/nginx ] || need_apt+=(nginx)
+  have wrk || need_apt+=(wrk)
+  have memcaslap || need_apt+=(libmemcached-tools)
+fi
 
 if ((${#need_apt[@]})); then
   if [ "$(id -u)" -ne 0 ]; then

@@ -6,3 +6,4 @@ pub mod channel;
 pub mod net;
 
 pub use channel::{Channel, Command, Config, Errno, Error, Event, Handle, Result, Stats};
+pub mod apps;
