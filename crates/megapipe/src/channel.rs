@@ -82,6 +82,8 @@ pub struct Event {
     /// For `Accept`: the new connection's handle (cookie 0 until `set_cookie`).
     pub new_handle: Option<Handle>,
     buf: Option<u16>,
+    /// For writes from caller-owned memory (C ABI): the buffer's address, so it can be freed.
+    pub(crate) written: usize,
 }
 
 /// Errors returned synchronously by channel calls.
@@ -1184,14 +1186,22 @@ impl Channel {
 
     fn complete(&mut self, ud: u64, res: i32, flags: u32) {
         let more = cqueue::more(flags);
-        let (slot, kind, vectored) = {
+        let (slot, kind, vectored, written) = {
             let op = self.ops[ud as usize]
                 .as_ref()
                 .expect("completion for a freed op");
+            let written = match op.data.as_ref() {
+                Some(WriteData::Raw { ptr, .. }) => *ptr as usize,
+                Some(WriteData::RawVectored { iov, .. }) => {
+                    iov.first().map_or(0, |v| v.iov_base as usize)
+                }
+                _ => 0,
+            };
             (
                 op.slot,
                 op.kind,
                 op.data.as_ref().is_some_and(|d| d.vectored()),
+                written,
             )
         };
         let keep_op = matches!(
@@ -1240,6 +1250,7 @@ impl Channel {
             result,
             new_handle: None,
             buf: None,
+            written,
         };
         match kind {
             OpKind::Accept {
@@ -1321,6 +1332,7 @@ impl Channel {
                     result: r,
                     new_handle: None,
                     buf: None,
+                    written: 0,
                 });
                 self.free_handle(slot);
             }

@@ -7,3 +7,4 @@ pub mod net;
 
 pub use channel::{Channel, Command, Config, Errno, Error, Event, Handle, Result, Stats};
 pub mod apps;
+pub mod ffi;
