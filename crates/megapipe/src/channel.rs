@@ -175,6 +175,9 @@ pub struct Config {
     pub buffers: u16,
     /// Bytes per receive buffer.
     pub buffer_size: usize,
+    /// Arm reads as poll first instead of trying the receive at once
+    /// (`IORING_RECVSEND_POLL_FIRST`): cheaper when the reply to a request is not there yet.
+    pub poll_first_reads: bool,
 }
 
 impl Default for Config {
@@ -186,6 +189,7 @@ impl Default for Config {
             direct_slots: 4096,
             buffers: 1024,
             buffer_size: 4096,
+            poll_first_reads: false,
         }
     }
 }
@@ -386,6 +390,8 @@ impl Drop for BufRing {
 }
 
 const CANCEL_TAG: u64 = u64::MAX;
+/// `IORING_RECVSEND_POLL_FIRST` (include/uapi/linux/io_uring.h); the crate keeps `sys` private.
+const RECVSEND_POLL_FIRST: u16 = 1;
 
 /// A MegaPipe channel: one per thread, pinned to its core, multiplexing that thread's handles.
 ///
@@ -846,12 +852,18 @@ impl Channel {
             data: None,
             addr: None,
         };
+        let ioprio = if self.cfg.poll_first_reads {
+            RECVSEND_POLL_FIRST
+        } else {
+            0
+        };
         self.submit_op(op, |_| {
             let b = match target {
                 Target::Fd(fd) => opcode::Recv::new(types::Fd(fd), std::ptr::null_mut(), size),
                 Target::Fixed(i) => opcode::Recv::new(types::Fixed(i), std::ptr::null_mut(), size),
             };
             b.buf_group(BufRing::GROUP)
+                .ioprio(ioprio)
                 .build()
                 .flags(squeue::Flags::BUFFER_SELECT)
         })

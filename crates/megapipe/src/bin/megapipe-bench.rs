@@ -78,8 +78,11 @@ fn main() {
     match args.first().map(String::as_str) {
         Some("server") => server(&args[1..]),
         Some("all") => all(args.iter().any(|a| a == "--quick")),
+        Some("one") if args.len() == 6 => one(&args[1..]),
         _ => {
-            eprintln!("usage: megapipe-bench all [--quick] | server VARIANT CPUS");
+            eprintln!(
+                "usage: megapipe-bench all [--quick] | one VARIANT SERVER_CPUS CLIENT_CPUS T BYTES | server VARIANT CPUS"
+            );
             std::process::exit(2);
         }
     }
@@ -661,6 +664,28 @@ fn macro_http(secs: u32, reps: usize) -> BTreeMap<String, (f64, f64)> {
 }
 
 // ---------------------------------------------------------------- driver
+
+/// One row: a variant on the given cores at T transactions per connection (0: persistent).
+fn one(a: &[String]) {
+    let client_cpus = apps::parse_cpus(&a[2]).unwrap();
+    let (t, size): (u32, usize) = (a[3].parse().unwrap(), a[4].parse().unwrap());
+    let mut srv = ServerProc::start(&a[0], &a[1]);
+    let (r, sp) = measure(
+        &mut srv,
+        &client_cpus,
+        &Load {
+            conns: 64,
+            txns: t,
+            size,
+        },
+        1.0,
+        3,
+    );
+    println!(
+        "{} T={} {}B: {:.0} txn/s (spread {:.1}%), {:.2} us cpu/txn, {:.2} syscalls/txn, p50 {:.1} us, p99 {:.1} us",
+        a[0], t, size, r.tps, sp, r.cpu_us_per_txn, r.syscalls_per_txn, r.p50_us, r.p99_us
+    );
+}
 
 fn all(quick: bool) {
     let ncpu = net::online_cpus();
