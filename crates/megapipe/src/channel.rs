@@ -480,9 +480,7 @@ impl Channel {
 
     /// The channel's counters.
     pub fn stats(&self) -> Stats {
-        let mut s = self.stats;
-        s.buffers_out = self.stats.buffers_out;
-        s
+        self.stats
     }
 
     /// Changes the batching threshold (1 submits every request at once).

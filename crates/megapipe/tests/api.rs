@@ -580,3 +580,44 @@ fn run_loop_echoes_until_break() {
     .unwrap();
     assert_eq!(&client.join().unwrap(), b"echo me");
 }
+
+#[test]
+fn an_empty_buffer_ring_fails_reads_with_enobufs_until_buffers_return() {
+    let mut ch = Channel::new(Config {
+        buffers: 2,
+        ..Config::default()
+    })
+    .unwrap();
+    let (lfd, addr) = listener();
+    let l = ch.register(lfd, 7, 0).unwrap();
+    ch.accept(l, 4, true).unwrap();
+    let mut clients: Vec<_> = (0..4).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    let hs: Vec<Handle> = (0..4).map(|_| next(&mut ch).new_handle.unwrap()).collect();
+    for c in clients.iter_mut() {
+        c.write_all(b"data").unwrap();
+    }
+    for h in &hs {
+        ch.read(*h, 0).unwrap();
+    }
+    let mut ok = 0;
+    let mut nobufs = Vec::new();
+    for _ in 0..4 {
+        let ev = next(&mut ch);
+        match ev.result {
+            Ok(4) => ok += 1,
+            Err(e) if e.0 == libc::ENOBUFS => nobufs.push(ev.handle),
+            other => panic!("unexpected read result {other:?}"),
+        }
+    }
+    assert_eq!((ok, nobufs.len()), (2, 2), "two buffers, four reads");
+    assert_eq!(ch.stats().reads_without_buffer, 2);
+    // Dispatching gave the buffers back: the retried reads succeed.
+    for h in &nobufs {
+        ch.read(*h, 0).unwrap();
+    }
+    for _ in 0..2 {
+        let ev = next(&mut ch);
+        assert_eq!(ev.result, Ok(4));
+        assert_eq!(ch.data(&ev), b"data");
+    }
+}

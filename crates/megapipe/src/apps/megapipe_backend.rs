@@ -148,6 +148,12 @@ pub fn run<S: Service>(
                             ch.read(c.handle, 0)?;
                         }
                     }
+                    // The buffer ring ran dry for a moment (buffers come back as events are
+                    // handed out): try again rather than drop the connection.
+                    Err(crate::Errno(libc::ENOBUFS)) => {
+                        c.reading = true;
+                        ch.read(c.handle, 0)?;
+                    }
                     _ => {
                         c.closing = true;
                         ch.close(c.handle)?;
