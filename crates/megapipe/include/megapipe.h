@@ -66,6 +66,10 @@ int mp_to_fd(mp_channel *ch, mp_handle h);
  * mp_write/mp_writev must stay valid until their completion event. */
 int mp_accept(mp_channel *ch, mp_handle listener, uint32_t count, int lightweight);
 int mp_read(mp_channel *ch, mp_handle h, size_t size);
+/* Beyond the seeds: one read that stays armed, an MP_READ per arrival, until EOF (0 bytes),
+ * an error, or mp_stop_reading (ECANCELED). */
+int mp_read_multishot(mp_channel *ch, mp_handle h);
+int mp_stop_reading(mp_channel *ch, mp_handle h);
 int mp_write(mp_channel *ch, mp_handle h, const void *buf, size_t len);
 int mp_writev(mp_channel *ch, mp_handle h, const struct iovec *iov, int iovcnt);
 int mp_disconnect(mp_channel *ch, mp_handle h);

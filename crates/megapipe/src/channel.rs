@@ -278,6 +278,10 @@ struct HandleEntry {
     /// Ops of this handle submitted (or queued in the SQ) and not completed.
     in_flight: u32,
     read_in_flight: bool,
+    /// The armed multishot read (its op index), if any.
+    multishot_read: Option<u64>,
+    /// `stop_reading` was asked: do not re-arm the multishot read.
+    stop_requested: bool,
     reads: VecDeque<u32>,
     write_in_flight: bool,
     writes: VecDeque<Pending>,
@@ -293,6 +297,7 @@ struct HandleEntry {
 enum OpKind {
     Accept { multishot: bool, lightweight: bool },
     Read,
+    ReadMulti,
     Write,
     Disconnect,
     Close,
@@ -501,6 +506,8 @@ impl Channel {
             cookie,
             in_flight: 0,
             read_in_flight: false,
+            multishot_read: None,
+            stop_requested: false,
             reads: VecDeque::new(),
             write_in_flight: false,
             writes: VecDeque::new(),
@@ -838,6 +845,64 @@ impl Channel {
             return Ok(());
         }
         self.issue_read(h.slot(), size)
+    }
+
+    /// A read that stays armed (multishot receive): one Read event per arrival of data, with
+    /// no request per message, until the peer closes (a 0-byte event), an error, or
+    /// [`Channel::stop_reading`] (an `ECANCELED` event); that event is its last. Beyond the
+    /// seeds: it saves re-arming a receive for every request.
+    pub fn read_multishot(&mut self, h: Handle) -> Result<()> {
+        let e = self.entry_open(h)?;
+        if matches!(e.kind, Some(Kind::Listener { .. })) {
+            return Err(Error::WrongKind("read on a listening handle"));
+        }
+        if e.multishot_read.is_some() {
+            return Ok(());
+        }
+        if e.read_in_flight {
+            return Err(Error::Busy(h));
+        }
+        e.stop_requested = false;
+        self.arm_multishot_read(h.slot())
+    }
+
+    fn arm_multishot_read(&mut self, slot: u32) -> Result<()> {
+        let e = &mut self.handles[slot as usize];
+        e.read_in_flight = true;
+        let target = Self::target(e.kind.as_ref().unwrap());
+        let op = Op {
+            slot,
+            kind: OpKind::ReadMulti,
+            data: None,
+            addr: None,
+        };
+        let ud = self.ops_next_index();
+        self.handles[slot as usize].multishot_read = Some(ud);
+        self.submit_op(op, |_| match target {
+            Target::Fd(fd) => opcode::RecvMulti::new(types::Fd(fd), BufRing::GROUP).build(),
+            Target::Fixed(i) => opcode::RecvMulti::new(types::Fixed(i), BufRing::GROUP).build(),
+        })
+    }
+
+    fn ops_next_index(&self) -> u64 {
+        self.free_ops
+            .last()
+            .map_or(self.ops.len() as u64, |&i| i as u64)
+    }
+
+    /// Disarms a multishot read; it ends with an `ECANCELED` Read event (data already on its
+    /// way may still arrive before that). No-op without one.
+    pub fn stop_reading(&mut self, h: Handle) -> Result<()> {
+        let e = self.entry_open(h)?;
+        let Some(ud) = e.multishot_read else {
+            return Ok(());
+        };
+        if e.stop_requested {
+            return Ok(());
+        }
+        e.stop_requested = true;
+        let sqe = opcode::AsyncCancel::new(ud).build().user_data(CANCEL_TAG);
+        self.push_sqe(sqe)
     }
 
     fn issue_read(&mut self, slot: u32, size: u32) -> Result<()> {
@@ -1219,7 +1284,7 @@ impl Channel {
             OpKind::Accept {
                 multishot: true,
                 ..
-            }
+            } | OpKind::ReadMulti
         ) && more;
         if !keep_op {
             self.ops[ud as usize] = None;
@@ -1287,6 +1352,24 @@ impl Channel {
                     if let Some(Kind::Listener { orig, clone }) = e.kind.as_ref() {
                         let fd = clone.as_ref().unwrap_or(orig).as_raw_fd();
                         let _ = self.arm_multishot_accept(slot, fd, lightweight);
+                    }
+                }
+            }
+            OpKind::ReadMulti => {
+                ev.buf = buf;
+                self.events.push_back(ev);
+                if !more {
+                    let e = &mut self.handles[slot as usize];
+                    e.read_in_flight = false;
+                    e.multishot_read = None;
+                    // The kernel may end a multishot receive on its own (e.g. a full completion
+                    // queue); only data-carrying ends are re-armed, so EOF and errors stay final.
+                    if matches!(result, Ok(n) if n > 0) && !e.closing && !e.stop_requested {
+                        let _ = self.arm_multishot_read(slot);
+                    } else if !e.closing {
+                        if let Some(size) = e.reads.pop_front() {
+                            let _ = self.issue_read(slot, size);
+                        }
                     }
                 }
             }

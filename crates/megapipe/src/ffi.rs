@@ -164,6 +164,24 @@ pub unsafe extern "C" fn mp_read(ch: *mut Channel, h: u64, size: usize) -> i32 {
     chan!(ch).read(Handle(h), size).map_or_else(code, |_| 0)
 }
 
+/// `mp_read_multishot`: one armed read delivering every arrival (see `Channel::read_multishot`).
+///
+/// # Safety
+/// `ch` is a live channel.
+#[no_mangle]
+pub unsafe extern "C" fn mp_read_multishot(ch: *mut Channel, h: u64) -> i32 {
+    chan!(ch).read_multishot(Handle(h)).map_or_else(code, |_| 0)
+}
+
+/// `mp_stop_reading`: disarms a multishot read (it ends with ECANCELED).
+///
+/// # Safety
+/// `ch` is a live channel.
+#[no_mangle]
+pub unsafe extern "C" fn mp_stop_reading(ch: *mut Channel, h: u64) -> i32 {
+    chan!(ch).stop_reading(Handle(h)).map_or_else(code, |_| 0)
+}
+
 /// `mp_write`: `buf` must stay valid until the MP_WRITE event.
 ///
 /// # Safety

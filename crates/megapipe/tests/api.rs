@@ -621,3 +621,49 @@ fn an_empty_buffer_ring_fails_reads_with_enobufs_until_buffers_return() {
         assert_eq!(ch.data(&ev), b"data");
     }
 }
+
+#[test]
+fn multishot_read_delivers_every_arrival_until_stopped_or_eof() {
+    let mut ch = Channel::new(Config::default()).unwrap();
+    let (lfd, addr) = listener();
+    let l = ch.register(lfd, 7, 0).unwrap();
+    let (h, mut client) = accept_one(&mut ch, l, true, addr);
+    ch.read_multishot(h).unwrap();
+    ch.read_multishot(h).unwrap();
+    assert!(
+        matches!(ch.read(h, 0), Ok(())),
+        "a one-shot read queues behind it"
+    );
+    let mut got = Vec::new();
+    for chunk in [&b"one"[..], b"two", b"three"] {
+        client.write_all(chunk).unwrap();
+        let ev = next(&mut ch);
+        assert_eq!(ev.command, Command::Read);
+        got.extend_from_slice(ch.data(&ev));
+        assert!(got.ends_with(chunk));
+    }
+    assert_eq!(got, b"onetwothree", "one request, three arrivals");
+    ch.stop_reading(h).unwrap();
+    let ev = next(&mut ch);
+    assert_eq!(
+        ev.result.unwrap_err().0,
+        libc::ECANCELED,
+        "stop ends it with ECANCELED"
+    );
+    // The queued one-shot read now runs.
+    client.write_all(b"four").unwrap();
+    let ev = next(&mut ch);
+    assert_eq!((ev.result, ch.data(&ev)), (Ok(4), &b"four"[..]));
+    // Re-armed, it ends at EOF with a 0-byte event.
+    ch.read_multishot(h).unwrap();
+    drop(client);
+    let ev = next(&mut ch);
+    assert_eq!((ev.command, ev.result), (Command::Read, Ok(0)));
+    ch.dispatch(Some(Duration::ZERO)).unwrap();
+    let s = ch.stats();
+    assert_eq!(
+        (s.ops_in_flight, s.buffers_out),
+        (0, 0),
+        "nothing left in flight"
+    );
+}

@@ -19,6 +19,8 @@ pub struct Options {
     pub lightweight: bool,
     /// Also accept on the original listener (cores without a channel).
     pub serve_orig: bool,
+    /// Receive with one multishot read per connection instead of a read per request.
+    pub multishot: bool,
 }
 
 struct Conn<C> {
@@ -110,14 +112,18 @@ pub fn run<S: Service>(
                     closing: false,
                 });
                 ch.set_cookie(h, idx as u64)?;
-                ch.read(h, 0)?;
+                start_read(&mut ch, h, opts.multishot)?;
             }
             Command::Read => {
                 let idx = ev.cookie as usize;
                 let Some(c) = conns.get_mut(idx).and_then(|c| c.as_mut()) else {
                     continue;
                 };
-                c.reading = false;
+                // A multishot read keeps going after data; its last event is EOF or an error.
+                let data = matches!(ev.result, Ok(n) if n > 0);
+                if !(opts.multishot && data) {
+                    c.reading = false;
+                }
                 if c.closing {
                     continue;
                 }
@@ -143,16 +149,22 @@ pub fn run<S: Service>(
                             stats.service_closes.fetch_add(1, Ordering::Relaxed);
                             c.closing = true;
                             ch.close(c.handle)?;
-                        } else if c.pending_out < MAX_PENDING_OUT {
+                        } else if c.pending_out >= MAX_PENDING_OUT {
+                            if opts.multishot {
+                                ch.stop_reading(c.handle)?;
+                            }
+                        } else if !opts.multishot {
                             c.reading = true;
                             ch.read(c.handle, 0)?;
                         }
                     }
+                    // A multishot read stopped for back-pressure: resumed when writes drain.
+                    Err(crate::Errno(libc::ECANCELED)) if opts.multishot => {}
                     // The buffer ring ran dry for a moment (buffers come back as events are
                     // handed out): try again rather than drop the connection.
                     Err(crate::Errno(libc::ENOBUFS)) => {
                         c.reading = true;
-                        ch.read(c.handle, 0)?;
+                        start_read(&mut ch, c.handle, opts.multishot)?;
                     }
                     _ => {
                         c.closing = true;
@@ -176,7 +188,7 @@ pub fn run<S: Service>(
                     ch.close(c.handle)?;
                 } else if !c.reading && c.pending_out < MAX_PENDING_OUT {
                     c.reading = true;
-                    ch.read(c.handle, 0)?;
+                    start_read(&mut ch, c.handle, opts.multishot)?;
                 }
             }
             Command::Close => {
@@ -192,4 +204,12 @@ pub fn run<S: Service>(
         }
     }
     Ok(())
+}
+
+fn start_read(ch: &mut Channel, h: crate::Handle, multishot: bool) -> crate::Result<()> {
+    if multishot {
+        ch.read_multishot(h)
+    } else {
+        ch.read(h, 0)
+    }
 }

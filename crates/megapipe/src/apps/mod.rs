@@ -87,6 +87,8 @@ pub enum Io {
         batch: usize,
         /// Accept into lightweight handles.
         lightweight: bool,
+        /// One multishot read per connection instead of a read per request (beyond the seeds).
+        multishot: bool,
     },
 }
 
@@ -96,6 +98,7 @@ impl Io {
         partitioned: true,
         batch: 32,
         lightweight: true,
+        multishot: true,
     };
     /// The best epoll configuration.
     pub const EPOLL: Io = Io::Epoll {
@@ -208,6 +211,7 @@ pub fn serve<S: Service>(service: Arc<S>, cfg: ServeConfig) -> std::io::Result<S
                     partitioned,
                     batch,
                     lightweight,
+                    multishot,
                 } => megapipe_backend::run(
                     &*service,
                     l,
@@ -216,6 +220,7 @@ pub fn serve<S: Service>(service: Arc<S>, cfg: ServeConfig) -> std::io::Result<S
                         partitioned,
                         batch,
                         lightweight,
+                        multishot,
                         serve_orig,
                     },
                     &stop,
