@@ -3,9 +3,8 @@ sessions to the UPF's N3 port (AFPacketPort on a veth), the N6 namespace receive
 packets intact, its replies come back to the gNB encapsulated with each session's TEID, an
 Echo Request is answered, a deleted session's traffic stops, and a TCP connection from a UE
 behind a user-space gNB (a TUN interface and a GTP-U relay) to a host on N6 carries 2 MiB
-each way intact. The sessions are installed
-by conf/upf/sessions.py (a PFCP agent's calls). Root only; the test makes and removes its
-own namespaces and interfaces."""
+each way intact. The sessions are installed by conf/upf/sessions.py (a PFCP agent's calls).
+Root only; the test makes and removes its own namespaces and interfaces."""
 
 from __future__ import annotations
 
