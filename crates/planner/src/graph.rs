@@ -522,13 +522,14 @@ impl Graph {
     }
 
     /// Follows one concrete packet from `from` to its sink, calling `on_cnode` for every
-    /// c-node it passes through (the barriers an incremental flow map must remember).
-    /// `None` when the packet enables no port (a model bug) or the walk exceeds the node count.
+    /// c-node it passes through (the barriers an incremental flow map must remember); the
+    /// walk stops there when `on_cnode` returns false. `None` when it stopped, when the
+    /// packet enables no port (a model bug) or when the walk exceeds the node count.
     pub fn trace_from(
         &self,
         h: &Header,
         from: NodeId,
-        mut on_cnode: impl FnMut(NodeId),
+        mut on_cnode: impl FnMut(NodeId) -> bool,
     ) -> Option<Dest> {
         let mut x = from;
         for _ in 0..=self.nodes.len() {
@@ -536,7 +537,9 @@ impl Graph {
             let port = match &node.kind {
                 NodeKind::Sink(d) => return Some(*d),
                 NodeKind::Config { default_port, .. } => {
-                    on_cnode(x);
+                    if !on_cnode(x) {
+                        return None;
+                    }
                     *default_port
                 }
                 // Along a single packet's path an o-node with a true operand is true.
@@ -550,7 +553,7 @@ impl Graph {
 
     /// Follows a packet from the root.
     pub fn trace(&self, h: &Header) -> Option<Dest> {
-        self.trace_from(h, self.root, |_| {})
+        self.trace_from(h, self.root, |_| true)
     }
 
     /// Text listing of the live nodes reachable from the root, then the others.

@@ -225,6 +225,7 @@ pub struct SearchStats {
 
 /// The planner: a NIC model, a policy, the current configuration and PRG, the flows and
 /// their map.
+#[derive(Clone)]
 pub struct Planner<'a> {
     model: &'a dyn NicModel,
     cost: &'a dyn CostFn,
@@ -306,7 +307,10 @@ impl<'a> Planner<'a> {
         let mut seen = Vec::new();
         let d = self
             .graph
-            .trace_from(&h, self.graph.root, |x| seen.push(x))
+            .trace_from(&h, self.graph.root, |x| {
+                seen.push(x);
+                true
+            })
             .unwrap_or(Dest::Queue(0));
         for &x in &seen {
             if self.passed.len() <= x {
@@ -395,6 +399,7 @@ impl<'a> Planner<'a> {
                             let mut hit_barrier = false;
                             let d = self.graph.trace_from(&flow.header, entry, |c| {
                                 hit_barrier |= c == fresh;
+                                !hit_barrier
                             });
                             // Reaching the fresh c-node means the flow goes on as before.
                             if !hit_barrier {
@@ -476,9 +481,10 @@ impl<'a> Planner<'a> {
                             continue;
                         }
                         let mut hit = false;
-                        let d = self
-                            .graph
-                            .trace_from(&flow.header, entry, |c| hit |= c == fresh);
+                        let d = self.graph.trace_from(&flow.header, entry, |c| {
+                            hit |= c == fresh;
+                            !hit
+                        });
                         if hit {
                             // Still unmatched: it now passes the fresh c-node instead of x.
                             self.passed[fresh].push(fid);
