@@ -230,6 +230,8 @@ pub struct Planner<'a> {
     model: &'a dyn NicModel,
     cost: &'a dyn CostFn,
     mode: FlowMapMode,
+    /// The configuration the planner started from (what a rebuild starts from again).
+    initial: NicConfig,
     /// Current configuration.
     pub cfg: NicConfig,
     graph: Graph,
@@ -260,10 +262,21 @@ impl<'a> Planner<'a> {
         cost: &'a dyn CostFn,
         mode: FlowMapMode,
     ) -> Result<Planner<'a>, ModelError> {
-        let cfg = model.initial_config();
+        Self::with_config(model, cost, mode, model.initial_config())
+    }
+
+    /// A planner starting from a given configuration (e.g. RSS off, so that unmatched
+    /// traffic stays on the default queue and the other queues can be specialised).
+    pub fn with_config(
+        model: &'a dyn NicModel,
+        cost: &'a dyn CostFn,
+        mode: FlowMapMode,
+        cfg: NicConfig,
+    ) -> Result<Planner<'a>, ModelError> {
         let graph = configured_prg(model, &cfg)?;
         let qmap = Qmap::new(model.queues(), cfg.limits.clone());
         Ok(Planner {
+            initial: cfg.clone(),
             model,
             cost,
             mode,
@@ -587,7 +600,8 @@ impl<'a> Planner<'a> {
     /// live flows (flushes stale filters). Flow ids are kept.
     pub fn rebuild(&mut self) -> Result<(), ModelError> {
         let live: Vec<(usize, FlowSpec)> = self.flows().map(|(i, f)| (i, *f)).collect();
-        let mut fresh = Planner::new(self.model, self.cost, self.mode)?;
+        let mut fresh =
+            Planner::with_config(self.model, self.cost, self.mode, self.initial.clone())?;
         let mut ids = vec![None; self.flows.len()];
         for (i, f) in &live {
             ids[*i] = Some(fresh.add_flow(*f)?);
@@ -633,7 +647,26 @@ pub fn full_search<'a>(
     flows: &[FlowSpec],
     local_moves: usize,
 ) -> Result<Planner<'a>, ModelError> {
-    let mut p = Planner::new(model, cost, mode)?;
+    full_search_from(
+        model,
+        cost,
+        mode,
+        model.initial_config(),
+        flows,
+        local_moves,
+    )
+}
+
+/// [`full_search`] from a given initial configuration.
+pub fn full_search_from<'a>(
+    model: &'a dyn NicModel,
+    cost: &'a dyn CostFn,
+    mode: FlowMapMode,
+    initial: NicConfig,
+    flows: &[FlowSpec],
+    local_moves: usize,
+) -> Result<Planner<'a>, ModelError> {
+    let mut p = Planner::with_config(model, cost, mode, initial)?;
     // High-priority flows first: the flow-sorting function the thesis pairs with
     // isolation-style costs to avoid jumps.
     let mut order: Vec<&FlowSpec> = flows.iter().collect();
