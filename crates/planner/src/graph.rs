@@ -542,8 +542,13 @@ impl Graph {
                     }
                     *default_port
                 }
-                // Along a single packet's path an o-node with a true operand is true.
-                NodeKind::Or | NodeKind::And => 0,
+                // Along a single packet's path an OR reached by a true edge is true.
+                NodeKind::Or => node.ports.iter().position(|p| p.polarity)?,
+                // An AND depends on operands off this path: decide it from its predicate.
+                NodeKind::And => {
+                    let t = self.path_predicates()[x].eval(h);
+                    node.ports.iter().position(|p| p.polarity == t)?
+                }
                 NodeKind::F => node.ports.iter().position(|p| p.pred.eval(h))?,
             };
             x = *node.ports[port].targets.first()?;
@@ -626,5 +631,70 @@ impl Graph {
         }
         s.push_str("}\n");
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pred::{Conj, Field, PROTO_UDP};
+
+    /// RxIn enables two boolean f-nodes; an AND of their true ports leads to Q1, its false
+    /// output (an OR of the false edges) to Q0.
+    fn and_graph() -> Graph {
+        let mut g = Graph::new("and");
+        let q0 = g.add(Node::new("Q0", NodeKind::Sink(Dest::Queue(0))));
+        let q1 = g.add(Node::new("Q1", NodeKind::Sink(Dest::Queue(1))));
+        let mut f = Port::new("false", Term::truth(), vec![q0]);
+        f.polarity = false;
+        let and = g.add(
+            Node::new("AND", NodeKind::And)
+                .port(Port::new("true", Term::truth(), vec![q1]))
+                .port(f),
+        );
+        let boolean = |g: &mut Graph, name: &str, c: Conj| {
+            let mut no = Port::new("false", Term::not(c), vec![and]);
+            no.polarity = false;
+            g.add(
+                Node::new(name, NodeKind::F)
+                    .port(Port::new("true", Term::of(c), vec![and]))
+                    .port(no),
+            )
+        };
+        let udp = boolean(&mut g, "IsUDP", Conj::eq(Field::IpProto, PROTO_UDP));
+        let dns = boolean(&mut g, "Is53", Conj::eq(Field::DstPort, 53));
+        g.root = g.add(Node::new("RxIn", NodeKind::F).port(Port::new(
+            "out",
+            Term::truth(),
+            vec![udp, dns],
+        )));
+        g
+    }
+
+    #[test]
+    fn and_o_node_semantics() {
+        let g = and_graph();
+        let guarantees = g.guarantees();
+        let q1 = &guarantees
+            .iter()
+            .find(|(d, _)| *d == Dest::Queue(1))
+            .unwrap()
+            .1;
+        let q0 = &guarantees
+            .iter()
+            .find(|(d, _)| *d == Dest::Queue(0))
+            .unwrap()
+            .1;
+        for (proto, port, want) in [
+            (PROTO_UDP, 53, 1),
+            (PROTO_UDP, 54, 0),
+            (6, 53, 0),
+            (6, 80, 0),
+        ] {
+            let h = Header::ipv4(proto, 1, 2, 3, port);
+            assert_eq!(g.trace(&h), Some(Dest::Queue(want)), "{h}");
+            assert_eq!(q1.eval(&h), want == 1, "{h}");
+            assert_eq!(q0.eval(&h), want == 0, "{h}");
+        }
     }
 }

@@ -192,3 +192,63 @@ proptest! {
         fidelity(&XdpPort { queues: 4, map_entries: 64 }, &cfg, &pkts)?;
     }
 }
+
+/// Every change the oracle suggests keeps the configuration within the NIC's constraints
+/// (filter counts, the 82599's global FDir mask, the SFC9020's wildcard rule).
+fn oracle_suggestions_are_valid(
+    m: &dyn NicModel,
+    cfg: &NicConfig,
+    flow: &bessemer_planner::nic::FlowSpec,
+) -> Result<(), TestCaseError> {
+    for change in m.oracle(cfg, flow) {
+        let mut next = cfg.clone();
+        for a in &change {
+            match a {
+                bessemer_planner::nic::Action::AddFilter(f) => next.filters.push(*f),
+                bessemer_planner::nic::Action::SetLimit { queue, mbps } => {
+                    next.limits[*queue as usize] = *mbps
+                }
+            }
+        }
+        prop_assert!(
+            m.check(&next).is_ok(),
+            "{}: {:?} -> {:?}",
+            m.name(),
+            change,
+            m.check(&next)
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn oracles_respect_hardware_constraints(cfg82 in common::config_82599(4), cfgsf in common::config_sfc(4),
+                                            h in common::header(), bw in 0u32..2, full in any::<bool>()) {
+        let flow = bessemer_planner::nic::FlowSpec { header: h, hp: false, bw_mbps: bw * 100 };
+        let m = Intel82599 { queues: 4 };
+        let mut cfg = cfg82;
+        if full {
+            // Fill the 5-tuple table so the oracle moves on to Flow Director.
+            while cfg.filters.iter().filter(|f| f.kind == FilterKind::FiveTuple).count() < bessemer_planner::nic::I82599_5T {
+                cfg.filters.insert(0, Filter { kind: FilterKind::FiveTuple, matcher: Conj::eq(Field::DstPort, 9), dest: Dest::Queue(0) });
+            }
+        }
+        if m.check(&cfg).is_ok() {
+            oracle_suggestions_are_valid(&m, &cfg, &flow)?;
+            let kinds: Vec<FilterKind> = m.oracle(&cfg, &flow).iter().flatten().filter_map(|a| match a {
+                bessemer_planner::nic::Action::AddFilter(f) => Some(f.kind), _ => None }).collect();
+            // Flow Director only once the 5-tuple filters are used up, and then no more
+            // 5-tuple filters.
+            prop_assert!(!kinds.contains(&FilterKind::FiveTuple) || !full);
+            prop_assert!(!kinds.contains(&FilterKind::FlowDirector) || full);
+            prop_assert!(full || kinds.contains(&FilterKind::FiveTuple));
+        }
+        let s = Sfc9020 { queues: 4 };
+        if s.check(&cfgsf).is_ok() && h.get(Field::EtherType) == 0x0800 {
+            oracle_suggestions_are_valid(&s, &cfgsf, &flow)?;
+        }
+    }
+}
