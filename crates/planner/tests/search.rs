@@ -199,6 +199,16 @@ fn xdp_map_search_keeps_fidelity() {
         "the map fills up, the rest stay on their arrival queue"
     );
     assert_fidelity(&p, &m);
+    // Two flows with map entries leave; their entries go stale. The next flow finds the map
+    // full of stale entries, so the planner rebuilds from scratch and flushes them.
+    p.remove_flow(0).unwrap();
+    p.remove_flow(1).unwrap();
+    assert_eq!(p.stale_filters(), 2);
+    p.add_flow(generate_flows(13, 2, 0, 0)[12]).unwrap();
+    assert_eq!(p.stats.rebuilds, 1);
+    assert_eq!(p.stale_filters(), 0);
+    assert_eq!(p.flows().count(), 11);
+    assert_fidelity(&p, &m);
 }
 
 proptest! {
