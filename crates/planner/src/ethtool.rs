@@ -2,7 +2,7 @@
 //! (`-l`), whether ntuple filters are on (`-k`) and the RSS indirection table (`-x`).
 
 use crate::graph::ModelError;
-use crate::nic::EthtoolNic;
+use crate::nic::{EthtoolNic, NicConfig};
 use std::process::Command;
 
 /// ntuple rule slots assumed when the driver does not say (ethtool reports rules in use,
@@ -118,6 +118,87 @@ pub fn read_interface(iface: &str, netns: Option<&str>) -> Result<EthtoolNic, Mo
     })
 }
 
+/// The ethtool commands that would put a configuration on the interface (printed, not
+/// run). ethtool's `m` masks are inverted (set bits are ignored), unlike ours.
+pub fn commands(nic: &EthtoolNic, cfg: &NicConfig) -> Result<Vec<String>, ModelError> {
+    use crate::pred::{ip_str, Field, PROTO_TCP, PROTO_UDP};
+    let iface = &nic.iface;
+    let mut out = Vec::new();
+    if !cfg.rss.is_empty() {
+        let mut weights = vec![0usize; nic.queues as usize];
+        for q in &cfg.rss {
+            weights[*q as usize] += 1;
+        }
+        let spread: Vec<u16> = (0..cfg.rss.len())
+            .map(|i| (i % nic.queues as usize) as u16)
+            .collect();
+        if cfg.rss == spread {
+            out.push(format!("ethtool -X {iface} equal {}", nic.queues));
+        } else {
+            let w: Vec<String> = weights.iter().map(|w| w.to_string()).collect();
+            // ethtool sets weights, not entry order: the share per queue is exact.
+            out.push(format!("ethtool -X {iface} weight {}", w.join(" ")));
+        }
+    }
+    for (loc, f) in cfg.filters.iter().enumerate() {
+        let c = &f.matcher;
+        let m = |fl: Field| c.m[fl.index()];
+        let v = |fl: Field| c.v[fl.index()];
+        let ports = m(Field::SrcPort) != 0 || m(Field::DstPort) != 0;
+        let mut cmd = format!("ethtool -N {iface} flow-type ");
+        match (m(Field::IpProto), v(Field::IpProto)) {
+            (0xff, PROTO_TCP) => cmd.push_str("tcp4"),
+            (0xff, PROTO_UDP) => cmd.push_str("udp4"),
+            (0xff, p) if !ports => cmd.push_str(&format!("ip4 l4proto {p}")),
+            (0, _) if !ports => cmd.push_str("ip4"),
+            _ => {
+                return Err(ModelError::Constraint(format!(
+                    "rule {loc} ({f}): ethtool matches ports only with tcp4/udp4 and the protocol whole"
+                )))
+            }
+        }
+        for (fl, name) in [
+            (Field::SrcIp, "src-ip"),
+            (Field::DstIp, "dst-ip"),
+            (Field::SrcPort, "src-port"),
+            (Field::DstPort, "dst-port"),
+        ] {
+            if m(fl) == 0 {
+                continue;
+            }
+            let ignore = !m(fl) & fl.full_mask();
+            let (val, mask) = if matches!(fl, Field::SrcIp | Field::DstIp) {
+                (ip_str(v(fl)), ip_str(ignore))
+            } else {
+                (v(fl).to_string(), format!("{ignore:#x}"))
+            };
+            cmd.push_str(&format!(" {name} {val}"));
+            if ignore != 0 {
+                cmd.push_str(&format!(" m {mask}"));
+            }
+        }
+        let action = match f.dest {
+            crate::graph::Dest::Queue(q) => q.to_string(),
+            crate::graph::Dest::Drop => "-1".into(),
+            crate::graph::Dest::Kernel => {
+                return Err(ModelError::Constraint(format!(
+                    "rule {loc} ({f}): no such ethtool action"
+                )))
+            }
+        };
+        cmd.push_str(&format!(" action {action} loc {loc}"));
+        out.push(cmd);
+    }
+    for (q, l) in cfg.limits.iter().enumerate() {
+        if let Some(r) = l {
+            out.push(format!(
+                "# Q{q}: {r} Mb/s needs a software token bucket (tc); not emitted"
+            ));
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,6 +216,54 @@ mod tests {
         assert!(!parse_ntuple("ntuple-filters: off [fixed]\n"));
         assert!(parse_channels("garbage").is_err());
         assert!(parse_rss_table("Cannot get RX ring count: Operation not supported").is_empty());
+    }
+
+    #[test]
+    fn commands_for_a_configuration() {
+        use crate::graph::Dest;
+        use crate::nic::{Filter, FilterKind};
+        use crate::pred::{Conj, Field, PROTO_UDP};
+        let nic = EthtoolNic {
+            iface: "eth0".into(),
+            queues: 4,
+            rss_size: 8,
+            ntuple: true,
+            ntuple_rules: 16,
+        };
+        let mut cfg = crate::nic::NicModel::initial_config(&nic);
+        let dns = Conj::eq(Field::IpProto, PROTO_UDP)
+            .with(Field::DstIp, 0x0a00_0001, 0xffff_ff00)
+            .and_then(|c| c.with(Field::DstPort, 53, u32::MAX))
+            .unwrap();
+        cfg.filters.push(Filter {
+            kind: FilterKind::Ntuple,
+            matcher: dns,
+            dest: Dest::Queue(2),
+        });
+        cfg.filters.push(Filter {
+            kind: FilterKind::Ntuple,
+            matcher: Conj::eq(Field::SrcIp, 0x0a00_0009),
+            dest: Dest::Drop,
+        });
+        let cmds = commands(&nic, &cfg).unwrap();
+        assert_eq!(cmds[0], "ethtool -X eth0 equal 4");
+        assert_eq!(
+            cmds[1],
+            "ethtool -N eth0 flow-type udp4 dst-ip 10.0.0.0 m 0.0.0.255 dst-port 53 action 2 loc 0"
+        );
+        assert_eq!(
+            cmds[2],
+            "ethtool -N eth0 flow-type ip4 src-ip 10.0.0.9 action -1 loc 1"
+        );
+        cfg.filters.push(Filter {
+            kind: FilterKind::Ntuple,
+            matcher: Conj::eq(Field::DstPort, 80),
+            dest: Dest::Queue(1),
+        });
+        assert!(commands(&nic, &cfg)
+            .unwrap_err()
+            .to_string()
+            .contains("rule 2"));
     }
 
     #[test]

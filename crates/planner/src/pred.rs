@@ -262,7 +262,7 @@ impl Conj {
     pub fn is_true(&self) -> bool {
         self.m.iter().all(|m| *m == 0)
     }
-    /// True when every field is fully constrained except those in `except`.
+    /// True when every one of `fields` is fully constrained.
     pub fn is_exact_on(&self, fields: &[Field]) -> bool {
         fields.iter().all(|f| self.m[f.index()] == f.full_mask())
     }

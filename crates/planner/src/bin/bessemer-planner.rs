@@ -72,6 +72,9 @@ enum Cmd {
         /// filters feed can be specialised.
         #[arg(long)]
         rss_off: bool,
+        /// With --nic ethtool: print the ethtool commands that apply the plan (not run).
+        #[arg(long)]
+        ethtool_commands: bool,
     },
 }
 
@@ -220,6 +223,7 @@ fn run(cli: Cli) -> Result<(), ModelError> {
             basic,
             dot,
             rss_off,
+            ethtool_commands,
         } => {
             let m = model(&nic)?;
             let flows = match (flows, generate) {
@@ -262,6 +266,21 @@ fn run(cli: Cli) -> Result<(), ModelError> {
             )?;
             let took = t.elapsed();
             let prg = configured_prg(m.as_ref(), &p.cfg)?;
+            if ethtool_commands {
+                let NicKind::Ethtool = nic.nic else {
+                    return Err(ModelError::Input(
+                        "--ethtool-commands needs --nic ethtool".into(),
+                    ));
+                };
+                let caps = bessemer_planner::ethtool::read_interface(
+                    nic.iface.as_deref().unwrap_or_default(),
+                    nic.netns.as_deref(),
+                )?;
+                for c in bessemer_planner::ethtool::commands(&caps, &p.cfg)? {
+                    println!("{c}");
+                }
+                return Ok(());
+            }
             let mut services: Vec<(u32, u32, u32)> = flows
                 .iter()
                 .map(|f| {
