@@ -87,6 +87,14 @@ pub struct NicConfig {
 pub enum Action {
     /// Insert a filter at the end of its table.
     AddFilter(Filter),
+    /// Rewrite a stale filter in place (a replacement, §5.4.5): same f-node, new predicate
+    /// and destination. The planner offers these, not the oracles.
+    Replace {
+        /// Index of the stale filter in the configuration.
+        index: usize,
+        /// The filter it becomes (same table).
+        filter: Filter,
+    },
     /// Set a queue's rate limit.
     SetLimit {
         /// Queue.

@@ -5,7 +5,8 @@
 
 use crate::graph::{Dest, Graph, ModelError, NodeId};
 use crate::nic::{
-    add_filter, configured_prg, Action, Change, FilterKind, FlowSpec, NicConfig, NicModel, FIVE,
+    add_filter, configured_prg, Action, Change, Filter, FilterKind, FlowSpec, NicConfig, NicModel,
+    FIVE,
 };
 
 /// A cost function's verdict. Acceptable plans always rank before rejected ones; among
@@ -240,6 +241,10 @@ pub struct Planner<'a> {
     flow_filter: Vec<Option<(usize, NodeId)>>,
     /// Filters whose flow has left (lazy removal keeps them in the NIC).
     stale: Vec<bool>,
+    /// The f-node of each filter.
+    filter_node: Vec<NodeId>,
+    /// The flow being added (the one a replacement affects).
+    pending: Option<usize>,
     /// Flows that passed each c-node (indexed by node id; entries of removed flows are
     /// skipped when read).
     passed: Vec<Vec<usize>>,
@@ -285,6 +290,8 @@ impl<'a> Planner<'a> {
             flows: Vec::new(),
             flow_filter: Vec::new(),
             stale: Vec::new(),
+            filter_node: Vec::new(),
+            pending: None,
             passed: Vec::new(),
             flow_cnodes: Vec::new(),
             qmap,
@@ -345,6 +352,8 @@ impl<'a> Planner<'a> {
         let d = self.trace_register(id);
         self.qmap.place(id, &flow, d);
         let mut candidates = self.model.oracle(&self.cfg, &flow);
+        candidates.extend(self.replacements(id, &flow));
+        self.pending = Some(id);
         if candidates.is_empty() && self.stale_filters() > 0 {
             // Tables full of stale filters: flush them (from-scratch re-evaluation).
             self.rebuild()?;
@@ -369,6 +378,7 @@ impl<'a> Planner<'a> {
             }
             _ => self.stats.unchanged += 1,
         }
+        self.pending = None;
         Ok(id)
     }
 
@@ -390,6 +400,7 @@ impl<'a> Planner<'a> {
         let mut applied = Vec::new();
         let mut moves: Vec<(usize, Dest)> = Vec::new();
         let mut limits = Vec::new();
+        let mut rewritten: Vec<(usize, Filter)> = Vec::new();
         let mut ok = true;
         for a in change {
             match a {
@@ -435,6 +446,21 @@ impl<'a> Planner<'a> {
                     limits.push((q, self.qmap.limits[q]));
                     self.qmap.limits[q] = *mbps;
                 }
+                Action::Replace { index, filter } => {
+                    let Some(old) = self.rewrite(*index, filter) else {
+                        ok = false;
+                        break;
+                    };
+                    rewritten.push((*index, old));
+                    // Only the pending flow can change: the offer requires that no other
+                    // live flow matches the old or the new exact key.
+                    if let Some(fid) = self.pending {
+                        let flow = self.flows[fid].expect("pending flow is live");
+                        let d = self.graph.trace(&flow.header).unwrap_or(Dest::Queue(0));
+                        moves.push((fid, self.qmap.flow_dest[fid].expect("placed")));
+                        self.qmap.place(fid, &flow, d);
+                    }
+                }
             }
         }
         let verdict = if !ok {
@@ -458,6 +484,9 @@ impl<'a> Planner<'a> {
         for (q, l) in limits.into_iter().rev() {
             self.qmap.limits[q] = l;
         }
+        for (index, old) in rewritten.into_iter().rev() {
+            self.rewrite(index, &old);
+        }
         for app in applied.into_iter().rev() {
             self.graph.undo(app);
         }
@@ -476,6 +505,7 @@ impl<'a> Planner<'a> {
                     let fresh = app.first + 1;
                     self.cfg.filters.push(*f);
                     self.stale.push(false);
+                    self.filter_node.push(app.first);
                     self.flow_filter[id] = Some((self.cfg.filters.len() - 1, app.first));
                     let affected: Vec<usize> = match self.mode {
                         FlowMapMode::Incremental => std::mem::take(&mut self.passed[x]),
@@ -527,9 +557,88 @@ impl<'a> Planner<'a> {
                     self.cfg.limits[q] = *mbps;
                     self.qmap.limits[q] = *mbps;
                 }
+                Action::Replace { index, filter } => {
+                    self.rewrite(*index, filter).ok_or_else(|| {
+                        ModelError::Constraint(format!("filter {index} cannot be replaced"))
+                    })?;
+                    self.stale[*index] = false;
+                    self.flow_filter[id] = Some((*index, self.filter_node[*index]));
+                    // Re-register the flow's path: it may now stop at the rewritten node.
+                    for c in std::mem::take(&mut self.flow_cnodes[id]) {
+                        self.passed[c].retain(|v| *v != id);
+                    }
+                    let d = self.trace_register(id);
+                    let flow = self.flows[id].expect("live");
+                    self.qmap.place(id, &flow, d);
+                }
             }
         }
         Ok(())
+    }
+
+    /// Replacement offers for a new flow: the first stale exact filter of each table may be
+    /// rewritten to match the flow exactly, on any queue — provided no live flow matches
+    /// the old key or shares the new one, so only the new flow changes queue.
+    fn replacements(&self, id: usize, flow: &FlowSpec) -> Vec<Change> {
+        let key = crate::nic::exact_match(&flow.header);
+        let mut out = Vec::new();
+        let mut kinds_done: Vec<FilterKind> = Vec::new();
+        for (i, f) in self.cfg.filters.iter().enumerate() {
+            if !self.stale[i] || kinds_done.contains(&f.kind) || !f.matcher.is_exact_on(&FIVE) {
+                continue;
+            }
+            let clash = self
+                .flows()
+                .any(|(fid, g)| f.matcher.eval(&g.header) || (fid != id && key.eval(&g.header)));
+            if clash {
+                continue;
+            }
+            kinds_done.push(f.kind);
+            for q in 0..self.model.queues() {
+                let filter = Filter {
+                    kind: f.kind,
+                    matcher: key,
+                    dest: Dest::Queue(q),
+                };
+                let mut next = self.cfg.clone();
+                next.filters[i] = filter;
+                if self.model.check(&next).is_ok() {
+                    out.push(vec![Action::Replace { index: i, filter }]);
+                }
+            }
+        }
+        out
+    }
+
+    /// Rewrites filter `index`'s f-node to `f` (predicates, match target, label) and the
+    /// configuration; returns the filter it was. The match edge goes to OR:Q(dest), a
+    /// successor of the original c-node, so the locality rule still holds.
+    fn rewrite(&mut self, index: usize, f: &Filter) -> Option<Filter> {
+        let node = *self.filter_node.get(index)?;
+        let old = *self.cfg.filters.get(index)?;
+        if old.kind != f.kind {
+            return None;
+        }
+        let want = match f.dest {
+            Dest::Queue(q) => format!("OR:Q{q}"),
+            Dest::Drop => "Drop".into(),
+            Dest::Kernel => "Kernel".into(),
+        };
+        let target = self
+            .graph
+            .nodes
+            .iter()
+            .position(|n| n.alive && n.label == want)?;
+        let n = &mut self.graph.nodes[node];
+        n.label = format!("{}({})", f.kind.short(), f.matcher);
+        n.ports[0].pred = crate::pred::Term::of(f.matcher);
+        n.ports[1].pred = crate::pred::Term::not(f.matcher);
+        let prev = n.ports[0].targets[0];
+        n.ports[0].targets[0] = target;
+        self.graph.incoming[prev].retain(|e| *e != (node, 0));
+        self.graph.incoming[target].push((node, 0));
+        self.cfg.filters[index] = *f;
+        Some(old)
     }
 
     /// Bounded local search after the greedy pass: moves a flow's own exact filter to
@@ -629,6 +738,7 @@ impl<'a> Planner<'a> {
         self.cfg = fresh.cfg;
         self.graph = fresh.graph;
         self.stale = fresh.stale;
+        self.filter_node = fresh.filter_node;
         self.qmap = qmap;
         self.flow_filter = flow_filter;
         self.flow_cnodes = flow_cnodes;

@@ -205,6 +205,9 @@ fn oracle_suggestions_are_valid(
         for a in &change {
             match a {
                 bessemer_planner::nic::Action::AddFilter(f) => next.filters.push(*f),
+                bessemer_planner::nic::Action::Replace { index, filter } => {
+                    next.filters[*index] = *filter
+                }
                 bessemer_planner::nic::Action::SetLimit { queue, mbps } => {
                     next.limits[*queue as usize] = *mbps
                 }

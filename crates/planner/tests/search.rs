@@ -200,14 +200,49 @@ fn xdp_map_search_keeps_fidelity() {
     );
     assert_fidelity(&p, &m);
     // Two flows with map entries leave; their entries go stale. The next flow finds the map
-    // full of stale entries, so the planner rebuilds from scratch and flushes them.
+    // full, and the planner rewrites one stale entry for it (a replacement) instead of
+    // needing a new one.
     p.remove_flow(0).unwrap();
     p.remove_flow(1).unwrap();
     assert_eq!(p.stale_filters(), 2);
-    p.add_flow(generate_flows(13, 2, 0, 0)[12]).unwrap();
+    let id = p.add_flow(generate_flows(13, 2, 0, 0)[12]).unwrap();
+    assert_eq!(p.stats.rebuilds, 0);
+    assert_eq!(p.stale_filters(), 1);
+    assert_eq!(p.cfg.filters.len(), 8);
+    let key = bessemer_planner::nic::exact_match(&p.flows().last().unwrap().1.header);
+    assert!(
+        p.cfg.filters.iter().any(|f| f.matcher == key),
+        "the new flow has an entry"
+    );
+    assert_eq!(p.flows().count(), 11);
+    assert_eq!(id, 12);
+    assert_fidelity(&p, &m);
+    // A rebuild flushes the remaining stale entry.
+    p.rebuild().unwrap();
+    assert_eq!((p.stats.rebuilds, p.stale_filters()), (1, 0));
+    assert_fidelity(&p, &m);
+}
+
+#[test]
+fn a_stale_filter_full_nic_rebuilds_when_no_replacement_fits() {
+    // The removed flow's twin is still live, so its stale filter cannot be rewritten (the
+    // twin would change queue): the planner falls back to a rebuild.
+    let m = XdpPort {
+        queues: 2,
+        map_entries: 2,
+    };
+    let mut p = Planner::new(&m, &Balance, FlowMapMode::Incremental).unwrap();
+    let flows = generate_flows(3, 4, 0, 0);
+    p.add_flow(flows[0]).unwrap();
+    p.add_flow(flows[1]).unwrap();
+    let twin = p.add_flow(flows[0]).unwrap();
+    assert_eq!(p.cfg.filters.len(), 2);
+    p.remove_flow(0).unwrap();
+    assert_eq!(p.stale_filters(), 1);
+    p.add_flow(flows[2]).unwrap();
     assert_eq!(p.stats.rebuilds, 1);
     assert_eq!(p.stale_filters(), 0);
-    assert_eq!(p.flows().count(), 11);
+    assert!(p.flows().any(|(i, _)| i == twin));
     assert_fidelity(&p, &m);
 }
 
