@@ -76,6 +76,12 @@ bench-modules: deps
 bench-ports: deps
 	bench/ports.sh
 
+# Planner search scaling (seed 003 Table 5.1 grid on the 82599 model); ends with one JSON
+# line (make bench-planner ARGS=--quick).
+.PHONY: bench-planner
+bench-planner: deps
+	bench/planner.sh $(ARGS)
+
 # MegaPipe (crates/megapipe): the seed-002 RPC ping-pong (epoll vs MegaPipe ablation) and the
 # kv/httpd servers against memcached and nginx; a table and one JSON line
 # (make bench-megapipe ARGS=--quick).
