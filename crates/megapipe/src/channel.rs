@@ -105,7 +105,12 @@ pub enum Error {
     /// The handle still has requests in flight and the call needs it idle.
     Busy(Handle),
     /// The channel's core is not in the cpu_mask given to `register`.
-    CpuMask { cpu: usize, mask: u64 },
+    CpuMask {
+        /// The channel's CPU.
+        cpu: usize,
+        /// The mask given.
+        mask: u64,
+    },
     /// An operating-system error.
     Io(io::Error),
 }
