@@ -82,6 +82,12 @@ bench-modules: deps
 bench-ports: deps
 	bench/ports.sh
 
+# Planner search scaling (seed 003 Table 5.1 grid on the 82599 model); ends with one JSON
+# line (make bench-planner ARGS=--quick).
+.PHONY: bench-planner
+bench-planner: deps
+	bench/planner.sh $(ARGS)
+
 # Every fuzz target under libFuzzer for FUZZ_SECS seconds each (default 60; nightly
 # toolchain); make test replays the saved corpus on stable.
 fuzz:
