@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: deps build demo demo-inprocess test test-rust test-python lint lint-python fmt bench-core bench-profile bench-modules bench-ports bench-upf fuzz clean bench-megapipe soak-megapipe
+.PHONY: deps build demo demo-inprocess test test-rust test-python lint lint-python fmt bench-core bench-profile bench-modules bench-ports bench-upf bench-slices bench-planner bench-megapipe soak-megapipe fuzz clean
 
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -60,6 +60,12 @@ bench-core: deps
 # (make bench-upf ARGS=--quick).
 bench-upf: deps
 	bench/upf.sh $(ARGS)
+
+# The IPsec part of the multi-core benchmark (issue 11): ESPEncap / ESPDecap Mpps and Gbit/s
+# per core at 64, 512, 1400 B and IMIX, one and two workers; ends with one JSON line
+# (make bench-slices ARGS=--quick).
+bench-slices: deps
+	bench/slices.sh $(ARGS)
 
 # Instructions per packet of one bench-core case by function, counted by callgrind
 # (make bench-profile CASE=chain8_60).

@@ -13,6 +13,7 @@ const FILES: &[&str] = &[
     "ext/bessemer_ports.proto",
     "ext/bessemer_observe.proto",
     "ext/bessemer_service.proto",
+    "ext/bessemer_esp.proto",
     "service.proto",
 ];
 

@@ -223,7 +223,10 @@ class BESS:
         Bessemer's own (`bessemer.pb`); BESS spells a few differently from their class
         (MPLSPop takes MplsPopArg), so case is ignored as a last resort."""
         short = type_name.rsplit(".", 1)[-1]
-        mods = [self._pb[m] for m in ("module_msg", "port_msg", "ext_port_msg", "bess_msg")]
+        mods = [
+            self._pb[m]
+            for m in ("module_msg", "port_msg", "ext_port_msg", "ext_module_msg", "bess_msg")
+        ]
         for m in mods:
             if hasattr(m, short):
                 return getattr(m, short)
@@ -343,7 +346,7 @@ class BESS:
         if not resp.HasField("data") or not resp.data.type_url:
             return empty
         type_name = resp.data.type_url.rsplit(".", 1)[-1]
-        for module in ("module_msg", "bess_msg", "port_msg"):
+        for module in ("module_msg", "bess_msg", "port_msg", "ext_module_msg"):
             cls = getattr(self._pb[module], type_name, None)
             if cls is not None:
                 msg = cls()

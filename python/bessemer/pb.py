@@ -23,6 +23,7 @@ _FILES = [
     "ext/bessemer_ports.proto",
     "ext/bessemer_observe.proto",
     "ext/bessemer_service.proto",
+    "ext/bessemer_esp.proto",
     "service.proto",
 ]
 
@@ -81,6 +82,7 @@ def load() -> dict[str, ModuleType]:
         "ext_observe": "ext.bessemer_observe_pb2",
         "ext_service": "ext.bessemer_service_pb2",
         "ext_service_grpc": "ext.bessemer_service_pb2_grpc",
+        "ext_module_msg": "ext.bessemer_esp_pb2",
         "service": "service_pb2",
         "service_grpc": "service_pb2_grpc",
     }

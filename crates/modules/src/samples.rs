@@ -15,6 +15,15 @@ fn field(offset: i64, num_bytes: i64) -> Value {
 pub fn minimal_arg(class: &str, port: &str) -> Value {
     let gates = || Value::map().with("gates", Value::List(vec![Value::Int(0)]));
     match class {
+        // One AES-GCM SA (SPI 256, all-zero test key) so frames reach the crypto.
+        "ESPEncap" | "ESPDecap" => {
+            let sa = Value::map()
+                .with("spi", 256u32)
+                .with("key", vec![0u8; 20])
+                .with("local", "192.0.2.1")
+                .with("peer", "192.0.2.2");
+            Value::map().with("sas", Value::List(vec![sa]))
+        }
         "ExactMatch" | "WildcardMatch" => {
             Value::map().with("fields", Value::List(vec![field(26, 4)]))
         }

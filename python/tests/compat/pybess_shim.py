@@ -185,7 +185,9 @@ class BESS:
         extra = _omec_classes(self._pb["module_msg"].DESCRIPTOR.dependencies[0]) if omec else {}
         # pybess imports every *_msg_pb2 but bess_msg for module arguments, and the ports/
         # folder for driver arguments.
-        self.module_pb = _Namespace.of([self._pb["module_msg"]], extra)
+        # Bessemer's own module classes (ESPEncap, ESPDecap) have their messages in
+        # ext/bessemer_esp.proto, package bess.pb: a pybess built from these protos has them.
+        self.module_pb = _Namespace.of([self._pb["module_msg"], self._pb["ext_module_msg"]], extra)
         self.port_msg = _Namespace.of([self._pb["port_msg"], self._pb["ext_port_msg"]])
         self.channel = None
         self.stub = None

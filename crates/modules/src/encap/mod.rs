@@ -1,4 +1,7 @@
 //! Encapsulation and decapsulation: modules that add or remove headers.
+pub mod esp;
+pub mod esp_decap;
+pub mod esp_encap;
 pub mod ether_encap;
 pub mod generic_decap;
 pub mod generic_encap;
@@ -13,6 +16,8 @@ use bessemer_core::ModuleClass;
 
 /// The classes of this kind.
 pub static CLASSES: &[&ModuleClass] = &[
+    &esp_decap::CLASS,
+    &esp_encap::CLASS,
     &ether_encap::CLASS,
     &generic_decap::CLASS,
     &generic_encap::CLASS,
