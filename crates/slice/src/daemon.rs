@@ -78,6 +78,9 @@ counters! {
     wakeups,
 }
 
+/// Most descriptors taken from the app in one call.
+const MAX_BATCH: usize = 64;
+
 /// One attached app's shared region.
 pub struct Session {
     map: Mapping,
@@ -310,11 +313,15 @@ impl FromApp {
         // Never take more than can be given back, so no frame is lost between the rings.
         let n = (self.tx.avail() as usize)
             .min(max)
-            .min(self.tx_free.room() as usize);
+            .min(self.tx_free.room() as usize)
+            .min(MAX_BATCH);
         let f = self.session.layout.frames_per_dir;
         let fs = self.session.layout.frame_size;
         let mut kept = 0;
         let mut bytes = 0u64;
+        // Frames go back after the batch, so a frame named twice in one batch is caught.
+        let mut back = [0u32; MAX_BATCH];
+        let mut nback = 0;
         for _ in 0..n {
             let (off, len) = layout::undesc(self.tx.pop());
             let Some(i) = self.session.check_offset(off, 1) else {
@@ -326,21 +333,27 @@ impl FromApp {
                 c.invalid_frame_not_held.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
+            self.held[slot] = false;
+            back[nback] = off;
+            nback += 1;
             if len == 0 || len > fs {
                 c.invalid_length.fetch_add(1, Ordering::Relaxed);
-            } else {
-                // SAFETY: i is inside the app→daemon half; len ≤ frame size. The app may
-                // scribble on the frame meanwhile: that changes the bytes, not our memory.
-                let data =
-                    unsafe { std::slice::from_raw_parts(self.session.frame_ptr(i), len as usize) };
-                if take(data) {
-                    kept += 1;
-                    bytes += len as u64;
-                } else {
-                    c.from_app_no_pool_buffer.fetch_add(1, Ordering::Relaxed);
-                }
+                continue;
             }
-            // The frame goes straight back: the packet was copied into daemon memory.
+            // SAFETY: i is inside the app→daemon half; len ≤ frame size. The app may
+            // scribble on the frame meanwhile: that changes the bytes, not our memory.
+            let data =
+                unsafe { std::slice::from_raw_parts(self.session.frame_ptr(i), len as usize) };
+            if take(data) {
+                kept += 1;
+                bytes += len as u64;
+            } else {
+                c.from_app_no_pool_buffer.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        // The frames go straight back: their packets were copied into daemon memory.
+        for &off in &back[..nback] {
+            self.held[(off / fs - f) as usize] = true;
             self.tx_free.push(layout::desc(off, 0));
         }
         if n > 0 {
