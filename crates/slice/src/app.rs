@@ -143,7 +143,7 @@ impl Slice {
     fn valid(&self, off: u32, len: u32, half: u32) -> bool {
         let fs = self.layout.frame_size;
         let f = self.layout.frames_per_dir;
-        off % fs == 0 && off / fs >= half * f && off / fs < (half + 1) * f && len <= fs
+        off.is_multiple_of(fs) && off / fs >= half * f && off / fs < (half + 1) * f && len <= fs
     }
 
     /// Receives up to `out.len()` frames; returns how many. Read each with

@@ -146,7 +146,7 @@ impl Session {
     fn check_offset(&self, off: u32, half: u32) -> Option<u32> {
         let fs = self.layout.frame_size;
         let f = self.layout.frames_per_dir;
-        if off % fs != 0 {
+        if !off.is_multiple_of(fs) {
             return None;
         }
         let idx = off / fs;

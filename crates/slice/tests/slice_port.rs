@@ -224,7 +224,7 @@ fn an_app_that_stops_consuming_never_stalls_the_pipeline() {
     let t = Instant::now();
     for _ in 0..100 {
         h.inject("out", 0, &vec![frame.clone(); 32]);
-        h.inject("other", 0, &[frame.clone()]);
+        h.inject("other", 0, std::slice::from_ref(&frame));
     }
     assert!(
         t.elapsed() < Duration::from_secs(20),
