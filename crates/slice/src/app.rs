@@ -193,6 +193,9 @@ impl Slice {
 
     /// Gives received frames back to the daemon.
     pub fn release(&mut self, ds: &[Desc]) {
+        if ds.is_empty() {
+            return;
+        }
         let _ = self.rx_free.refresh();
         // The free ring holds every receive frame, so there is always room for the app's.
         for d in ds.iter().take(self.rx_free.room() as usize) {
