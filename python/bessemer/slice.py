@@ -89,7 +89,7 @@ class Slice:
         self.frame_size = lib.bslice_frame_size(handle)
 
     @classmethod
-    def attach(cls, path: str, timeout_ms: int = 5000) -> "Slice":
+    def attach(cls, path: str, timeout_ms: int = 5000) -> Slice:
         """Attaches to the SlicePort listening at ``path``."""
         lib = _load()
         h = lib.bslice_attach(path.encode(), timeout_ms)
@@ -146,7 +146,7 @@ class Slice:
             self._lib.bslice_detach(self._h)
             self._h = None
 
-    def __enter__(self) -> "Slice":
+    def __enter__(self) -> Slice:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from bessemer.slice import Slice, SliceError, library_path
+
 from .conftest import ROOT
 
 
