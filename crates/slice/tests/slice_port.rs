@@ -245,6 +245,36 @@ fn an_app_that_stops_consuming_never_stalls_the_pipeline() {
 }
 
 #[test]
+fn random_words_in_every_ring_never_hurt_the_daemon() {
+    let path = temp_path();
+    let mut h = pipeline(&path, 64);
+    for seed in ["1", "77", "4242"] {
+        let mut c = app(&["random", &path, seed]);
+        let t = Instant::now();
+        let status = loop {
+            // Keep both directions busy: the app's rings are read while it scribbles.
+            h.run_task("inc", 0);
+            h.inject("out", 0, &vec![vec![0x22u8; 60]; 4]);
+            if let Some(st) = c.try_wait().unwrap() {
+                break st;
+            }
+            assert!(t.elapsed() < Duration::from_secs(30), "random app hung");
+        };
+        assert!(status.success());
+        wait_until("detach", || !link_up(&h));
+    }
+    let s = counters(&h);
+    assert_eq!(s.attaches, 3);
+    assert!(
+        s.invalid_offset + s.invalid_length + s.invalid_frame_not_held + s.invalid_ring_index > 0
+    );
+    assert_eq!(h.in_use(), 0);
+    // A well-behaved app still gets every frame back afterwards.
+    let out = run_until_exit(&mut h, app(&["roundtrip", &path, "500", "60"]));
+    assert_eq!(out.trim(), "ok rx=500 tx=500");
+}
+
+#[test]
 fn bad_arguments_are_refused_with_clear_errors() {
     let h = Harness::new();
     let mk = |arg: Value| {

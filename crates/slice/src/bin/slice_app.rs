@@ -6,6 +6,7 @@
 //! slice-app hang PATH               attach and never consume
 //! slice-app hold PATH K             round-trip K frames but keep (never release) them
 //! slice-app echo PATH               return every frame received, until the daemon leaves
+//! slice-app random PATH SEED        write random words into every ring and index (2000 rounds)
 //! ```
 //! Prints "ok ..." and exits 0 on success; prints the problem and exits 1 otherwise.
 
@@ -160,6 +161,41 @@ fn main() {
                 s.release(&got[..n]);
                 let refs: Vec<&[u8]> = frames.iter().map(|f| f.as_slice()).collect();
                 s.send_copy(&refs);
+            }
+            println!("ok");
+        }
+        "random" => {
+            // xorshift64: reproducible garbage from the seed, no dependency.
+            let mut x: u64 = num(3, 1) as u64 | 1;
+            let mut next = move || {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x
+            };
+            let mut got = [Desc::default(); 32];
+            for round in 0..2000 {
+                let words: Vec<u64> = (0..8).map(|_| next()).collect();
+                let ring = if round % 2 == 0 {
+                    RingId::Tx
+                } else {
+                    RingId::RxFree
+                };
+                s.push_raw(ring, &words);
+                if round % 7 == 0 {
+                    let r = match next() % 4 {
+                        0 => RingId::Rx,
+                        1 => RingId::RxFree,
+                        2 => RingId::Tx,
+                        _ => RingId::TxFree,
+                    };
+                    s.scribble_index(r, next() as u32);
+                }
+                let n = s.recv_batch(&mut got);
+                s.release(&got[..n]);
+                if round % 100 == 0 {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
             }
             println!("ok");
         }
