@@ -444,6 +444,22 @@ fn seqpacket() -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// True if a stream or seqpacket listener is bound at the address: a datagram connect to
+/// one fails with EPROTOTYPE, to a stale file with ECONNREFUSED, and neither disturbs (or
+/// queues a connection on) a live listener.
+fn listener_alive(a: &libc::sockaddr_un, len: libc::socklen_t) -> bool {
+    // SAFETY: plain syscalls; a valid address of length len.
+    unsafe {
+        let s = libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if s < 0 {
+            return true;
+        }
+        let s = OwnedFd::from_raw_fd(s);
+        let r = libc::connect(s.as_raw_fd(), (a as *const libc::sockaddr_un).cast(), len);
+        r == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ECONNREFUSED)
+    }
+}
+
 /// Connects a SOCK_SEQPACKET socket to `path` ('@' = abstract name).
 pub fn connect(path: &str) -> io::Result<OwnedFd> {
     let (a, len) = sockaddr(path)?;
@@ -472,7 +488,7 @@ impl Server {
                         format!("'{path}' exists and is not a socket; not replacing it"),
                     ));
                 }
-                if connect(path).is_ok() {
+                if listener_alive(&a, len) {
                     return Err(io::Error::new(
                         io::ErrorKind::AddrInUse,
                         format!("slice socket '{path}' is in use by another listener"),

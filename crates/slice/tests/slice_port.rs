@@ -301,6 +301,20 @@ fn bad_arguments_are_refused_with_clear_errors() {
         .err()
         .unwrap();
     assert!(e.to_string().contains("not a socket"), "{e}");
+    // A live slice's path is refused; once it is gone, its stale socket file is replaced.
+    let path = temp_path();
+    let first = mk(Value::map().with("path", path.as_str())).unwrap();
+    let e = mk(Value::map().with("path", path.as_str())).err().unwrap();
+    assert!(e.to_string().contains("in use"), "{e}");
+    assert_eq!(
+        slice_counters(first.port()).unwrap().attaches,
+        0,
+        "the probe must not attach"
+    );
+    let stale = temp_path();
+    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    assert!(std::path::Path::new(&stale).exists());
+    mk(Value::map().with("path", stale.as_str())).unwrap();
     let e = mk(Value::map().with("bogus", 1u64)).err().unwrap();
     assert!(e.to_string().contains("bogus"), "{e}");
 }
