@@ -82,6 +82,12 @@ bench-modules: deps
 bench-ports: deps
 	bench/ports.sh
 
+# Slice library: Mpps between a SlicePort and an application thread, each direction, batches
+# of 32; a table and one JSON line (make bench-slice-lib ARGS=--quick).
+.PHONY: bench-slice-lib
+bench-slice-lib: deps
+	$(CARGO) run --release -q -p bessemer-bench --bin bench-slice-lib -- $(ARGS)
+
 # Planner search scaling (seed 003 Table 5.1 grid on the 82599 model); ends with one JSON
 # line (make bench-planner ARGS=--quick).
 .PHONY: bench-planner

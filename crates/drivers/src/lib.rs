@@ -11,6 +11,7 @@ pub mod partial_csum;
 pub mod pcap_file_port;
 pub mod pcap_port;
 pub mod pmd_port;
+pub mod slice_port;
 pub mod unix_socket_port;
 pub mod vnet;
 pub mod vport;
@@ -25,6 +26,7 @@ pub fn drivers() -> &'static [&'static PortDriver] {
         &pcap_port::DRIVER,
         &pmd_port::DRIVER,
         &pcap_file_port::DRIVER,
+        &slice_port::DRIVER,
         &unix_socket_port::DRIVER,
         &vport::DRIVER,
     ];

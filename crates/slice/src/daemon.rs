@@ -1,0 +1,646 @@
+//! The daemon's side of a slice: the listener that hands a fresh shared region to each app
+//! that attaches, and the two ring ends the port's queues drive.
+//!
+//! Everything the app can write (its ring indices, the descriptors in its rings) is
+//! validated before use; a bad value is counted under a named reason and skipped, so the
+//! daemon never touches memory outside the region nor trusts a frame it did not hand out.
+//! Each attach gets a new region: what a departed (or hung) app left behind is dropped with
+//! the old one, so its frames are reclaimed at once however it left.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::FileTypeExt;
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use crate::layout::{self, hdr, Consumer, Layout, Producer, RingId, RingPtrs};
+use crate::sys::{self, Mapping};
+
+macro_rules! counters {
+    ($($(#[doc = $d:literal])+ $f:ident,)*) => {
+        /// Per-slice counters (daemon side), kept across attaches.
+        #[derive(Default, Debug)]
+        pub struct SliceCounters { $($(#[doc = $d])+ pub $f: AtomicU64,)* }
+        /// A snapshot of [`SliceCounters`].
+        #[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
+        pub struct CounterSnapshot { $($(#[doc = $d])+ pub $f: u64,)* }
+        impl SliceCounters {
+            /// Reads every counter.
+            pub fn snapshot(&self) -> CounterSnapshot {
+                CounterSnapshot { $($f: self.$f.load(Ordering::Relaxed),)* }
+            }
+        }
+        impl CounterSnapshot {
+            /// (name, value) pairs, in declaration order.
+            pub fn named(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($f), self.$f),)*]
+            }
+        }
+    };
+}
+
+counters! {
+    /// Packets handed to the app.
+    to_app_packets,
+    /// Bytes handed to the app.
+    to_app_bytes,
+    /// Packets not handed over: the app's receive ring was full (it stopped consuming).
+    to_app_ring_full,
+    /// Packets not handed over: every daemon→app frame was still held by the app.
+    to_app_no_frame,
+    /// Packets not handed over: longer than a frame.
+    to_app_too_long,
+    /// Packets not handed over: no app attached.
+    to_app_no_app,
+    /// Packets taken from the app.
+    from_app_packets,
+    /// Bytes taken from the app.
+    from_app_bytes,
+    /// Packets taken from the app but dropped: the daemon's packet pool was empty.
+    from_app_no_pool_buffer,
+    /// Descriptors with an offset outside the app's half of the packet area or not on a
+    /// frame boundary.
+    invalid_offset,
+    /// Descriptors with a length of 0 or more than a frame.
+    invalid_length,
+    /// Descriptors naming a frame the app does not hold (a duplicate or a stale one).
+    invalid_frame_not_held,
+    /// Ring indices the app set beyond what the ring allows.
+    invalid_ring_index,
+    /// Apps that attached.
+    attaches,
+    /// Apps that left (closed the socket, exited or crashed).
+    detaches,
+    /// Frames the departed apps still held, reclaimed when they left.
+    reclaimed_frames,
+    /// Eventfd wake-ups sent to a sleeping app.
+    wakeups,
+}
+
+/// Most descriptors taken from the app in one call.
+const MAX_BATCH: usize = 64;
+
+/// One attached app's shared region.
+pub struct Session {
+    map: Mapping,
+    layout: Layout,
+    rx_kick: OwnedFd,
+    memfd: OwnedFd,
+    /// Daemon→app frames the app holds (kept by [`ToApp`], read when the app leaves).
+    to_app_held: AtomicU32,
+}
+
+impl Session {
+    /// Creates a region for `ring_size` entries per ring: header written, every app→daemon
+    /// frame already on the app's free ring.
+    pub fn new(name: &str, ring_size: u32) -> io::Result<Session> {
+        let layout =
+            Layout::new(ring_size).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let memfd = sys::memfd(&format!("slice:{name}"), layout.region_len)?;
+        let map = Mapping::new(memfd.as_raw_fd(), layout.region_len)?;
+        let rx_kick = sys::eventfd()?;
+        // SAFETY: the mapping is region_len bytes and nobody else sees it yet.
+        unsafe {
+            layout.write_header(map.base());
+            let mut free = Producer::new(RingPtrs::new(map.base(), &layout, RingId::TxFree), 0);
+            let _ = free.refresh();
+            for i in 0..layout.frames_per_dir {
+                free.push(layout::desc(
+                    (layout.frames_per_dir + i) * layout.frame_size,
+                    0,
+                ));
+            }
+            free.publish();
+        }
+        Ok(Session {
+            map,
+            layout,
+            rx_kick,
+            memfd,
+            to_app_held: AtomicU32::new(0),
+        })
+    }
+
+    /// The region's geometry.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    fn ring(&self, id: RingId) -> RingPtrs {
+        // SAFETY: the mapping lives as long as self, and the ring ends keep an Arc to self.
+        unsafe { RingPtrs::new(self.map.base(), &self.layout, id) }
+    }
+
+    fn frame_ptr(&self, idx: u32) -> *mut u8 {
+        // SAFETY: callers pass idx < 2 * frames_per_dir, inside the area.
+        unsafe {
+            self.map
+                .base()
+                .add(self.layout.area_off + idx as usize * self.layout.frame_size as usize)
+        }
+    }
+
+    /// Validates an app-written descriptor against `half` (0: daemon→app frames, 1:
+    /// app→daemon): the frame index, or the reason it is bad.
+    fn check_offset(&self, off: u32, half: u32) -> Option<u32> {
+        let fs = self.layout.frame_size;
+        let f = self.layout.frames_per_dir;
+        if !off.is_multiple_of(fs) {
+            return None;
+        }
+        let idx = off / fs;
+        (idx >= half * f && idx < (half + 1) * f).then_some(idx)
+    }
+}
+
+/// The daemon→app direction (driven by the port's outgoing queue).
+pub struct ToApp {
+    session: Arc<Session>,
+    counters: Arc<SliceCounters>,
+    rx: Producer,
+    rx_free: Consumer,
+    free: Vec<u32>,
+    held: Vec<bool>,
+}
+
+/// Why a packet could not be handed to the app.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ToAppError {
+    /// The app's receive ring is full.
+    RingFull,
+    /// Every frame is held by the app.
+    NoFrame,
+    /// Longer than a frame.
+    TooLong,
+}
+
+impl ToApp {
+    /// The daemon→app end of `session`.
+    pub fn new(session: Arc<Session>, counters: Arc<SliceCounters>) -> ToApp {
+        let f = session.layout.frames_per_dir;
+        ToApp {
+            rx: Producer::new(session.ring(RingId::Rx), 0),
+            rx_free: Consumer::new(session.ring(RingId::RxFree), 0),
+            free: (0..f).rev().collect(),
+            held: vec![false; f as usize],
+            session,
+            counters,
+        }
+    }
+
+    /// Takes back the frames the app returned, then reads the free room of its ring.
+    /// Returns how many packets may be pushed.
+    pub fn begin(&mut self) -> u32 {
+        let c = &self.counters;
+        if self.rx_free.refresh().is_err() {
+            c.invalid_ring_index.fetch_add(1, Ordering::Relaxed);
+        }
+        let n = self.rx_free.avail();
+        for _ in 0..n {
+            let (off, _) = layout::undesc(self.rx_free.pop());
+            match self.session.check_offset(off, 0) {
+                None => c.invalid_offset.fetch_add(1, Ordering::Relaxed),
+                Some(i) if !self.held[i as usize] => {
+                    c.invalid_frame_not_held.fetch_add(1, Ordering::Relaxed)
+                }
+                Some(i) => {
+                    self.held[i as usize] = false;
+                    self.free.push(i);
+                    continue;
+                }
+            };
+        }
+        if n > 0 {
+            self.rx_free.release();
+            self.publish_held();
+        }
+        if self.rx.refresh().is_err() {
+            c.invalid_ring_index.fetch_add(1, Ordering::Relaxed);
+        }
+        self.rx.room()
+    }
+
+    /// Copies one packet into a free frame and queues it (visible after `finish`).
+    pub fn push(&mut self, data: &[u8]) -> Result<(), ToAppError> {
+        let l = &self.session.layout;
+        if data.len() > l.frame_size as usize {
+            return Err(ToAppError::TooLong);
+        }
+        if self.rx.room() == 0 {
+            return Err(ToAppError::RingFull);
+        }
+        let Some(i) = self.free.pop() else {
+            return Err(ToAppError::NoFrame);
+        };
+        // SAFETY: i < frames_per_dir; the frame is ours (not held by the app); len fits.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.session.frame_ptr(i), data.len())
+        };
+        self.held[i as usize] = true;
+        self.rx
+            .push(layout::desc(i * l.frame_size, data.len() as u32));
+        Ok(())
+    }
+
+    fn publish_held(&self) {
+        self.session.to_app_held.store(
+            self.session.layout.frames_per_dir - self.free.len() as u32,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Publishes what was pushed and wakes the app if it sleeps.
+    pub fn finish(&mut self, pushed: u32) {
+        if pushed == 0 {
+            return;
+        }
+        self.rx.publish();
+        self.publish_held();
+        // Pairs with the app's fence between setting APP_WAITING and re-checking the ring.
+        fence(Ordering::SeqCst);
+        // SAFETY: the header lies inside the mapping.
+        let waiting = unsafe {
+            (*self
+                .session
+                .map
+                .base()
+                .add(hdr::APP_WAITING)
+                .cast::<AtomicU32>())
+            .load(Ordering::Relaxed)
+        };
+        if waiting != 0 {
+            sys::kick(self.session.rx_kick.as_raw_fd());
+            self.counters.wakeups.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The app→daemon direction (driven by the port's incoming queue).
+pub struct FromApp {
+    session: Arc<Session>,
+    counters: Arc<SliceCounters>,
+    tx: Consumer,
+    tx_free: Producer,
+    held: Vec<bool>,
+}
+
+impl FromApp {
+    /// The app→daemon end of `session` (the app starts with every frame of its half).
+    pub fn new(session: Arc<Session>, counters: Arc<SliceCounters>) -> FromApp {
+        let f = session.layout.frames_per_dir;
+        FromApp {
+            tx: Consumer::new(session.ring(RingId::Tx), 0),
+            tx_free: Producer::new(session.ring(RingId::TxFree), f),
+            held: vec![true; f as usize],
+            session,
+            counters,
+        }
+    }
+
+    /// Takes up to `max` packets the app sent, calling `take` with each one's bytes (it
+    /// returns false if it could not keep the packet: counted as `from_app_no_pool_buffer`),
+    /// and gives the frames back at once. Returns how many `take` kept.
+    pub fn recv(&mut self, max: usize, mut take: impl FnMut(&[u8]) -> bool) -> usize {
+        let c = &self.counters;
+        if self.tx.refresh().is_err() {
+            c.invalid_ring_index.fetch_add(1, Ordering::Relaxed);
+            return 0;
+        }
+        if self.tx_free.refresh().is_err() {
+            c.invalid_ring_index.fetch_add(1, Ordering::Relaxed);
+        }
+        // Never take more than can be given back, so no frame is lost between the rings.
+        let n = (self.tx.avail() as usize)
+            .min(max)
+            .min(self.tx_free.room() as usize)
+            .min(MAX_BATCH);
+        let f = self.session.layout.frames_per_dir;
+        let fs = self.session.layout.frame_size;
+        let mut kept = 0;
+        let mut bytes = 0u64;
+        // Frames go back after the batch, so a frame named twice in one batch is caught.
+        let mut back = [0u32; MAX_BATCH];
+        let mut nback = 0;
+        for _ in 0..n {
+            let (off, len) = layout::undesc(self.tx.pop());
+            let Some(i) = self.session.check_offset(off, 1) else {
+                c.invalid_offset.fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
+            let slot = (i - f) as usize;
+            if !self.held[slot] {
+                c.invalid_frame_not_held.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            self.held[slot] = false;
+            back[nback] = off;
+            nback += 1;
+            if len == 0 || len > fs {
+                c.invalid_length.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            // SAFETY: i is inside the app→daemon half; len ≤ frame size. The app may
+            // scribble on the frame meanwhile: that changes the bytes, not our memory.
+            let data =
+                unsafe { std::slice::from_raw_parts(self.session.frame_ptr(i), len as usize) };
+            if take(data) {
+                kept += 1;
+                bytes += len as u64;
+            } else {
+                c.from_app_no_pool_buffer.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        // The frames go straight back: their packets were copied into daemon memory.
+        for &off in &back[..nback] {
+            self.held[(off / fs - f) as usize] = true;
+            self.tx_free.push(layout::desc(off, 0));
+        }
+        if n > 0 {
+            self.tx.release();
+            self.tx_free.publish();
+        }
+        c.from_app_packets.fetch_add(kept as u64, Ordering::Relaxed);
+        c.from_app_bytes.fetch_add(bytes, Ordering::Relaxed);
+        kept
+    }
+}
+
+/// The daemon's listener: one app at a time; each attach gets a fresh [`Session`].
+pub struct Server {
+    shared: Arc<ServerShared>,
+    stop: OwnedFd,
+    thread: Option<JoinHandle<()>>,
+    path: String,
+    bound_file: bool,
+}
+
+/// What the listener thread and the port's queues share.
+pub struct ServerShared {
+    /// Per-slice counters.
+    pub counters: Arc<SliceCounters>,
+    session: Mutex<Option<Arc<Session>>>,
+    generation: AtomicU64,
+    attached: AtomicBool,
+}
+
+impl ServerShared {
+    /// Bumped at every attach and detach: a queue whose cached number differs re-reads
+    /// the session.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// The current session and its generation number.
+    pub fn session(&self) -> (u64, Option<Arc<Session>>) {
+        let s = self.session.lock().unwrap_or_else(|p| p.into_inner());
+        (self.generation(), s.clone())
+    }
+
+    /// True while an app is attached.
+    pub fn attached(&self) -> bool {
+        self.attached.load(Ordering::Acquire)
+    }
+
+    fn set(&self, s: Option<Arc<Session>>) {
+        let mut cur = self.session.lock().unwrap_or_else(|p| p.into_inner());
+        self.attached.store(s.is_some(), Ordering::Release);
+        *cur = s;
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+fn sockaddr(path: &str) -> io::Result<(libc::sockaddr_un, libc::socklen_t)> {
+    // SAFETY: all zeroes is a valid sockaddr_un.
+    let mut a: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    a.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let abstract_name = path.starts_with('@');
+    if path.is_empty() || path.as_bytes().contains(&0) || path.len() >= a.sun_path.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "slice socket path '{path}' must be 1..{} bytes without NUL",
+                a.sun_path.len() - 1
+            ),
+        ));
+    }
+    for (d, s) in a.sun_path.iter_mut().zip(path.bytes()) {
+        *d = s as libc::c_char;
+    }
+    if abstract_name {
+        a.sun_path[0] = 0;
+    }
+    let len = std::mem::size_of::<libc::sa_family_t>() + path.len() + usize::from(!abstract_name);
+    Ok((a, len as libc::socklen_t))
+}
+
+fn seqpacket() -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall.
+    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fresh descriptor.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// True if a stream or seqpacket listener is bound at the address: a datagram connect to
+/// one fails with EPROTOTYPE, to a stale file with ECONNREFUSED, and neither disturbs (or
+/// queues a connection on) a live listener.
+fn listener_alive(a: &libc::sockaddr_un, len: libc::socklen_t) -> bool {
+    // SAFETY: plain syscalls; a valid address of length len.
+    unsafe {
+        let s = libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if s < 0 {
+            return true;
+        }
+        let s = OwnedFd::from_raw_fd(s);
+        let r = libc::connect(s.as_raw_fd(), (a as *const libc::sockaddr_un).cast(), len);
+        r == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ECONNREFUSED)
+    }
+}
+
+/// Connects a SOCK_SEQPACKET socket to `path` ('@' = abstract name).
+pub fn connect(path: &str) -> io::Result<OwnedFd> {
+    let (a, len) = sockaddr(path)?;
+    let s = seqpacket()?;
+    // SAFETY: a valid address of length len.
+    if unsafe { libc::connect(s.as_raw_fd(), (&a as *const libc::sockaddr_un).cast(), len) } != 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("connect({path}): {e}")));
+    }
+    Ok(s)
+}
+
+impl Server {
+    /// Listens at `path` ('@' = abstract name; a stale socket file nobody listens on is
+    /// replaced, any other existing file refused) for apps, giving each a region with rings of
+    /// `ring_size` entries.
+    pub fn bind(name: &str, path: &str, ring_size: u32) -> io::Result<Server> {
+        Layout::new(ring_size).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let (a, len) = sockaddr(path)?;
+        let abstract_name = path.starts_with('@');
+        if !abstract_name {
+            if let Ok(m) = std::fs::symlink_metadata(path) {
+                if !m.file_type().is_socket() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::AlreadyExists,
+                        format!("'{path}' exists and is not a socket; not replacing it"),
+                    ));
+                }
+                if listener_alive(&a, len) {
+                    return Err(io::Error::new(
+                        io::ErrorKind::AddrInUse,
+                        format!("slice socket '{path}' is in use by another listener"),
+                    ));
+                }
+                let _ = std::fs::remove_file(path);
+            }
+        }
+        let listen = seqpacket()?;
+        // SAFETY: valid address; plain syscalls on our socket.
+        unsafe {
+            if libc::bind(
+                listen.as_raw_fd(),
+                (&a as *const libc::sockaddr_un).cast(),
+                len,
+            ) != 0
+            {
+                let e = io::Error::last_os_error();
+                return Err(io::Error::new(e.kind(), format!("bind({path}): {e}")));
+            }
+            if libc::listen(listen.as_raw_fd(), 4) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        let stop = sys::eventfd()?;
+        let shared = Arc::new(ServerShared {
+            counters: Arc::default(),
+            session: Mutex::new(None),
+            generation: AtomicU64::new(0),
+            attached: AtomicBool::new(false),
+        });
+        let t = Listener {
+            shared: shared.clone(),
+            listen,
+            stop: stop.as_raw_fd(),
+            name: name.to_string(),
+            ring_size,
+        };
+        let thread = std::thread::Builder::new()
+            .name(format!("slice:{name}"))
+            .spawn(move || t.run())?;
+        Ok(Server {
+            shared,
+            stop,
+            thread: Some(thread),
+            path: path.to_string(),
+            bound_file: !abstract_name,
+        })
+    }
+
+    /// State shared with the queues.
+    pub fn shared(&self) -> &Arc<ServerShared> {
+        &self.shared
+    }
+
+    /// The socket path.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        sys::kick(self.stop.as_raw_fd());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        if self.bound_file {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+struct Listener {
+    shared: Arc<ServerShared>,
+    listen: OwnedFd,
+    stop: RawFd,
+    name: String,
+    ring_size: u32,
+}
+
+impl Listener {
+    /// Waits on `fd` and the stop eventfd; true if `fd` became ready (false: stop).
+    fn wait(&self, fd: RawFd) -> bool {
+        loop {
+            let mut p = [
+                libc::pollfd {
+                    fd: self.stop,
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // SAFETY: two valid pollfds.
+            let r = unsafe { libc::poll(p.as_mut_ptr(), 2, -1) };
+            if r < 0 {
+                continue;
+            }
+            if p[0].revents != 0 {
+                return false;
+            }
+            if p[1].revents != 0 {
+                return true;
+            }
+        }
+    }
+
+    fn run(self) {
+        while self.wait(self.listen.as_raw_fd()) {
+            // SAFETY: accept on our listening socket.
+            let c = unsafe {
+                libc::accept4(
+                    self.listen.as_raw_fd(),
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    libc::SOCK_CLOEXEC,
+                )
+            };
+            if c < 0 {
+                continue;
+            }
+            // SAFETY: fresh descriptor.
+            let client = unsafe { OwnedFd::from_raw_fd(c) };
+            let Ok(session) = Session::new(&self.name, self.ring_size) else {
+                continue;
+            };
+            let mut hello = Vec::with_capacity(16);
+            hello.extend_from_slice(&layout::MAGIC.to_le_bytes());
+            hello.extend_from_slice(&(session.layout.region_len as u64).to_le_bytes());
+            let fds = [session.memfd.as_raw_fd(), session.rx_kick.as_raw_fd()];
+            if sys::send_fds(client.as_raw_fd(), &hello, &fds).is_err() {
+                continue;
+            }
+            let session = Arc::new(session);
+            let c = &self.shared.counters;
+            c.attaches.fetch_add(1, Ordering::Relaxed);
+            self.shared.set(Some(session.clone()));
+            // The app never writes to the socket: readable means it closed (or died).
+            let stopping = !self.wait(client.as_raw_fd());
+            self.shared.set(None);
+            c.detaches.fetch_add(1, Ordering::Relaxed);
+            c.reclaimed_frames.fetch_add(
+                session.to_app_held.load(Ordering::Relaxed) as u64,
+                Ordering::Relaxed,
+            );
+            if stopping {
+                return;
+            }
+        }
+    }
+}
