@@ -16,7 +16,7 @@ from bessemer import cli
 from bessemer.client import BESS
 from bessemer.script import ScriptError, run_script
 
-from .conftest import ROOT_ONLY, ogate_packets, sh
+from .conftest import ROOT, ROOT_ONLY, ogate_packets, sh
 
 
 def _leaves_by_worker(b: BESS) -> dict[int, set[str]]:
@@ -241,17 +241,7 @@ def test_flows_over_two_queues_on_two_workers_keep_order_and_counts_add_up(bess,
     assert list(b.check_scheduling_constraints().modules) == []
 
     nflows, per_flow = 64, 40
-    r = subprocess.run(
-        ["ip", "netns", "exec", ns, "python3", "-c", NS_PROGRAM, host, str(nflows), str(per_flow)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert r.returncode == 0, r.stderr
-    res = json.loads(r.stdout)
-    got = {int(k): v for k, v in res["got"].items()}
-    assert res["sent"] == nflows * per_flow
+    got = _send_flows(ns, host, nflows, per_flow)
     # Every flow's packets came back in the order they were sent, none lost.
     for flow in range(nflows):
         assert got.get(flow) == list(range(per_flow)), f"flow {flow}: {got.get(flow)}"
@@ -270,3 +260,28 @@ def test_flows_over_two_queues_on_two_workers_keep_order_and_counts_add_up(bess,
     assert stats.inc.packets == sum(ins)
     assert stats.out.packets + stats.out.dropped == sum(ins)
     assert stats.out.dropped == 0
+
+
+def _send_flows(ns: str, host: str, nflows: int, per_flow: int) -> dict[int, list[int]]:
+    r = subprocess.run(
+        ["ip", "netns", "exec", ns, "python3", "-c", NS_PROGRAM, host, str(nflows), str(per_flow)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert res["sent"] == nflows * per_flow
+    return {int(k): v for k, v in res["got"].items()}
+
+
+@ROOT_ONLY
+@pytest.mark.parametrize("sample", ["duplicated", "chained"])
+def test_figure_5_9_samples_over_a_veth_keep_every_flow_in_order(bess, two_queue_veth, sample):
+    ns, sw, host = two_queue_veth
+    run_script(ROOT / "conf" / "samples" / f"{sample}.bess", bess, env={"IFACE": sw})
+    assert list(bess.check_scheduling_constraints().modules) == []
+    got = _send_flows(ns, host, 32, 30)
+    for flow in range(32):
+        assert got.get(flow) == list(range(30)), f"flow {flow}: {got.get(flow)}"
