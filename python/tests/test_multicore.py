@@ -5,6 +5,7 @@ pipeline duplicated on two workers, each flow in order and every counter adding 
 from __future__ import annotations
 
 import json
+import shutil
 import struct
 import subprocess
 import time
@@ -194,6 +195,8 @@ print(json.dumps({"sent": sent, "got": {str(k): v for k, v in got.items()}}))
 def two_queue_veth():
     """A veth pair with 2 queues each way: one end in the root namespace (the daemon's),
     the other in a fresh namespace; removed afterwards."""
+    if shutil.which("ethtool") is None:
+        pytest.skip("needs ethtool (apt-get install ethtool; scripts/install-deps.sh does)")
     tag = uuid.uuid4().hex[:6]
     ns, sw, host = f"mcq{tag}", f"mcs{tag}", f"mch{tag}"
     assert sh("ip", "netns", "add", ns).returncode == 0
@@ -225,8 +228,6 @@ def two_queue_veth():
 
 @ROOT_ONLY
 def test_flows_over_two_queues_on_two_workers_keep_order_and_counts_add_up(bess, two_queue_veth):
-    if sh("which", "ethtool").returncode != 0:
-        pytest.skip("needs ethtool (apt-get install ethtool)")
     ns, sw, host = two_queue_veth
     b = bess
     b.add_worker(0, 0)
