@@ -278,10 +278,10 @@ def _send_flows(ns: str, host: str, nflows: int, per_flow: int) -> dict[int, lis
 
 
 @ROOT_ONLY
-@pytest.mark.parametrize("sample", ["duplicated", "chained"])
+@pytest.mark.parametrize("sample", ["multicore/duplicated", "samples/chained"])
 def test_figure_5_9_samples_over_a_veth_keep_every_flow_in_order(bess, two_queue_veth, sample):
     ns, sw, host = two_queue_veth
-    run_script(ROOT / "conf" / "samples" / f"{sample}.bess", bess, env={"IFACE": sw})
+    run_script(ROOT / "conf" / f"{sample}.bess", bess, env={"IFACE": sw})
     assert list(bess.check_scheduling_constraints().modules) == []
     got = _send_flows(ns, host, 32, 30)
     for flow in range(32):
