@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: deps build demo demo-inprocess test test-rust test-python lint lint-python fmt bench-core bench-profile bench-modules bench-ports bench-upf bench-slices bench-planner bench-megapipe soak-megapipe fuzz clean
+.PHONY: deps build demo demo-inprocess test test-rust test-python lint lint-python fmt bench-core bench-profile bench-modules bench-ports bench-upf bench-slices bench-slice-lib bench-scaling bench-planner bench-megapipe soak soak-megapipe fuzz clean
 
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -72,6 +72,12 @@ bench-slices: deps
 CASE ?= src_sink_60
 bench-profile: deps
 	bench/profile.sh $(CASE)
+
+# Multi-core scaling in memory: one and two workers, duplicated and chained, 60 and 1500 B,
+# with the share of CPU the workers got; a table and one JSON line (make bench-scaling
+# ARGS=--quick).
+bench-scaling: deps
+	bench/scaling.sh $(ARGS)
 
 # Per-class cost of the module classes (ns/packet, Mpps) on one core; ends with one JSON line.
 bench-modules: deps

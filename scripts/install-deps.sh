@@ -19,6 +19,8 @@ have ip || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || need_apt+=(iproute2)
 have ping || [ -x /usr/bin/ping ] || [ -x /bin/ping ] || need_apt+=(iputils-ping)
 # Port traffic tests send a file across the switch with iperf3.
 have iperf3 || [ -x /usr/bin/iperf3 ] || need_apt+=(iperf3)
+# Multi-queue tests give veth pairs two channels with ethtool -L.
+have ethtool || [ -x /usr/sbin/ethtool ] || [ -x /sbin/ethtool ] || need_apt+=(ethtool)
 # Observability tests: promtool checks /metrics and a real Prometheus scrapes it; the web
 # view is loaded in headless Chromium.
 have promtool || need_apt+=(prometheus)

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import render
+from . import multicore, render
 from .client import BESS, DEFAULT_PORT, split_queue_args
 from .progress import Progress
 from .script import ScriptError, run_script
@@ -342,10 +342,35 @@ def delete_port(s: Session, args) -> None:
 
 
 def command_module(s: Session, args) -> None:
-    out = s.bess.run_module_command(
-        args.name, args.cmd, args.arg_type, _literal(args.arg, "command argument")
-    )
-    print(render.message(out))
+    arg = _literal(args.arg, "command argument")
+    names = [args.name]
+    if args.name not in {m.name for m in s.bess.list_modules()}:
+        # A duplicated pipeline's template name: the command runs on every copy.
+        names = multicore.copies_of(s.bess, args.name) or names
+    for name in names:
+        out = s.bess.run_module_command(name, args.cmd, args.arg_type, arg)
+        if len(names) > 1:
+            print(f"{name}:")
+        print(render.message(out))
+
+
+def duplicate(s: Session, args) -> None:
+    """One copy of TEMPLATE per worker (multicore.duplicate), as a script's duplicate()."""
+    try:
+        workers = [int(w) for w in args.workers.split(",")]
+    except ValueError:
+        raise CliError(
+            f"--workers: a comma-separated list of worker ids, not {args.workers!r}"
+        ) from None
+    with _changing(s):
+        try:
+            dup = multicore.duplicate(
+                s.bess, args.template, workers, args.dup_port, args.out_port, args.name
+            )
+        except SyntaxError as exc:
+            raise CliError(f"template: {exc.msg}") from None
+    for wid, copy in zip(dup.workers, dup.copies, strict=True):
+        print(f"worker {wid}: {', '.join(m.name for m in copy.values())}")
 
 
 # --- show, check -------------------------------------------------------------------------
@@ -715,6 +740,22 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("name")
     c.add_argument("--keep", action="store_true", help="disconnect NAME but do not destroy it")
     c.set_defaults(func=unsplice)
+
+    c = top.add_parser(
+        "duplicate",
+        help="copy a pipeline onto several workers, one queue pair each",
+        description='Build one copy of TEMPLATE (.bess text, e.g. "ttl::UpdateTTL() -> '
+        "MACSwap()\") per worker: with --port, worker i's copy runs QueueInc(qid=i) -> "
+        "TEMPLATE -> QueueOut(qid=i); without, the template brings its own tasks. Copies are "
+        "named NAME@wWID; `command module NAME ...` runs on every copy.",
+        exit_on_error=False,
+    )
+    c.add_argument("template")
+    c.add_argument("--workers", required=True, help="worker ids, e.g. 0,1 (each must exist)")
+    c.add_argument("--port", dest="dup_port", help="a port with one queue pair per worker")
+    c.add_argument("--out-port", help="send to this port's queue i instead of --port's")
+    c.add_argument("--name", default="dup", help="prefix of unnamed copies (dup)")
+    c.set_defaults(func=duplicate)
 
     c = top.add_parser(
         "replay",

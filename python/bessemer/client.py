@@ -280,6 +280,13 @@ class BESS:
         """The workers' status messages."""
         return list(self._call("ListWorkers", self._empty()).workers_status)
 
+    def duplicate(self, template, workers, port=None, out_port=None, name: str = "dup"):
+        """One copy of `template` per worker, worker i on queue pair i of `port` (Bessemer's
+        own: see `bessemer.multicore.duplicate` and docs/multicore.md)."""
+        from .multicore import duplicate
+
+        return duplicate(self, template, workers, port, out_port, name)
+
     def list_mclasses(self) -> list[str]:
         """Names of the module classes."""
         return list(self._call("ListMclass", self._empty()).names)

@@ -14,6 +14,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from . import multicore
 from .client import BESS, split_queue_args
 from .progress import Progress
 from .sugar import SugarError, translate
@@ -134,6 +135,24 @@ def _port_factory(bess: BESS, driver: str):
     return create
 
 
+def _duplicate_in(bess: BESS, scope: dict[str, Any]):
+    """The script's `duplicate(template, workers=[...], port=p)` (see `multicore.duplicate`):
+    afterwards each template module's name is bound to the group of its copies, so a
+    command on it runs on every copy."""
+
+    def duplicate(template, workers, port=None, out_port=None, name: str = "dup"):
+        factories = {k: scope[k] for k in bess.list_mclasses()}
+        dup = multicore.duplicate(
+            bess, template, workers, port, out_port, name, factories=factories, scope=scope
+        )
+        for key, group in dup.groups().items():
+            if key.isidentifier():
+                scope[key] = group
+        return dup
+
+    return duplicate
+
+
 def _env_lookup(env: dict[str, str]):
     def lookup(key: str, *default):
         if key in env:
@@ -164,6 +183,7 @@ def run_script(path: str | os.PathLike, bess: BESS, env: dict[str, str] | None =
         scope[mclass] = _factory(bess, mclass)
     for driver in bess.list_drivers():
         scope[driver] = _port_factory(bess, driver)
+    scope["duplicate"] = _duplicate_in(bess, scope)
     # As bessctl does: workers pause while the script changes the pipeline, and everything
     # runs once it is done (a worker 0 is started if the script made none).
     progress = Progress(Path(path).name, "requests")

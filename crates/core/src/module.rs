@@ -271,6 +271,14 @@ impl ModuleClass {
                 s += &format!("    {}({}): {}\n", c.name, c.arg_type, c.help);
             }
         }
+        // Thread safety and what `duplicate` (docs/multicore.md) makes of the class.
+        s += if self.mt_safe {
+            "  workers: any number; duplicated: a copy per worker (its own state), or one \
+             instance the copies share (the template references it)\n"
+        } else {
+            "  workers: one; duplicated: a copy per worker with its own state (commands on the \
+             template name reach every copy)\n"
+        };
         if !self.drop_reasons.is_empty() {
             s += &format!("  drop reasons: {}\n", self.drop_reasons.join(", "));
         }

@@ -3,6 +3,7 @@ pub mod buffer;
 pub mod drr;
 #[allow(clippy::module_inception)]
 pub mod queue;
+pub mod ring;
 
 use bessemer_core::ModuleClass;
 

@@ -7,7 +7,8 @@ use bessemer_core::{
     handler, Args, CommandSpec, Context, Error, Instance, ModuleClass, Packet, PacketBatch, Result,
     SharedModule, Value, MAX_BURST,
 };
-use crossbeam_queue::ArrayQueue;
+
+use super::ring::Ring;
 
 bessemer_core::drop_reasons! {
     /// Why Queue drops packets.
@@ -22,7 +23,8 @@ bessemer_core::drop_reasons! {
 /// `get_status` and its description) once it is more than half full; upstream tasks are
 /// not throttled automatically.
 pub struct Queue {
-    ring: RwLock<ArrayQueue<Packet>>,
+    // The lock is only written by `set_size` (workers paused); readers share it.
+    ring: RwLock<Ring<Packet>>,
     burst: AtomicUsize,
     backpressure: bool,
     enqueued: AtomicU64,
@@ -66,11 +68,15 @@ impl Queue {
                 ring.len()
             )));
         }
-        let new = ArrayQueue::new(size);
-        while let Some(p) = ring.pop() {
-            if let Err(p) = new.push(p) {
-                ctx.drop_packet(p, QueueDrop::Full);
-            }
+        let new = Ring::new(size);
+        let mut held = Vec::with_capacity(ring.len());
+        while ring.pop_burst(usize::MAX, |p| held.push(p)) > 0 {}
+        let n = held.len();
+        let mut rest = held.into_iter();
+        // Fits: the size was checked against what the ring held.
+        new.push_burst(n, &mut rest);
+        for p in rest {
+            ctx.drop_packet(p, QueueDrop::Full);
         }
         *ring = new;
         Ok(Value::Null)
@@ -92,17 +98,19 @@ impl Queue {
 impl SharedModule for Queue {
     fn process_batch(&self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         let ring = self.ring.read().unwrap();
-        let mut ok = 0;
-        for p in batch.drain() {
-            match ring.push(p) {
-                Ok(()) => ok += 1,
-                Err(p) => {
-                    self.dropped.fetch_add(1, Ordering::Relaxed);
-                    ctx.drop_packet(p, QueueDrop::Full);
-                }
-            }
+        let n = batch.len();
+        let mut pkts = batch.drain();
+        let ok = ring.push_burst(n, &mut pkts);
+        drop(ring);
+        let mut full = 0;
+        for p in pkts {
+            full += 1;
+            ctx.drop_packet(p, QueueDrop::Full);
         }
-        self.enqueued.fetch_add(ok, Ordering::Relaxed);
+        if full > 0 {
+            self.dropped.fetch_add(full, Ordering::Relaxed);
+        }
+        self.enqueued.fetch_add(ok as u64, Ordering::Relaxed);
     }
 
     fn run_task(&self, ctx: &mut Context, _arg: u64) -> TaskResult {
@@ -110,12 +118,11 @@ impl SharedModule for Queue {
         let burst = self.burst.load(Ordering::Relaxed);
         let mut b = PacketBatch::new();
         let mut bits = 0;
-        while b.len() < burst {
-            let Some(p) = ring.pop() else { break };
+        ring.pop_burst(burst, |p| {
             bits += p.bits();
-            // SAFETY: the loop stops at burst <= MAX_BURST.
+            // SAFETY: at most burst <= MAX_BURST packets are taken.
             unsafe { b.push_unchecked(p) };
-        }
+        });
         drop(ring);
         let n = b.len() as u32;
         self.dequeued.fetch_add(n as u64, Ordering::Relaxed);
@@ -140,9 +147,7 @@ impl SharedModule for Queue {
 
     fn deinit(&self, ctx: &mut Context) {
         let ring = self.ring.read().unwrap();
-        while let Some(p) = ring.pop() {
-            ctx.free(p);
-        }
+        while ring.pop_burst(usize::MAX, |p| ctx.free(p)) > 0 {}
     }
 }
 
@@ -192,7 +197,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         a.finish()?;
         init.register_task(0);
         Ok(Instance::Shared(Box::new(Queue {
-            ring: RwLock::new(ArrayQueue::new(size)),
+            ring: RwLock::new(Ring::new(size)),
             burst: AtomicUsize::new(MAX_BURST),
             backpressure,
             enqueued: AtomicU64::new(0),
