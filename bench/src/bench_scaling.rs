@@ -247,6 +247,20 @@ fn main() {
         );
         results.push((c.name(), s));
     }
+    let needed = [
+        "dup1_60",
+        "dup2_60",
+        "chain1_60",
+        "chain2_60",
+        "dup1_1500",
+        "dup2_1500",
+        "chain1_1500",
+        "chain2_1500",
+    ];
+    if !needed.iter().all(|n| results.iter().any(|(k, _)| k == n)) {
+        println!("\n(ratios and the JSON line need every case; --only ran a subset)");
+        return;
+    }
     let get = |n: &str| &results.iter().find(|(k, _)| k == n).unwrap().1;
     let ratio = |two: &str, one: &str| get(two).median.mpps / get(one).median.mpps.max(1e-9);
     // What two uncontended cores would do: per-CPU-second rates, two cores' worth vs one.
