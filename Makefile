@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: deps build demo demo-inprocess test test-rust test-python lint lint-python fmt bench-core bench-profile bench-modules bench-ports bench-upf fuzz clean
+.PHONY: deps build demo demo-inprocess test test-rust test-python lint lint-python fmt bench-core bench-profile bench-modules bench-ports bench-upf fuzz clean soak
 
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -80,6 +80,13 @@ bench-ports: deps
 # toolchain); make test replays the saved corpus on stable.
 fuzz:
 	scripts/fuzz.sh
+
+# The soak for SOAK_SECS seconds (default 600; make test runs it for 60): traffic between
+# namespaces through a pipeline the controller changes every 100 ms, with hostile requests;
+# checks leaks, packet accounting, RSS growth and request latency, prints the figures (root).
+SOAK_SECS ?= 600
+soak: deps $(PY_STAMP)
+	cd python && SOAK_SECS=$(SOAK_SECS) ../$(PY) -m pytest -q -s -rs tests/test_soak.py
 
 clean:
 	$(CARGO) clean
