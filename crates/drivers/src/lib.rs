@@ -14,6 +14,7 @@ pub mod pmd_port;
 pub mod unix_socket_port;
 pub mod vnet;
 pub mod vport;
+pub mod xdp_desc;
 
 use bessemer_core::port::PortDriver;
 
