@@ -253,6 +253,27 @@ fn need_name(s: &str, what: &str) -> Result<String> {
     Ok(s.to_string())
 }
 
+/// Most modules at once: CreateModule and transactions refuse more with ENOMEM.
+pub const MAX_MODULES: usize = 65_536;
+/// Most ports at once.
+pub const MAX_PORTS: usize = 1_024;
+/// Most traffic classes at once, over all workers.
+pub const MAX_TCS: usize = 65_536;
+/// Most gate hooks installed at once, over all gates.
+pub const MAX_GATE_HOOKS: usize = 65_536;
+
+/// Refuses to make `adding` more of `what` when `have` exist and `max` are allowed (ENOMEM,
+/// naming the limit).
+fn check_room(what: &str, have: usize, adding: usize, max: usize) -> Result<()> {
+    if have.saturating_add(adding) > max {
+        return Err(Error::new(
+            libc::ENOMEM,
+            format!("at most {max} {what} may exist at once ({have} do); the limit is reached"),
+        ));
+    }
+    Ok(())
+}
+
 fn check_len(s: &str, what: &str) -> Result<()> {
     if s.len() > MAX_NAME_LEN {
         return Err(Error::invalid(format!(
