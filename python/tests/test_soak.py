@@ -44,7 +44,12 @@ RSS_GROWTH_BOUND = 16 << 20
 # allocator's arenas and the first AF_XDP UMEM are set up), so what grows after it grows with
 # time.
 WARMUP_SECS = min(15.0, SOAK_SECS / 4)
-REQUEST_BOUND = 5.0  # seconds; the slowest requests are AF_XDP port creation (UMEM set-up)
+# Seconds. The slowest requests are port creation and destruction, which pause the workers
+# (busy-polling threads: on a machine with fewer free cores than threads, pausing them
+# waits for the scheduler); the client waits up to CLIENT_TIMEOUT, so a slow request is
+# measured and reported rather than cut off.
+REQUEST_BOUND = 10.0
+CLIENT_TIMEOUT = 60.0
 MARKER = b"SOAK"
 
 # Sends 60-byte UDP frames on IFNAME for SECS seconds at RATE frames/s: 8 of 10 to
@@ -290,7 +295,7 @@ def soak_daemon(tmp_path):
 
 def test_soak_reconfiguration_under_traffic(soak_daemon, two_namespaces):
     d, http = soak_daemon
-    b, pid = d.client, d.proc.pid
+    b, pid = BESS(port=d.port, timeout=CLIENT_TIMEOUT), d.proc.pid
     ns_a, ns_b = two_namespaces
     tag = uuid.uuid4().hex[:6]
     sw = {"a": f"ka{tag}", "b": f"kb{tag}", "c": f"kc{tag}"}
@@ -527,6 +532,7 @@ def test_soak_reconfiguration_under_traffic(soak_daemon, two_namespaces):
             pass
         for name in sw.values():
             sh("ip", "link", "del", name)
+        b.close()
 
     total_drops = sum(drops.values())
     figures = {
