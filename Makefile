@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: deps build demo demo-inprocess test test-rust test-python lint lint-python fmt bench-core bench-profile bench-modules bench-ports bench-upf fuzz clean soak
+.PHONY: deps build demo demo-inprocess test test-rust test-python lint lint-python fmt bench-core bench-profile bench-modules bench-ports bench-upf fuzz clean bench-megapipe soak-megapipe soak
 
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -75,6 +75,23 @@ bench-modules: deps
 # in-kernel XDP_REDIRECT, the Linux bridge and OVS userspace (root); a table and one JSON line.
 bench-ports: deps
 	bench/ports.sh
+
+# Planner search scaling (seed 003 Table 5.1 grid on the 82599 model); ends with one JSON
+# line (make bench-planner ARGS=--quick).
+.PHONY: bench-planner
+bench-planner: deps
+	bench/planner.sh $(ARGS)
+
+# MegaPipe (crates/megapipe): the seed-002 RPC ping-pong (epoll vs MegaPipe ablation) and the
+# kv/httpd servers against memcached and nginx; a table and one JSON line
+# (make bench-megapipe ARGS=--quick).
+bench-megapipe: deps
+	scripts/install-deps.sh --bench-megapipe
+	bench/megapipe.sh $(ARGS)
+
+# The full 100 000-connection leak soak of a MegaPipe channel (make test runs 5 000).
+soak-megapipe:
+	MEGAPIPE_SOAK_CONNS=100000 $(CARGO) test --release -p megapipe --test soak -- --nocapture
 
 # Every fuzz target under libFuzzer for FUZZ_SECS seconds each (default 60; nightly
 # toolchain); make test replays the saved corpus on stable.

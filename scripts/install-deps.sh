@@ -27,6 +27,20 @@ have chromium || [ -x /usr/bin/chromium ] || need_apt+=(chromium)
 have openssl || need_apt+=(openssl)
 # The BPF module compiles tcpdump expressions with libpcap (headers + libpcap.so to link).
 [ -f /usr/include/pcap/pcap.h ] || need_apt+=(libpcap-dev)
+# The planner's tests cross-check its decision procedure with Z3 (the z3 crate binds libz3
+# with bindgen, which needs libclang) and read NIC capabilities with ethtool.
+[ -f /usr/include/z3.h ] || need_apt+=(libz3-dev)
+ls /usr/lib/llvm-*/lib/libclang.so >/dev/null 2>&1 || need_apt+=(libclang-dev)
+have ethtool || [ -x /usr/sbin/ethtool ] || [ -x /sbin/ethtool ] || need_apt+=(ethtool)
+# MegaPipe server tests fetch files with curl.
+have curl || need_apt+=(curl)
+# make bench-megapipe only (install-deps.sh --bench-megapipe): the peers and load generators.
+if [ "${1:-}" = "--bench-megapipe" ]; then
+  have memcached || [ -x /usr/bin/memcached ] || need_apt+=(memcached)
+  have nginx || [ -x /usr/sbin/nginx ] || need_apt+=(nginx)
+  have wrk || need_apt+=(wrk)
+  have memcaslap || need_apt+=(libmemcached-tools)
+fi
 
 if ((${#need_apt[@]})); then
   if [ "$(id -u)" -ne 0 ]; then

@@ -45,7 +45,7 @@ const CORE: u8 = 2;
 const QER_GATE_METER: u64 = 0;
 const PDR_FAIL: u16 = 2;
 const FAR_FAIL: u16 = 2;
-const PRIORITY: i64 = 0x7fff_fffd;
+const PRIORITY: i64 = (1 << 32) - 1 - 2;
 
 // ---- packets ---------------------------------------------------------------------------
 
@@ -466,13 +466,8 @@ fn add_session(g: &mut Pipeline, ctx: &mut Context, i: u64, qer: bool) {
             .with("valuesv", ints(&[pdr_id, fseid, i, 1, far_id]));
         g.command("pdrLookup", "add", &arg, ctx).unwrap();
     }
-    // The FAR keys as the bytes BESS makes of the agent's value_int (lowest first).
-    let key = |far_id: u32| {
-        Value::List(vec![
-            Value::map().with("value_bin", far_id.to_le_bytes().to_vec()),
-            Value::map().with("value_bin", fseid.to_le_bytes().to_vec()),
-        ])
-    };
+    // The FAR keys as the agent sends them: value_int on attribute fields (host order).
+    let key = |far_id: u32| ints(&[u64::from(far_id), fseid]);
     let fars = [
         (0u64, key(1), [1, 0, 0, 0, 0, 0]),
         (

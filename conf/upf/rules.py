@@ -35,9 +35,8 @@ QER_ID = 1
 QFI = 9
 U32 = 0xFFFFFFFF
 PRECEDENCE = 2
-# The agent sends MaxUint32 - precedence, which the daemon's 32-bit signed priority (BESS's
-# C++ int) cannot hold: the same order from the top of the signed range.
-PRIORITY = 0x7FFFFFFF - PRECEDENCE
+# The agent's priority: MaxUint32 - precedence (BESS keeps it in a C++ int: -1 - precedence).
+PRIORITY = U32 - PRECEDENCE
 
 PDR = "pdrLookup"
 FAR = "farLookup"
@@ -75,13 +74,7 @@ def _ints(*values: int) -> list:
 
 
 def _far_key(far_id: int, fseid: int) -> list:
-    # BESS's ExactMatch turns a key's value_int into bytes lowest first (RuleFieldsFromPb),
-    # which is how the PDR lookup wrote far_id and fseid; Bessemer's ExactMatch reads a
-    # key's value_int big-endian, so the same bytes are sent as value_bin.
-    return [
-        {"value_bin": far_id.to_bytes(4, "little")},
-        {"value_bin": fseid.to_bytes(8, "little")},
-    ]
+    return _ints(far_id, fseid)
 
 
 def pdr_rules(plan: Plan, i: int) -> list:

@@ -304,18 +304,23 @@ mod tests {
         f
     }
 
-    #[test]
-    fn an_ipv4_header_length_that_disagrees_with_csum_start_is_refused() {
-        // IHL 15 (60 bytes) where csum_start says the TCP header starts after 20: cutting
-        // it used to checksum the IPv4 header past the segment's end (a panic).
-        let mut f = superframe(3000);
-        let v = Vnet {
+    /// The header the kernel gives a TCP/IPv4 super-frame from [`superframe`].
+    fn tcp4_gso() -> Vnet {
+        Vnet {
             flags: VNET_NEEDS_CSUM,
             gso_type: GSO_TCPV4,
             gso_size: 1448,
             csum_start: 34,
             csum_offset: 16,
-        };
+        }
+    }
+
+    #[test]
+    fn an_ipv4_header_length_that_disagrees_with_csum_start_is_refused() {
+        // IHL 15 (60 bytes) where csum_start says the TCP header starts after 20: cutting
+        // it used to checksum the IPv4 header past the segment's end (a panic).
+        let mut f = superframe(3000);
+        let v = tcp4_gso();
         f[14] = 0x4f;
         assert!(Gso::parse(&f, v, DATA_CAPACITY).is_none());
         f[14] = 0x44; // IHL 4: shorter than an IPv4 header
@@ -327,13 +332,7 @@ mod tests {
     #[test]
     fn tcp_superframe_is_cut_into_valid_segments() {
         let f = superframe(5000);
-        let v = Vnet {
-            flags: VNET_NEEDS_CSUM,
-            gso_type: GSO_TCPV4,
-            gso_size: 1448,
-            csum_start: 34,
-            csum_offset: 16,
-        };
+        let v = tcp4_gso();
         let g = Gso::parse(&f, v, DATA_CAPACITY).unwrap();
         assert_eq!((g.hlen, g.mss), (54, 1448));
         let mut off = 0;

@@ -14,7 +14,7 @@ use bessemer_core::port::{PortHandle, PortParams};
 use bessemer_core::{Error, Value};
 use bessemer_drivers::af_xdp_port::DRIVER;
 use bessemer_drivers::netns;
-use common::{fnv, pattern, tcp_transfer, Link, Netns, TwoHosts};
+use common::{eventually, fnv, pattern, tcp_transfer, Link, Netns, TwoHosts};
 
 fn engine() -> Engine {
     Engine::new(EngineConfig {
@@ -272,18 +272,6 @@ fn bad_input_is_refused_with_a_clear_error() {
     drop(p5);
     e.ports().destroy("p5").unwrap();
     assert_eq!(e.pool().free_count(), e.pool().capacity());
-}
-
-/// Waits (bounded) until `f` holds.
-fn eventually(mut f: impl FnMut() -> bool) -> bool {
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(10) {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    false
 }
 
 #[test]

@@ -225,3 +225,17 @@ pub fn tcp_between(a: &str, b: &str, b_addr: SocketAddr, data: &[u8]) -> Vec<u8>
     c.shutdown(std::net::Shutdown::Write).unwrap();
     server.join().unwrap().expect("server received the stream")
 }
+
+/// Waits (bounded: 10 s) until `f` holds; interface state such as carrier changes arrives
+/// asynchronously, later still on a loaded machine.
+#[allow(dead_code)]
+pub fn eventually(mut f: impl FnMut() -> bool) -> bool {
+    let t = std::time::Instant::now();
+    while t.elapsed() < std::time::Duration::from_secs(10) {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    false
+}

@@ -98,11 +98,18 @@ impl ExactMatch {
         }
         let mut key = [0u8; 64];
         for (i, (v, f)) in list.iter().zip(&self.matcher.fields).enumerate() {
-            let b = field_data(v, f.size, &format!("{what}.fields[{i}]"))?.ok_or_else(|| {
-                Error::invalid(format!(
-                    "{what}.fields[{i}]: value_bin or value_int required"
-                ))
-            })?;
+            let mut b =
+                field_data(v, f.size, &format!("{what}.fields[{i}]"))?.ok_or_else(|| {
+                    Error::invalid(format!(
+                        "{what}.fields[{i}]: value_bin or value_int required"
+                    ))
+                })?;
+            // The fork's RuleFieldsFromPb: value_int is big-endian for packet offsets and in
+            // host order (little-endian) for attributes, which hold host-order numbers that
+            // the fork's classes (and our valuesv writes) put there.
+            if f.offset.is_none() && v.get("value_int").is_some() {
+                b.reverse();
+            }
             key[f.pos..f.pos + f.size].copy_from_slice(&b);
         }
         // Stored masked, as packets are masked before lookup.
@@ -376,7 +383,8 @@ pub static CLASS: ModuleClass = ModuleClass {
     arg_doc: &[
         "fields: [{offset: uint32 (0..1024) | attr_name: string, num_bytes: uint32 (1..8)}] — up to 8 fields matched together",
         "masks: [{value_bin: bytes | value_int: uint64}] — one per field (or none): bits that count; all-zero or absent = all bits",
-        "values and masks: value_bin = the bytes as they appear in the packet or attribute; value_int = big-endian number of num_bytes bytes",
+        "values and masks: value_bin = the bytes as they appear in the packet or attribute; value_int = number of num_bytes bytes,",
+        "  big-endian for offsets; a rule key's value_int on an attribute field is in host order (little-endian), as BESS's RuleFieldsFromPb",
         "no match goes to the default gate (initially none: dropped, counted no_match); packets too short for a field take the default gate",
         "values: [Field] — (omec-project fork) fields written on a hit: each rule's add carries values: [FieldData], one per value field;",
         "  value_int is big-endian for offsets, host order (little-endian) for attributes, as the fork; a field past the packet end is skipped",
@@ -507,7 +515,8 @@ mod tests {
     fn values_are_written_on_a_hit_as_the_fork_does() {
         let (mut h, caps) = values_pipeline(Value::map());
         // Offset values: value_int big-endian; attribute values: value_int in host order,
-        // so tag 0x0102 is stored as bytes 02 01 (matched by_tag as 0x0201).
+        // so tag 0x0102 is stored as bytes 02 01, which by_tag's value_int 0x0102 key (also
+        // host order on an attribute, as the fork's RuleFieldsFromPb) matches.
         h.command(
             "em",
             "add",
@@ -539,8 +548,16 @@ mod tests {
         want2[26..30].copy_from_slice(&[192, 168, 0, 1]);
         let mut want3 = p3;
         want3[26..30].copy_from_slice(&[1, 2, 3, 4]);
-        assert_eq!(caps[1].take_data(), vec![want2], "tag bytes 02 01");
-        assert_eq!(caps[0].take_data(), vec![want3], "tag bytes 01 02");
+        assert_eq!(
+            caps[0].take_data(),
+            vec![want2],
+            "tag bytes 02 01 = int 0x0102"
+        );
+        assert_eq!(
+            caps[1].take_data(),
+            vec![want3],
+            "tag bytes 01 02 = int 0x0201"
+        );
         assert_eq!(caps[2].take_data(), vec![miss], "a miss writes nothing");
         // A rule must carry one value per value field.
         let e = h
@@ -599,9 +616,9 @@ mod tests {
         fresh.inject("em", 0, std::slice::from_ref(&p));
         let mut want = p;
         want[26..30].copy_from_slice(&[0, 0, 0, 1]);
-        // Tag bytes 01 02: by_tag's rule 0x0102, gate 1.
-        assert_eq!(caps[0].take_data(), vec![want]);
-        assert!(caps[1].is_empty() && caps[2].is_empty());
+        // Tag bytes 01 02: by_tag's rule 0x0201 (host order on an attribute), gate 2.
+        assert_eq!(caps[1].take_data(), vec![want]);
+        assert!(caps[0].is_empty() && caps[2].is_empty());
     }
 
     #[test]

@@ -1,0 +1,415 @@
+//! `bessemer-planner`: shows a NIC model's PRG, runs a policy over a flow list and prints
+//! the chosen configuration and the per-queue specialised pipelines (text or Graphviz).
+
+use bessemer_planner::embed::{demo_pipeline, specialise};
+use bessemer_planner::graph::{Dest, ModelError};
+use bessemer_planner::nic::{configured_prg, FlowSpec, Intel82599, NicModel, Sfc9020, XdpPort};
+use bessemer_planner::pred::{ip_str, proto_name, Header, PROTO_TCP, PROTO_UDP};
+use bessemer_planner::search::{
+    full_search_from, generate_flows, Balance, Bandwidth, CostFn, FlowMapMode, Isolation,
+};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "bessemer-planner",
+    about = "Dragonet-style NIC planner: PRG models, policies, per-queue pipelines"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Print a NIC model's unconfigured PRG (c-nodes and their configuration spaces).
+    Show {
+        #[command(flatten)]
+        nic: NicArgs,
+        /// Graphviz instead of text.
+        #[arg(long)]
+        dot: bool,
+    },
+    /// Run a policy over flows; print the configuration and the per-queue pipelines.
+    Plan {
+        #[command(flatten)]
+        nic: NicArgs,
+        /// Policy (cost function).
+        #[arg(long, value_enum, default_value = "balance")]
+        policy: Policy,
+        /// Queues reserved for high-priority flows (isolation, bandwidth).
+        #[arg(long, default_value_t = 1)]
+        hp_queues: u16,
+        /// Weight of high-priority bandwidth mismatch (bandwidth).
+        #[arg(long, default_value_t = 10.0)]
+        hp_penalty: f64,
+        /// Flow file: lines "udp 10.0.0.1:1234 10.1.0.1:11211 [hp] [bw=MBPS]".
+        #[arg(long, conflicts_with = "generate")]
+        flows: Option<std::path::PathBuf>,
+        /// Generate N flows instead (clients of one UDP server).
+        #[arg(long)]
+        generate: Option<usize>,
+        /// With --generate: every Mth flow is high-priority (0: none).
+        #[arg(long, default_value_t = 0)]
+        hp_every: usize,
+        /// With --generate: bandwidth each flow asks for, Mb/s.
+        #[arg(long, default_value_t = 0)]
+        bw: u32,
+        /// With --generate: seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Moves the local search may make after the greedy pass.
+        #[arg(long, default_value_t = 100)]
+        local_moves: usize,
+        /// Compute flow maps without incrementality (slow; for comparison).
+        #[arg(long)]
+        basic: bool,
+        /// Graphviz (configured PRG and per-queue pipelines) instead of text.
+        #[arg(long)]
+        dot: bool,
+        /// Turn RSS off: unmatched traffic stays on the default queue, so queues that only
+        /// filters feed can be specialised.
+        #[arg(long)]
+        rss_off: bool,
+        /// With --nic ethtool: print the ethtool commands that apply the plan (not run).
+        #[arg(long)]
+        ethtool_commands: bool,
+    },
+}
+
+#[derive(Args)]
+struct NicArgs {
+    /// NIC model.
+    #[arg(long, value_enum, default_value = "82599")]
+    nic: NicKind,
+    /// RX queues.
+    #[arg(long, default_value_t = 4)]
+    queues: u16,
+    /// Interface to read with ethtool (--nic ethtool).
+    #[arg(long)]
+    iface: Option<String>,
+    /// Network namespace of the interface.
+    #[arg(long)]
+    netns: Option<String>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum NicKind {
+    #[value(name = "82599")]
+    I82599,
+    Sfc9020,
+    Xdp,
+    Ethtool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Policy {
+    Balance,
+    Isolation,
+    Bandwidth,
+}
+
+fn model(a: &NicArgs) -> Result<Box<dyn NicModel>, ModelError> {
+    if a.queues == 0 || a.queues > 256 {
+        return Err(ModelError::Input(format!(
+            "--queues {}: 1 to 256",
+            a.queues
+        )));
+    }
+    Ok(match a.nic {
+        NicKind::I82599 => Box::new(Intel82599 { queues: a.queues }),
+        NicKind::Sfc9020 => Box::new(Sfc9020 { queues: a.queues }),
+        NicKind::Xdp => Box::new(XdpPort {
+            queues: a.queues,
+            map_entries: 1024,
+        }),
+        NicKind::Ethtool => {
+            let iface = a
+                .iface
+                .as_deref()
+                .ok_or_else(|| ModelError::Input("--nic ethtool needs --iface".into()))?;
+            Box::new(bessemer_planner::ethtool::read_interface(
+                iface,
+                a.netns.as_deref(),
+            )?)
+        }
+    })
+}
+
+fn parse_endpoint(s: &str) -> Option<(u32, u32)> {
+    let (ip, port) = s.rsplit_once(':')?;
+    let ip: std::net::Ipv4Addr = ip.parse().ok()?;
+    let port: u16 = port.parse().ok()?;
+    Some((u32::from(ip), port as u32))
+}
+
+/// Parses a flow file: "PROTO SRC:PORT DST:PORT [hp] [bw=MBPS]" per line, # comments.
+fn parse_flows(path: &std::path::Path) -> Result<Vec<FlowSpec>, ModelError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ModelError::Input(format!("{}: {e}", path.display())))?;
+    let mut flows = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let err =
+            |what: String| ModelError::Input(format!("{} line {}: {what}", path.display(), n + 1));
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if words.len() < 3 {
+            return Err(err(format!(
+                "expected 'PROTO SRC:PORT DST:PORT', got {line:?}"
+            )));
+        }
+        let proto = match words[0] {
+            "udp" => PROTO_UDP,
+            "tcp" => PROTO_TCP,
+            p => return Err(err(format!("protocol {p:?} (udp or tcp)"))),
+        };
+        let (sip, sport) =
+            parse_endpoint(words[1]).ok_or_else(|| err(format!("bad endpoint {:?}", words[1])))?;
+        let (dip, dport) =
+            parse_endpoint(words[2]).ok_or_else(|| err(format!("bad endpoint {:?}", words[2])))?;
+        let mut f = FlowSpec {
+            header: Header::ipv4(proto, sip, dip, sport, dport),
+            hp: false,
+            bw_mbps: 0,
+        };
+        for w in &words[3..] {
+            if *w == "hp" {
+                f.hp = true;
+            } else if let Some(v) = w.strip_prefix("bw=") {
+                f.bw_mbps = v.parse().map_err(|_| err(format!("bad bandwidth {v:?}")))?;
+            } else {
+                return Err(err(format!("unknown attribute {w:?} (hp, bw=MBPS)")));
+            }
+        }
+        flows.push(f);
+    }
+    if flows.is_empty() {
+        return Err(ModelError::Input(format!("{}: no flows", path.display())));
+    }
+    Ok(flows)
+}
+
+fn run(cli: Cli) -> Result<(), ModelError> {
+    match cli.cmd {
+        Cmd::Show { nic, dot } => {
+            let m = model(&nic)?;
+            let g = m.unconfigured();
+            if dot {
+                print!("{}", g.to_dot());
+            } else {
+                println!("NIC model {} ({} queues)", m.name(), m.queues());
+                println!("configuration space:");
+                for c in m.config_space() {
+                    println!("  {c}");
+                }
+                print!("{}", g.to_text());
+            }
+        }
+        Cmd::Plan {
+            nic,
+            policy,
+            hp_queues,
+            hp_penalty,
+            flows,
+            generate,
+            hp_every,
+            bw,
+            seed,
+            local_moves,
+            basic,
+            dot,
+            rss_off,
+            ethtool_commands,
+        } => {
+            let m = model(&nic)?;
+            let flows = match (flows, generate) {
+                (Some(p), _) => parse_flows(&p)?,
+                (None, Some(n)) if n > 0 && n <= 100_000 => generate_flows(n, seed, hp_every, bw),
+                (None, Some(n)) => {
+                    return Err(ModelError::Input(format!("--generate {n}: 1 to 100000")))
+                }
+                (None, None) => {
+                    return Err(ModelError::Input(
+                        "give --flows FILE or --generate N".into(),
+                    ))
+                }
+            };
+            let cost: Box<dyn CostFn> = match policy {
+                Policy::Balance => Box::new(Balance),
+                Policy::Isolation => Box::new(Isolation { k: hp_queues }),
+                Policy::Bandwidth => Box::new(Bandwidth {
+                    k: hp_queues,
+                    hp_penalty,
+                }),
+            };
+            let mode = if basic {
+                FlowMapMode::Basic
+            } else {
+                FlowMapMode::Incremental
+            };
+            let t = std::time::Instant::now();
+            let mut initial = m.initial_config();
+            if rss_off {
+                initial.rss.clear();
+            }
+            let p = full_search_from(
+                m.as_ref(),
+                cost.as_ref(),
+                mode,
+                initial,
+                &flows,
+                local_moves,
+            )?;
+            let took = t.elapsed();
+            let prg = configured_prg(m.as_ref(), &p.cfg)?;
+            if ethtool_commands {
+                let NicKind::Ethtool = nic.nic else {
+                    return Err(ModelError::Input(
+                        "--ethtool-commands needs --nic ethtool".into(),
+                    ));
+                };
+                let caps = bessemer_planner::ethtool::read_interface(
+                    nic.iface.as_deref().unwrap_or_default(),
+                    nic.netns.as_deref(),
+                )?;
+                for c in bessemer_planner::ethtool::commands(&caps, &p.cfg)? {
+                    println!("{c}");
+                }
+                return Ok(());
+            }
+            let mut services: Vec<(u32, u32, u32)> = flows
+                .iter()
+                .map(|f| {
+                    let h = &f.header;
+                    (
+                        h.get(bessemer_planner::pred::Field::IpProto),
+                        h.get(bessemer_planner::pred::Field::DstIp),
+                        h.get(bessemer_planner::pred::Field::DstPort),
+                    )
+                })
+                .collect();
+            services.sort_unstable();
+            services.dedup();
+            let lpg = demo_pipeline(&services, &[(0x0a00_0000, 8), (0xc0a8_0000, 16)]);
+            let queues = specialise(&prg, &lpg);
+            if dot {
+                let g = prg.to_dot();
+                let mut s = g.trim_end().trim_end_matches('}').to_string();
+                for q in &queues {
+                    s.push_str(&q.pipeline.to_dot(
+                        &format!("q{}", dest_index(q.dest)),
+                        &format!("pipeline on {}", q.dest),
+                    ));
+                }
+                s.push_str("}\n");
+                print!("{s}");
+                return Ok(());
+            }
+            println!(
+                "NIC {} ({} queues), policy {}, {} flows, {:?} flow maps, search took {:.3} ms",
+                m.name(),
+                m.queues(),
+                cost.name(),
+                flows.len(),
+                mode,
+                took.as_secs_f64() * 1e3
+            );
+            println!(
+                "verdict: {:?}; {} candidate changes scored, {} local-search moves",
+                p.verdict(),
+                p.stats.evaluations,
+                p.stats.local_moves
+            );
+            println!("configuration ({} filters):", p.cfg.filters.len());
+            for f in &p.cfg.filters {
+                println!("  {f}");
+            }
+            if !p.cfg.rss.is_empty() {
+                println!("  RSS: {}-entry indirection table", p.cfg.rss.len());
+            }
+            for (q, l) in p.cfg.limits.iter().enumerate() {
+                if let Some(r) = l {
+                    let how = if m.hw_rate_limiters() {
+                        "hardware TX limiter"
+                    } else {
+                        "software token bucket"
+                    };
+                    println!("  Q{q}: rate limit {r} Mb/s ({how})");
+                }
+            }
+            println!("flow map:");
+            for (i, l) in p.qmap.loads.iter().enumerate() {
+                println!(
+                    "  Q{i}: {} flows ({} high-priority, {} best-effort), {} Mb/s requested",
+                    l.flows, l.hp, l.be, l.bw
+                );
+            }
+            if flows.len() <= 20 {
+                for (id, f) in p.flows() {
+                    let d = p.qmap.flow_dest[id]
+                        .map(|d| d.to_string())
+                        .unwrap_or_default();
+                    println!(
+                        "    {} {}:{} -> {}:{}{} => {d}",
+                        proto_name(f.header.get(bessemer_planner::pred::Field::IpProto)),
+                        ip_str(f.header.get(bessemer_planner::pred::Field::SrcIp)),
+                        f.header.get(bessemer_planner::pred::Field::SrcPort),
+                        ip_str(f.header.get(bessemer_planner::pred::Field::DstIp)),
+                        f.header.get(bessemer_planner::pred::Field::DstPort),
+                        if f.hp { " hp" } else { "" }
+                    );
+                }
+            }
+            println!("per-queue pipelines:");
+            for q in &queues {
+                let g = &q.guard;
+                let shown: Vec<String> = g.terms.iter().take(2).map(|t| t.to_string()).collect();
+                println!(
+                    "queue {}: guarantee has {} term(s){}{}",
+                    q.dest,
+                    g.terms.len(),
+                    if shown.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {}", shown.join(" | "))
+                    },
+                    if g.terms.len() > 2 { " | ..." } else { "" }
+                );
+                println!(
+                    "  pruned: {} rules, {} modules removed{}",
+                    q.stats.rules_removed,
+                    q.stats.modules_removed,
+                    if q.dest == Dest::Queue(0) {
+                        " (default queue: never pruned)"
+                    } else {
+                        ""
+                    }
+                );
+                print!("{}", q.pipeline.to_text());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn dest_index(d: Dest) -> String {
+    match d {
+        Dest::Queue(q) => q.to_string(),
+        Dest::Drop => "drop".into(),
+        Dest::Kernel => "kernel".into(),
+    }
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bessemer-planner: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

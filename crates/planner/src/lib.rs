@@ -1,0 +1,11 @@
+//! Dragonet-style planner (seed 003): a dataflow model of NIC capabilities (the PRG), the
+//! pipeline as a second graph (the LPG), predicates over both, NIC models with hardware
+//! oracles, per-queue specialisation of the pipeline, and a policy-driven search of the
+//! NIC's configuration space.
+
+pub mod embed;
+pub mod ethtool;
+pub mod graph;
+pub mod nic;
+pub mod pred;
+pub mod search;

@@ -1,0 +1,1058 @@
+//! NIC models (seed 003 §3.3.4, §5.3, §6.5.1; seed note §8.2): each has an unconfigured PRG
+//! with c-nodes, the expansion function of every c-node, the hardware constraints its oracle
+//! respects, the oracle itself, and a semantic function (config, packet) -> destination that
+//! is written independently of the graph so tests can check one against the other.
+
+use crate::graph::{Dest, Graph, ModelError, Node, NodeId, NodeKind, NodeRef, Port, Subgraph};
+use crate::pred::{Conj, Field, Header, Term, ETH_IPV4};
+use std::fmt;
+
+/// The five fields of a 5-tuple filter.
+pub const FIVE: [Field; 5] = [
+    Field::IpProto,
+    Field::SrcIp,
+    Field::DstIp,
+    Field::SrcPort,
+    Field::DstPort,
+];
+
+/// Which hardware table a filter lives in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FilterKind {
+    /// 82599 5-tuple filter (ordered, per-field all-or-nothing masks, 128 of them).
+    FiveTuple,
+    /// 82599 Flow Director perfect filter (one global mask).
+    FlowDirector,
+    /// SFC9020 full-match filter.
+    SfFull,
+    /// SFC9020 wildcard filter (source address and port wildcarded).
+    SfWild,
+    /// Generic ethtool ntuple rule (ordered by location).
+    Ntuple,
+    /// Entry of the XDP program's exact 5-tuple map.
+    XdpEntry,
+}
+
+impl FilterKind {
+    /// Short name used in labels.
+    pub fn short(self) -> &'static str {
+        match self {
+            FilterKind::FiveTuple => "5T",
+            FilterKind::FlowDirector => "FDir",
+            FilterKind::SfFull => "SFfull",
+            FilterKind::SfWild => "SFwild",
+            FilterKind::Ntuple => "ntuple",
+            FilterKind::XdpEntry => "xdp",
+        }
+    }
+}
+
+/// One configured filter: which packets it matches and where it sends them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Filter {
+    /// Table.
+    pub kind: FilterKind,
+    /// Match (over the 5-tuple fields).
+    pub matcher: Conj,
+    /// Destination.
+    pub dest: Dest,
+}
+
+impl fmt::Display for Filter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}({}) -> {}",
+            self.kind.short(),
+            self.matcher,
+            self.dest
+        )
+    }
+}
+
+/// A NIC configuration: the values of all c-nodes. Filters are in priority order within
+/// their table.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NicConfig {
+    /// Filters in priority order.
+    pub filters: Vec<Filter>,
+    /// RSS indirection table (empty: RSS off, everything unfiltered goes to Q0).
+    pub rss: Vec<u16>,
+    /// Per-queue rate limit in Mb/s (hardware TX limiter or software token bucket).
+    pub limits: Vec<Option<u32>>,
+}
+
+/// One step the oracle can suggest.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Insert a filter at the end of its table.
+    AddFilter(Filter),
+    /// Rewrite a stale filter in place (a replacement, §5.4.5): same f-node, new predicate
+    /// and destination. The planner offers these, not the oracles.
+    Replace {
+        /// Index of the stale filter in the configuration.
+        index: usize,
+        /// The filter it becomes (same table).
+        filter: Filter,
+    },
+    /// Set a queue's rate limit.
+    SetLimit {
+        /// Queue.
+        queue: u16,
+        /// Rate in Mb/s, `None` = unlimited.
+        mbps: Option<u32>,
+    },
+}
+
+/// A configuration change: actions applied together (a filter plus a TX limiter, §6.5.1).
+pub type Change = Vec<Action>;
+
+/// A flow the planner places: an exact header plus attributes (seed 003 §3.5.2).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FlowSpec {
+    /// A packet of the flow (5-tuple fixed).
+    pub header: Header,
+    /// High-priority class.
+    pub hp: bool,
+    /// Requested bandwidth in Mb/s (0: none).
+    pub bw_mbps: u32,
+}
+
+/// The matcher that fixes a flow's full 5-tuple.
+pub fn exact_match(h: &Header) -> Conj {
+    match_fields(h, &FIVE)
+}
+
+/// The matcher that fixes only `fields` of a header.
+pub fn match_fields(h: &Header, fields: &[Field]) -> Conj {
+    let mut c = Conj::TRUE;
+    for f in fields {
+        c.v[f.index()] = h.get(*f);
+        c.m[f.index()] = f.full_mask();
+    }
+    c
+}
+
+/// What every NIC model provides.
+pub trait NicModel: Send + Sync {
+    /// Model name.
+    fn name(&self) -> String;
+    /// Number of RX queues.
+    fn queues(&self) -> u16;
+    /// True when rate limits are hardware TX limiters; false: software token buckets.
+    fn hw_rate_limiters(&self) -> bool;
+    /// The configuration a NIC starts with (RSS spread over all queues where it has RSS).
+    fn initial_config(&self) -> NicConfig;
+    /// The unconfigured PRG (with c-nodes).
+    fn unconfigured(&self) -> Graph;
+    /// Name of the c-node table a filter kind expands.
+    fn table_of(&self, kind: FilterKind) -> Result<&'static str, ModelError>;
+    /// Hardware constraints on a whole configuration.
+    fn check(&self, cfg: &NicConfig) -> Result<(), ModelError>;
+    /// Where the NIC sends a packet under a configuration (written from the datasheet
+    /// semantics, not from the graph).
+    fn semantic(&self, cfg: &NicConfig, h: &Header) -> Dest;
+    /// Incremental changes worth considering for a new flow (the hardware oracle).
+    fn oracle(&self, cfg: &NicConfig, flow: &FlowSpec) -> Vec<Change>;
+    /// Text description of each c-node's configuration space.
+    fn config_space(&self) -> Vec<String>;
+}
+
+/// Builds the common RX skeleton: RxIn -> L3 classifier -> filter-table c-nodes in order
+/// -> RSS c-node -> OR:Qn -> RxQueue n; plus drop/kernel sinks and, for hardware limiters,
+/// the TX side with one limiter c-node per queue.
+pub fn skeleton(name: &str, queues: u16, tables: &[&str], tx_limiters: bool) -> Graph {
+    let mut g = Graph::new(name);
+    let sinks: Vec<NodeId> = (0..queues)
+        .map(|q| {
+            let mut n = Node::new(&format!("RxQueue{q}"), NodeKind::Sink(Dest::Queue(q)));
+            n.software = true;
+            g.add(n)
+        })
+        .collect();
+    let ors: Vec<NodeId> = (0..queues)
+        .map(|q| {
+            g.add(Node::new(&format!("OR:Q{q}"), NodeKind::Or).port(Port::new(
+                "true",
+                Term::truth(),
+                vec![sinks[q as usize]],
+            )))
+        })
+        .collect();
+    let drop = g.add(Node::new("Drop", NodeKind::Sink(Dest::Drop)));
+    let mut dests = ors.clone();
+    dests.push(drop);
+    let rss = g.add(
+        Node::new(
+            "CRSS",
+            NodeKind::Config {
+                table: "rss".into(),
+                default_port: 1,
+            },
+        )
+        .port(Port::new("queues", Term::truth(), ors.clone()))
+        .port(Port::new("default", Term::truth(), vec![ors[0]])),
+    );
+    let mut next = rss;
+    for t in tables.iter().rev() {
+        next = g.add(
+            Node::new(
+                &format!("C{t}"),
+                NodeKind::Config {
+                    table: (*t).into(),
+                    default_port: 1,
+                },
+            )
+            .port(Port::new("queues", Term::truth(), dests.clone()))
+            .port(Port::new("default", Term::truth(), vec![next])),
+        );
+    }
+    let ipv4 = Conj::eq(Field::EtherType, ETH_IPV4);
+    let other = Port::new("other", Term::not(ipv4), vec![ors[0]]);
+    let l3 = g.add(
+        Node::new("EthClassifyL3_", NodeKind::F)
+            .port(Port::new("ipv4", Term::of(ipv4), vec![next]))
+            .port(other),
+    );
+    let root =
+        g.add(Node::new("RxIn", NodeKind::F).port(Port::new("out", Term::truth(), vec![l3])));
+    g.root = root;
+    if tx_limiters {
+        for q in 0..queues {
+            let mut hw = Node::new(&format!("TxHWQueue{q}"), NodeKind::F);
+            hw.ports.push(Port::new("out", Term::truth(), vec![]));
+            let hw = g.add(hw);
+            let c = g.add(
+                Node::new(
+                    &format!("CTxRateLimiter{q}"),
+                    NodeKind::Config {
+                        table: format!("txrl{q}"),
+                        default_port: 0,
+                    },
+                )
+                .port(Port::new("out", Term::truth(), vec![hw])),
+            );
+            let mut tx = Node::new(&format!("TxQueue{q}"), NodeKind::F).port(Port::new(
+                "out",
+                Term::truth(),
+                vec![c],
+            ));
+            tx.software = true;
+            g.add(tx);
+        }
+    }
+    g
+}
+
+/// The node a filter's match port leads to for a destination (a successor of the table's
+/// c-node, so the locality rule holds).
+fn dest_node(g: &Graph, x: NodeId, d: Dest) -> Result<NodeId, ModelError> {
+    let want = match d {
+        Dest::Queue(q) => format!("OR:Q{q}"),
+        Dest::Drop => "Drop".into(),
+        Dest::Kernel => "Kernel".into(),
+    };
+    g.successors(x)
+        .into_iter()
+        .find(|&n| g.nodes[n].label == want)
+        .ok_or_else(|| ModelError::Constraint(format!("{} cannot send to {d}", g.nodes[x].label)))
+}
+
+/// f_x of a recursive filter c-node: a filter f-node whose match port leads to the
+/// destination and whose miss port leads to a fresh copy of the c-node (Fig. 5.1).
+pub fn filter_subgraph(g: &Graph, x: NodeId, f: &Filter) -> Result<Subgraph, ModelError> {
+    let cnode = &g.nodes[x];
+    let target = dest_node(g, x, f.dest)?;
+    let mut miss = Port::new("false", Term::not(f.matcher), vec![]);
+    miss.polarity = false;
+    let filter = Node::new(&format!("{}({})", f.kind.short(), f.matcher), NodeKind::F)
+        .port(Port::new("true", Term::of(f.matcher), vec![]))
+        .port(miss);
+    let mut again = cnode.clone();
+    again.alive = true;
+    let again_targets: Vec<Vec<NodeRef>> = cnode
+        .ports
+        .iter()
+        .map(|p| p.targets.iter().map(|t| NodeRef::Old(*t)).collect())
+        .collect();
+    for p in &mut again.ports {
+        p.targets.clear();
+    }
+    Ok(Subgraph {
+        nodes: vec![
+            (
+                filter,
+                vec![vec![NodeRef::Old(target)], vec![NodeRef::New(1)]],
+            ),
+            (again, again_targets),
+        ],
+        entry: Some(NodeRef::New(0)),
+    })
+}
+
+/// f_x of the RSS c-node: one f-node with a port per indirection-table entry, matching
+/// the low bits of the hash (a (rsshash, entry, size-1) atom) and leading to OR:Q(table[i]).
+pub fn rss_subgraph(g: &Graph, x: NodeId, table: &[u16]) -> Result<Subgraph, ModelError> {
+    if table.is_empty() {
+        return Ok(Subgraph {
+            nodes: vec![],
+            entry: Some(NodeRef::Old(dest_node(g, x, Dest::Queue(0))?)),
+        });
+    }
+    if !table.len().is_power_of_two() || table.len() > 1 << 16 {
+        return Err(ModelError::Constraint(format!(
+            "RSS table of {} entries (a power of two up to 65536 is modelled)",
+            table.len()
+        )));
+    }
+    let mask = table.len() as u32 - 1;
+    let mut node = Node::new(&format!("RSS[{}]", table.len()), NodeKind::F);
+    let mut targets = Vec::new();
+    for (i, q) in table.iter().enumerate() {
+        node.ports.push(Port::new(
+            &format!("e{i}"),
+            Term::of(Conj::atom(Field::RssBucket, i as u32, mask)),
+            vec![],
+        ));
+        targets.push(vec![NodeRef::Old(dest_node(g, x, Dest::Queue(*q))?)]);
+    }
+    Ok(Subgraph {
+        nodes: vec![(node, targets)],
+        entry: Some(NodeRef::New(0)),
+    })
+}
+
+/// f_x of a TX rate-limiter c-node: a limiter f-node, or nothing (edges go straight on).
+pub fn limiter_subgraph(g: &Graph, x: NodeId, mbps: Option<u32>) -> Subgraph {
+    let out = g.nodes[x].ports[0].targets[0];
+    match mbps {
+        None => Subgraph {
+            nodes: vec![],
+            entry: Some(NodeRef::Old(out)),
+        },
+        Some(r) => {
+            let mut n = Node::new(&format!("TxRateLimit_{r}Mbps"), NodeKind::F).port(Port::new(
+                "out",
+                Term::truth(),
+                vec![],
+            ));
+            n.attrs.push(format!("TxRateLimit({r})"));
+            Subgraph {
+                nodes: vec![(n, vec![vec![NodeRef::Old(out)]])],
+                entry: Some(NodeRef::New(0)),
+            }
+        }
+    }
+}
+
+/// The configured PRG (C-PRG): the unconfigured PRG with every c-node value applied in
+/// order (RSS, then filters in priority order, then hardware TX limiters). Filter c-nodes
+/// stay (recursive c-nodes keep a fresh copy), which is what the incremental search
+/// extends.
+pub fn configured_prg(m: &dyn NicModel, cfg: &NicConfig) -> Result<Graph, ModelError> {
+    m.check(cfg)?;
+    let mut g = m.unconfigured();
+    let rss = g
+        .table("rss")
+        .ok_or_else(|| ModelError::Constraint("model has no RSS c-node".into()))?;
+    let sub = rss_subgraph(&g, rss, &cfg.rss)?;
+    g.apply(rss, sub)?;
+    for f in &cfg.filters {
+        add_filter(m, &mut g, f)?;
+    }
+    if m.hw_rate_limiters() {
+        for (q, l) in cfg.limits.iter().enumerate() {
+            if let Some(x) = g.table(&format!("txrl{q}")) {
+                let sub = limiter_subgraph(&g, x, *l);
+                g.apply(x, sub)?;
+            }
+        }
+    }
+    Ok(g)
+}
+
+/// Expands a filter's table c-node with one more filter.
+pub fn add_filter(
+    m: &dyn NicModel,
+    g: &mut Graph,
+    f: &Filter,
+) -> Result<crate::graph::Applied, ModelError> {
+    let table = m.table_of(f.kind)?;
+    let x = g
+        .table(table)
+        .ok_or_else(|| ModelError::Constraint(format!("no live c-node for table {table}")))?;
+    let sub = filter_subgraph(g, x, f)?;
+    g.apply(x, sub)
+}
+
+fn check_rss(cfg: &NicConfig, queues: u16, size: usize) -> Result<(), ModelError> {
+    if !cfg.rss.is_empty() && cfg.rss.len() != size {
+        return Err(ModelError::Constraint(format!(
+            "RSS table has {} entries, the NIC has {size}",
+            cfg.rss.len()
+        )));
+    }
+    if let Some(q) = cfg.rss.iter().find(|q| **q >= queues) {
+        return Err(ModelError::Constraint(format!(
+            "RSS table names queue {q}, the NIC has {queues}"
+        )));
+    }
+    Ok(())
+}
+
+fn check_dest(f: &Filter, queues: u16, allow_drop: bool) -> Result<(), ModelError> {
+    match f.dest {
+        Dest::Queue(q) if q < queues => Ok(()),
+        Dest::Drop if allow_drop => Ok(()),
+        d => Err(ModelError::Constraint(format!(
+            "filter {f}: destination {d} not available"
+        ))),
+    }
+}
+
+fn only_five(f: &Filter) -> Result<(), ModelError> {
+    for fld in [Field::EtherType, Field::RssBucket, Field::RxQueue] {
+        if f.matcher.m[fld.index()] != 0 {
+            return Err(ModelError::Constraint(format!(
+                "filter {f} matches on {}, filters match on the 5-tuple only",
+                fld.name()
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn spread(queues: u16, size: usize) -> Vec<u16> {
+    (0..size).map(|i| (i % queues as usize) as u16).collect()
+}
+
+fn rss_lookup(cfg: &NicConfig, h: &Header) -> Dest {
+    if cfg.rss.is_empty() {
+        return Dest::Queue(0);
+    }
+    let i = h.get(Field::RssBucket) as usize & (cfg.rss.len() - 1);
+    Dest::Queue(cfg.rss[i])
+}
+
+fn limit_changes(cfg: &NicConfig, flow: &FlowSpec, q: u16, base: Change) -> Vec<Change> {
+    if flow.bw_mbps == 0 {
+        return vec![base];
+    }
+    // Fig. 6.6: the flow's rate on top of what the queue has, or the queue left as it is.
+    let cur = cfg.limits.get(q as usize).copied().flatten().unwrap_or(0);
+    let mut with = base.clone();
+    with.push(Action::SetLimit {
+        queue: q,
+        mbps: Some(cur + flow.bw_mbps),
+    });
+    vec![with, base]
+}
+
+/// Intel 82599: 128 ordered 5-tuple filters, Flow Director perfect filters sharing one
+/// global mask (used only once the 5-tuple filters are full), RSS with a 128-entry
+/// indirection table, and per-TX-queue rate limiters.
+#[derive(Clone, Debug)]
+pub struct Intel82599 {
+    /// RX queues in use.
+    pub queues: u16,
+}
+
+/// 5-tuple filters of the 82599.
+pub const I82599_5T: usize = 128;
+/// Flow Director perfect-match filters of the 82599.
+pub const I82599_FDIR: usize = 8192;
+
+impl Intel82599 {
+    /// The Flow Director masks the oracle offers for the first FDir filter (Fig. 5.2): the
+    /// full 5-tuple, or protocol + destination.
+    pub fn fdir_masks() -> [&'static [Field]; 2] {
+        [&FIVE, &[Field::IpProto, Field::DstIp, Field::DstPort]]
+    }
+}
+
+impl NicModel for Intel82599 {
+    fn name(&self) -> String {
+        "82599".into()
+    }
+    fn queues(&self) -> u16 {
+        self.queues
+    }
+    fn hw_rate_limiters(&self) -> bool {
+        true
+    }
+    fn initial_config(&self) -> NicConfig {
+        NicConfig {
+            filters: vec![],
+            rss: spread(self.queues, 128),
+            limits: vec![None; self.queues as usize],
+        }
+    }
+    fn unconfigured(&self) -> Graph {
+        skeleton("e10kPRG", self.queues, &["5tuple", "fdir"], true)
+    }
+    fn table_of(&self, kind: FilterKind) -> Result<&'static str, ModelError> {
+        match kind {
+            FilterKind::FiveTuple => Ok("5tuple"),
+            FilterKind::FlowDirector => Ok("fdir"),
+            k => Err(ModelError::Constraint(format!(
+                "82599 has no {} filters",
+                k.short()
+            ))),
+        }
+    }
+    fn check(&self, cfg: &NicConfig) -> Result<(), ModelError> {
+        check_rss(cfg, self.queues, 128)?;
+        let (mut n5, mut nf, mut mask) = (0, 0, None);
+        for f in &cfg.filters {
+            only_five(f)?;
+            check_dest(f, self.queues, false)?;
+            match f.kind {
+                FilterKind::FiveTuple => {
+                    n5 += 1;
+                    if FIVE.iter().any(|x| {
+                        let m = f.matcher.m[x.index()];
+                        m != 0 && m != x.full_mask()
+                    }) {
+                        return Err(ModelError::Constraint(format!(
+                            "5-tuple filter {f}: each field is matched fully or not at all"
+                        )));
+                    }
+                }
+                FilterKind::FlowDirector => {
+                    nf += 1;
+                    match mask {
+                        None => mask = Some(f.matcher.m),
+                        Some(m) if m != f.matcher.m => {
+                            return Err(ModelError::Constraint(format!(
+                                "Flow Director filter {f}: all FDir filters share one global mask"
+                            )))
+                        }
+                        _ => {}
+                    }
+                }
+                _ => self.table_of(f.kind).map(|_| ())?,
+            }
+        }
+        if n5 > I82599_5T || nf > I82599_FDIR {
+            return Err(ModelError::Constraint(format!(
+                "{n5} 5-tuple filters (max {I82599_5T}), {nf} FDir filters (max {I82599_FDIR})"
+            )));
+        }
+        Ok(())
+    }
+    fn semantic(&self, cfg: &NicConfig, h: &Header) -> Dest {
+        if h.get(Field::EtherType) != ETH_IPV4 {
+            return Dest::Queue(0);
+        }
+        for kind in [FilterKind::FiveTuple, FilterKind::FlowDirector] {
+            for f in cfg.filters.iter().filter(|f| f.kind == kind) {
+                if f.matcher.eval(h) {
+                    return f.dest;
+                }
+            }
+        }
+        rss_lookup(cfg, h)
+    }
+    fn oracle(&self, cfg: &NicConfig, flow: &FlowSpec) -> Vec<Change> {
+        let n5 = cfg
+            .filters
+            .iter()
+            .filter(|f| f.kind == FilterKind::FiveTuple)
+            .count();
+        let fdir: Vec<&Filter> = cfg
+            .filters
+            .iter()
+            .filter(|f| f.kind == FilterKind::FlowDirector)
+            .collect();
+        let h = &flow.header;
+        let mut matchers: Vec<(FilterKind, Conj)> = Vec::new();
+        if n5 < I82599_5T {
+            matchers.push((FilterKind::FiveTuple, exact_match(h)));
+            matchers.push((
+                FilterKind::FiveTuple,
+                match_fields(h, &[Field::IpProto, Field::DstIp, Field::DstPort]),
+            ));
+        } else if fdir.len() < I82599_FDIR {
+            match fdir.first() {
+                Some(f0) => {
+                    let mut c = exact_match(h);
+                    for i in 0..c.m.len() {
+                        c.m[i] = f0.matcher.m[i];
+                        c.v[i] &= c.m[i];
+                    }
+                    if !fdir.iter().any(|f| f.matcher == c) {
+                        matchers.push((FilterKind::FlowDirector, c));
+                    }
+                }
+                None => {
+                    for fs in Self::fdir_masks() {
+                        matchers.push((FilterKind::FlowDirector, match_fields(h, fs)));
+                    }
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for (kind, matcher) in matchers {
+            for q in 0..self.queues {
+                let base = vec![Action::AddFilter(Filter {
+                    kind,
+                    matcher,
+                    dest: Dest::Queue(q),
+                })];
+                out.extend(limit_changes(cfg, flow, q, base));
+            }
+        }
+        out
+    }
+    fn config_space(&self) -> Vec<String> {
+        vec![
+            format!("C5tuple: <,{I82599_5T}> (proto, sip, dip, sport, dport each exact or *, queue), ordered"),
+            format!("Cfdir: <,{I82599_FDIR}> (masked 5-tuple, queue), one global mask for all entries"),
+            "CRSS: 128-entry indirection table -> queue".into(),
+            "CTxRateLimiterN: rate in Mb/s or none, per TX queue".into(),
+        ]
+    }
+}
+
+/// Solarflare SFC9020: full-match and wildcard filters (wildcards only on the source
+/// address and port), the most specific filter winning, RSS, no hardware rate limiters.
+#[derive(Clone, Debug)]
+pub struct Sfc9020 {
+    /// RX queues in use.
+    pub queues: u16,
+}
+
+/// Filter entries of the SFC9020 model (the multiplicity of the public Dragonet PRG).
+pub const SFC_FILTERS: usize = 4048;
+
+impl NicModel for Sfc9020 {
+    fn name(&self) -> String {
+        "sfc9020".into()
+    }
+    fn queues(&self) -> u16 {
+        self.queues
+    }
+    fn hw_rate_limiters(&self) -> bool {
+        false
+    }
+    fn initial_config(&self) -> NicConfig {
+        NicConfig {
+            filters: vec![],
+            rss: spread(self.queues, 128),
+            limits: vec![None; self.queues as usize],
+        }
+    }
+    fn unconfigured(&self) -> Graph {
+        // The full table precedes the wildcard table: that chain order is "most specific
+        // wins" (a packet both match goes by the full filter).
+        skeleton("sfcPRG", self.queues, &["sffull", "sfwild"], false)
+    }
+    fn table_of(&self, kind: FilterKind) -> Result<&'static str, ModelError> {
+        match kind {
+            FilterKind::SfFull => Ok("sffull"),
+            FilterKind::SfWild => Ok("sfwild"),
+            k => Err(ModelError::Constraint(format!(
+                "SFC9020 has no {} filters",
+                k.short()
+            ))),
+        }
+    }
+    fn check(&self, cfg: &NicConfig) -> Result<(), ModelError> {
+        check_rss(cfg, self.queues, 128)?;
+        if cfg.filters.len() > SFC_FILTERS {
+            return Err(ModelError::Constraint(format!(
+                "{} filters (max {SFC_FILTERS})",
+                cfg.filters.len()
+            )));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for f in &cfg.filters {
+            only_five(f)?;
+            check_dest(f, self.queues, false)?;
+            let ok = match f.kind {
+                FilterKind::SfFull => f.matcher.is_exact_on(&FIVE),
+                FilterKind::SfWild => {
+                    f.matcher
+                        .is_exact_on(&[Field::IpProto, Field::DstIp, Field::DstPort])
+                        && f.matcher.m[Field::SrcIp.index()] == 0
+                        && f.matcher.m[Field::SrcPort.index()] == 0
+                }
+                k => return self.table_of(k).map(|_| ()),
+            };
+            if !ok {
+                return Err(ModelError::Constraint(format!(
+                    "filter {f}: SFC9020 wildcards only the source address and port"
+                )));
+            }
+            if !seen.insert((f.kind, f.matcher)) {
+                return Err(ModelError::Constraint(format!("filter {f}: duplicate key")));
+            }
+        }
+        Ok(())
+    }
+    fn semantic(&self, cfg: &NicConfig, h: &Header) -> Dest {
+        if h.get(Field::EtherType) != ETH_IPV4 {
+            return Dest::Queue(0);
+        }
+        // Hash-table lookups: the full key first, then the key without source.
+        let full = exact_match(h);
+        if let Some(f) = cfg
+            .filters
+            .iter()
+            .find(|f| f.kind == FilterKind::SfFull && f.matcher == full)
+        {
+            return f.dest;
+        }
+        let wild = match_fields(h, &[Field::IpProto, Field::DstIp, Field::DstPort]);
+        if let Some(f) = cfg
+            .filters
+            .iter()
+            .find(|f| f.kind == FilterKind::SfWild && f.matcher == wild)
+        {
+            return f.dest;
+        }
+        rss_lookup(cfg, h)
+    }
+    fn oracle(&self, cfg: &NicConfig, flow: &FlowSpec) -> Vec<Change> {
+        if cfg.filters.len() >= SFC_FILTERS {
+            return vec![];
+        }
+        let h = &flow.header;
+        let mut out = Vec::new();
+        let full = exact_match(h);
+        let wild = match_fields(h, &[Field::IpProto, Field::DstIp, Field::DstPort]);
+        for (kind, matcher) in [(FilterKind::SfFull, full), (FilterKind::SfWild, wild)] {
+            if cfg
+                .filters
+                .iter()
+                .any(|f| f.kind == kind && f.matcher == matcher)
+            {
+                continue;
+            }
+            for q in 0..self.queues {
+                let base = vec![Action::AddFilter(Filter {
+                    kind,
+                    matcher,
+                    dest: Dest::Queue(q),
+                })];
+                out.extend(limit_changes(cfg, flow, q, base));
+            }
+        }
+        out
+    }
+    fn config_space(&self) -> Vec<String> {
+        vec![
+            format!("Csffull: <,{SFC_FILTERS}> (proto, sip, dip, sport, dport exact, queue), hash table"),
+            "Csfwild: same table, (proto, dip, dport exact; sip, sport wildcard), below full matches".into(),
+            "CRSS: 128-entry indirection table -> queue".into(),
+            "rate limits: none in hardware (software token bucket per queue)".into(),
+        ]
+    }
+}
+
+/// A generic NIC described by its ethtool capabilities: RSS plus ordered ntuple rules with
+/// arbitrary masks, no hardware rate limiters modelled.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EthtoolNic {
+    /// Interface name.
+    pub iface: String,
+    /// RX queues (channels).
+    pub queues: u16,
+    /// Indirection table size (0: no RSS table reported).
+    pub rss_size: usize,
+    /// ntuple filters on.
+    pub ntuple: bool,
+    /// ntuple rule slots assumed.
+    pub ntuple_rules: usize,
+}
+
+impl NicModel for EthtoolNic {
+    fn name(&self) -> String {
+        format!("ethtool:{}", self.iface)
+    }
+    fn queues(&self) -> u16 {
+        self.queues
+    }
+    fn hw_rate_limiters(&self) -> bool {
+        false
+    }
+    fn initial_config(&self) -> NicConfig {
+        NicConfig {
+            filters: vec![],
+            rss: if self.rss_size > 0 {
+                spread(self.queues, self.rss_size)
+            } else {
+                vec![]
+            },
+            limits: vec![None; self.queues as usize],
+        }
+    }
+    fn unconfigured(&self) -> Graph {
+        let tables: &[&str] = if self.ntuple { &["ntuple"] } else { &[] };
+        skeleton(
+            &format!("ethtoolPRG:{}", self.iface),
+            self.queues,
+            tables,
+            false,
+        )
+    }
+    fn table_of(&self, kind: FilterKind) -> Result<&'static str, ModelError> {
+        match kind {
+            FilterKind::Ntuple if self.ntuple => Ok("ntuple"),
+            k => Err(ModelError::Constraint(format!(
+                "{} has no {} filters (ntuple {})",
+                self.iface,
+                k.short(),
+                if self.ntuple { "on" } else { "off" }
+            ))),
+        }
+    }
+    fn check(&self, cfg: &NicConfig) -> Result<(), ModelError> {
+        check_rss(cfg, self.queues, self.rss_size)?;
+        if cfg.filters.len() > self.ntuple_rules {
+            return Err(ModelError::Constraint(format!(
+                "{} ntuple rules (max {})",
+                cfg.filters.len(),
+                self.ntuple_rules
+            )));
+        }
+        for f in &cfg.filters {
+            self.table_of(f.kind)?;
+            only_five(f)?;
+            check_dest(f, self.queues, true)?;
+        }
+        Ok(())
+    }
+    fn semantic(&self, cfg: &NicConfig, h: &Header) -> Dest {
+        if h.get(Field::EtherType) != ETH_IPV4 {
+            return Dest::Queue(0);
+        }
+        cfg.filters
+            .iter()
+            .find(|f| f.matcher.eval(h))
+            .map(|f| f.dest)
+            .unwrap_or_else(|| rss_lookup(cfg, h))
+    }
+    fn oracle(&self, cfg: &NicConfig, flow: &FlowSpec) -> Vec<Change> {
+        if !self.ntuple || cfg.filters.len() >= self.ntuple_rules {
+            return vec![];
+        }
+        (0..self.queues)
+            .map(|q| {
+                vec![Action::AddFilter(Filter {
+                    kind: FilterKind::Ntuple,
+                    matcher: exact_match(&flow.header),
+                    dest: Dest::Queue(q),
+                })]
+            })
+            .collect()
+    }
+    fn config_space(&self) -> Vec<String> {
+        vec![
+            format!(
+                "Cntuple: <,{}> (masked 5-tuple, queue or drop), ordered by location{}",
+                self.ntuple_rules,
+                if self.ntuple {
+                    ""
+                } else {
+                    " (ntuple off: absent)"
+                }
+            ),
+            format!("CRSS: {}-entry indirection table -> queue", self.rss_size),
+        ]
+    }
+}
+
+/// XDP on Bessemer's AF_XDP port as a programmable NIC (seed note §8.2 `CXdpProg`): the
+/// program is a fixed template (parse IPv4, look the 5-tuple up in a hash map, else redirect
+/// to the XSK of the RX queue the packet came in on) and its configuration is the map.
+#[derive(Clone, Debug)]
+pub struct XdpPort {
+    /// XSK sockets (one per queue).
+    pub queues: u16,
+    /// Capacity of the 5-tuple map.
+    pub map_entries: usize,
+}
+
+impl NicModel for XdpPort {
+    fn name(&self) -> String {
+        "xdp".into()
+    }
+    fn queues(&self) -> u16 {
+        self.queues
+    }
+    fn hw_rate_limiters(&self) -> bool {
+        false
+    }
+    fn initial_config(&self) -> NicConfig {
+        NicConfig {
+            filters: vec![],
+            rss: vec![],
+            limits: vec![None; self.queues as usize],
+        }
+    }
+    fn unconfigured(&self) -> Graph {
+        let mut g = Graph::new("xdpPRG");
+        let sinks: Vec<NodeId> = (0..self.queues)
+            .map(|q| {
+                g.add(Node::new(
+                    &format!("Xsk{q}"),
+                    NodeKind::Sink(Dest::Queue(q)),
+                ))
+            })
+            .collect();
+        let ors: Vec<NodeId> = (0..self.queues)
+            .map(|q| {
+                g.add(Node::new(&format!("OR:Q{q}"), NodeKind::Or).port(Port::new(
+                    "true",
+                    Term::truth(),
+                    vec![sinks[q as usize]],
+                )))
+            })
+            .collect();
+        let drop = g.add(Node::new("Drop", NodeKind::Sink(Dest::Drop)));
+        let kernel = g.add(Node::new("Kernel", NodeKind::Sink(Dest::Kernel)));
+        // The default action: XSK of the arrival queue; queues without an XSK pass.
+        let mut by_rxq = Node::new("XskByRxQueue", NodeKind::F);
+        let all: Vec<Conj> = (0..self.queues as u32)
+            .map(|q| Conj::eq(Field::RxQueue, q))
+            .collect();
+        for q in 0..self.queues {
+            by_rxq.ports.push(Port::new(
+                &format!("rxq{q}"),
+                Term::of(Conj::eq(Field::RxQueue, q as u32)),
+                vec![ors[q as usize]],
+            ));
+        }
+        by_rxq.ports.push(Port::new(
+            "noxsk",
+            Term {
+                pos: Conj::TRUE,
+                neg: all,
+            },
+            vec![kernel],
+        ));
+        let by_rxq = g.add(by_rxq);
+        let mut dests = ors.clone();
+        dests.extend([drop, kernel]);
+        let map = g.add(
+            Node::new(
+                "CXdpMap",
+                NodeKind::Config {
+                    table: "xdpmap".into(),
+                    default_port: 1,
+                },
+            )
+            .port(Port::new("actions", Term::truth(), dests))
+            .port(Port::new("default", Term::truth(), vec![by_rxq])),
+        );
+        // No RSS here (the underlying NIC already chose the queue): an RSS c-node with an
+        // empty table keeps the common configured_prg path.
+        g.add(
+            Node::new(
+                "CRSS",
+                NodeKind::Config {
+                    table: "rss".into(),
+                    default_port: 0,
+                },
+            )
+            .port(Port::new("queues", Term::truth(), vec![ors[0]])),
+        );
+        let ipv4 = Conj::eq(Field::EtherType, ETH_IPV4);
+        let other = Port::new("other", Term::not(ipv4), vec![by_rxq]);
+        let parse = g.add(
+            Node::new("XdpParseIPv4", NodeKind::F)
+                .port(Port::new("ipv4", Term::of(ipv4), vec![map]))
+                .port(other),
+        );
+        g.root = g.add(Node::new("RxIn", NodeKind::F).port(Port::new(
+            "out",
+            Term::truth(),
+            vec![parse],
+        )));
+        g
+    }
+    fn table_of(&self, kind: FilterKind) -> Result<&'static str, ModelError> {
+        match kind {
+            FilterKind::XdpEntry => Ok("xdpmap"),
+            k => Err(ModelError::Constraint(format!(
+                "the XDP port has no {} filters",
+                k.short()
+            ))),
+        }
+    }
+    fn check(&self, cfg: &NicConfig) -> Result<(), ModelError> {
+        if !cfg.rss.is_empty() {
+            return Err(ModelError::Constraint(
+                "the XDP port has no RSS table".into(),
+            ));
+        }
+        if cfg.filters.len() > self.map_entries {
+            return Err(ModelError::Constraint(format!(
+                "{} map entries (max {})",
+                cfg.filters.len(),
+                self.map_entries
+            )));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for f in &cfg.filters {
+            self.table_of(f.kind)?;
+            only_five(f)?;
+            if !f.matcher.is_exact_on(&FIVE) {
+                return Err(ModelError::Constraint(format!(
+                    "map entry {f}: keys are exact 5-tuples"
+                )));
+            }
+            if !seen.insert(f.matcher) {
+                return Err(ModelError::Constraint(format!(
+                    "map entry {f}: duplicate key"
+                )));
+            }
+            if let Dest::Queue(q) = f.dest {
+                if q >= self.queues {
+                    return Err(ModelError::Constraint(format!("map entry {f}: no XSK {q}")));
+                }
+            }
+        }
+        Ok(())
+    }
+    fn semantic(&self, cfg: &NicConfig, h: &Header) -> Dest {
+        if h.get(Field::EtherType) == ETH_IPV4 {
+            let key = exact_match(h);
+            if let Some(f) = cfg.filters.iter().find(|f| f.matcher == key) {
+                return f.dest;
+            }
+        }
+        let q = h.get(Field::RxQueue);
+        if q < self.queues as u32 {
+            Dest::Queue(q as u16)
+        } else {
+            Dest::Kernel
+        }
+    }
+    fn oracle(&self, cfg: &NicConfig, flow: &FlowSpec) -> Vec<Change> {
+        let key = exact_match(&flow.header);
+        if cfg.filters.len() >= self.map_entries || cfg.filters.iter().any(|f| f.matcher == key) {
+            return vec![];
+        }
+        (0..self.queues)
+            .map(|q| {
+                vec![Action::AddFilter(Filter {
+                    kind: FilterKind::XdpEntry,
+                    matcher: key,
+                    dest: Dest::Queue(q),
+                })]
+            })
+            .collect()
+    }
+    fn config_space(&self) -> Vec<String> {
+        vec![
+            format!(
+                "CXdpMap: BPF hash map <,{}> exact 5-tuple -> XSK n | XDP_DROP | XDP_PASS",
+                self.map_entries
+            ),
+            "default: redirect to the XSK of the arrival queue (xskmap), XDP_PASS without one"
+                .into(),
+        ]
+    }
+}

@@ -1,0 +1,101 @@
+//! The `bessemer-planner` binary: show, plan (text and Graphviz) and its errors.
+
+use std::process::Command;
+
+fn planner(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_bessemer-planner"))
+        .args(args)
+        .output()
+        .expect("run bessemer-planner");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn flow_file(name: &str, text: &str) -> std::path::PathBuf {
+    let p = std::env::temp_dir().join(format!("planner-{}-{name}", std::process::id()));
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn show_prints_the_prg_with_its_c_nodes() {
+    let (ok, out, _) = planner(&["show", "--nic", "82599", "--queues", "3"]);
+    assert!(ok);
+    assert!(
+        out.contains("config<5tuple> C5tuple") && out.contains("config<fdir> Cfdir"),
+        "{out}"
+    );
+    assert!(
+        out.contains("CTxRateLimiter2") && out.contains("one global mask"),
+        "{out}"
+    );
+    let (ok, dot, _) = planner(&["show", "--nic", "sfc9020", "--dot"]);
+    assert!(ok && dot.starts_with("digraph \"sfcPRG\"") && dot.contains("fillcolor=turquoise"));
+}
+
+#[test]
+fn plan_prints_configuration_and_pruned_pipelines() {
+    let f = flow_file(
+        "ok",
+        "# two services\nudp 10.0.0.5:4000 10.0.0.1:53 hp\nudp 10.0.0.6:4001 10.0.0.1:53\ntcp 10.0.0.7:4002 10.0.0.2:80\n",
+    );
+    let fs = f.to_str().unwrap();
+    let (ok, out, err) = planner(&[
+        "plan",
+        "--nic",
+        "sfc9020",
+        "--queues",
+        "3",
+        "--policy",
+        "isolation",
+        "--flows",
+        fs,
+        "--rss-off",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("verdict: Accept"), "{out}");
+    assert!(
+        out.contains("udp 10.0.0.5:4000 -> 10.0.0.1:53 hp => Q0"),
+        "{out}"
+    );
+    // Queue 2 only ever sees the web flow: its pipeline keeps only that service.
+    let q2 = &out[out.find("queue Q2").expect("Q2 section")..];
+    assert!(
+        q2.contains("dport=80 -> services") && !q2.contains("dport=53"),
+        "{q2}"
+    );
+    assert!(out.contains("(default queue: never pruned)"));
+    let (ok, dot, _) = planner(&["plan", "--generate", "8", "--dot", "--rss-off"]);
+    assert!(
+        ok && dot.starts_with("digraph") && dot.contains("subgraph cluster_q1"),
+        "{dot}"
+    );
+    std::fs::remove_file(f).ok();
+}
+
+#[test]
+fn bad_input_gets_a_clear_error() {
+    let f = flow_file(
+        "bad",
+        "udp 10.0.0.5:4000 10.0.0.1:53\nudp 10.0.0.300:1 10.0.0.1:53\n",
+    );
+    let (ok, _, err) = planner(&["plan", "--flows", f.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(
+        err.contains("line 2: bad endpoint \"10.0.0.300:1\""),
+        "{err}"
+    );
+    std::fs::remove_file(f).ok();
+    let (ok, _, err) = planner(&["plan"]);
+    assert!(
+        !ok && err.contains("give --flows FILE or --generate N"),
+        "{err}"
+    );
+    let (ok, _, err) = planner(&["show", "--nic", "ethtool"]);
+    assert!(!ok && err.contains("--nic ethtool needs --iface"), "{err}");
+    let (ok, _, err) = planner(&["show", "--queues", "0"]);
+    assert!(!ok && err.contains("--queues 0"), "{err}");
+}

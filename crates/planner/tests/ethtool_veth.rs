@@ -1,0 +1,75 @@
+//! The generic NIC model read from a real interface: a 4-queue veth made in a namespace of
+//! the test's own.
+
+use bessemer_planner::nic::{configured_prg, NicModel};
+use std::process::Command;
+
+struct Netns(String);
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+fn ip(args: &[&str]) {
+    let st = Command::new("ip").args(args).status().expect("run ip");
+    assert!(st.success(), "ip {args:?}");
+}
+
+#[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
+fn reads_channels_and_features_of_a_veth() {
+    let ns = Netns(format!("plnr{}", std::process::id()));
+    ip(&["netns", "add", &ns.0]);
+    ip(&[
+        "-n",
+        &ns.0,
+        "link",
+        "add",
+        "pa",
+        "numtxqueues",
+        "4",
+        "numrxqueues",
+        "4",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "pb",
+        "numtxqueues",
+        "4",
+        "numrxqueues",
+        "4",
+    ]);
+    // veth activates one queue pair by default; ask for four (kernel >= 5.15).
+    let st = Command::new("ip")
+        .args([
+            "netns", "exec", &ns.0, "ethtool", "-L", "pb", "rx", "4", "tx", "4",
+        ])
+        .status()
+        .expect("run ethtool");
+    assert!(st.success(), "ethtool -L");
+    let nic = bessemer_planner::ethtool::read_interface("pb", Some(&ns.0)).unwrap();
+    assert_eq!(nic.queues, 4);
+    assert!(!nic.ntuple, "veth has no ntuple filters");
+    assert_eq!(nic.rss_size, 0, "veth reports no indirection table");
+    let g = configured_prg(&nic, &nic.initial_config()).unwrap();
+    let text = g.to_text();
+    assert!(
+        text.contains("RxQueue3") && !text.contains("Cntuple"),
+        "{text}"
+    );
+    // With no filters and no RSS, the oracle has nothing to offer.
+    let flow = bessemer_planner::nic::FlowSpec {
+        header: bessemer_planner::pred::Header::ipv4(17, 1, 2, 3, 4),
+        hp: false,
+        bw_mbps: 0,
+    };
+    assert!(nic.oracle(&nic.initial_config(), &flow).is_empty());
+    let missing = bessemer_planner::ethtool::read_interface("nosuchif", Some(&ns.0)).unwrap_err();
+    assert!(
+        missing.to_string().contains("ethtool -l nosuchif"),
+        "{missing}"
+    );
+}
