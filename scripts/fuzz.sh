@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make fuzz: runs every fuzz target under libFuzzer (cargo-fuzz, nightly toolchain) for
-# FUZZ_SECS seconds each (default 60), growing fuzz/corpus/<target>/; prints executions per
+# FUZZ_SECS seconds each (default 60; FUZZ_TARGETS to pick some), growing fuzz/corpus/<target>/; prints executions per
 # second and coverage per target, then one JSON line. A crash stops with the input saved in
 # fuzz/artifacts/<target>/ (add it to the corpus with a fix: make test replays the corpus).
 set -euo pipefail
@@ -14,7 +14,8 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
   echo "fuzz: installing cargo-fuzz (cargo install --locked cargo-fuzz)"
   cargo install --locked cargo-fuzz
 fi
-targets=(module_frames pcap_read module_args)
+# FUZZ_TARGETS="a b" runs only those.
+read -ra targets <<<"${FUZZ_TARGETS:-module_frames pcap_read module_args module_commands vnet_frames xdp_descriptors}"
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 cd fuzz

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import select
 import shutil
 import subprocess
 import time
@@ -26,57 +25,13 @@ from scapy.packet import Raw
 
 from bessemer.client import BESS
 
-from .conftest import ROOT_ONLY, in_ns, sh, switch
+from .conftest import ROOT_ONLY, in_ns, link_mac, send_and_capture, sh, switch, veth_to_namespace
 
 pytestmark = ROOT_ONLY
 
 DRIVERS = ["AFXDPPort", "AFPacketPort", "VPort"]
 
 JUMBO_MTU = 9000
-
-# Receives up to COUNT frames carrying MARKER at the start of the UDP payload (offset 42,
-# or 46 behind a VLAN tag) on IFNAME for at most SECS seconds, and prints them in hex. The
-# kernel hands AF_PACKET a received frame with its VLAN tag taken out (PACKET_AUXDATA
-# carries it); the tag is put back so frames compare as they were on the wire.
-RECEIVER = r"""
-import socket, struct, sys, time
-ifname, marker = sys.argv[1], bytes.fromhex(sys.argv[2])
-count, secs = int(sys.argv[3]), float(sys.argv[4])
-SOL_PACKET, PACKET_AUXDATA, VLAN_VALID, TPID_VALID = 263, 8, 0x10, 0x40
-s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
-s.setsockopt(SOL_PACKET, PACKET_AUXDATA, 1)
-s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
-s.bind((ifname, 0))
-print("ready", flush=True)
-got, end = [], time.monotonic() + secs
-while len(got) < count and time.monotonic() < end:
-    s.settimeout(max(0.01, end - time.monotonic()))
-    try:
-        data, anc, flags, addr = s.recvmsg(65536, socket.CMSG_SPACE(32))
-    except OSError:
-        break
-    if addr[2] == socket.PACKET_OUTGOING:
-        continue
-    for level, kind, val in anc:
-        if level == SOL_PACKET and kind == PACKET_AUXDATA:
-            status, _, _, _, _, tci, tpid = struct.unpack("IIIHHHH", val[:20])
-            if status & VLAN_VALID:
-                tpid = tpid if status & TPID_VALID else 0x8100
-                data = data[:12] + struct.pack("!HH", tpid, tci) + data[12:]
-    if data.find(marker) in (42, 46):
-        got.append(data.hex())
-print("\n".join(got), flush=True)
-"""
-
-# Sends the frames given in hex, one a line on stdin, on IFNAME through an AF_PACKET socket.
-SENDER = r"""
-import socket, sys
-s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
-s.bind((sys.argv[1], 0))
-for line in sys.stdin.read().split():
-    s.send(bytes.fromhex(line))
-"""
-
 
 # Receives one TCP connection on ADDR:FILE_PORT, writes every byte to PATH, prints the count
 # and their sha256 (for at most 20 s).
@@ -116,9 +71,7 @@ class Hosts:
     ports = ("pa", "pb")
 
     def mac(self, i: int) -> str:
-        r = sh("ip", "-n", self.ns[i], "-j", "link", "show", "dev", self.ifs[i])
-        assert r.returncode == 0, r.stderr
-        return json.loads(r.stdout)[0]["address"]
+        return link_mac(self.ns[i], self.ifs[i])
 
     def assert_both_directions_counted(self) -> None:
         """Every port received packets from its host and sent packets to it."""
@@ -150,22 +103,7 @@ def hosts(request, daemon, two_namespaces) -> Iterator[Callable[..., Hosts]]:
                     assert r.returncode == 0, r.stderr
                 continue
             sw = switch_ifs[i]
-            r = sh("ip", "link", "add", sw, "type", "veth", "peer", "name", ifs[i], "netns", ns[i])
-            assert r.returncode == 0, r.stderr
-            # The switch's end has no addresses: no IPv6 (ND, MLD) from the root namespace.
-            with open(f"/proc/sys/net/ipv6/conf/{sw}/disable_ipv6", "w") as f:
-                f.write("1")
-            if mtu:
-                for cmd in (("link", "set", sw), ("-n", ns[i], "link", "set", ifs[i])):
-                    r = sh("ip", *cmd, "mtu", str(mtu))
-                    assert r.returncode == 0, r.stderr
-            for cmd in (
-                ("-n", ns[i], "addr", "add", f"{ips[i]}/24", "dev", ifs[i]),
-                ("-n", ns[i], "link", "set", ifs[i], "up"),
-                ("link", "set", sw, "up"),
-            ):
-                r = sh("ip", *cmd)
-                assert r.returncode == 0, r.stderr
+            veth_to_namespace(sw, ifs[i], ns[i], f"{ips[i]}/24", mtu)
             b.create_port(driver, Hosts.ports[i], {"ifname": sw})
         switch(b, *Hosts.ports)
         return Hosts(b, driver, ns, ifs, ips, mtu or 1500)
@@ -221,31 +159,12 @@ def _udp_frames(h: Hosts, src: int, marker: bytes, sizes: list[int], vlan: int =
 
 def _send_and_capture(h: Hosts, src: int, frames: list[bytes], marker: bytes) -> list[bytes]:
     """Sends `frames` from host `src`'s interface, returns what the other host's interface
-    received carrying `marker` (at most len(frames), waiting at most 5 s)."""
+    received carrying `marker` after the UDP header, tagged or not (at most len(frames),
+    waiting at most 5 s)."""
     dst = 1 - src
-    cmd = ["ip", "netns", "exec", h.ns[dst], "python3", "-c", RECEIVER]
-    cmd += [h.ifs[dst], marker.hex(), str(len(frames)), "5"]
-    rx = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        ready, _, _ = select.select([rx.stdout], [], [], 10)
-        if not ready or rx.stdout.readline().strip() != "ready":
-            rx.kill()
-            raise AssertionError(f"no receiver on {h.ifs[dst]}: {rx.communicate()[1]}")
-        tx = subprocess.run(
-            ["ip", "netns", "exec", h.ns[src], "python3", "-c", SENDER, h.ifs[src]],
-            input="\n".join(f.hex() for f in frames),
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-        assert tx.returncode == 0, tx.stderr
-        out, err = rx.communicate(timeout=15)
-        assert rx.returncode == 0, err
-    finally:
-        rx.kill()
-        rx.wait()
-    return [bytes.fromhex(line) for line in out.split()]
+    return send_and_capture(
+        (h.ns[src], h.ifs[src]), frames, (h.ns[dst], h.ifs[dst]), marker, (42, 46), 5
+    )
 
 
 @pytest.mark.skipif(shutil.which("iperf3") is None, reason="needs iperf3 (apt-get install iperf3)")

@@ -8,7 +8,6 @@ Root only; the test makes and removes its own namespaces and interfaces."""
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import subprocess
@@ -23,7 +22,15 @@ from scapy.packet import Raw
 
 from bessemer.script import run_script
 
-from .conftest import ROOT, ROOT_ONLY, ogate_packets, sh
+from .conftest import (
+    ROOT,
+    ROOT_ONLY,
+    link_mac,
+    ogate_packets,
+    send_and_capture,
+    sh,
+    veth_to_namespace,
+)
 
 pytestmark = ROOT_ONLY
 
@@ -31,71 +38,13 @@ SESSIONS = 4
 N3_IP, GNB_IP, APP_IP = "198.18.0.1", "198.18.0.2", "6.6.6.6"
 UL_TEID, DL_TEID = 0x100, 0x8000000
 
-# Receives up to COUNT frames holding BYTES at OFFSET on IFNAME for at most SECS seconds and
-# prints them in hex (frames the interface sent itself are skipped).
-RECEIVER = r"""
-import socket, sys, time
-ifname, offset, want = sys.argv[1], int(sys.argv[2]), bytes.fromhex(sys.argv[3])
-count, secs = int(sys.argv[4]), float(sys.argv[5])
-s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
-s.bind((ifname, 0))
-print("ready", flush=True)
-got, end = [], time.monotonic() + secs
-while len(got) < count and time.monotonic() < end:
-    s.settimeout(max(0.01, end - time.monotonic()))
-    try:
-        data, addr = s.recvfrom(65536)
-    except OSError:
-        break
-    if addr[2] != socket.PACKET_OUTGOING and data[offset:offset + len(want)] == want:
-        got.append(data.hex())
-print("\n".join(got), flush=True)
-"""
-
-SENDER = r"""
-import socket, sys
-s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
-s.bind((sys.argv[1], 0))
-for line in sys.stdin.read().split():
-    s.send(bytes.fromhex(line))
-"""
-
-
-def _mac(ns: str | None, ifname: str) -> str:
-    where = ("-n", ns) if ns else ()
-    r = sh("ip", *where, "-j", "link", "show", "dev", ifname)
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)[0]["address"]
-
 
 def _exchange(
     ns_tx: str, if_tx: str, frames: list[bytes], ns_rx: str, if_rx: str, offset: int, want: bytes
 ) -> list[bytes]:
     """Sends `frames` on `if_tx` in `ns_tx`; returns the frames `if_rx` in `ns_rx` received
     holding `want` at `offset` (at most len(frames), waiting at most 3 s)."""
-    cmd = ["ip", "netns", "exec", ns_rx, sys.executable, "-c", RECEIVER, if_rx, str(offset)]
-    cmd += [want.hex(), str(len(frames)), "3"]
-    rx = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        ready, _, _ = select.select([rx.stdout], [], [], 10)
-        if not ready or rx.stdout.readline().strip() != "ready":
-            rx.kill()
-            raise AssertionError(f"no receiver on {if_rx}: {rx.communicate()[1]}")
-        tx = subprocess.run(
-            ["ip", "netns", "exec", ns_tx, sys.executable, "-c", SENDER, if_tx],
-            input="\n".join(f.hex() for f in frames),
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-        assert tx.returncode == 0, tx.stderr
-        out, err = rx.communicate(timeout=15)
-        assert rx.returncode == 0, err
-    finally:
-        rx.kill()
-        rx.wait()
-    return [bytes.fromhex(line) for line in out.split()]
+    return send_and_capture((ns_tx, if_tx), frames, (ns_rx, if_rx), want, (offset,), 3)
 
 
 def _ue(i: int) -> str:
@@ -114,23 +63,13 @@ def upf(daemon, two_namespaces):
     b = daemon.client
     try:
         for side in ("access", "core"):
-            r = sh("ip", "link", "add", sw[side], "type", "veth", "peer", "name", host[side])
-            assert r.returncode == 0, r.stderr
-            assert sh("ip", "link", "set", host[side], "netns", ns[side]).returncode == 0
-            with open(f"/proc/sys/net/ipv6/conf/{sw[side]}/disable_ipv6", "w") as f:
-                f.write("1")
-            for cmd in (
-                ("-n", ns[side], "link", "set", host[side], "up"),
-                ("link", "set", sw[side], "up"),
-            ):
-                r = sh("ip", *cmd)
-                assert r.returncode == 0, r.stderr
+            veth_to_namespace(sw[side], host[side], ns[side])
         env = {
             "UPF_MODE": "af_packet",
             "UPF_ACCESS_IF": sw["access"],
             "UPF_CORE_IF": sw["core"],
-            "UPF_ACCESS_NH_MAC": _mac(gnb_ns, host["access"]),
-            "UPF_CORE_NH_MAC": _mac(dn_ns, host["core"]),
+            "UPF_ACCESS_NH_MAC": link_mac(gnb_ns, host["access"]),
+            "UPF_CORE_NH_MAC": link_mac(dn_ns, host["core"]),
         }
         run_script(ROOT / "conf" / "upf" / "upf.bess", b, env)
         r = _sessions(daemon.port, "--sessions", str(SESSIONS), "add")
@@ -161,7 +100,7 @@ def _uplink(u, i: int, marker: bytes) -> tuple[bytes, bytes]:
     """Session i's G-PDU from the gNB and the inner packet in it."""
     inner = IP(src=_ue(i), dst=APP_IP) / UDP(sport=10001, dport=10002) / Raw(marker)
     outer = Ether(
-        src=_mac(u["ns"]["access"], u["host"]["access"]), dst=_mac(None, u["sw"]["access"])
+        src=link_mac(u["ns"]["access"], u["host"]["access"]), dst=link_mac(None, u["sw"]["access"])
     )
     outer = outer / IP(src=GNB_IP, dst=N3_IP) / UDP(sport=2152, dport=2152)
     return bytes(outer / GTP_U_Header(teid=UL_TEID + i, gtp_type=255) / inner), bytes(inner)
@@ -187,7 +126,7 @@ def test_uplink_downlink_echo_and_delete(upf):
     got = _send_up(u, [f for f, _ in sent], marker)
     assert sorted(g[14:] for g in got) == sorted(inner for _, inner in sent)
     assert all(
-        g[:6] == bytes.fromhex(_mac(u["ns"]["core"], u["host"]["core"]).replace(":", ""))
+        g[:6] == bytes.fromhex(link_mac(u["ns"]["core"], u["host"]["core"]).replace(":", ""))
         for g in got
     )
 
@@ -198,9 +137,10 @@ def test_uplink_downlink_echo_and_delete(upf):
     for i in range(SESSIONS):
         pkt = IP(src=APP_IP, dst=_ue(i)) / UDP(sport=10002, dport=10001) / Raw(marker + bytes([i]))
         replies[i] = bytes(pkt)
-    dn_mac = _mac(u["ns"]["core"], u["host"]["core"])
+    dn_mac = link_mac(u["ns"]["core"], u["host"]["core"])
     frames = [
-        bytes(Ether(src=dn_mac, dst=_mac(None, u["sw"]["core"])) / IP(r)) for r in replies.values()
+        bytes(Ether(src=dn_mac, dst=link_mac(None, u["sw"]["core"])) / IP(r))
+        for r in replies.values()
     ]
     got = _exchange(
         u["ns"]["core"],
@@ -222,7 +162,7 @@ def test_uplink_downlink_echo_and_delete(upf):
 
     # An Echo Request is answered with an Echo Response of the same sequence number.
     echo = Ether(
-        src=_mac(u["ns"]["access"], u["host"]["access"]), dst=_mac(None, u["sw"]["access"])
+        src=link_mac(u["ns"]["access"], u["host"]["access"]), dst=link_mac(None, u["sw"]["access"])
     )
     echo = echo / IP(src=GNB_IP, dst=N3_IP) / UDP(sport=2152, dport=2152)
     echo = bytes(echo / GTP_U_Header(gtp_type=1, S=1, seq=0x4242, teid=0))
@@ -338,7 +278,7 @@ def test_tcp_transfer_through_the_tunnel(upf):
     u = upf
     gnb, dn = u["ns"]["access"], u["ns"]["core"]
     ga, dc = u["host"]["access"], u["host"]["core"]
-    sw_access, sw_core = _mac(None, u["sw"]["access"]), _mac(None, u["sw"]["core"])
+    sw_access, sw_core = link_mac(None, u["sw"]["access"]), link_mac(None, u["sw"]["core"])
     ue = _ue(0)
     for cmd in (
         ("-n", gnb, "addr", "add", f"{GNB_IP}/24", "dev", ga),

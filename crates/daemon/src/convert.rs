@@ -100,8 +100,113 @@ pub fn any_to_value(
     decode_value(&desc, &any.value)
 }
 
+/// Arguments at least this long have their repeated message fields decoded one element at
+/// a time (see [`decode_value`]).
+const SPLIT_MIN: usize = 64 << 10;
+
 /// Decodes message bytes of type `desc` into a [`Value::Map`].
+///
+/// A large argument is mostly a long repeated message field (a million table rules): as
+/// one dynamic message each element costs over a kilobyte of maps, so its elements are cut
+/// out of the bytes and decoded and converted one at a time, and the rest of the message
+/// is decoded as usual. The result is the same as decoding the whole.
 pub fn decode_value(desc: &MessageDescriptor, bytes: &[u8]) -> Result<Value> {
+    if bytes.len() >= SPLIT_MIN {
+        let lists: Vec<FieldDescriptor> = desc
+            .fields()
+            .filter(|f| f.is_list() && matches!(f.kind(), Kind::Message(_)))
+            .collect();
+        if !lists.is_empty() {
+            if let Some((rest, elems)) = split_fields(bytes, &lists) {
+                return decode_split(desc, &rest, &lists, elems);
+            }
+        }
+    }
+    decode_whole(desc, bytes)
+}
+
+/// [`decode_value`] for a message whose repeated message fields `lists` were cut out of
+/// the bytes: `rest` is the remainder, `elems[i]` the elements of `lists[i]`.
+fn decode_split(
+    desc: &MessageDescriptor,
+    rest: &[u8],
+    lists: &[FieldDescriptor],
+    elems: Vec<Vec<&[u8]>>,
+) -> Result<Value> {
+    let Value::Map(mut map) = decode_whole(desc, rest)? else {
+        unreachable!("a message decodes to a map");
+    };
+    for (fd, elems) in lists.iter().zip(elems) {
+        if elems.is_empty() {
+            continue;
+        }
+        let Kind::Message(m) = fd.kind() else {
+            unreachable!("only message fields are cut out");
+        };
+        let mut out = Vec::with_capacity(elems.len());
+        for e in elems {
+            out.push(decode_value(&m, e)?);
+        }
+        map.push((fd.name().to_string(), Value::List(out)));
+    }
+    let number = |name: &str| desc.get_field_by_name(name).map_or(0, |f| f.number());
+    map.sort_by_key(|(name, _)| number(name));
+    Ok(Value::Map(map))
+}
+
+/// Reads a varint at `*at`, advancing it; None if the bytes end first or it is too long.
+fn varint(b: &[u8], at: &mut usize) -> Option<u64> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let byte = *b.get(*at)?;
+        *at += 1;
+        v |= ((byte & 0x7f) as u64) << shift;
+        if byte & 0x80 == 0 {
+            return Some(v);
+        }
+    }
+    None
+}
+
+/// What [`split_fields`] cuts a message into: the bytes left, and each list field's elements.
+type Split<'a> = (Vec<u8>, Vec<Vec<&'a [u8]>>);
+
+/// Cuts the occurrences of fields `lists` (repeated, message-typed) out of message bytes
+/// `b`: the remaining bytes and each field's element bytes in order. None when the bytes
+/// are not well-formed (or hold groups): the caller then decodes them whole, which names
+/// the problem.
+fn split_fields<'a>(b: &'a [u8], lists: &[FieldDescriptor]) -> Option<Split<'a>> {
+    let mut rest = Vec::new();
+    let mut elems = vec![Vec::new(); lists.len()];
+    let mut at = 0;
+    while at < b.len() {
+        let start = at;
+        let tag = varint(b, &mut at)?;
+        let (number, wire) = (tag >> 3, tag & 7);
+        match wire {
+            0 => {
+                varint(b, &mut at)?;
+            }
+            1 => at = at.checked_add(8).filter(|&e| e <= b.len())?,
+            5 => at = at.checked_add(4).filter(|&e| e <= b.len())?,
+            2 => {
+                let len = usize::try_from(varint(b, &mut at)?).ok()?;
+                let end = at.checked_add(len).filter(|&e| e <= b.len())?;
+                if let Some(i) = lists.iter().position(|f| f.number() as u64 == number) {
+                    elems[i].push(&b[at..end]);
+                    at = end;
+                    continue;
+                }
+                at = end;
+            }
+            _ => return None,
+        }
+        rest.extend_from_slice(&b[start..at]);
+    }
+    Some((rest, elems))
+}
+
+fn decode_whole(desc: &MessageDescriptor, bytes: &[u8]) -> Result<Value> {
     let msg = DynamicMessage::decode(desc.clone(), bytes).map_err(|e| {
         Error::invalid(format!(
             "cannot decode {} ({} bytes): {e}",
@@ -109,51 +214,63 @@ pub fn decode_value(desc: &MessageDescriptor, bytes: &[u8]) -> Result<Value> {
             bytes.len()
         ))
     })?;
-    message_to_value(&msg)
+    message_into_value(msg)
 }
 
 /// A dynamic message as a [`Value::Map`] of its set fields, in field-number order.
 pub fn message_to_value(msg: &DynamicMessage) -> Result<Value> {
-    let mut fields: Vec<(FieldDescriptor, &PValue)> = msg.fields().collect();
-    fields.sort_by_key(|(f, _)| f.number());
-    let mut out = Vec::with_capacity(fields.len());
-    for (fd, v) in fields {
-        out.push((fd.name().to_string(), field_to_value(&fd, v)?));
-    }
+    message_into_value(msg.clone())
+}
+
+/// [`message_to_value`], consuming the message: each part is dropped as soon as it is
+/// converted, so a large argument (a million table rules) is never held twice over, once
+/// as the dynamic message and once as the `Value` (the peak is about the larger of the two,
+/// not their sum).
+pub fn message_into_value(mut msg: DynamicMessage) -> Result<Value> {
     if msg.unknown_fields().next().is_some() {
         tracing::debug!(
             msg = msg.descriptor().full_name(),
             "ignoring unknown fields in an argument"
         );
     }
+    let mut fields: Vec<(FieldDescriptor, PValue)> = msg.take_fields().collect();
+    drop(msg);
+    fields.sort_by_key(|(f, _)| f.number());
+    let mut out = Vec::with_capacity(fields.len());
+    for (fd, v) in fields {
+        let v = field_into_value(&fd, v)?;
+        out.push((fd.name().to_string(), v));
+    }
     Ok(Value::Map(out))
 }
 
-fn field_to_value(fd: &FieldDescriptor, v: &PValue) -> Result<Value> {
+fn field_into_value(fd: &FieldDescriptor, v: PValue) -> Result<Value> {
     let field = || fd.full_name().to_string();
     Ok(match v {
-        PValue::Bool(b) => Value::Bool(*b),
-        PValue::I32(i) => Value::Int(*i as i64),
-        PValue::I64(i) => Value::Int(*i),
-        PValue::U32(u) => Value::Int(*u as i64),
-        PValue::U64(u) => Value::Int(i64::try_from(*u).map_err(|_| {
+        PValue::Bool(b) => Value::Bool(b),
+        PValue::I32(i) => Value::Int(i as i64),
+        PValue::I64(i) => Value::Int(i),
+        PValue::U32(u) => Value::Int(u as i64),
+        PValue::U64(u) => Value::Int(i64::try_from(u).map_err(|_| {
             Error::invalid(format!(
                 "{}: {u} does not fit in a signed 64-bit integer (largest accepted: {})",
                 field(),
                 i64::MAX
             ))
         })?),
-        PValue::F32(f) => Value::Float(*f as f64),
-        PValue::F64(f) => Value::Float(*f),
-        PValue::String(s) => Value::Str(s.clone()),
+        PValue::F32(f) => Value::Float(f as f64),
+        PValue::F64(f) => Value::Float(f),
+        PValue::String(s) => Value::Str(s),
         PValue::Bytes(b) => Value::Bytes(b.to_vec()),
-        PValue::EnumNumber(n) => Value::Int(*n as i64),
-        PValue::Message(m) => message_to_value(m)?,
-        PValue::List(l) => Value::List(
-            l.iter()
-                .map(|x| field_to_value(fd, x))
-                .collect::<Result<Vec<_>>>()?,
-        ),
+        PValue::EnumNumber(n) => Value::Int(n as i64),
+        PValue::Message(m) => message_into_value(m)?,
+        PValue::List(l) => {
+            let mut out = Vec::with_capacity(l.len());
+            for x in l {
+                out.push(field_into_value(fd, x)?);
+            }
+            Value::List(out)
+        }
         PValue::Map(m) => {
             let val_fd = fd.kind().as_message().map(|e| e.map_entry_value_field());
             let mut entries = Vec::with_capacity(m.len());
@@ -164,11 +281,11 @@ fn field_to_value(fd: &FieldDescriptor, v: &PValue) -> Result<Value> {
                     MapKey::I64(i) => i.to_string(),
                     MapKey::U32(u) => u.to_string(),
                     MapKey::U64(u) => u.to_string(),
-                    MapKey::String(s) => s.clone(),
+                    MapKey::String(s) => s,
                 };
                 let val = match &val_fd {
-                    Some(vf) => field_to_value(vf, x)?,
-                    None => field_to_value(fd, x)?,
+                    Some(vf) => field_into_value(vf, x)?,
+                    None => field_into_value(fd, x)?,
                 };
                 entries.push((key, val));
             }
@@ -393,6 +510,52 @@ mod tests {
             type_url: format!("{TYPE_URL_PREFIX}{name}"),
             value: bytes,
         }
+    }
+
+    #[test]
+    fn large_arguments_decode_element_by_element_to_the_same_value() {
+        // A WildcardMatchConfig of 5 000 rules (over SPLIT_MIN), its list field between two
+        // scalars and a rule repeated at the end, then the same bytes cut short.
+        let rule = |i: u32| {
+            Value::map()
+                .with("gate", (i % 7) as u64)
+                .with("priority", i as i64)
+                .with(
+                    "values",
+                    Value::List(vec![
+                        Value::map().with("value_bin", i.to_be_bytes().to_vec())
+                    ]),
+                )
+        };
+        let cfg = Value::map()
+            .with("default_gate", 3u64)
+            .with("rules", Value::List((0..5000).map(rule).collect()));
+        let mut bytes = value_to_any("WildcardMatchConfig", &cfg).unwrap().value;
+        assert!(bytes.len() >= SPLIT_MIN, "{} bytes", bytes.len());
+        let desc = pool()
+            .get_message_by_name("bess.pb.WildcardMatchConfig")
+            .unwrap();
+        let more = value_to_any(
+            "WildcardMatchConfig",
+            &Value::map().with("rules", Value::List(vec![rule(9)])),
+        )
+        .unwrap()
+        .value;
+        bytes.extend(&more);
+        let split = decode_value(&desc, &bytes).unwrap();
+        assert_eq!(split, decode_whole(&desc, &bytes).unwrap());
+        let Some(Value::List(rules)) = split.get("rules") else {
+            panic!("no rules in {split:?}");
+        };
+        assert_eq!(rules.len(), 5001);
+        assert_eq!(rules[5000], rule(9));
+        let cut = &bytes[..bytes.len() - 3];
+        let e = decode_value(&desc, cut).unwrap_err();
+        assert!(
+            e.msg.contains("cannot decode bess.pb.WildcardMatchConfig"),
+            "{}",
+            e.msg
+        );
     }
 
     #[test]

@@ -3,11 +3,13 @@
 //! * [`pb`]: the `bess.pb` messages and the tonic client/server generated from
 //!   `proto/bess/*.proto` (compiled at build time by protox, no system `protoc`);
 //! * [`convert`]: `google.protobuf.Any` <-> [`bessemer_core::Value`] through prost-reflect;
+//! * [`memory`]: giving memory freed by large requests back to the system;
 //! * [`observe`]: counter snapshots, drop rates, Prometheus `/metrics` and the web view;
 //! * [`service`]: the `BESSControl` service on top of [`bessemer_core::Engine`];
 //! * [`server`]: listening (TCP or unix socket), pid file, signals and clean shutdown.
 
 pub mod convert;
+pub mod memory;
 pub mod observe;
 pub mod server;
 pub mod service;

@@ -40,6 +40,7 @@ use bessemer_core::{Args, Error, PacketBatch, PacketPool, PoolCache, Result, Val
 use crate::ifctl::{self, getsockopt, setsockopt};
 use crate::netns;
 use crate::partial_csum;
+use crate::xdp_desc::{self, HeldFrames};
 
 const MSG: &str = "bessemer.pb.AFXDPPortArg";
 const DEFAULT_RING: u64 = 2048;
@@ -344,40 +345,12 @@ impl Drop for Ring {
     }
 }
 
-/// Frames the kernel holds (one bit per pool frame).
-struct Held(Box<[u64]>);
-
-impl Held {
-    fn new(frames: usize) -> Held {
-        Held(vec![0; frames.div_ceil(64)].into_boxed_slice())
-    }
-    #[inline(always)]
-    fn set(&mut self, idx: u32) {
-        if let Some(w) = self.0.get_mut(idx as usize / 64) {
-            *w |= 1 << (idx % 64);
-        }
-    }
-    #[inline(always)]
-    fn clear(&mut self, idx: u32) {
-        if let Some(w) = self.0.get_mut(idx as usize / 64) {
-            *w &= !(1 << (idx % 64));
-        }
-    }
-    fn frames(&self) -> impl Iterator<Item = u32> + '_ {
-        self.0.iter().enumerate().flat_map(|(i, &w)| {
-            (0..64)
-                .filter(move |b| w & (1 << b) != 0)
-                .map(move |b| (i * 64 + b) as u32)
-        })
-    }
-}
-
 /// State of the receive side (fill and RX rings), touched only by the RX queue's owner.
 struct RxSide {
     fill_prod: u32,
     fill_cons: u32,
     rx_cons: u32,
-    held: Held,
+    held: HeldFrames,
 }
 
 /// State of the transmit side (TX and completion rings), touched only by the TX queue's owner.
@@ -385,7 +358,7 @@ struct TxSide {
     tx_prod: u32,
     tx_cons: u32,
     comp_cons: u32,
-    held: Held,
+    held: HeldFrames,
 }
 
 /// Which AF_XDP mode a socket runs in.
@@ -412,6 +385,11 @@ struct Xsk {
     rx_dropped: AtomicU64,
     /// Packets too long for a socket without XDP_USE_SG.
     tx_dropped: AtomicU64,
+    /// RX descriptors refused by `xdp_desc::take_rx` (outside the UMEM, a frame not lent,
+    /// bytes past the frame).
+    rx_invalid: AtomicU64,
+    /// Completion descriptors refused by `xdp_desc::take_completed`.
+    comp_invalid: AtomicU64,
     /// Complete TCP/UDP checksums a local sender left partial (a veth peer's offload).
     partial_csums: bool,
     rx_open: AtomicBool,
@@ -532,6 +510,8 @@ impl Xsk {
             sg,
             rx_dropped: AtomicU64::new(0),
             tx_dropped: AtomicU64::new(0),
+            rx_invalid: AtomicU64::new(0),
+            comp_invalid: AtomicU64::new(0),
             partial_csums: false,
             rx_open: AtomicBool::new(false),
             tx_open: AtomicBool::new(false),
@@ -539,13 +519,13 @@ impl Xsk {
                 fill_prod: 0,
                 fill_cons: 0,
                 rx_cons: 0,
-                held: Held::new(frames),
+                held: HeldFrames::new(frames),
             }),
             txs: UnsafeCell::new(TxSide {
                 tx_prod: 0,
                 tx_cons: 0,
                 comp_cons: 0,
-                held: Held::new(frames),
+                held: HeldFrames::new(frames),
             }),
         })
     }
@@ -676,27 +656,27 @@ fn gather(
     }
     let mut out = cache.alloc_any(total);
     let mut at = 0;
+    let mut invalid = false;
     for j in start..start + n {
         let d = desc(j);
-        // SAFETY: the kernel returns frames we put on the fill ring; they are ours again.
-        let Some(mut f) = (unsafe { x.pool.packet_at(d.addr) }) else {
-            out = out.and_then(|o| {
-                cache.free(o);
-                None
-            });
-            continue;
-        };
-        s.held.clear(f.frame_index());
-        let len = d.len as usize;
-        if let Some(o) = out.as_mut() {
-            if f.set_data_bounds(d.addr as usize & (FRAME_SIZE - 1), len) {
-                o.data_mut()[at..at + len].copy_from_slice(f.data());
+        match xdp_desc::take_rx(&x.pool, &mut s.held, cache, d.addr, d.len) {
+            Ok(f) => {
+                if let Some(o) = out.as_mut() {
+                    o.data_mut()[at..at + f.len()].copy_from_slice(f.data());
+                }
+                at += f.len();
+                cache.free(f);
             }
+            Err(_) => invalid = true,
         }
-        at += len;
-        cache.free(f);
     }
-    if out.is_none() {
+    if invalid {
+        // One bad fragment spoils the packet: what came with it is dropped with it.
+        if let Some(o) = out.take() {
+            cache.free(o);
+        }
+        x.rx_invalid.fetch_add(1, Ordering::Relaxed);
+    } else if out.is_none() {
         x.rx_dropped.fetch_add(1, Ordering::Relaxed);
     }
     Some((out, n))
@@ -730,12 +710,10 @@ impl RxQueue for XskRx {
                 continue;
             }
             used += 1;
-            // SAFETY: the kernel returns frames we put on the fill ring; they are ours again.
-            let Some(mut p) = (unsafe { x.pool.packet_at(d.addr) }) else {
+            let Ok(mut p) = xdp_desc::take_rx(&x.pool, &mut s.held, cache, d.addr, d.len) else {
+                x.rx_invalid.fetch_add(1, Ordering::Relaxed);
                 continue;
             };
-            s.held.clear(p.frame_index());
-            p.set_data_bounds(d.addr as usize & (FRAME_SIZE - 1), d.len as usize);
             if x.partial_csums {
                 partial_csum::complete(p.data_mut());
             }
@@ -778,13 +756,16 @@ impl XskTx {
             // SAFETY: entries up to the producer index are filled.
             let addr = unsafe { *x.comp.addr(s.comp_cons) };
             s.comp_cons = s.comp_cons.wrapping_add(1);
-            // SAFETY: a completed frame we put on the TX ring: ours again.
-            if let Some(p) = unsafe { x.pool.packet_at(addr) } {
-                s.held.clear(p.frame_index());
-                // SAFETY: the batch is flushed whenever it is full.
-                unsafe { tmp.push_unchecked(p) };
-                if tmp.is_full() {
-                    cache.free_bulk(&mut tmp);
+            match xdp_desc::take_completed(&x.pool, &mut s.held, addr) {
+                Ok(p) => {
+                    // SAFETY: the batch is flushed whenever it is full.
+                    unsafe { tmp.push_unchecked(p) };
+                    if tmp.is_full() {
+                        cache.free_bulk(&mut tmp);
+                    }
+                }
+                Err(_) => {
+                    x.comp_invalid.fetch_add(1, Ordering::Relaxed);
                 }
             }
         }
@@ -975,8 +956,8 @@ impl Port for AfXdpPort {
         self.xsks.iter().fold((0, 0), |(i, o), x| {
             let s = x.stats();
             let (ri, ro) = (
-                x.rx_dropped.load(Ordering::Relaxed),
-                x.tx_dropped.load(Ordering::Relaxed),
+                x.rx_dropped.load(Ordering::Relaxed) + x.rx_invalid.load(Ordering::Relaxed),
+                x.tx_dropped.load(Ordering::Relaxed) + x.comp_invalid.load(Ordering::Relaxed),
             );
             (
                 i + s.rx_dropped + s.rx_ring_full + ri,
@@ -1245,15 +1226,5 @@ mod tests {
         assert!(e.msg.contains("at most half"), "{}", e.msg);
         let e = err(Value::map().with("ifname", "lo").with("bogus", 1u64));
         assert!(e.msg.contains("bogus"), "{}", e.msg);
-    }
-
-    #[test]
-    fn held_frames_are_listed() {
-        let mut h = Held::new(130);
-        h.set(0);
-        h.set(65);
-        h.set(129);
-        h.clear(65);
-        assert_eq!(h.frames().collect::<Vec<_>>(), vec![0, 129]);
     }
 }

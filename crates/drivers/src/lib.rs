@@ -15,6 +15,7 @@ pub mod slice_port;
 pub mod unix_socket_port;
 pub mod vnet;
 pub mod vport;
+pub mod xdp_desc;
 
 use bessemer_core::port::PortDriver;
 

@@ -114,6 +114,11 @@ impl Gso {
         if l4 < l3 + if v4 { 20 } else { 40 } || l4 + 20 > f.len() {
             return None;
         }
+        // The IPv4 header (its IHL) must end where the header says L4 starts: `build`
+        // checksums it in every segment (found by the vnet_frames fuzz target).
+        if v4 && l3 + ((f[l3] & 0xf) as usize) * 4 != l4 {
+            return None;
+        }
         let hlen = if tcp {
             l4 + ((f[l4 + 12] >> 4) as usize) * 4
         } else {
@@ -299,16 +304,35 @@ mod tests {
         f
     }
 
-    #[test]
-    fn tcp_superframe_is_cut_into_valid_segments() {
-        let f = superframe(5000);
-        let v = Vnet {
+    /// The header the kernel gives a TCP/IPv4 super-frame from [`superframe`].
+    fn tcp4_gso() -> Vnet {
+        Vnet {
             flags: VNET_NEEDS_CSUM,
             gso_type: GSO_TCPV4,
             gso_size: 1448,
             csum_start: 34,
             csum_offset: 16,
-        };
+        }
+    }
+
+    #[test]
+    fn an_ipv4_header_length_that_disagrees_with_csum_start_is_refused() {
+        // IHL 15 (60 bytes) where csum_start says the TCP header starts after 20: cutting
+        // it used to checksum the IPv4 header past the segment's end (a panic).
+        let mut f = superframe(3000);
+        let v = tcp4_gso();
+        f[14] = 0x4f;
+        assert!(Gso::parse(&f, v, DATA_CAPACITY).is_none());
+        f[14] = 0x44; // IHL 4: shorter than an IPv4 header
+        assert!(Gso::parse(&f, v, DATA_CAPACITY).is_none());
+        f[14] = 0x45;
+        assert!(Gso::parse(&f, v, DATA_CAPACITY).is_some());
+    }
+
+    #[test]
+    fn tcp_superframe_is_cut_into_valid_segments() {
+        let f = superframe(5000);
+        let v = tcp4_gso();
         let g = Gso::parse(&f, v, DATA_CAPACITY).unwrap();
         assert_eq!((g.hlen, g.mss), (54, 1448));
         let mut off = 0;

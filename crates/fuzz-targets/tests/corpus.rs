@@ -78,10 +78,94 @@ fn seeds(target: &str) -> Vec<Vec<u8>> {
             ng.extend(28u32.to_le_bytes());
             vec![classic, ng, Vec::new(), vec![0xa1, 0xb2, 0xc3, 0xd4]]
         }
+        "module_commands" => {
+            // Every command of every class with an empty payload, then with a small one.
+            let mut out = Vec::new();
+            for class in 0..=255u8 {
+                for cmd in 0..8u8 {
+                    out.push(vec![class, cmd, 0, 0]);
+                    out.push(vec![class, cmd, 0, 4, 0x08, 0x01, 0x10, 0x01]);
+                }
+            }
+            out
+        }
+        "vnet_frames" => vnet_seeds(),
+        "xdp_descriptors" => {
+            // 64 frames lent; descriptors for frames around them, good and bad lengths.
+            let mut v = vec![64u8];
+            for f in 0..80u64 {
+                for (kind, len) in [(2u8, 60u32), (2, 5000), (3, 0), (0, 60)] {
+                    v.push(kind);
+                    v.extend(((f << 16) | 256).to_le_bytes());
+                    v.extend(len.to_le_bytes());
+                }
+            }
+            vec![v, vec![255], vec![0, 2]]
+        }
         _ => (0..=255u8)
             .map(|c| vec![c, 0x08, 0x01, 0x10, 0x01])
             .collect(),
     }
+}
+
+/// virtio-net headers (native byte order) in front of TCP/UDP super-frames over IPv4 and
+/// IPv6, partial checksums, and a frame with no header.
+fn vnet_seeds() -> Vec<Vec<u8>> {
+    let hdr = |flags: u8, gso: u8, size: u16, start: u16, off: u16| {
+        let mut h = vec![flags, gso, 0, 0];
+        for x in [size, start, off] {
+            h.extend(x.to_ne_bytes());
+        }
+        h
+    };
+    let l4 = |proto: u8, payload: usize| {
+        let mut t = if proto == 6 {
+            let mut t = vec![0u8; 20];
+            t[12] = 5 << 4;
+            t
+        } else {
+            vec![0u8; 8]
+        };
+        t.extend((0..payload).map(|i| i as u8));
+        t
+    };
+    let v4 = |proto: u8, payload: usize| {
+        let t = l4(proto, payload);
+        let mut f = vec![0u8; 14];
+        f[12] = 0x08;
+        let mut ip = vec![
+            0x45, 0, 0, 0, 0, 1, 0, 0, 64, proto, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ];
+        ip[2..4].copy_from_slice(&((20 + t.len()) as u16).to_be_bytes());
+        f.extend(ip);
+        f.extend(t);
+        f
+    };
+    let v6 = |proto: u8, payload: usize| {
+        let t = l4(proto, payload);
+        let mut f = vec![0u8; 14];
+        f[12] = 0x86;
+        f[13] = 0xdd;
+        let mut ip = vec![0x60, 0, 0, 0, 0, 0, proto, 64];
+        ip[4..6].copy_from_slice(&(t.len() as u16).to_be_bytes());
+        ip.extend([0xfe; 32]);
+        f.extend(ip);
+        f.extend(t);
+        f
+    };
+    let seed = |h: Vec<u8>, f: Vec<u8>| [h, f].concat();
+    vec![
+        seed(hdr(1, 1, 1000, 34, 16), v4(6, 5000)),
+        seed(hdr(1, 1, 1, 34, 16), v4(6, 300)),
+        seed(hdr(1, 4, 1200, 54, 16), v6(6, 4000)),
+        seed(hdr(1, 5, 500, 34, 6), v4(17, 2000)),
+        seed(hdr(1, 5, 500, 54, 6), v6(17, 1500)),
+        seed(hdr(1, 0, 0, 34, 6), v4(17, 100)),
+        seed(hdr(0, 0, 0, 0, 0), v4(6, 3000)),
+        seed(hdr(1, 0x81, 1400, 34, 16), v4(6, 3000)),
+        seed(hdr(1, 1, 1000, 65535, 65535), v4(6, 100)),
+        hdr(1, 1, 0, 0, 0),
+    ]
 }
 
 /// xorshift64*: a fixed sequence, so a failing input is found again.

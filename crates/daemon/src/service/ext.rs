@@ -32,6 +32,7 @@ impl BessemerControl for Control {
         let res = self
             .run(move |e| super::transaction::transaction(e, req))
             .await;
+        self.release_freed().await;
         answer("Transaction", res)
     }
 }

@@ -7,7 +7,9 @@ use bessemer_core::module::MAX_GATES;
 use bessemer_core::{Engine, Error, Result};
 use tonic::Request;
 
-use super::{answer, check_len, need_name, unsupported, Control, RpcResult};
+use super::{
+    answer, check_len, check_room, need_name, unsupported, Control, RpcResult, MAX_GATE_HOOKS,
+};
 use crate::convert::{self, truncate};
 use crate::pb;
 
@@ -238,6 +240,8 @@ fn configure_hook(e: &mut Engine, h: pb::GateHookInfo, enable: bool) -> Result<S
         }
         return Ok(h.hook_name);
     }
+    let adding = places.iter().map(|(_, g)| g.len()).sum();
+    check_room("gate hooks", hooks.len(), adding, MAX_GATE_HOOKS)?;
 
     // Validate everything before a capture hook opens its FIFO: a refused hook must not have
     // written to (or closed) a pipe a reader already has open.

@@ -74,6 +74,12 @@ impl Control {
         self.engine.clone()
     }
 
+    /// Gives the heap's free pages back to the system, after a request that may have freed
+    /// a lot (see [`crate::memory`]); in the blocking pool, without the control lock.
+    async fn release_freed(&self) {
+        let _ = tokio::task::spawn_blocking(crate::memory::release_free_heap).await;
+    }
+
     /// Runs `f` on the engine in the blocking pool, with the control lock held. A panic in
     /// the engine or a module becomes an EFAULT error instead of taking the daemon down.
     async fn run<T, F>(&self, f: F) -> Result<T>
@@ -97,6 +103,12 @@ impl Control {
             ))
         })
     }
+}
+
+/// Whether a request's argument is large enough that freeing its decoded form is worth
+/// giving back to the system.
+fn large_arg(arg: Option<&prost_types::Any>) -> bool {
+    arg.is_some_and(|a| a.value.len() >= crate::memory::LARGE_REQUEST)
 }
 
 fn internal(p: &Box<dyn std::any::Any + Send>) -> Error {
@@ -241,6 +253,27 @@ fn need_name(s: &str, what: &str) -> Result<String> {
     Ok(s.to_string())
 }
 
+/// Most modules at once: CreateModule and transactions refuse more with ENOMEM.
+pub const MAX_MODULES: usize = 65_536;
+/// Most ports at once.
+pub const MAX_PORTS: usize = 1_024;
+/// Most traffic classes at once, over all workers.
+pub const MAX_TCS: usize = 65_536;
+/// Most gate hooks installed at once, over all gates.
+pub const MAX_GATE_HOOKS: usize = 65_536;
+
+/// Refuses to make `adding` more of `what` when `have` exist and `max` are allowed (ENOMEM,
+/// naming the limit).
+fn check_room(what: &str, have: usize, adding: usize, max: usize) -> Result<()> {
+    if have.saturating_add(adding) > max {
+        return Err(Error::new(
+            libc::ENOMEM,
+            format!("at most {max} {what} may exist at once ({have} do); the limit is reached"),
+        ));
+    }
+    Ok(())
+}
+
 fn check_len(s: &str, what: &str) -> Result<()> {
     if s.len() > MAX_NAME_LEN {
         return Err(Error::invalid(format!(
@@ -294,7 +327,9 @@ impl pb::bess_control_server::BessControl for Control {
     }
 
     async fn reset_all(&self, _: Request<pb::EmptyRequest>) -> RpcResult<pb::EmptyResponse> {
-        system::reset_all(self).await
+        let out = system::reset_all(self).await;
+        self.release_freed().await;
+        out
     }
 
     async fn kill_bess(&self, _: Request<pb::EmptyRequest>) -> RpcResult<pb::EmptyResponse> {
@@ -421,7 +456,9 @@ impl pb::bess_control_server::BessControl for Control {
     }
 
     async fn reset_ports(&self, _: Request<pb::EmptyRequest>) -> RpcResult<pb::EmptyResponse> {
-        ports::reset_ports(self).await
+        let out = ports::reset_ports(self).await;
+        self.release_freed().await;
+        out
     }
 
     async fn list_ports(&self, _: Request<pb::EmptyRequest>) -> RpcResult<pb::ListPortsResponse> {
@@ -439,7 +476,9 @@ impl pb::bess_control_server::BessControl for Control {
         &self,
         r: Request<pb::DestroyPortRequest>,
     ) -> RpcResult<pb::EmptyResponse> {
-        ports::destroy_port(self, r).await
+        let out = ports::destroy_port(self, r).await;
+        self.release_freed().await;
+        out
     }
 
     async fn set_port_conf(
@@ -482,7 +521,9 @@ impl pb::bess_control_server::BessControl for Control {
     }
 
     async fn reset_modules(&self, _: Request<pb::EmptyRequest>) -> RpcResult<pb::EmptyResponse> {
-        modules::reset_modules(self).await
+        let out = modules::reset_modules(self).await;
+        self.release_freed().await;
+        out
     }
 
     async fn list_modules(
@@ -496,14 +537,21 @@ impl pb::bess_control_server::BessControl for Control {
         &self,
         r: Request<pb::CreateModuleRequest>,
     ) -> RpcResult<pb::CreateModuleResponse> {
-        modules::create_module(self, r).await
+        let large = large_arg(r.get_ref().arg.as_ref());
+        let out = modules::create_module(self, r).await;
+        if large {
+            self.release_freed().await;
+        }
+        out
     }
 
     async fn destroy_module(
         &self,
         r: Request<pb::DestroyModuleRequest>,
     ) -> RpcResult<pb::EmptyResponse> {
-        modules::destroy_module(self, r).await
+        let out = modules::destroy_module(self, r).await;
+        self.release_freed().await;
+        out
     }
 
     async fn get_module_info(
@@ -538,7 +586,14 @@ impl pb::bess_control_server::BessControl for Control {
         &self,
         r: Request<pb::CommandRequest>,
     ) -> RpcResult<pb::CommandResponse> {
-        modules::module_command(self, r).await
+        // Commands that replace or remove table entries free them.
+        let frees = large_arg(r.get_ref().arg.as_ref())
+            || matches!(r.get_ref().cmd.as_str(), "clear" | "set_runtime_config");
+        let out = modules::module_command(self, r).await;
+        if frees {
+            self.release_freed().await;
+        }
+        out
     }
 
     async fn list_gate_hook_class(

@@ -6,7 +6,10 @@ use tonic::Request;
 
 use super::hooks::list_hooks;
 use super::observe::drop_counts;
-use super::{answer, check_len, empty, gate_of, lookup_name, need_name, now, Control, RpcResult};
+use super::{
+    answer, check_len, check_room, empty, gate_of, lookup_name, need_name, now, Control, RpcResult,
+    MAX_MODULES,
+};
 use crate::convert;
 use crate::observe::DropRates;
 use crate::pb;
@@ -93,6 +96,7 @@ pub(super) async fn create_module(
         let (class, arg) = create_request(&req)?;
         let name = req.name;
         ctl.run(move |e| {
+            check_room("modules", e.graph().len(), 1, MAX_MODULES)?;
             let n = (!name.is_empty()).then_some(name.as_str());
             e.create_module(class, n, &arg)
         })

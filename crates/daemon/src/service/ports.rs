@@ -5,7 +5,10 @@ use bessemer_core::mac::{format_mac, parse_mac};
 use bessemer_core::{Error, Result};
 use tonic::Request;
 
-use super::{answer, check_len, empty, lookup_name, need_name, now, Control, RpcResult};
+use super::{
+    answer, check_len, check_room, empty, lookup_name, need_name, now, Control, RpcResult,
+    MAX_PORTS,
+};
 use crate::convert::{self, truncate};
 use crate::pb;
 
@@ -99,6 +102,7 @@ pub(super) async fn create_port(
         let (si, so) = (n(req.size_inc_q), n(req.size_out_q));
         let name = req.name;
         ctl.run(move |e| {
+            check_room("ports", e.ports().list().len(), 1, MAX_PORTS)?;
             let params = bessemer_core::port::PortParams {
                 name,
                 num_inc_q: ni,

@@ -7,7 +7,10 @@ use bessemer_core::sched::{Policy, Resource, TaskId, TcInfo};
 use bessemer_core::{Engine, Error, Result};
 use tonic::Request;
 
-use super::{answer, check_len, empty, need_name, now, wid_of, wid_or_any, Control, RpcResult};
+use super::{
+    answer, check_len, check_room, empty, need_name, now, wid_of, wid_or_any, Control, RpcResult,
+    MAX_TCS,
+};
 use crate::convert::truncate;
 use crate::pb;
 
@@ -362,6 +365,7 @@ fn add_class(e: &mut Engine, tc: pb::TrafficClass) -> Result<()> {
         // BESS answers EINVAL, not EEXIST, for a traffic class name in use.
         return Err(Error::invalid(format!("Name '{name}' already exists")));
     }
+    check_room("traffic classes", e.list_tcs().len(), 1, MAX_TCS)?;
     e.add_tc(wid, &name, policy, parent.as_deref(), priority, share)
 }
 

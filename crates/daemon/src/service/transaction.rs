@@ -5,7 +5,7 @@ use bessemer_core::engine::{TxOp, TxOutcome};
 use bessemer_core::{Engine, Error, ModuleClass, Result, Value};
 
 use super::modules::{command_request, command_response, create_request};
-use super::{gate_of, lookup_name, need_name, Reply};
+use super::{check_room, gate_of, lookup_name, need_name, Reply, MAX_MODULES};
 use crate::bessemer::pb as ext;
 use crate::bessemer::pb::transaction_op::Op;
 use crate::convert;
@@ -92,6 +92,12 @@ pub(super) fn transaction(
             req.ops.len()
         )));
     }
+    let creates = req
+        .ops
+        .iter()
+        .filter(|o| matches!(o.op, Some(Op::CreateModule(_))))
+        .count();
+    check_room("modules", e.graph().len(), creates, MAX_MODULES)?;
     let mut ops = Vec::with_capacity(req.ops.len());
     let mut created = Created::new();
     for (i, op) in req.ops.into_iter().enumerate() {

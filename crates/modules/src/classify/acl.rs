@@ -5,6 +5,9 @@ use bessemer_core::{
 };
 
 use super::acl_index::{AclIndex, IndexRule};
+
+/// Most rules an ACL holds: a bound on the memory its commands can take.
+pub const MAX_ACL_RULES: usize = 1 << 20;
 use crate::checksum::{PROTO_TCP, PROTO_UDP};
 use crate::headers::{ipv4_in_frame, Ipv4Error, PortsView, PROTO_SCTP};
 use crate::util::{parse_list, process_each, Verdict};
@@ -162,7 +165,7 @@ impl Acl {
     /// The `add` command.
     fn cmd_add(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
         let new = parse_rules(arg, "ACLArg")?;
-        self.append(new);
+        self.append(new)?;
         Ok(Value::Null)
     }
 
@@ -174,11 +177,23 @@ impl Acl {
         Ok(Value::Null)
     }
 
-    fn append(&mut self, new: Vec<Rule>) {
+    /// Adds rules at the end; none if they would take the table past [`MAX_ACL_RULES`].
+    fn append(&mut self, new: Vec<Rule>) -> Result<()> {
+        if self.rules.len() + new.len() > MAX_ACL_RULES {
+            return Err(Error::new(
+                libc::ENOSPC,
+                format!(
+                    "ACLArg.rules: at most {MAX_ACL_RULES} rules (has {}, adding {})",
+                    self.rules.len(),
+                    new.len()
+                ),
+            ));
+        }
         for r in new {
             self.index.push(&r.index_rule());
             self.rules.push(r);
         }
+        Ok(())
     }
 }
 
@@ -240,7 +255,7 @@ pub static CLASS: ModuleClass = ModuleClass {
             rules: Vec::new(),
             index: AclIndex::new(),
         };
-        acl.append(parse_rules(arg, "ACLArg")?);
+        acl.append(parse_rules(arg, "ACLArg")?)?;
         Ok(Instance::Exclusive(Box::new(acl)))
     },
 };

@@ -6,10 +6,10 @@ use bessemer_core::{
 };
 
 use super::table::{
-    bin_list, check_field_count, check_gate, cmd_add, cmd_get_runtime_config, cmd_set_default_gate,
-    cmd_set_runtime_config, field_bytes, field_data, hash_words, initial_arg, key_bytes, key_words,
-    parse_fields, prefetch, process_batch, resolve_gate, split, FlatTable, IntOrder, Matcher,
-    RuleClassifier, TableDrop, ValueFields,
+    self, bin_list, check_field_count, check_gate, cmd_add, cmd_get_runtime_config,
+    cmd_set_default_gate, cmd_set_runtime_config, field_bytes, field_data, hash_words, initial_arg,
+    key_bytes, key_words, parse_fields, prefetch, process_batch, resolve_gate, split, FlatTable,
+    IntOrder, Matcher, RuleClassifier, TableDrop, ValueFields,
 };
 
 /// Each rule's value bytes (the fork's `values`), found by the same key words as its gate:
@@ -147,14 +147,9 @@ impl RuleClassifier for ExactMatch {
         let action = self
             .values
             .rule_bytes(values, what, "values", IntOrder::BigForOffsets)?;
-        if self.entries != 0
-            && self.table.get(&key).is_none()
-            && self.table.len() as u64 >= self.entries
-        {
-            return Err(Error::new(
-                libc::ENOSPC,
-                format!("{what}: the table is full ({} entries)", self.entries),
-            ));
+        let limit = table::rule_limit(self.entries);
+        if self.table.len() as u64 >= limit && self.table.get(&key).is_none() {
+            return Err(table::table_full(what, limit));
         }
         self.table.insert(&key, gate as u32);
         if !self.values.is_empty() {
@@ -324,7 +319,7 @@ fn create(init: &mut bessemer_core::InitContext, arg: &Value) -> Result<Instance
     let masks = a.list("masks")?;
     let values = a.list("values")?;
     let masksv = a.list("masksv")?;
-    let entries = a.uint("entries", u32::MAX as u64)?.unwrap_or(0);
+    let entries = a.uint("entries", table::MAX_RULES)?.unwrap_or(0);
     a.finish()?;
     check_field_count(fields, what)?;
     if !masks.is_empty() && masks.len() != fields.len() {
@@ -394,7 +389,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         "values: [Field] — (omec-project fork) fields written on a hit: each rule's add carries values: [FieldData], one per value field;",
         "  value_int is big-endian for offsets, host order (little-endian) for attributes, as the fork; a field past the packet end is skipped",
         "masksv: [FieldData] — (fork) masks of the values: checked and reported back, not applied to writes (as the fork)",
-        "entries: uint64 — (fork) table capacity: adding a new rule beyond it fails with ENOSPC (0 = no limit)",
+        "entries: uint64 — (fork) table capacity: adding a new rule beyond it fails with ENOSPC (0 or absent: 4194304, also the largest accepted)",
     ],
     igates: 1,
     ogates: bessemer_core::module::MAX_GATES,

@@ -384,6 +384,26 @@ pub const MAX_FIELDS: usize = 8;
 pub const MAX_FIELD_SIZE: usize = 8;
 /// Largest packet offset of a field (BESS's limit).
 pub const MAX_OFFSET: i64 = 1024;
+/// Most rules an ExactMatch or WildcardMatch table holds (and the largest `entries`): a
+/// bound on the memory one module's commands can take (about 60 bytes a rule).
+pub const MAX_RULES: u64 = 1 << 22;
+
+/// The rule limit of a table whose `entries` argument was `entries` (0: [`MAX_RULES`]).
+pub fn rule_limit(entries: u64) -> u64 {
+    if entries == 0 {
+        MAX_RULES
+    } else {
+        entries
+    }
+}
+
+/// The error for a rule that does not fit a table of `limit` rules.
+pub fn table_full(what: &str, limit: u64) -> Error {
+    Error::new(
+        libc::ENOSPC,
+        format!("{what}: the table is full ({limit} entries; `entries` sets the limit, at most {MAX_RULES})"),
+    )
+}
 
 /// Parses a `Field` message (`attr_name` or `offset`, `num_bytes`), declaring attributes.
 pub fn parse_field(

@@ -6,10 +6,10 @@ use bessemer_core::{
 };
 
 use super::table::{
-    bin_list, check_field_count, check_gate, cmd_add, cmd_get_runtime_config, cmd_set_default_gate,
-    cmd_set_runtime_config, field_bytes, field_data, initial_arg, key_bytes, key_words,
-    parse_fields, process_batch, resolve_gate, split, IntOrder, Matcher, RuleClassifier, TableDrop,
-    ValueFields,
+    self, bin_list, check_field_count, check_gate, cmd_add, cmd_get_runtime_config,
+    cmd_set_default_gate, cmd_set_runtime_config, field_bytes, field_data, initial_arg, key_bytes,
+    key_words, parse_fields, process_batch, resolve_gate, split, IntOrder, Matcher, RuleClassifier,
+    TableDrop, ValueFields,
 };
 use super::tuple_table::TupleTable;
 
@@ -203,17 +203,15 @@ impl RuleClassifier for WildcardMatch {
         let mut vals = [0u8; 64];
         vals[..bytes.len()].copy_from_slice(&bytes);
         let w = self.matcher.words;
-        if self.entries != 0 {
+        let limit = table::rule_limit(self.entries);
+        let n: usize = self.tuples.iter().map(|t| t.table.len()).sum();
+        if n as u64 >= limit {
             let exists = self
                 .tuples
                 .iter()
                 .any(|t| t.mask[..w] == mask[..w] && t.table.get(&t.table_key(&key, w)).is_some());
-            let n: usize = self.tuples.iter().map(|t| t.table.len()).sum();
-            if !exists && n as u64 >= self.entries {
-                return Err(Error::new(
-                    libc::ENOSPC,
-                    format!("{what}: the table is full ({} entries)", self.entries),
-                ));
+            if !exists {
+                return Err(table::table_full(what, limit));
             }
         }
         let idx = match self.tuples.iter().position(|t| t.mask[..w] == mask[..w]) {
@@ -502,7 +500,7 @@ fn create(init: &mut bessemer_core::InitContext, arg: &Value) -> Result<Instance
     let mut a = Args::new(arg, what)?;
     let fields = a.list("fields")?;
     let values = a.list("values")?;
-    let entries = a.uint("entries", u32::MAX as u64)?.unwrap_or(0);
+    let entries = a.uint("entries", table::MAX_RULES)?.unwrap_or(0);
     a.finish()?;
     check_field_count(fields, what)?;
     let parsed = parse_fields(fields, what, init, |_, _| Ok(()))?;
@@ -528,7 +526,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         "no match goes to the default gate (initially none: dropped, counted no_match); packets too short for a field take the default gate",
         "values: [Field] — (omec-project fork) fields written when a rule whose gate is not the default gate matches; each add",
         "  carries valuesv: [FieldData], one per value field (value_int in host order, little-endian, as the fork); a field past the packet end is skipped",
-        "entries: uint64 — (fork) most rules: adding a new rule beyond it fails with ENOSPC (0 = no limit)",
+        "entries: uint64 — (fork) most rules: adding a new rule beyond it fails with ENOSPC (0 or absent: 4194304, also the largest accepted)",
     ],
     igates: 1,
     ogates: bessemer_core::module::MAX_GATES,
