@@ -260,6 +260,49 @@ extern "C" fn on_signal(_: libc::c_int) {
     SIGNALLED.store(true, Ordering::SeqCst);
 }
 
+/// What the server binaries share: parses `--addr`/`--port`/`--cpus`, serves `service`,
+/// prints where it listens, and runs until SIGTERM or SIGINT; a bad argument exits with 2 and
+/// a listener that cannot be made with 1, each with a message naming `name` and the problem.
+pub fn run_server<S: Service>(
+    name: &str,
+    service: Arc<S>,
+    addr: &str,
+    port: u16,
+    cpus: Option<&str>,
+    io: Io,
+) {
+    let fail = |code: i32, msg: String| -> ! {
+        eprintln!("{name}: {msg}");
+        std::process::exit(code);
+    };
+    let cpus = match cpus
+        .map(parse_cpus)
+        .unwrap_or_else(|| Ok((0..net::online_cpus()).collect()))
+    {
+        Ok(c) => c,
+        Err(e) => fail(2, e),
+    };
+    let addr: SocketAddr = match format!("{addr}:{port}").parse() {
+        Ok(a) => a,
+        Err(e) => fail(2, format!("bad address {addr}:{port}: {e}")),
+    };
+    let cfg = ServeConfig {
+        addr,
+        cpus: cpus.clone(),
+        io,
+    };
+    let server = match serve(service, cfg) {
+        Ok(s) => s,
+        Err(e) => fail(1, format!("cannot serve on {addr}: {e}")),
+    };
+    println!(
+        "{name} listening on {} (io={io:?}, cpus={cpus:?})",
+        server.addr
+    );
+    wait_for_termination();
+    server.shutdown();
+}
+
 /// Installs SIGTERM/SIGINT handlers and blocks until one arrives.
 pub fn wait_for_termination() {
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.

@@ -1,10 +1,9 @@
 //! bessemer-httpd: an HTTP/1.1 static-file server on MegaPipe or epoll.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use clap::Parser;
-use megapipe::apps::{self, http::StaticFiles, Io, ServeConfig};
+use megapipe::apps::{self, http::StaticFiles, Io};
 
 /// HTTP/1.1 static-file server (GET/HEAD, keep-alive, pipelining).
 #[derive(Parser)]
@@ -36,46 +35,12 @@ fn main() {
         );
         std::process::exit(2);
     }
-    let cpus = match args
-        .cpus
-        .as_deref()
-        .map(apps::parse_cpus)
-        .unwrap_or_else(|| Ok((0..megapipe::net::online_cpus()).collect()))
-    {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("bessemer-httpd: {e}");
-            std::process::exit(2);
-        }
-    };
-    let addr: SocketAddr = match format!("{}:{}", args.addr, args.port).parse() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!(
-                "bessemer-httpd: bad address {}:{}: {e}",
-                args.addr, args.port
-            );
-            std::process::exit(2);
-        }
-    };
-    let server = match apps::serve(
+    apps::run_server(
+        "bessemer-httpd",
         Arc::new(StaticFiles::new(&args.root)),
-        ServeConfig {
-            addr,
-            cpus: cpus.clone(),
-            io: args.io,
-        },
-    ) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("bessemer-httpd: cannot serve on {addr}: {e}");
-            std::process::exit(1);
-        }
-    };
-    println!(
-        "bessemer-httpd listening on {} (io={:?}, cpus={cpus:?})",
-        server.addr, args.io
+        &args.addr,
+        args.port,
+        args.cpus.as_deref(),
+        args.io,
     );
-    apps::wait_for_termination();
-    server.shutdown();
 }

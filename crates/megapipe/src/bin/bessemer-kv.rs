@@ -1,10 +1,9 @@
 //! bessemer-kv: a memcached text-protocol server on MegaPipe or epoll.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use clap::Parser;
-use megapipe::apps::{self, kv::Kv, Io, ServeConfig};
+use megapipe::apps::{self, kv::Kv, Io};
 
 /// Memcached text-protocol server (get/gets/set/add/replace/cas/delete/incr/decr/flush_all/version/stats).
 #[derive(Parser)]
@@ -26,43 +25,12 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    let cpus = match args
-        .cpus
-        .as_deref()
-        .map(apps::parse_cpus)
-        .unwrap_or_else(|| Ok((0..megapipe::net::online_cpus()).collect()))
-    {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("bessemer-kv: {e}");
-            std::process::exit(2);
-        }
-    };
-    let addr: SocketAddr = match format!("{}:{}", args.addr, args.port).parse() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("bessemer-kv: bad address {}:{}: {e}", args.addr, args.port);
-            std::process::exit(2);
-        }
-    };
-    let server = match apps::serve(
+    apps::run_server(
+        "bessemer-kv",
         Arc::new(Kv::default()),
-        ServeConfig {
-            addr,
-            cpus: cpus.clone(),
-            io: args.io,
-        },
-    ) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("bessemer-kv: cannot serve on {addr}: {e}");
-            std::process::exit(1);
-        }
-    };
-    println!(
-        "bessemer-kv listening on {} (io={:?}, cpus={cpus:?})",
-        server.addr, args.io
+        &args.addr,
+        args.port,
+        args.cpus.as_deref(),
+        args.io,
     );
-    apps::wait_for_termination();
-    server.shutdown();
 }
