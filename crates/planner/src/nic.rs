@@ -141,8 +141,15 @@ pub trait NicModel: Send + Sync {
     fn queues(&self) -> u16;
     /// True when rate limits are hardware TX limiters; false: software token buckets.
     fn hw_rate_limiters(&self) -> bool;
-    /// The configuration a NIC starts with (RSS spread over all queues where it has RSS).
-    fn initial_config(&self) -> NicConfig;
+    /// The configuration a NIC starts with: no filters, no limits, a 128-entry RSS table
+    /// spread over every queue (the 82599's and the SFC9020's; other models override it).
+    fn initial_config(&self) -> NicConfig {
+        NicConfig {
+            filters: vec![],
+            rss: spread(self.queues(), 128),
+            limits: vec![None; self.queues() as usize],
+        }
+    }
     /// The unconfigured PRG (with c-nodes).
     fn unconfigured(&self) -> Graph;
     /// Name of the c-node table a filter kind expands.
@@ -480,13 +487,6 @@ impl NicModel for Intel82599 {
     fn hw_rate_limiters(&self) -> bool {
         true
     }
-    fn initial_config(&self) -> NicConfig {
-        NicConfig {
-            filters: vec![],
-            rss: spread(self.queues, 128),
-            limits: vec![None; self.queues as usize],
-        }
-    }
     fn unconfigured(&self) -> Graph {
         skeleton("e10kPRG", self.queues, &["5tuple", "fdir"], true)
     }
@@ -634,13 +634,6 @@ impl NicModel for Sfc9020 {
     }
     fn hw_rate_limiters(&self) -> bool {
         false
-    }
-    fn initial_config(&self) -> NicConfig {
-        NicConfig {
-            filters: vec![],
-            rss: spread(self.queues, 128),
-            limits: vec![None; self.queues as usize],
-        }
     }
     fn unconfigured(&self) -> Graph {
         // The full table precedes the wildcard table: that chain order is "most specific
