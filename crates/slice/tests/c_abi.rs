@@ -12,10 +12,16 @@ use bessemer_drivers::slice_port::{slice_counters, DRIVER};
 use bessemer_modules::io::{port_inc, port_out};
 use bessemer_modules::rewrite::mac_swap;
 
-/// target/<profile>, where cargo put the cdylib next to the test's deps directory.
+/// Where the cdylib is: `cargo test` puts it beside this test binary (target/<profile>/deps);
+/// a `cargo build` of the crate puts it in target/<profile>.
 fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().to_path_buf()
+    let deps = exe.parent().unwrap().to_path_buf();
+    if deps.join("libbessemer_slice.so").exists() {
+        deps
+    } else {
+        deps.parent().unwrap().to_path_buf()
+    }
 }
 
 #[test]
