@@ -254,7 +254,7 @@ impl Drop for Forwarder {
 /// True when the loop must end; reads the clock only every 4096 calls.
 fn done(n: &mut u32, stop: &AtomicBool, deadline: Instant) -> bool {
     *n = n.wrapping_add(1);
-    if *n % 4096 != 0 {
+    if !(*n).is_multiple_of(4096) {
         return false;
     }
     stop.load(Ordering::Relaxed) || Instant::now() >= deadline

@@ -36,8 +36,12 @@ impl Topo {
             ip(&["netns", "add", &format!("{p}{n}")]);
         }
         let (a, f, b) = (format!("{p}a"), format!("{p}f"), format!("{p}b"));
-        ip(&["-n", &a, "link", "add", "a0", "type", "veth", "peer", "name", "a1", "netns", &f]);
-        ip(&["-n", &b, "link", "add", "b0", "type", "veth", "peer", "name", "b1", "netns", &f]);
+        ip(&[
+            "-n", &a, "link", "add", "a0", "type", "veth", "peer", "name", "a1", "netns", &f,
+        ]);
+        ip(&[
+            "-n", &b, "link", "add", "b0", "type", "veth", "peer", "name", "b1", "netns", &f,
+        ]);
         for (ns, l) in [(&a, "a0"), (&f, "a1"), (&f, "b1"), (&b, "b0")] {
             ip(&["-n", ns, "link", "set", l, "up"]);
         }
@@ -112,7 +116,12 @@ fn forwards_1000(api: Api, tag: &str) {
         let f = frame(i);
         // SAFETY: sends our buffer on a bound socket.
         let w = unsafe {
-            libc::send(tx.as_raw_fd(), f.as_ptr() as *const libc::c_void, f.len(), 0)
+            libc::send(
+                tx.as_raw_fd(),
+                f.as_ptr() as *const libc::c_void,
+                f.len(),
+                0,
+            )
         };
         assert_eq!(w, f.len() as isize, "send frame {i}");
         let start = Instant::now();
@@ -141,8 +150,14 @@ fn forwards_1000(api: Api, tag: &str) {
     let stats = fwd.stats.clone();
     fwd.finish().expect("forwarder ended without error");
     assert_eq!(got, FRAMES, "{api:?}: frames through the forwarder");
-    assert!(stats.tx.load(Ordering::Relaxed) >= FRAMES as u64, "{api:?}: tx counter");
-    assert!(stats.rx.load(Ordering::Relaxed) >= FRAMES as u64, "{api:?}: rx counter");
+    assert!(
+        stats.tx.load(Ordering::Relaxed) >= FRAMES as u64,
+        "{api:?}: tx counter"
+    );
+    assert!(
+        stats.rx.load(Ordering::Relaxed) >= FRAMES as u64,
+        "{api:?}: rx counter"
+    );
 }
 
 #[test]
