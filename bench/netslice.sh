@@ -82,9 +82,13 @@ for m in order:
     lat = (f"{r['rtt_p50_us']:>7.0f} {r['rtt_p99_us']:>6.0f}" if r.get("pings") else f"{'-':>7} {'-':>6}")
     add = (f"{r['rtt_p50_us'] - d50:>5.0f}" if r.get("pings") and d50 is not None and m != "direct"
            else f"{'-':>5}")
+    flag = " *" if any(x.get("disturbed") for x in r.get("runs", [])) else ""
     print(f"{m:28} {core:>4} {(f'{mp:.3f}' if mp is not None else '-'):>7} {rng:>11} "
           f"{(f'{cpu:.0f}' if cpu is not None else '-'):>5} {per:>9} "
-          f"{(f'{big:.2f}' if big is not None else '-'):>10} {lat} {add}")
+          f"{(f'{big:.2f}' if big is not None else '-'):>10} {lat} {add}{flag}")
+print("CPU% and Mpps/core: core 1 + softirq on core 0 (bench-ports' accounting; for @0 rows it"
+      " misses the forwarder's own time on core 0); +RTT: median RTT minus the direct veth's;"
+      " * = a run disturbed by other load on the machine")
 sweep = {b: at(f"mmsg:{b}", 64) for b in (1, 2, 4, 8, 16, 32, 64, 128, 256)}
 figs = {
     "afxdp_vs_pcap_mmap": ratio(at("afxdp", 64), at("pcap-mmap", 64)),
