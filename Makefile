@@ -61,9 +61,9 @@ bench-core: deps
 bench-upf: deps
 	bench/upf.sh $(ARGS)
 
-# The IPsec part of the multi-core benchmark (issue 11): ESPEncap / ESPDecap Mpps and Gbit/s
-# per core at 64, 512, 1400 B and IMIX, one and two workers; ends with one JSON line
-# (make bench-slices ARGS=--quick).
+# Issue 11's whole benchmark: scaling, slice library, NetSlice's comparison (root) and IPsec
+# (ESPEncap / ESPDecap per core), each part's table and JSON line, then one combined JSON line
+# (make bench-slices ARGS=--quick; PARTS="ipsec" for one part).
 bench-slices: deps
 	bench/slices.sh $(ARGS)
 
@@ -87,6 +87,13 @@ bench-modules: deps
 # in-kernel XDP_REDIRECT, the Linux bridge and OVS userspace (root); a table and one JSON line.
 bench-ports: deps
 	bench/ports.sh
+
+# NetSlice's comparison (issue 11, root): pcap, pcap-mmap, recvmmsg batches 1..256, AF_XDP
+# slices and the kernel bridge on bench-ports' topology, placement and added RTT; a table and
+# one JSON line (make bench-netslice ARGS=--quick). Also a part of make bench-slices.
+.PHONY: bench-netslice
+bench-netslice: deps
+	bench/netslice.sh $(ARGS)
 
 # Slice library: Mpps between a SlicePort and an application thread, each direction, batches
 # of 32; a table and one JSON line (make bench-slice-lib ARGS=--quick).

@@ -10,6 +10,14 @@
 #   ovs-afxdp  Open vSwitch userspace datapath (netdev), type=afxdp ports, PMD on core 1
 #   ovs-netdev Open vSwitch userspace datapath, plain (AF_PACKET) ports, pinned to core 1
 #   testpmd    DPDK testpmd io mode with net_af_xdp: only if a dpdk-testpmd binary exists
+# and, for NetSlice's comparison (bench/netslice.sh; not in the default list):
+#   pcap       standalone forwarder, AF_PACKET, one recv + one send per frame
+#   pcap-mmap  standalone forwarder, TPACKET_V2 RX ring + TX ring
+#   mmsg:B     standalone forwarder, recvmmsg/sendmmsg batches of B
+#   kernel     the Linux bridge again, under the name of the paper's kernel baseline
+#   direct     no switch: ping round trips over a veth pair straight between the namespaces
+# A mode may end in @0 or @1: the core the switch/forwarder runs on (default 1; 0 shares the
+# generator's core). BENCH_FRAME_BYTES (e.g. 64): measure only these frame sizes.
 # Needs root. Prints a table and one JSON line.
 #   SECONDS_PER_RUN (default 5): measured seconds per run
 #   BENCH_REPS (default 3): runs per switch and frame size; the median is shown (about 5 min)
@@ -131,14 +139,24 @@ ovs_unports() {
 for m in $modes; do
   echo "bench-ports: $m" >&2
   case $m in
-    afxdp | afpacket | xdp) one "$m" ;;
-    bridge)
+    afxdp | afxdp@* | afpacket | afpacket@* | xdp | pcap | pcap@* | pcap-mmap | pcap-mmap@* | mmsg*)
+      one "$m" ;;
+    direct)
+      ip -n "$gen" link add "${t}d0" type veth peer name "${t}d1" netns "$sink"
+      ip -n "$gen" addr add 10.98.0.1/24 dev "${t}d0"
+      ip -n "$sink" addr add 10.98.0.2/24 dev "${t}d1"
+      ip -n "$gen" link set "${t}d0" up
+      ip -n "$sink" link set "${t}d1" up
+      one direct
+      ip -n "$gen" link del "${t}d0"
+      ;;
+    bridge | kernel)
       ip link add "$br" type bridge
       ip link set "$g1" master "$br"
       ip link set "$s1" master "$br"
       ip link set "$br" up
       bridge fdb add 02:00:00:00:00:02 dev "$s1" master static
-      one bridge
+      one "$m"
       ip link del "$br"
       ;;
     ovs-afxdp | ovs-netdev)
@@ -175,7 +193,20 @@ names = {
     "ovs-afxdp": "OVS userspace, afxdp ports",
     "ovs-netdev": "OVS userspace, netdev ports",
     "testpmd": "DPDK testpmd io, net_af_xdp",
+    "kernel": "Linux bridge (kernel baseline)",
+    "pcap": "AF_PACKET recv/send per frame",
+    "pcap-mmap": "AF_PACKET TPACKET_V2 rings",
+    "direct": "no switch: direct veth",
 }
+def name_of(m):
+    base, _, core = m.partition("@")
+    kind, _, batch = base.partition(":")
+    n = names.get(kind, "recvmmsg/sendmmsg" if kind == "mmsg" else kind)
+    if batch:
+        n += f", batch {batch}"
+    if core == "0":
+        n += ", core 0"
+    return n
 def run(r, size):
     for x in r.get("runs", []):
         if x["frame_bytes"] == size:
@@ -188,25 +219,31 @@ hdr = (f"{'switch':32} {'64B Mpps':>8} {'(min-max)':>11} {'Gbps':>6} {'CPU%':>5}
 print(hdr)
 print("-" * len(hdr))
 for r in rows:
-    name = names.get(r["mode"], r["mode"])
+    name = name_of(r["mode"])
     if "error" in r:
         print(f"{name:32} {r['mode']}: {r['error']}")
         continue
     a, b = run(r, 64), run(r, 1518)
+    if a is None:
+        lat = f"{r['rtt_p50_us']:>8.0f} {r['rtt_p99_us']:>7.0f}" if r.get("pings") else "-"
+        print(f"{name:32} {'-':>8} {'':>11} {'':>6} {'':>5} {'':>10} {'':>6} {'':>5} {'':>7} {lat}")
+        continue
     ratio = a["sink_mpps"] / b64 if b64 else None
     r["ratio_to_afxdp_64"] = round(ratio, 3) if ratio is not None else None
     lat = (f"{r['rtt_p50_us']:>8.0f} {r['rtt_p99_us']:>7.0f}" if r["pings"] else f"{'-':>8} {'-':>7}")
-    flag = " *" if a["disturbed"] or b["disturbed"] else ""
+    flag = " *" if a["disturbed"] or (b and b["disturbed"]) else ""
     rng = f"{a['sink_mpps_min']:.2f}-{a['sink_mpps_max']:.2f}"
+    big = (f"{b['sink_mpps']:>10.3f} {b['sink_gbps']:>6.2f} {b['cpu_switch_pct']:>5.0f}" if b
+           else f"{'-':>10} {'-':>6} {'-':>5}")
     print(f"{name:32} {a['sink_mpps']:>8.3f} {rng:>11} {a['sink_gbps']:>6.2f} {a['cpu_switch_pct']:>5.0f} "
-          f"{b['sink_mpps']:>10.3f} {b['sink_gbps']:>6.2f} {b['cpu_switch_pct']:>5.0f} "
+          f"{big} "
           f"{(f'{ratio:.2f}' if ratio is not None else '-'):>7} {lat}{flag}")
 gens = [x["offered_mpps"] for r in rows for x in r.get("runs", []) if x["frame_bytes"] == 64]
 gens_l = [x["offered_mpps"] for r in rows for x in r.get("runs", []) if x["frame_bytes"] == 1518]
 if gens:
-    print(f"generator offered {min(gens):.2f}-{max(gens):.2f} Mpps at 64 B, "
-          f"{min(gens_l):.2f}-{max(gens_l):.2f} Mpps at 1518 B (live-frames XDP, core 0); "
-          f"{secs} s per run")
+    big = f", {min(gens_l):.2f}-{max(gens_l):.2f} Mpps at 1518 B" if gens_l else ""
+    print(f"generator offered {min(gens):.2f}-{max(gens):.2f} Mpps at 64 B{big} "
+          f"(live-frames XDP, core 0); {secs} s per run")
 sinks = sorted({r.get("sink", "") for r in rows if "runs" in r})
 print("sink counter: " + ", ".join("XDP per-CPU counter" if k == "xdp" else
       "rx_packets, no XDP (BENCH_SINK=stats)" if k == "rx_packets" else k for k in sinks))

@@ -49,6 +49,10 @@ use bessemer_core::{checksum, Error, Result, Value};
 use bessemer_drivers::bpf::{self, XdpLink};
 use bessemer_drivers::netns;
 
+#[path = "netslice_fwd.rs"]
+mod netslice_fwd;
+use netslice_fwd::{Api, Forwarder};
+
 /// Frame lengths without FCS (64 and 1518 bytes on a wire).
 const FRAMES: [usize; 2] = [60, 1514];
 /// UDP source ports 1024.. : the fixed set of flows.
@@ -60,7 +64,10 @@ const BATCH: u32 = 256;
 /// Destination MAC of the generated frames (the bridge has a static entry for it).
 const DST_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
 const GEN_CORE: usize = 0;
+/// The switch's core unless the mode says otherwise (`<mode>@0`: the generator's core).
 const SWITCH_CORE: usize = 1;
+/// Longest a standalone forwarder runs (the whole call takes far less).
+const FWD_LIMIT: Duration = Duration::from_secs(600);
 /// A run is discarded when other processes used more than this share of one core.
 const OTHER_LOAD_MAX: f64 = 0.05;
 const PINGS: usize = 200;
@@ -359,6 +366,8 @@ enum Switch {
     None,
     Bessemer(Box<Engine>),
     Xdp(Vec<XdpLink>),
+    /// A standalone forwarder of NetSlice's comparison (pcap, pcap-mmap, mmsg).
+    Fwd(Forwarder),
 }
 
 fn port(e: &Engine, driver: &'static PortDriver, name: &str, ifname: &str) -> Result<()> {
@@ -387,13 +396,13 @@ fn module(e: &mut Engine, class: &str, name: &str, arg: Value) -> Result<()> {
     e.create_module(c, Some(name), &arg).map(|_| ())
 }
 
-fn bessemer(driver: &'static PortDriver, a: &str, b: &str) -> Result<Engine> {
+fn bessemer(driver: &'static PortDriver, a: &str, b: &str, core: usize) -> Result<Engine> {
     let mut e = Engine::new(EngineConfig {
         buffers: 32768,
         pages: PagePolicy::Auto,
         pin: true,
     })?;
-    e.add_worker(0, SWITCH_CORE)?;
+    e.add_worker(0, core)?;
     port(&e, driver, "pa", a)?;
     port(&e, driver, "pb", b)?;
     for (from, to) in [("pa", "pb"), ("pb", "pa")] {
@@ -446,7 +455,9 @@ fn measure(t: &Topo, len: usize, secs: f64) -> Result<(f64, String)> {
         let gen_tid = gen.tid.load(Ordering::Relaxed) as i32;
         let me = std::process::id();
         let switch_threads = || {
-            let own = thread_time(me, |_, comm| comm.starts_with("bessemer-w"));
+            let own = thread_time(me, |_, comm| {
+                comm.starts_with("bessemer-w") || comm == "bench-fwd"
+            });
             let ext = if t.switch_pid != 0 {
                 thread_time(t.switch_pid, |tid, _| tid != gen_tid)
             } else {
@@ -628,6 +639,69 @@ fn busy_ping(ns: &str, dst: std::net::Ipv4Addr, n: usize) -> Result<Vec<f64>> {
     Ok(rtts)
 }
 
+/// A mode argument: `<base>[:<batch>][@<core>]` (`mmsg:32@0`: recvmmsg/sendmmsg batches of
+/// 32 on the generator's core).
+struct ModeSpec<'a> {
+    base: &'a str,
+    batch: Option<usize>,
+    core: usize,
+}
+
+impl<'a> ModeSpec<'a> {
+    fn parse(mode: &'a str) -> Result<ModeSpec<'a>> {
+        let (rest, core) = match mode.split_once('@') {
+            Some((r, c)) => (
+                r,
+                c.parse::<usize>()
+                    .ok()
+                    .filter(|&c| c == GEN_CORE || c == SWITCH_CORE)
+                    .ok_or_else(|| err(format!("mode '{mode}': core must be 0 or 1")))?,
+            ),
+            None => (mode, SWITCH_CORE),
+        };
+        let (base, batch) = match rest.split_once(':') {
+            Some((b, n)) => (
+                b,
+                Some(
+                    n.parse::<usize>()
+                        .ok()
+                        .filter(|n| (1..=1024).contains(n))
+                        .ok_or_else(|| err(format!("mode '{mode}': batch must be 1..=1024")))?,
+                ),
+            ),
+            None => (rest, None),
+        };
+        if batch.is_some() && base != "mmsg" {
+            return Err(err(format!(
+                "mode '{mode}': only mmsg takes a batch size (Bessemer's burst is fixed at build time)"
+            )));
+        }
+        Ok(ModeSpec { base, batch, core })
+    }
+}
+
+/// Frame lengths to measure: `BENCH_FRAME_BYTES` (wire sizes, e.g. "64" or "64,1518"), or
+/// both of FRAMES.
+fn frames() -> Result<Vec<usize>> {
+    let Ok(v) = std::env::var("BENCH_FRAME_BYTES") else {
+        return Ok(FRAMES.to_vec());
+    };
+    v.split(',')
+        .map(|x| {
+            x.trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (64..=1518).contains(n))
+                .map(|n| n - 4)
+                .ok_or_else(|| {
+                    err(format!(
+                        "BENCH_FRAME_BYTES: '{x}' is not a size in 64..=1518"
+                    ))
+                })
+        })
+        .collect()
+}
+
 fn run(args: &[String]) -> Result<String> {
     let (mode, gen_ns, g0, g1, s1, sink_ns, s0, secs, pid) = match args {
         [m, gn, g0, g1, s1, sn, s0, secs, rest @ ..] if rest.len() <= 1 => (
@@ -645,31 +719,59 @@ fn run(args: &[String]) -> Result<String> {
         ),
         _ => {
             eprintln!(
-                "usage: bench-ports <afxdp|afpacket|xdp|bridge|ovs-afxdp|ovs-netdev> <gen_ns> <g0> <g1> <s1> <sink_ns> <s0> <seconds> [switch_pid]"
+                "usage: bench-ports <afxdp|afpacket|xdp|bridge|kernel|ovs-afxdp|ovs-netdev|pcap|pcap-mmap|mmsg:B|direct>[@CORE] <gen_ns> <g0> <g1> <s1> <sink_ns> <s0> <seconds> [switch_pid]"
             );
             std::process::exit(2);
         }
     };
+    let spec = ModeSpec::parse(mode)?;
+    if spec.base == "direct" {
+        // Round trips over a veth pair straight between the namespaces (the caller made it,
+        // 10.98.0.1 -> 10.98.0.2): the baseline the forwarders' added latency is taken from.
+        let t = Topo {
+            gen_ns,
+            g0,
+            sink_ns,
+            s0,
+            switch_pid: pid,
+            sink_stats: false,
+        };
+        let (p50, p99, n) = latency(&t, "10.98.0.2")?;
+        return Ok(format!(
+            "{{\"mode\":\"{mode}\",\"runs\":[],\"rtt_p50_us\":{p50:.1},\"rtt_p99_us\":{p99:.1},\"pings\":{n}}}"
+        ));
+    }
     let mut pass_g1 = None;
-    let switch = match mode {
+    let core = spec.core;
+    let switch = match spec.base {
         "afxdp" => Switch::Bessemer(Box::new(bessemer(
             &bessemer_drivers::af_xdp_port::DRIVER,
             g1,
             s1,
+            core,
         )?)),
-        "afpacket" | "bridge" | "ovs-netdev" => {
+        "afpacket" | "bridge" | "kernel" | "ovs-netdev" | "pcap" | "pcap-mmap" | "mmsg" => {
             pass_g1 = Some(attach_in(
                 "",
                 g1,
                 &bpf::prog_verdict(bpf::XDP_PASS),
                 "bench_pass",
             )?);
-            if mode == "afpacket" {
+            let api = match spec.base {
+                "pcap" => Some(Api::Pcap),
+                "pcap-mmap" => Some(Api::PcapMmap),
+                "mmsg" => Some(Api::Mmsg(spec.batch.unwrap_or(32))),
+                _ => None,
+            };
+            if spec.base == "afpacket" {
                 Switch::Bessemer(Box::new(bessemer(
                     &bessemer_drivers::af_packet_port::DRIVER,
                     g1,
                     s1,
+                    core,
                 )?))
+            } else if let Some(api) = api {
+                Switch::Fwd(Forwarder::start(api, g1, s1, core, FWD_LIMIT).map_err(err)?)
             } else {
                 Switch::None
             }
@@ -698,7 +800,7 @@ fn run(args: &[String]) -> Result<String> {
         .and_then(|v| v.parse().ok())
         .unwrap_or(3);
     let mut runs = Vec::new();
-    for len in FRAMES {
+    for len in frames()? {
         runs.push(measure_reps(&t, len, secs, reps)?);
     }
     let (p50, p99, n) = match latency(&t, "10.99.0.2") {
@@ -708,8 +810,14 @@ fn run(args: &[String]) -> Result<String> {
             (-1.0, -1.0, 0)
         }
     };
+    let fwd = match &switch {
+        Switch::Fwd(f) => format!(",\"forwarder\":{}", f.stats.json()),
+        _ => String::new(),
+    };
     let line = format!(
-        "{{\"mode\":\"{mode}\",\"sink\":\"{}\",\"runs\":[{}],\"rtt_p50_us\":{p50:.1},\"rtt_p99_us\":{p99:.1},\"pings\":{n}}}",
+        "{{\"mode\":\"{mode}\",\"base\":\"{}\",\"batch\":{},\"core\":{core},\"sink\":\"{}\",\"runs\":[{}],\"rtt_p50_us\":{p50:.1},\"rtt_p99_us\":{p99:.1},\"pings\":{n}{fwd}}}",
+        spec.base,
+        spec.batch.map_or("null".to_string(), |b| b.to_string()),
         if t.sink_stats { "rx_packets" } else { "xdp" },
         runs.join(",")
     );
@@ -723,6 +831,7 @@ fn run(args: &[String]) -> Result<String> {
             }
         }
         Switch::Xdp(links) => drop(links),
+        Switch::Fwd(f) => f.finish().map_err(err)?,
         Switch::None => {}
     }
     drop(pass_g1);

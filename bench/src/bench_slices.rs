@@ -3,7 +3,8 @@
 //! 1400-byte frames and IMIX, both cipher suites, one worker and two (a duplicated gateway:
 //! one pipeline and one SA per worker), next to VPP's published anchor. The other parts of
 //! the benchmark (duplication/chaining scaling, the slice library, AF_XDP slices
-//! against pcap-mmap) are not built yet: their JSON keys are null.
+//! against pcap-mmap) are other programs: this one's JSON has their keys as null, and
+//! bench/slices.sh runs them all and merges their JSON lines into one.
 //!
 //! Each case is Source -> Rewrite (the plain frame) -> ESPEncap -> Sink, or Source -> Replay
 //! (pre-encrypted frames, sequence numbers 1..N) -> ESPDecap -> Sink, run by one thread
