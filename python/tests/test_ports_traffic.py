@@ -38,8 +38,8 @@ JUMBO_MTU = 9000
 FILE_PORT = 5202
 FILE_SERVER = f"""
 import hashlib, socket, sys
-s = socket.socket(); s.bind((sys.argv[1], {FILE_PORT})); s.listen(1); s.settimeout(20)
-c, _ = s.accept(); c.settimeout(20); h = hashlib.sha256(); n = 0
+s = socket.socket(); s.bind((sys.argv[1], {FILE_PORT})); s.listen(1); s.settimeout(60)
+c, _ = s.accept(); c.settimeout(60); h = hashlib.sha256(); n = 0
 with open(sys.argv[2], "wb") as f:
     while d := c.recv(1 << 16):
         f.write(d); h.update(d); n += len(d)
@@ -50,7 +50,7 @@ print(n, h.hexdigest())
 # Sends the file PATH to ADDR:FILE_PORT and waits for the server to close.
 FILE_CLIENT = f"""
 import socket, sys
-s = socket.create_connection((sys.argv[1], {FILE_PORT}), timeout=20)
+s = socket.create_connection((sys.argv[1], {FILE_PORT}), timeout=60)
 with open(sys.argv[2], "rb") as f:
     s.sendfile(f)
 s.shutdown(socket.SHUT_WR)
@@ -167,6 +167,18 @@ def _send_and_capture(h: Hosts, src: int, frames: list[bytes], marker: bytes) ->
     )
 
 
+def _port_counts(h: Hosts) -> str:
+    """Each switch port's packet and drop counters, for a failure message."""
+    out = []
+    for p in Hosts.ports:
+        st = h.bess.get_port_stats(p)
+        out.append(
+            f"{p}: in {st.inc.packets} (dropped {st.inc.dropped}), "
+            f"out {st.out.packets} (dropped {st.out.dropped})"
+        )
+    return "; ".join(out)
+
+
 @pytest.mark.skipif(shutil.which("iperf3") is None, reason="needs iperf3 (apt-get install iperf3)")
 def test_tcp_file_arrives_intact(hosts, tmp_path):
     """A 4 MiB random file crosses over TCP with default offloads on every interface: iperf3
@@ -219,9 +231,9 @@ def test_tcp_file_arrives_intact(hosts, tmp_path):
     )
     try:
         _wait_listening(h.ns[1], FILE_PORT)
-        c = in_ns(h.ns[0], "python3", "-c", FILE_CLIENT, h.ips[1], str(src), timeout=30)
-        assert c.returncode == 0, c.stderr
-        server_out, err = server.communicate(timeout=30)
+        c = in_ns(h.ns[0], "python3", "-c", FILE_CLIENT, h.ips[1], str(src), timeout=90)
+        assert c.returncode == 0, f"{c.stderr}; {_port_counts(h)}"
+        server_out, err = server.communicate(timeout=90)
         assert server.returncode == 0, err
     finally:
         server.kill()
