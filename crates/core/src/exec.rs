@@ -41,6 +41,24 @@ fn locked<R>(node: &Node, f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// A forward of the batch being processed, recorded for the runner to carry out.
+#[derive(Clone, Copy)]
+struct Moved {
+    dst: u32,
+    igate: u16,
+    prio: u32,
+    n: usize,
+}
+
+impl Moved {
+    const NONE: Moved = Moved {
+        dst: u32::MAX,
+        igate: 0,
+        prio: 0,
+        n: 0,
+    };
+}
+
 struct Pending {
     prio: u32,
     dst: u32,
@@ -63,7 +81,8 @@ pub struct Context {
     spare: Vec<Box<PacketBatch>>,
     pending: Vec<Pending>,
     cur_input: *const PacketBatch,
-    moved_input: Option<(u32, u16, u32, usize)>,
+    /// Where the batch being processed was forwarded whole (`dst` NO_MOVE: it was not).
+    moved: Moved,
 }
 
 // SAFETY: the raw pointers are only dereferenced while the owning worker runs the graph, and
@@ -84,7 +103,7 @@ impl Context {
             spare: (0..16).map(|_| Box::new(PacketBatch::new())).collect(),
             pending: Vec::with_capacity(64),
             cur_input: std::ptr::null(),
-            moved_input: None,
+            moved: Moved::NONE,
         }
     }
 
@@ -251,12 +270,106 @@ impl Context {
     /// Sends all packets of `batch` out of output gate `ogate`, leaving `batch` empty.
     #[inline(always)]
     pub fn forward(&mut self, ogate: u16, batch: &mut PacketBatch) {
-        if batch.is_empty() {
+        let n = batch.len();
+        if n == 0 {
             return;
         }
         let node = self.node();
         let Some(Some(og)) = node.ogates.get(ogate as usize) else {
-            return self.drop_batch(batch, CoreDrop::Deadend);
+            return self.drop_at_deadend(batch);
+        };
+        // The common case, kept small so that modules inlining it stay lean: plain counters,
+        // no hooks, nothing else pending, and the batch forwarded is the one the module was
+        // given. The runner then moves that batch itself once the module returns, so nothing
+        // is copied; the batch looks empty meanwhile.
+        if !node.multi
+            && og.hooks.is_empty()
+            && !og.track_bits
+            && self.pending.is_empty()
+            && std::ptr::eq(batch, self.cur_input)
+            && self.moved.dst == Moved::NONE.dst
+        {
+            og.stats.packets.add(n as u64);
+            og.stats.batches.add(1);
+            self.moved = Moved {
+                dst: og.dst,
+                igate: og.igate,
+                prio: og.dst_prio,
+                n,
+            };
+            // SAFETY: the packets stay in the slots; the runner restores the count.
+            unsafe { batch.set_len(0) };
+            return;
+        }
+        self.forward_general(ogate, batch);
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn drop_at_deadend(&mut self, batch: &mut PacketBatch) {
+        self.drop_batch(batch, CoreDrop::Deadend);
+    }
+
+    /// `forward` for everything but its common case.
+    #[inline(never)]
+    fn forward_general(&mut self, ogate: u16, batch: &mut PacketBatch) {
+        let Some((dst, igate, prio)) = self.route(ogate, batch) else {
+            return;
+        };
+        if std::ptr::eq(batch, self.cur_input) && self.moved.dst == Moved::NONE.dst {
+            self.moved = Moved {
+                dst,
+                igate,
+                prio,
+                n: batch.len(),
+            };
+            // SAFETY: as in `forward`.
+            unsafe { batch.set_len(0) };
+            return;
+        }
+        let mut b = self.spare();
+        b.append(batch);
+        self.pending.push(Pending {
+            prio,
+            dst,
+            igate,
+            batch: b,
+        });
+    }
+
+    /// An empty batch from the worker's spares, to fill and hand to [`Context::send`].
+    #[inline(always)]
+    pub fn new_batch(&mut self) -> Box<PacketBatch> {
+        self.spare()
+    }
+
+    /// Sends all packets of an owned batch out of output gate `ogate`, as `forward` does, but
+    /// moves the batch itself to the next module instead of copying its packets.
+    #[inline(always)]
+    pub fn send(&mut self, ogate: u16, mut batch: Box<PacketBatch>) {
+        match self.route(ogate, &mut batch) {
+            Some((dst, igate, prio)) => self.pending.push(Pending {
+                prio,
+                dst,
+                igate,
+                batch,
+            }),
+            None => self.spare.push(batch),
+        }
+    }
+
+    /// Counts a batch leaving through `ogate` and runs the gate's hooks. Returns where it goes,
+    /// or None when it was dealt with here: empty, dropped at an unconnected gate, or merged
+    /// into a batch already waiting for the same input gate.
+    #[inline(always)]
+    fn route(&mut self, ogate: u16, batch: &mut PacketBatch) -> Option<(u32, u16, u32)> {
+        if batch.is_empty() {
+            return None;
+        }
+        let node = self.node();
+        let Some(Some(og)) = node.ogates.get(ogate as usize) else {
+            self.drop_batch(batch, CoreDrop::Deadend);
+            return None;
         };
         let n = batch.len();
         og.stats.packets.add_by(n as u64, node.multi);
@@ -273,30 +386,14 @@ impl Context {
         for p in self.pending.iter_mut() {
             if p.dst == dst && p.igate == igate && p.batch.len() + n <= MAX_BURST {
                 p.batch.append(batch);
-                return;
+                return None;
             }
         }
-        if std::ptr::eq(batch, self.cur_input) && self.moved_input.is_none() {
-            // Forwarding the batch the module was given: the runner moves that batch itself
-            // once the module returns, so nothing is copied. The batch looks empty meanwhile.
-            self.moved_input = Some((dst, igate, prio, n));
-            // SAFETY: the packets stay in the slots; the runner restores the count.
-            unsafe { batch.set_len(0) };
-            return;
-        }
-        let mut b = self.spare();
-        b.append(batch);
-        self.pending.push(Pending {
-            prio,
-            dst,
-            igate,
-            batch: b,
-        });
+        Some((dst, igate, prio))
     }
 
-    fn enqueue(&mut self, ogate: u16, mut b: Box<PacketBatch>) {
-        self.forward(ogate, &mut b);
-        self.spare.push(b);
+    fn enqueue(&mut self, ogate: u16, b: Box<PacketBatch>) {
+        self.send(ogate, b);
     }
 
     /// Moves packets emitted by the current module to the pending list.
@@ -327,60 +424,62 @@ impl Context {
     /// Runs pending batches until none is left.
     pub(crate) fn drain(&mut self, graph: &Pipeline) {
         let mut hops = 0;
-        // A batch a module forwarded whole, with nothing else pending, runs next directly.
-        let mut next: Option<Pending> = None;
+        let Some(mut cur) = self.pop_pending() else {
+            return;
+        };
         loop {
-            let Pending {
-                dst,
-                igate,
-                mut batch,
-                ..
-            } = match next.take() {
-                Some(p) => p,
-                None => match self.pop_pending() {
-                    Some(p) => p,
-                    None => break,
-                },
-            };
-            let node = graph.node(dst);
+            let node = graph.node(cur.dst);
             self.cur_node = node;
             hops += 1;
             if hops > MAX_HOPS {
-                self.drop_batch(&mut batch, CoreDrop::HopLimit);
-                self.spare.push(batch);
+                self.drop_batch(&mut cur.batch, CoreDrop::HopLimit);
+                self.spare.push(cur.batch);
+                match self.pop_pending() {
+                    Some(p) => cur = p,
+                    None => return,
+                }
                 continue;
             }
-            self.cur_input = &*batch;
-            if let Some(h) = node.ihooks.get(igate as usize) {
-                crate::hook::run_hooks(h, &batch);
+            let igate = cur.igate;
+            let batch = &mut *cur.batch;
+            self.cur_input = batch;
+            if !node.ihooks.is_empty() {
+                if let Some(h) = node.ihooks.get(igate as usize) {
+                    crate::hook::run_hooks(h, batch);
+                }
             }
             match &node.inst {
                 // SAFETY: only this worker runs this module (`multi` false).
                 InstanceCell::Exclusive(m) if !node.multi => unsafe {
-                    (*m.get()).process_batch(self, &mut batch, igate)
+                    (*m.get()).process_batch(self, batch, igate)
                 },
                 InstanceCell::Exclusive(m) => locked(node, || {
                     // SAFETY: `locked` holds the node's lock.
-                    unsafe { (*m.get()).process_batch(self, &mut batch, igate) }
+                    unsafe { (*m.get()).process_batch(self, batch, igate) }
                 }),
-                InstanceCell::Shared(m) => m.process_batch(self, &mut batch, igate),
+                InstanceCell::Shared(m) => m.process_batch(self, batch, igate),
             }
             self.cur_input = std::ptr::null();
-            if let Some((dst, igate, prio, n)) = self.moved_input.take() {
+            if !self.touched.is_empty() {
+                self.flush_outputs(graph);
+            }
+            let moved = std::mem::replace(&mut self.moved, Moved::NONE);
+            if moved.dst != Moved::NONE.dst {
                 if batch.is_empty() {
                     // SAFETY: slots 0..n still hold the forwarded packets (see `forward`).
-                    unsafe { batch.set_len(n) };
-                    let p = Pending {
-                        prio,
-                        dst,
-                        igate,
-                        batch,
-                    };
-                    self.flush_outputs(graph);
+                    unsafe { batch.set_len(moved.n) };
+                    cur.dst = moved.dst;
+                    cur.igate = moved.igate;
+                    cur.prio = moved.prio;
                     if self.pending.is_empty() {
-                        next = Some(p);
-                    } else {
-                        self.pending.push(p);
+                        // A batch forwarded whole, with nothing else pending, runs next
+                        // directly.
+                        continue;
+                    }
+                    self.pending.push(cur);
+                    match self.pop_pending() {
+                        Some(p) => cur = p,
+                        None => return,
                     }
                     continue;
                 }
@@ -393,10 +492,13 @@ impl Context {
                 );
             }
             if !batch.is_empty() {
-                self.drop_batch(&mut batch, CoreDrop::Unhandled);
+                self.drop_batch(batch, CoreDrop::Unhandled);
             }
-            self.spare.push(batch);
-            self.flush_outputs(graph);
+            self.spare.push(cur.batch);
+            match self.pop_pending() {
+                Some(p) => cur = p,
+                None => return,
+            }
         }
     }
 

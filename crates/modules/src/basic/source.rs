@@ -3,8 +3,8 @@ use crate::util::IDLE;
 use bessemer_core::packet::DATA_CAPACITY;
 use bessemer_core::sched::TaskResult;
 use bessemer_core::{
-    handler, Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result,
-    Value, MAX_BURST,
+    handler, Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, Result, Value,
+    MAX_BURST,
 };
 
 /// Generates `burst` packets of `pkt_size` bytes per run (contents are left as they are;
@@ -46,14 +46,15 @@ impl Source {
 
 impl Module for Source {
     fn run_task(&mut self, ctx: &mut Context, _arg: u64) -> TaskResult {
-        let mut batch = PacketBatch::new();
+        let mut batch = ctx.new_batch();
         let n = ctx.alloc_bulk(&mut batch, self.burst, self.pkt_size);
         if n == 0 {
             // The pool is exhausted: the packets this run would have made are counted.
             ctx.count_drops(SourceDrop::PoolExhausted, self.burst as u64);
+            ctx.send(0, batch);
             return IDLE;
         }
-        ctx.forward(0, &mut batch);
+        ctx.send(0, batch);
         TaskResult {
             block: false,
             packets: n as u32,
