@@ -346,7 +346,46 @@ impl Context {
     /// Sends all packets of an owned batch out of output gate `ogate`, as `forward` does, but
     /// moves the batch itself to the next module instead of copying its packets.
     #[inline(always)]
-    pub fn send(&mut self, ogate: u16, mut batch: Box<PacketBatch>) {
+    pub fn send(&mut self, ogate: u16, batch: Box<PacketBatch>) {
+        let n = batch.len();
+        let node = self.node();
+        if let Some(Some(og)) = node.ogates.get(ogate as usize) {
+            // The common case, as in `forward`: plain counters, no hooks, nothing pending.
+            if n != 0
+                && !node.multi
+                && og.hooks.is_empty()
+                && !og.track_bits
+                && self.pending.is_empty()
+            {
+                og.stats.packets.add(n as u64);
+                og.stats.batches.add(1);
+                let p = Pending {
+                    prio: og.dst_prio,
+                    dst: og.dst,
+                    igate: og.igate,
+                    batch,
+                };
+                // SAFETY: `pending` has room: it never holds more than its capacity here.
+                return unsafe { self.push_pending_first(p) };
+            }
+        }
+        self.send_general(ogate, batch);
+    }
+
+    /// Puts `p` in the empty pending list without a capacity check.
+    ///
+    /// # Safety
+    /// `self.pending` is empty and has a capacity of at least 1 (made in `new`).
+    #[inline(always)]
+    unsafe fn push_pending_first(&mut self, p: Pending) {
+        debug_assert!(self.pending.is_empty() && self.pending.capacity() > 0);
+        self.pending.as_mut_ptr().write(p);
+        self.pending.set_len(1);
+    }
+
+    /// `send` for everything but its common case.
+    #[inline(never)]
+    fn send_general(&mut self, ogate: u16, mut batch: Box<PacketBatch>) {
         match self.route(ogate, &mut batch) {
             Some((dst, igate, prio)) => self.pending.push(Pending {
                 prio,
@@ -463,8 +502,8 @@ impl Context {
             if !self.touched.is_empty() {
                 self.flush_outputs(graph);
             }
-            let moved = std::mem::replace(&mut self.moved, Moved::NONE);
-            if moved.dst != Moved::NONE.dst {
+            if self.moved.dst != Moved::NONE.dst {
+                let moved = std::mem::replace(&mut self.moved, Moved::NONE);
                 if batch.is_empty() {
                     // SAFETY: slots 0..n still hold the forwarded packets (see `forward`).
                     unsafe { batch.set_len(moved.n) };

@@ -304,6 +304,26 @@ impl Packet {
         true
     }
 
+    /// [`Packet::set_data_padded`] for a template of exactly `B` 64-byte blocks: a copy of
+    /// fixed size, which the compiler emits as straight vector loads and stores. `len` must
+    /// not exceed `B * 64`. False (packet unchanged) if the buffer cannot hold the blocks.
+    #[inline(always)]
+    pub fn set_data_blocks<const B: usize>(&mut self, blocks: &[[u8; 64]; B], len: usize) -> bool {
+        debug_assert!(len <= B * 64);
+        let off = {
+            let d = self.desc_mut();
+            if B * 64 > d.frame_size as usize - d.home_off as usize {
+                return false;
+            }
+            d.data_off = d.home_off;
+            d.data_len = len as u32;
+            d.home_off as usize
+        };
+        // SAFETY: B * 64 <= capacity = frame_size - home_off, checked above.
+        unsafe { (self.frame().add(off) as *mut [[u8; 64]; B]).write_unaligned(*blocks) };
+        true
+    }
+
     /// Replaces the contents with the first `len` bytes of `padded`, copying all of `padded`
     /// in 64-byte blocks (inline vector moves, no `memcpy` call). `padded.len()` must be a
     /// multiple of 64, at least `len` and at most the buffer's capacity; false otherwise.

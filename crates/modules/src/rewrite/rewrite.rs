@@ -1,5 +1,5 @@
 //! Rewrite: replaces packet contents with templates, in round robin.
-use bessemer_core::packet::DATA_CAPACITY;
+use bessemer_core::packet::{Packet, DATA_CAPACITY};
 use bessemer_core::{
     handler, Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result,
     Value,
@@ -12,20 +12,68 @@ pub const MAX_TEMPLATES: usize = 16;
 pub struct Rewrite {
     templates: Vec<Template>,
     next: usize,
+    /// The CPU has AVX2: one template is copied with 32-byte stores (checked once, at
+    /// creation, so that the default build stays portable).
+    avx2: bool,
 }
 
-/// A template padded with zeros to a multiple of 64 bytes, for block copies.
+/// A template padded with zeros to whole 64-byte blocks, for block copies.
 struct Template {
-    padded: Vec<u8>,
+    blocks: Vec<[u8; 64]>,
     len: usize,
 }
 
 impl Template {
     fn new(bytes: Vec<u8>) -> Template {
         let len = bytes.len();
-        let mut padded = bytes;
-        padded.resize(len.div_ceil(64) * 64, 0);
-        Template { padded, len }
+        let mut blocks = vec![[0u8; 64]; len.div_ceil(64)];
+        blocks.as_flattened_mut()[..len].copy_from_slice(&bytes);
+        Template { blocks, len }
+    }
+}
+
+/// Writes template `t` into every packet: a fixed-size copy for templates of up to four
+/// blocks (the common small packets), a block loop beyond.
+#[inline(always)]
+fn fill_all(pkts: &mut [Packet], t: &Template) {
+    #[inline(always)]
+    fn fixed<const B: usize>(pkts: &mut [Packet], t: &Template) {
+        let blocks: &[[u8; 64]; B] = t.blocks[..].try_into().expect("B blocks");
+        for p in pkts {
+            p.set_data_blocks(blocks, t.len);
+        }
+    }
+    match t.blocks.len() {
+        1 => fixed::<1>(pkts, t),
+        2 => fixed::<2>(pkts, t),
+        3 => fixed::<3>(pkts, t),
+        4 => fixed::<4>(pkts, t),
+        _ => {
+            for p in pkts {
+                p.set_data_padded(t.blocks.as_flattened(), t.len);
+            }
+        }
+    }
+}
+
+/// `fill_all` compiled for AVX2.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn fill_all_avx2(pkts: &mut [Packet], t: &Template) {
+    fill_all(pkts, t)
+}
+
+fn has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
     }
 }
 
@@ -83,14 +131,18 @@ impl Module for Rewrite {
             0 => {}
             1 => {
                 let t = &self.templates[0];
-                for p in batch.pkts_mut() {
-                    p.set_data_padded(&t.padded, t.len);
+                #[cfg(target_arch = "x86_64")]
+                if self.avx2 {
+                    // SAFETY: `avx2` is set only when the CPU has AVX2.
+                    unsafe { fill_all_avx2(batch.pkts_mut(), t) };
+                    return ctx.forward(0, batch);
                 }
+                fill_all(batch.pkts_mut(), t);
             }
             n => {
                 for p in batch.pkts_mut() {
                     let t = &self.templates[self.next];
-                    p.set_data_padded(&t.padded, t.len);
+                    p.set_data_padded(t.blocks.as_flattened(), t.len);
                     self.next += 1;
                     if self.next == n {
                         self.next = 0;
@@ -141,6 +193,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         Ok(Instance::Exclusive(Box::new(Rewrite {
             templates,
             next: 0,
+            avx2: has_avx2(),
         })))
     },
 };
