@@ -249,4 +249,24 @@ mod tests {
         h.add(&CLASS, "c", &templates(&sixteen)).unwrap();
         assert!(h.command("c", "add", &templates(&[b"y"])).is_err());
     }
+
+    #[test]
+    fn one_template_of_every_size_is_written_exactly() {
+        // Sizes around every block boundary of the fixed-size copies (1-4 blocks) and the
+        // block loop beyond; the packets start longer and shorter than the template.
+        for len in [
+            1usize, 59, 63, 64, 65, 127, 128, 129, 191, 192, 255, 256, 257, 1500,
+        ] {
+            let t: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
+            let mut h = Harness::new();
+            h.add(&CLASS, "rw", &templates(&[&t])).unwrap();
+            let c = h.capture("rw", 0);
+            h.inject("rw", 0, &[vec![0xEEu8; 1514], vec![0x11u8; 14]]);
+            assert_eq!(
+                c.take_data(),
+                vec![t.clone(), t.clone()],
+                "template of {len} bytes"
+            );
+        }
+    }
 }
