@@ -11,6 +11,12 @@ PY_STAMP := $(VENV)/.installed
 deps:
 	@scripts/install-deps.sh
 
+# NATIVE=1 builds for this machine's CPU (-C target-cpu=native) into target/native; the
+# default build stays portable x86-64. The daemon is then target/native/release/bessemerd.
+ifeq ($(NATIVE),1)
+build: export RUSTFLAGS += -C target-cpu=native
+build: export CARGO_TARGET_DIR := target/native
+endif
 build: deps
 	$(CARGO) build --release --workspace
 
@@ -53,7 +59,7 @@ fmt:
 
 # Dataplane core benchmark at batch capacity 32 and 64; ends with one JSON line.
 bench-core: deps
-	bench/core.sh
+	NATIVE=$(NATIVE) bench/core.sh
 
 # The UPF pipeline (conf/upf/upf.bess, sim mode) on one core: uplink and downlink at 1 000,
 # 5 000 and 100 000 sessions, with and without QER, cost per stage; ends with one JSON line
