@@ -580,7 +580,8 @@ fn main() {
         let sched_round = sched_cycles("round_robin", 1, o.base.quick);
         budget(&results, sched_round, &mut json);
     }
-    if !o.skip_sched && o.only.is_none() {
+    // `--only sched` runs the scheduler table alone.
+    if !o.skip_sched && o.only.as_deref().is_none_or(|p| p == "sched") {
         println!(
             "\n{:<28} {:>10} {:>10} {:>10} {:>10}",
             "scheduler cycles/round", "1", "16", "256", "4096"
