@@ -211,13 +211,23 @@ async fn upf_style_pmd_ports_forward_between_namespaces() {
             String::from_utf8_lossy(&ping.stdout)
         );
         for name in ["pa", "pb"] {
-            let s = c
-                .get_port_stats(pb::GetPortStatsRequest { name: name.into() })
-                .await
-                .unwrap()
-                .into_inner();
-            ok(&s.error);
-            let (inc, out) = (s.inc.unwrap(), s.out.unwrap());
+            // The last reply can reach ping before the worker has counted its send: the
+            // counters are read until they hold all three (bounded: 50 x 100 ms).
+            let mut tries = 0;
+            let (inc, out) = loop {
+                let s = c
+                    .get_port_stats(pb::GetPortStatsRequest { name: name.into() })
+                    .await
+                    .unwrap()
+                    .into_inner();
+                ok(&s.error);
+                let (inc, out) = (s.inc.unwrap(), s.out.unwrap());
+                tries += 1;
+                if (inc.bytes >= 3 * 98 && out.bytes >= 3 * 98) || tries == 50 {
+                    break (inc, out);
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            };
             // 3 echo requests and replies, plus ARP.
             assert!(
                 inc.packets >= 3 && out.packets >= 3,
