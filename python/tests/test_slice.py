@@ -42,6 +42,11 @@ def test_python_app_round_trip_through_slice_port(daemon, tmp_path):
     frames = [bytes([1] * 6 + [2] * 6 + [0x08, 0x00]) + os.urandom(46 + i) for i in range(200)]
     got: list[bytes] = []
     with Slice.attach(path) as s:
+        # The daemon marks the link up once it has handled the attach; under load that can
+        # trail the application's side of the handshake by a moment (bounded: 5 s).
+        deadline = time.monotonic() + 5
+        while not b.get_link_status("s0").link_up and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert b.get_link_status("s0").link_up
         sent = 0
         deadline = time.monotonic() + 20

@@ -184,16 +184,25 @@ def test_qer_meter_holds_a_session_to_its_rate(upf_sim):
     b.track_module("executeFAR", True, bits=True)
     assert _uplink_moves(b) > 0
     time.sleep(2.5)  # the full buckets are spent by now
+    # A window only judges the meter when the generator offered well above its rate; on a
+    # loaded machine a debug daemon's generator can fall short for a while, so windows are
+    # taken until three qualify (at most ten: the test fails if fewer do).
     rates = []
-    for _ in range(3):
+    short = []
+    for _ in range(10):
         offered0 = _ogate(b, "pdrLookup", 1)[0]
         # The daemon's own reading times: a reply delayed by other load skews no rate.
         p0, b0, t0 = _ogate(b, "executeFAR", rules.FAR_FORWARD_U)
         time.sleep(2.0)
         p1, b1, t1 = _ogate(b, "executeFAR", rules.FAR_FORWARD_U)
         offered = _ogate(b, "pdrLookup", 1)[0] - offered0
-        assert offered > 1.5 * (p1 - p0), f"the generator did not overload the meter: {offered}"
+        if offered <= 1.5 * (p1 - p0):
+            short.append((offered, p1 - p0))
+            continue
         # The meter counts each frame less its Ethernet header (deduct_len's default).
         rates.append(((b1 - b0) - 14 * (p1 - p0)) / (t1 - t0))
+        if len(rates) == 3:
+            break
+    assert len(rates) == 3, f"the generator did not overload the meter: (offered, passed) {short}"
     rate = sorted(rates)[1]
     assert abs(rate - want) / want < 0.01, f"{rates} B/s for a meter of {want:.0f} B/s"
