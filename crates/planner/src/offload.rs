@@ -618,6 +618,16 @@ pub enum MapOp {
     },
 }
 
+/// The chain the kernel's counts of `p` belong to: none when the packets go up to user
+/// space, where the modules count them (adding them again would count them twice).
+fn kernel_chain(p: &GatePlan) -> Chain {
+    if p.action.kind == Kind::User {
+        Vec::new()
+    } else {
+        p.chain.clone()
+    }
+}
+
 /// What is installed in the maps, for incremental syncs.
 #[derive(Clone, Debug, Default)]
 pub struct OffloadState {
@@ -673,12 +683,13 @@ impl OffloadState {
         }
         for (k, g) in &plan.rules {
             let gp = plan.gate(*g);
+            let chain = kernel_chain(gp);
             match self.rules.get_mut(k) {
-                Some((slot, bytes, chain)) => {
+                Some((slot, bytes, old)) => {
                     let nb = gp.action.to_bytes(*slot);
-                    if *bytes != nb || *chain != gp.chain {
+                    if *bytes != nb || *old != chain {
                         *bytes = nb;
-                        *chain = gp.chain.clone();
+                        *old = chain;
                         ops.push(MapOp::Put {
                             key: *k,
                             action: nb,
@@ -696,7 +707,7 @@ impl OffloadState {
                         key: *k,
                         action: nb,
                     });
-                    self.rules.insert(*k, (slot, nb, gp.chain.clone()));
+                    self.rules.insert(*k, (slot, nb, chain));
                 }
             }
         }
@@ -705,12 +716,13 @@ impl OffloadState {
             ops.push(MapOp::Config(cfg));
             self.config = Some(cfg);
         }
-        self.default_chain = plan.default.chain.clone();
+        self.default_chain = kernel_chain(&plan.default);
         ops
     }
 
     /// Every counter slot in use with the chain its packets would have taken in user
-    /// space: the default slot and each rule's.
+    /// space: the default slot and each rule's. A slot whose packets go up to user space
+    /// has an empty chain: the modules count those packets themselves.
     pub fn slots(&self) -> Vec<(u32, Chain)> {
         let mut v = vec![(SLOT_DEFAULT, self.default_chain.clone())];
         v.extend(self.rules.values().map(|(s, _, c)| (*s, c.clone())));
