@@ -281,12 +281,38 @@ impl OffloadTarget {
 
     /// Puts the port's own redirect program back.
     pub fn restore(&self) -> Result<()> {
-        self.swap(self.attach._prog.as_raw_fd())
+        self.attach.swap(self.attach._prog.as_raw_fd())
     }
 
     fn swap(&self, prog: RawFd) -> Result<()> {
+        self.attach.swap(prog)
+    }
+
+    /// A handle that can put the redirect program back as long as the interface's program
+    /// lives, even after this port is gone: another port on the same interface keeps it.
+    pub fn restorer(&self) -> Restorer {
+        Restorer(Arc::downgrade(&self.attach))
+    }
+}
+
+/// See [`OffloadTarget::restorer`].
+pub struct Restorer(Weak<Attach>);
+
+impl Restorer {
+    /// Puts the redirect program back (nothing to do when the interface's program is gone).
+    pub fn restore(&self) -> Result<()> {
+        match self.0.upgrade() {
+            Some(a) => a.swap(a._prog.as_raw_fd()),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Attach {
+    /// Replaces the program on the interface through the link.
+    fn swap(&self, prog: RawFd) -> Result<()> {
         let r = crate::bpf::Attr::new()
-            .u32(0, self.attach._link.as_raw_fd() as u32)
+            .u32(0, self._link.as_raw_fd() as u32)
             .u32(4, prog as u32)
             .call(BPF_LINK_UPDATE);
         if r < 0 {

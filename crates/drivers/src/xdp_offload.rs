@@ -10,7 +10,7 @@ use std::sync::{Arc, Weak};
 
 use bessemer_core::{Error, Result};
 
-use crate::af_xdp_port::OffloadTarget;
+use crate::af_xdp_port::{OffloadTarget, Restorer};
 use crate::bpf::{self, Attr, BPF_F_XDP_HAS_FRAGS, BPF_MAP_LOOKUP_ELEM, BPF_MAP_UPDATE_ELEM};
 use crate::bpf_elf::{self, Loaded, Object};
 use crate::netns;
@@ -44,6 +44,9 @@ pub fn unavailable() -> Option<String> {
 pub struct XdpOffload {
     loaded: Loaded,
     target: Option<Weak<OffloadTarget>>,
+    /// Puts the port's program back, even when the port is gone but its interface's
+    /// program lives on (another AFXDPPort on the same interface).
+    restorer: Option<Restorer>,
     installed: bool,
 }
 
@@ -75,6 +78,7 @@ impl XdpOffload {
         Ok(XdpOffload {
             loaded,
             target: target.map(Arc::downgrade),
+            restorer: target.map(|t| t.restorer()),
             installed: false,
         })
     }
@@ -96,8 +100,8 @@ impl XdpOffload {
     pub fn uninstall(&mut self) -> Result<()> {
         if self.installed {
             self.installed = false;
-            if let Some(t) = self.target.as_ref().and_then(Weak::upgrade) {
-                t.restore()?;
+            if let Some(r) = &self.restorer {
+                r.restore()?;
             }
         }
         Ok(())
