@@ -89,6 +89,23 @@ enum Out {
     ignore = "needs clang at build time: the XDP offload program is compiled with clang"
 )]
 fn offloaded_pipeline_equals_user_space_on_random_and_malformed_packets() {
+    // Unmasked 5-tuple: the program's constant-offset fast path.
+    differential(None);
+}
+
+#[test]
+#[cfg_attr(not(root), ignore = "needs root: bpf(2) and BPF_PROG_TEST_RUN")]
+#[cfg_attr(
+    all(root, not(bpf_clang)),
+    ignore = "needs clang at build time: the XDP offload program is compiled with clang"
+)]
+fn masked_keys_take_the_generic_gather_and_agree_too() {
+    // The source address's last byte masked to its high nibble: the byte-by-byte gather.
+    differential(Some([0xff, 0xff, 0xff, 0xf0]));
+}
+
+/// The differential run; `sip_mask`: ExactMatch's mask on the source address, if any.
+fn differential(sip_mask: Option<[u8; 4]>) {
     // User space: em -> gate 0 swap (MACSwap) -> [out1], gate 1 [sink], gate 2 [nat: user],
     // gate 3 [out0: same port]; default gate 2; drop rules at DROP_GATE.
     let mut h = Harness::new();
@@ -102,7 +119,20 @@ fn offloaded_pipeline_equals_user_space_on_random_and_malformed_packets() {
     h.add(
         class("ExactMatch"),
         "em",
-        &Value::map().with("fields", fields),
+        &match sip_mask {
+            None => Value::map().with("fields", fields),
+            Some(m) => {
+                let bin = |b: &[u8]| Value::map().with("value_bin", b.to_vec());
+                let masks = Value::List(vec![
+                    bin(&[0xff]),
+                    bin(&m),
+                    bin(&[0xff; 4]),
+                    bin(&[0xff; 2]),
+                    bin(&[0xff; 2]),
+                ]);
+                Value::map().with("fields", fields).with("masks", masks)
+            }
+        },
     )
     .unwrap();
     h.add(class("MACSwap"), "swap", &Value::map()).unwrap();
@@ -193,7 +223,10 @@ fn offloaded_pipeline_equals_user_space_on_random_and_malformed_packets() {
                     .map(|(&o, n)| Field {
                         offset: Some(o),
                         size: n,
-                        mask: vec![0xff; n],
+                        mask: match sip_mask {
+                            Some(m) if o == 26 => m.to_vec(),
+                            _ => vec![0xff; n],
+                        },
                     })
                     .collect(),
                 has_values: false,
@@ -225,6 +258,7 @@ fn offloaded_pipeline_equals_user_space_on_random_and_malformed_packets() {
         ),
     );
     let plan = v.plan();
+    assert_eq!(plan.is_5tuple(), sip_mask.is_none());
     assert_eq!(plan.gate(0).action.kind, Kind::Redirect(0));
     assert_eq!(plan.default.action.kind, Kind::User);
 

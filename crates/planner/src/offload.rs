@@ -222,7 +222,7 @@ impl View {
             let Some(name) = at.take() else {
                 // Unconnected gate: user space drops the packet (deadend).
                 chain.last_mut().expect("chain").1 = None;
-                path.push("(unconnected: drop)".to_string());
+                path.push("(unconnected gate)".to_string());
                 let p = path.join(" -> ");
                 return GatePlan {
                     action,
@@ -246,7 +246,7 @@ impl View {
                     at = m.ogates.get(&0).cloned();
                 }
                 Node::Sink => {
-                    path.push(format!("{name} (Sink): drop"));
+                    path.push(format!("{name} (Sink)"));
                     chain.push((name.clone(), None));
                     action.kind = Kind::Drop;
                     return GatePlan {
@@ -260,7 +260,7 @@ impl View {
                     chain.push((name.clone(), None));
                     let out = self.ports.get(port);
                     let kind = if *port == self.port {
-                        path.push(format!("{name} (PortOut {port}): XDP_TX"));
+                        path.push(format!("{name} (PortOut {port})"));
                         Kind::Tx
                     } else if let (Some(o), Some(i)) = (out, ingress) {
                         if o.driver != "AFXDPPort" {
@@ -289,10 +289,7 @@ impl View {
                                 return user("the devmap is full", chain, path.join(" -> "));
                             }
                         };
-                        path.push(format!(
-                            "{name} (PortOut {port}): XDP_REDIRECT to {} (devmap slot {slot})",
-                            o.ifname
-                        ));
+                        path.push(format!("{name} (PortOut {port}, {})", o.ifname));
                         Kind::Redirect(slot as u32)
                     } else {
                         path.push(format!("{name} (PortOut {port})"));
@@ -493,16 +490,51 @@ impl Plan {
         &self.gates[&g]
     }
 
+    /// Whether the key is the IPv4 5-tuple unmasked (proto at 23, addresses and ports at
+    /// 26..37): the program then gathers it with constant offsets (layout 1).
+    pub fn is_5tuple(&self) -> bool {
+        self.key.len() == 13
+            && self.key[0] == (23, 0xff)
+            && self.key[1..]
+                .iter()
+                .enumerate()
+                .all(|(i, k)| *k == (26 + i as u16, 0xff))
+    }
+
     /// The C `struct config`.
     pub fn config_bytes(&self) -> [u8; 120] {
         let mut b = [0u8; 120];
         b[0..4].copy_from_slice(&(self.key.len() as u32).to_ne_bytes());
+        b[4..8].copy_from_slice(&u32::from(self.is_5tuple()).to_ne_bytes());
         b[8..24].copy_from_slice(&self.default.action.to_bytes(SLOT_DEFAULT));
         for (i, (o, m)) in self.key.iter().enumerate() {
             b[24 + 2 * i..26 + 2 * i].copy_from_slice(&o.to_ne_bytes());
             b[88 + i] = *m;
         }
         b
+    }
+
+    /// One gate's chain and what the kernel does with it.
+    fn describe(&self, p: &GatePlan) -> String {
+        let what = match p.action.kind {
+            Kind::User => format!("up to user space ({})", p.why),
+            Kind::Drop => "XDP_DROP".into(),
+            Kind::Tx => "XDP_TX".into(),
+            Kind::Redirect(d) => format!(
+                "XDP_REDIRECT to port '{}' (devmap slot {d})",
+                self.devs.get(d as usize).map_or("?", |x| x.0.as_str())
+            ),
+        };
+        let rw = if p.action.mac_swap && p.action.kind != Kind::User {
+            " after a MAC swap"
+        } else {
+            ""
+        };
+        if p.path.is_empty() {
+            format!("{what}{rw}")
+        } else {
+            format!("{} => {what}{rw}", p.path)
+        }
     }
 
     /// A report for people.
@@ -526,9 +558,9 @@ impl Plan {
                     format!("gate {g}")
                 };
                 let n = self.rules.iter().filter(|r| r.1 == *g).count();
-                let _ = writeln!(s, "  {gname} ({n} rules) -> {}", describe(p));
+                let _ = writeln!(s, "  {gname} ({n} rule(s)): {}", self.describe(p));
             }
-            let _ = writeln!(s, "  miss -> {}", describe(&self.default));
+            let _ = writeln!(s, "  miss: {}", self.describe(&self.default));
             let _ = writeln!(
                 s,
                 "  rules in the kernel map: {}{}",
@@ -545,8 +577,8 @@ impl Plan {
         } else {
             let _ = writeln!(
                 s,
-                "  no classifier: every packet -> {}",
-                describe(&self.default)
+                "  no classifier: every packet: {}",
+                self.describe(&self.default)
             );
         }
         let _ = writeln!(
@@ -554,25 +586,6 @@ impl Plan {
             "  always in user space: packets too short for the key or a rewrite"
         );
         s
-    }
-}
-
-fn describe(p: &GatePlan) -> String {
-    let what = match p.action.kind {
-        Kind::User => format!("user space ({})", p.why),
-        Kind::Drop => "XDP_DROP".into(),
-        Kind::Tx => "XDP_TX".into(),
-        Kind::Redirect(d) => format!("XDP_REDIRECT (devmap slot {d})"),
-    };
-    let rw = if p.action.mac_swap && p.action.kind != Kind::User {
-        ", MAC swap"
-    } else {
-        ""
-    };
-    if p.path.is_empty() {
-        format!("{what}{rw}")
-    } else {
-        format!("{}: {what}{rw}", p.path)
     }
 }
 
@@ -963,6 +976,11 @@ mod tests {
         assert_eq!(p.rules[0].0[4], 0xf0);
         let c = p.config_bytes();
         assert_eq!(&c[0..4], &13u32.to_ne_bytes());
+        assert_eq!(&c[4..8], &0u32.to_ne_bytes()); // masked: the generic gather
+        assert_eq!(
+            &view(vec![]).plan().config_bytes()[4..8],
+            &1u32.to_ne_bytes()
+        );
         assert_eq!(&c[24 + 8..26 + 8], &29u16.to_ne_bytes());
         assert_eq!(c[88 + 4], 0xf0);
     }
