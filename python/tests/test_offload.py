@@ -24,6 +24,7 @@ import pytest
 from bessemer.client import BESS
 
 from .conftest import RECEIVER, ROOT_ONLY, in_ns, send_and_capture, sh
+from .test_cli import cli
 
 pytestmark = ROOT_ONLY
 
@@ -266,7 +267,7 @@ def test_offloaded_and_user_space_pipelines_agree(offload_net):
     assert not off.enabled
 
 
-def test_offload_refuses_what_it_cannot_do(offload_net):
+def test_offload_refuses_what_it_cannot_do(daemon, offload_net):
     b, _, _, _ = offload_net
     with pytest.raises(BESS.Error, match="no port named|does not exist|not found"):
         b.offload("nosuchport", "on")
@@ -278,3 +279,8 @@ def test_offload_refuses_what_it_cannot_do(offload_net):
     # 'show' without 'on' says what it would do and does nothing.
     r = b.offload("pa", "show")
     assert not r.enabled and "would do" in r.plan
+    # The same through the CLI.
+    r = cli(daemon.port, "offload", "pa")
+    assert r.returncode == 0 and "classifier: em (ExactMatch)" in r.stdout, r.stderr
+    r = cli(daemon.port, "offload", "pcap", "on")
+    assert r.returncode != 0 and "needs an AFXDPPort" in r.stderr, (r.stdout, r.stderr)

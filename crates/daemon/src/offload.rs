@@ -134,13 +134,25 @@ fn view(e: &mut Engine, port: &str) -> Result<View> {
     }
     let conns = e.graph().connections();
     let summaries = e.graph().modules();
+    // Only the module the port feeds can be the offloaded classifier: the others' tables
+    // are not read (each read pauses the workers).
+    let fed: Vec<String> = summaries
+        .iter()
+        .filter(|m| matches!(m.mclass, "PortInc" | "QueueInc") && port_of_desc(&m.desc) == port)
+        .filter_map(|m| {
+            conns
+                .iter()
+                .find(|c| c.from == m.name && c.ogate == 0)
+                .map(|c| c.to.clone())
+        })
+        .collect();
     for m in &summaries {
         let mut ogates = BTreeMap::new();
         for c in conns.iter().filter(|c| c.from == m.name) {
             ogates.insert(c.ogate, c.to.clone());
         }
         let node = match m.mclass {
-            "ExactMatch" => exact_match(e, &m.name)?,
+            "ExactMatch" if fed.contains(&m.name) => exact_match(e, &m.name)?,
             "MACSwap" => Node::MacSwap,
             "Sink" => Node::Sink,
             "PortOut" => Node::PortOut {

@@ -231,8 +231,12 @@ fn module_info(e: &Engine, name: &str, rates: &DropRates) -> Result<pb::GetModul
     let mut conns = g.connections();
     // Packets an XDP offload handled in the kernel still count on the gates they would
     // have taken (crate::offload).
-    if crate::offload::any() {
-        let kc = crate::offload::kernel_counts(e);
+    let kc = if crate::offload::any() {
+        crate::offload::kernel_counts(e)
+    } else {
+        Default::default()
+    };
+    if !kc.is_empty() {
         for c in &mut conns {
             if let Some((p, b)) = kc.get(&(c.from.clone(), Some(c.ogate))) {
                 c.counts.packets += p;
@@ -247,8 +251,7 @@ fn module_info(e: &Engine, name: &str, rates: &DropRates) -> Result<pb::GetModul
     for c in ins {
         if igates.last().is_none_or(|g| g.igate != c.igate as u64) {
             let mut cnt = g.igate_counts(name, c.igate)?;
-            if crate::offload::any() {
-                let kc = crate::offload::kernel_counts(e);
+            if !kc.is_empty() {
                 for k in conns.iter().filter(|k| k.to == name && k.igate == c.igate) {
                     if let Some((p, b)) = kc.get(&(k.from.clone(), Some(k.ogate))) {
                         cnt.packets += p;
