@@ -214,7 +214,7 @@ impl Object {
                         .get(value)
                         .ok_or_else(|| bad(&format!("'{sname}' is not a map definition")))?;
                     let at = off / 8;
-                    if off % 8 != 0 || at + 1 >= insns.len() || insns[at].code != 0x18 {
+                    if !off.is_multiple_of(8) || at + 1 >= insns.len() || insns[at].code != 0x18 {
                         return Err(bad(&format!(
                             "relocation of '{sname}' is not on a 64-bit immediate load"
                         )));

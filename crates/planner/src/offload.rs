@@ -399,9 +399,8 @@ impl View {
                 };
                 for r in rules {
                     let g = r.gate.unwrap_or(DROP_RULE);
-                    if !plan.gates.contains_key(&g) {
-                        let p = gate_plan(g, &mut devs);
-                        plan.gates.insert(g, p);
+                    if let std::collections::btree_map::Entry::Vacant(e) = plan.gates.entry(g) {
+                        e.insert(gate_plan(g, &mut devs));
                     }
                     if plan.rules.len() >= MAX_RULES {
                         plan.overflow += 1;
