@@ -4,6 +4,8 @@
 # per call: live-frames XDP generator pinned to core 0, switch on core 1, XDP counter at the
 # sink, 64- and 1518-byte frames, CPU, ping round trips). Switches, in this order:
 #   afxdp      Bessemer, 2 x AFXDPPort (copy mode: veth has no zero-copy), worker on core 1
+#   em-user    (make bench-planner) Bessemer, ExactMatch on 1000 5-tuples -> MACSwap -> PortOut, AFXDPPorts
+#   em-offload (make bench-planner) the same pipeline with the planner's XDP offload on
 #   afpacket   Bessemer, 2 x AFPacketPort, worker on core 1
 #   xdp        in-kernel XDP_REDIRECT between the two switch-side veths (the upper bound)
 #   bridge     Linux bridge, static FDB entry for the generated frames
@@ -139,7 +141,7 @@ ovs_unports() {
 for m in $modes; do
   echo "bench-ports: $m" >&2
   case $m in
-    afxdp | afxdp@* | afpacket | afpacket@* | xdp | pcap | pcap@* | pcap-mmap | pcap-mmap@* | mmsg*)
+    afxdp | afxdp@* | em-user | em-user@* | em-offload | em-offload@* | afpacket | afpacket@* | xdp | pcap | pcap@* | pcap-mmap | pcap-mmap@* | mmsg*)
       one "$m" ;;
     direct)
       ip -n "$gen" link add "${t}d0" type veth peer name "${t}d1" netns "$sink"
@@ -187,6 +189,8 @@ secs = sys.argv[1]
 rows = [json.loads(a) for a in sys.argv[2:]]
 names = {
     "afxdp": "Bessemer, 2 x AFXDPPort (copy)",
+    "em-user": "Bessemer classify+rewrite, user",
+    "em-offload": "Bessemer classify+rewrite, XDP",
     "afpacket": "Bessemer, 2 x AFPacketPort",
     "xdp": "XDP_REDIRECT in kernel (bound)",
     "bridge": "Linux bridge",

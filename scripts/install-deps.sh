@@ -34,6 +34,10 @@ have openssl || need_apt+=(openssl)
 [ -f /usr/include/z3.h ] || need_apt+=(libz3-dev)
 ls /usr/lib/llvm-*/lib/libclang.so >/dev/null 2>&1 || need_apt+=(libclang-dev)
 have ethtool || [ -x /usr/sbin/ethtool ] || [ -x /sbin/ethtool ] || need_apt+=(ethtool)
+# The planner's XDP offload program (crates/drivers/bpf/offload.bpf.c) is compiled with
+# clang -target bpf by the drivers crate's build script; without clang the offload reports
+# itself unavailable. It needs no kernel or libbpf headers, and Bessemer loads it itself.
+have clang || need_apt+=(clang)
 # MegaPipe server tests fetch files with curl.
 have curl || need_apt+=(curl)
 # make bench-megapipe only (install-deps.sh --bench-megapipe): the peers and load generators.

@@ -13,7 +13,9 @@
 //!   (8 flows: UDP source ports 1024..1031) of 65536 frames each, until the run ends.
 //! * Sink: an XDP program on `s0` counts each frame in a per-CPU array and drops it.
 //! * Switch, by `mode`: `afxdp` / `afpacket` — Bessemer with two AFXDPPorts / AFPacketPorts
-//!   on `g1` and `s1`, PortInc -> PortOut both ways, one worker pinned to core 1; `xdp` —
+//!   on `g1` and `s1`, PortInc -> PortOut both ways, one worker pinned to core 1; `em-user`
+//!   / `em-offload` — Bessemer's classifying pipeline (ExactMatch on 1000 5-tuples, MACSwap,
+//!   PortOut) in user space, or with the planner's XDP offload on (make bench-planner); `xdp` —
 //!   the in-kernel upper bound: `bpf_redirect` programs on `g1` and `s1` sending each frame
 //!   to the other; `bridge`, `ovs-afxdp`, `ovs-netdev` — set up by the caller (`switch_pid`:
 //!   the process whose CPU time counts as the switch's).
@@ -416,6 +418,77 @@ fn bessemer(driver: &'static PortDriver, a: &str, b: &str, core: usize) -> Resul
     Ok(e)
 }
 
+/// Flows the classifying pipeline's ExactMatch holds (the generator's 8 among them).
+const EM_FLOWS: u16 = 1000;
+
+/// `em-user` / `em-offload` (make bench-planner): the classifying pipeline of issue 16's
+/// offload benchmark on AFXDPPorts: PortInc(pa) -> ExactMatch on the UDP/IPv4 5-tuple with
+/// 1000 flows -> gate 0: MACSwap -> PortOut(pb); misses (gate 1: ARP, pings) -> PortOut(pb);
+/// PortInc(pb) -> PortOut(pa). With `offload`, the planner's XDP offload is turned on for pa
+/// (bessemer_daemon::offload, as the `offload` command does): the 5-tuple lookup, the MAC
+/// swap and the forwarding run in the XDP program on `a`, XDP_REDIRECT to `b`.
+fn bessemer_em(a: &str, b: &str, core: usize, offload: bool) -> Result<Engine> {
+    let mut e = Engine::new(EngineConfig {
+        buffers: 32768,
+        pages: PagePolicy::Auto,
+        pin: true,
+    })?;
+    e.add_worker(0, core)?;
+    let driver = &bessemer_drivers::af_xdp_port::DRIVER;
+    port(&e, driver, "pa", a)?;
+    port(&e, driver, "pb", b)?;
+    let field = |o: i64, n: i64| Value::map().with("offset", o).with("num_bytes", n);
+    let fields = Value::List(vec![
+        field(23, 1),
+        field(26, 4),
+        field(30, 4),
+        field(34, 2),
+        field(36, 2),
+    ]);
+    module(&mut e, "PortInc", "inc_pa", Value::map().with("port", "pa"))?;
+    module(
+        &mut e,
+        "ExactMatch",
+        "em",
+        Value::map().with("fields", fields),
+    )?;
+    module(&mut e, "MACSwap", "swap", Value::map())?;
+    module(&mut e, "PortOut", "out_pb", Value::map().with("port", "pb"))?;
+    module(&mut e, "PortInc", "inc_pb", Value::map().with("port", "pb"))?;
+    module(&mut e, "PortOut", "out_pa", Value::map().with("port", "pa"))?;
+    e.connect("inc_pa", 0, "em", 0)?;
+    e.connect("em", 0, "swap", 0)?;
+    e.connect("swap", 0, "out_pb", 0)?;
+    e.connect("em", 1, "out_pb", 0)?;
+    e.connect("inc_pb", 0, "out_pa", 0)?;
+    e.command("em", "set_default_gate", &Value::map().with("gate", 1u64))?;
+    let bin = |b: &[u8]| Value::map().with("value_bin", b.to_vec());
+    for i in 0..EM_FLOWS {
+        // The generator's flows are sports 1024..1024+FLOWS; the rest never match.
+        let sport = 1024 + i;
+        let rule = Value::map().with("gate", 0u64).with(
+            "fields",
+            Value::List(vec![
+                bin(&[17]),
+                bin(&[10, 99, 0, 1]),
+                bin(&[10, 99, 0, 2]),
+                bin(&sport.to_be_bytes()),
+                bin(&5678u16.to_be_bytes()),
+            ]),
+        );
+        e.command("em", "add", &rule)?;
+    }
+    for inc in ["inc_pa", "inc_pb"] {
+        e.attach_task(inc, 0, None, Some(0))?;
+    }
+    if offload {
+        let (_, plan) = bessemer_daemon::offload::command(&mut e, "pa", "on")?;
+        eprintln!("bench-ports: {plan}");
+    }
+    e.resume_all()?;
+    Ok(e)
+}
+
 struct Topo<'a> {
     gen_ns: &'a str,
     g0: &'a str,
@@ -719,7 +792,7 @@ fn run(args: &[String]) -> Result<String> {
         ),
         _ => {
             eprintln!(
-                "usage: bench-ports <afxdp|afpacket|xdp|bridge|kernel|ovs-afxdp|ovs-netdev|pcap|pcap-mmap|mmsg:B|direct>[@CORE] <gen_ns> <g0> <g1> <s1> <sink_ns> <s0> <seconds> [switch_pid]"
+                "usage: bench-ports <afxdp|em-user|em-offload|afpacket|xdp|bridge|kernel|ovs-afxdp|ovs-netdev|pcap|pcap-mmap|mmsg:B|direct>[@CORE] <gen_ns> <g0> <g1> <s1> <sink_ns> <s0> <seconds> [switch_pid]"
             );
             std::process::exit(2);
         }
@@ -783,6 +856,12 @@ fn run(args: &[String]) -> Result<String> {
                 attach_in("", s1, &bpf::prog_redirect(i1), "bench_redir")?,
             ])
         }
+        "em-user" | "em-offload" => Switch::Bessemer(Box::new(bessemer_em(
+            g1,
+            s1,
+            core,
+            spec.base == "em-offload",
+        )?)),
         "ovs-afxdp" => Switch::None,
         other => return Err(err(format!("unknown mode '{other}'"))),
     };
@@ -823,7 +902,10 @@ fn run(args: &[String]) -> Result<String> {
     );
     match switch {
         Switch::Bessemer(mut e) => {
-            for m in ["inc_pa", "out_pb", "inc_pb", "out_pa"] {
+            if spec.base == "em-offload" {
+                let _ = bessemer_daemon::offload::command(&mut e, "pa", "off");
+            }
+            for m in ["inc_pa", "em", "swap", "out_pb", "inc_pb", "out_pa"] {
                 let _ = e.destroy_module(m);
             }
             for p in ["pa", "pb"] {

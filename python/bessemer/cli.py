@@ -428,6 +428,11 @@ def show_module(s: Session, args) -> None:
     print("\n".join(render.module(s.bess.get_module_info(n)) for n in names) or "no modules")
 
 
+def offload(s: Session, args) -> None:
+    resp = s.bess.offload(args.port_name, args.action)
+    print(resp.plan, end="" if resp.plan.endswith("\n") else "\n")
+
+
 def show_errors(s: Session, args) -> None:
     resp = s.bess.show_errors(args.names, include_zero=args.all)
     print(render.errors(resp, args.sort))
@@ -740,6 +745,18 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("name")
     c.add_argument("--keep", action="store_true", help="disconnect NAME but do not destroy it")
     c.set_defaults(func=unsplice)
+
+    c = top.add_parser(
+        "offload",
+        help="offload the pipeline after an AFXDPPort into its XDP program",
+        description="Turn the XDP offload of AFXDPPort PORT on or off, or show the plan: "
+        "which of the pipeline's gates the kernel handles (drop, XDP_TX, XDP_REDIRECT, MAC "
+        "swap) and which stay in user space, with the kernel's counters (docs/planner.md).",
+        exit_on_error=False,
+    )
+    c.add_argument("port_name", metavar="PORT")
+    c.add_argument("action", nargs="?", default="show", choices=["on", "off", "show"])
+    c.set_defaults(func=offload)
 
     c = top.add_parser(
         "duplicate",

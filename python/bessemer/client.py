@@ -327,6 +327,19 @@ class BESS:
                 ) from None
             raise
 
+    def offload(self, port: str, action: str = "show"):
+        """XDP offload of the pipeline downstream of AFXDPPort `port`: action "on", "off" or
+        "show"; the response has `enabled` and the planner's `plan` (Bessemer's own RPC)."""
+        req = self._msg("ext_service", "OffloadRequest", {"port": port, "action": action})
+        try:
+            return self._call("Offload", req, self.ext_stub)
+        except BESS.Error as exc:
+            if "UNIMPLEMENTED" in exc.errmsg:
+                raise BESS.Error(
+                    95, "this daemon has no Offload (BESS itself lacks it; bessemerd has it)"
+                ) from None
+            raise
+
     def connect_modules(self, m1: str, m2: str, ogate: int = 0, igate: int = 0) -> None:
         """Connects output gate `ogate` of `m1` to input gate `igate` of `m2`."""
         req = self._msg(

@@ -11,6 +11,7 @@
 pub mod convert;
 pub mod memory;
 pub mod observe;
+pub mod offload;
 pub mod server;
 pub mod service;
 

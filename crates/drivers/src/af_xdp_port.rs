@@ -226,6 +226,105 @@ impl Attach {
     }
 }
 
+// ---------------------------------------------------------------------------------------
+// Offload (crates/drivers/src/xdp_offload.rs): another program may take the place of the
+// redirect program on the port's interface, through the same link (BPF_LINK_UPDATE swaps
+// programs atomically, so no packet sees the interface without a program), and reuse the
+// XSKMAP, so what it sends up still reaches the port's sockets.
+
+/// BPF_LINK_UPDATE.
+const BPF_LINK_UPDATE: i32 = 29;
+
+/// What an offload needs of an AFXDPPort: its interface, the XSKMAP and the link.
+pub struct OffloadTarget {
+    attach: Arc<Attach>,
+    /// The interface and its namespace ("" for the daemon's).
+    pub ifname: String,
+    pub netns: String,
+    pub ifindex: u32,
+}
+
+/// AFXDPPorts by (pool, port name): ports are named per engine, and an engine has one pool.
+type PortKey = (usize, String);
+static PORTS: Mutex<Vec<(PortKey, Weak<OffloadTarget>)>> = Mutex::new(Vec::new());
+
+/// The offload target of AFXDPPort `port` of the engine whose pool is `pool`.
+pub fn offload_target(pool: &PacketPool, port: &str) -> Option<Arc<OffloadTarget>> {
+    let key = (pool.region_base() as usize, port.to_string());
+    let reg = PORTS.lock().unwrap_or_else(|p| p.into_inner());
+    reg.iter()
+        .filter(|(k, _)| *k == key)
+        .find_map(|(_, w)| w.upgrade())
+}
+
+impl OffloadTarget {
+    /// The port's XSKMAP (interface queue -> socket), for the offload program to reuse.
+    pub fn xskmap(&self) -> RawFd {
+        self.attach.map.as_raw_fd()
+    }
+
+    /// Whether the port's program is multi-buffer aware (a replacement must be too, or the
+    /// kernel refuses it on an interface whose MTU needs it).
+    pub fn frags(&self) -> bool {
+        self.attach.frags
+    }
+
+    /// Whether the program runs in generic (skb) mode.
+    pub fn generic(&self) -> bool {
+        self.attach.generic
+    }
+
+    /// Puts program `prog` in place of what runs on the interface now.
+    pub fn install(&self, prog: RawFd) -> Result<()> {
+        self.swap(prog)
+    }
+
+    /// Puts the port's own redirect program back.
+    pub fn restore(&self) -> Result<()> {
+        self.attach.swap(self.attach._prog.as_raw_fd())
+    }
+
+    fn swap(&self, prog: RawFd) -> Result<()> {
+        self.attach.swap(prog)
+    }
+
+    /// A handle that can put the redirect program back as long as the interface's program
+    /// lives, even after this port is gone: another port on the same interface keeps it.
+    pub fn restorer(&self) -> Restorer {
+        Restorer(Arc::downgrade(&self.attach))
+    }
+}
+
+/// See [`OffloadTarget::restorer`].
+pub struct Restorer(Weak<Attach>);
+
+impl Restorer {
+    /// Puts the redirect program back (nothing to do when the interface's program is gone).
+    pub fn restore(&self) -> Result<()> {
+        match self.0.upgrade() {
+            Some(a) => a.swap(a._prog.as_raw_fd()),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Attach {
+    /// Replaces the program on the interface through the link.
+    fn swap(&self, prog: RawFd) -> Result<()> {
+        let r = crate::bpf::Attr::new()
+            .u32(0, self._link.as_raw_fd() as u32)
+            .u32(4, prog as u32)
+            .call(BPF_LINK_UPDATE);
+        if r < 0 {
+            return Err(netns::os_error(&format!(
+                "cannot replace the XDP program on '{}' (BPF_LINK_UPDATE)",
+                self.ifname
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// Loads the program, multi-buffer aware where the kernel allows; says which it got.
 fn load_program(map_fd: RawFd) -> Result<(OwnedFd, bool)> {
     let prog = program(map_fd);
@@ -906,6 +1005,8 @@ struct AfXdpPort {
     ctl: OwnedFd,
     ifname: String,
     desc: String,
+    /// Registered in PORTS while the port lives.
+    _target: Arc<OffloadTarget>,
 }
 
 impl Port for AfXdpPort {
@@ -1085,7 +1186,7 @@ fn create(params: &PortParams, arg: &Value) -> Result<NewPort> {
     }
     let pool = params.pool.clone();
     let name = ifname.clone();
-    let (xsks, ctl, generic) = netns::run_in(&ns, move || {
+    let (xsks, ctl, generic, ifindex) = netns::run_in(&ns, move || {
         let ifindex = netns::ifindex(&name)?;
         let ctl = netns::socket(
             libc::AF_INET,
@@ -1137,7 +1238,7 @@ fn create(params: &PortParams, arg: &Value) -> Result<NewPort> {
             }
         }
         let generic = attach.generic;
-        Ok((xsks, ctl, generic))
+        Ok((xsks, ctl, generic, ifindex))
     })?;
     let mode = match xsks[0].mode {
         Mode::ZeroCopy => "zero-copy",
@@ -1162,6 +1263,20 @@ fn create(params: &PortParams, arg: &Value) -> Result<NewPort> {
     } else {
         ""
     };
+    let target = Arc::new(OffloadTarget {
+        attach: xsks[0].attach.clone(),
+        ifname: ifname.clone(),
+        netns: ns,
+        ifindex,
+    });
+    {
+        let mut reg = PORTS.lock().unwrap_or_else(|p| p.into_inner());
+        reg.retain(|(_, w)| w.strong_count() > 0);
+        reg.push((
+            (params.pool.region_base() as usize, params.name.clone()),
+            Arc::downgrade(&target),
+        ));
+    }
     Ok(NewPort {
         port: Box::new(AfXdpPort {
             xsks,
@@ -1170,6 +1285,7 @@ fn create(params: &PortParams, arg: &Value) -> Result<NewPort> {
             ctl,
             ifname,
             desc,
+            _target: target,
         }),
         num_inc_q: nin,
         num_out_q: nout,

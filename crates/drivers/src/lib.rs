@@ -5,6 +5,7 @@
 pub mod af_packet_port;
 pub mod af_xdp_port;
 pub mod bpf;
+pub mod bpf_elf;
 pub mod ifctl;
 pub mod netns;
 pub mod partial_csum;
@@ -16,6 +17,7 @@ pub mod unix_socket_port;
 pub mod vnet;
 pub mod vport;
 pub mod xdp_desc;
+pub mod xdp_offload;
 
 use bessemer_core::port::PortDriver;
 

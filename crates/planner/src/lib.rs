@@ -7,5 +7,6 @@ pub mod embed;
 pub mod ethtool;
 pub mod graph;
 pub mod nic;
+pub mod offload;
 pub mod pred;
 pub mod search;

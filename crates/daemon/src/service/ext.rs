@@ -35,4 +35,30 @@ impl BessemerControl for Control {
         self.release_freed().await;
         answer("Transaction", res)
     }
+
+    async fn offload(
+        &self,
+        r: Request<ext::OffloadRequest>,
+    ) -> std::result::Result<Response<ext::OffloadResponse>, Status> {
+        let req = r.into_inner();
+        let res = self
+            .run(move |e| {
+                let port = super::need_name(&req.port, "port name")?;
+                crate::offload::command(e, &port, &req.action).map(|(enabled, plan)| {
+                    ext::OffloadResponse {
+                        error: None,
+                        enabled,
+                        plan,
+                    }
+                })
+            })
+            .await;
+        answer("Offload", res)
+    }
+}
+
+impl super::Reply for ext::OffloadResponse {
+    fn set_error(&mut self, e: crate::pb::Error) {
+        self.error = Some(e);
+    }
 }

@@ -34,7 +34,15 @@ pub(super) fn get_mclass_info(
 }
 
 pub(super) async fn reset_modules(ctl: &Control) -> RpcResult<pb::EmptyResponse> {
-    empty("ResetModules", ctl.run(|e| e.reset_modules()).await)
+    empty(
+        "ResetModules",
+        ctl.run(|e| {
+            e.reset_modules()?;
+            resync(e);
+            Ok(())
+        })
+        .await,
+    )
 }
 
 pub(super) async fn list_modules(ctl: &Control) -> RpcResult<pb::ListModulesResponse> {
@@ -116,8 +124,12 @@ pub(super) async fn destroy_module(
     let name = r.into_inner().name;
     empty(
         "DestroyModule",
-        ctl.run(move |e| e.destroy_module(&need_name(&name, "module name")?))
-            .await,
+        ctl.run(move |e| {
+            e.destroy_module(&need_name(&name, "module name")?)?;
+            resync(e);
+            Ok(())
+        })
+        .await,
     )
 }
 
@@ -149,7 +161,9 @@ pub(super) async fn connect_modules(
             let m2 = lookup_name(&req.m2, "m2 (downstream module name)")?;
             let og = gate_of(req.ogate, "ogate")?;
             let ig = gate_of(req.igate, "igate")?;
-            e.connect(&m1, og, &m2, ig)
+            e.connect(&m1, og, &m2, ig)?;
+            resync(e);
+            Ok(())
         })
         .await;
     empty("ConnectModules", res)
@@ -163,7 +177,9 @@ pub(super) async fn disconnect_modules(
     let res = ctl
         .run(move |e| {
             let name = need_name(&req.name, "module name")?;
-            e.disconnect(&name, gate_of(req.ogate, "ogate")?)
+            e.disconnect(&name, gate_of(req.ogate, "ogate")?)?;
+            resync(e);
+            Ok(())
         })
         .await;
     empty("DisconnectModules", res)
@@ -212,14 +228,37 @@ fn module_info(e: &Engine, name: &str, rates: &DropRates) -> Result<pb::GetModul
         .map(|m| m.desc)
         .unwrap_or_default();
     let ts = now();
-    let conns = g.connections();
+    let mut conns = g.connections();
+    // Packets an XDP offload handled in the kernel still count on the gates they would
+    // have taken (crate::offload).
+    let kc = if crate::offload::any() {
+        crate::offload::kernel_counts(e)
+    } else {
+        Default::default()
+    };
+    if !kc.is_empty() {
+        for c in &mut conns {
+            if let Some((p, b)) = kc.get(&(c.from.clone(), Some(c.ogate))) {
+                c.counts.packets += p;
+                c.counts.bits += b * 8;
+            }
+        }
+    }
     let hooks = list_hooks(e);
     let mut igates: Vec<pb::get_module_info_response::IGate> = Vec::new();
     let mut ins: Vec<_> = conns.iter().filter(|c| c.to == name).collect();
     ins.sort_by_key(|c| (c.igate, c.from.clone(), c.ogate));
     for c in ins {
         if igates.last().is_none_or(|g| g.igate != c.igate as u64) {
-            let cnt = g.igate_counts(name, c.igate)?;
+            let mut cnt = g.igate_counts(name, c.igate)?;
+            if !kc.is_empty() {
+                for k in conns.iter().filter(|k| k.to == name && k.igate == c.igate) {
+                    if let Some((p, b)) = kc.get(&(k.from.clone(), Some(k.ogate))) {
+                        cnt.packets += p;
+                        cnt.bits += b * 8;
+                    }
+                }
+            }
             igates.push(pb::get_module_info_response::IGate {
                 igate: c.igate as u64,
                 ogates: Vec::new(),
@@ -374,10 +413,21 @@ fn run_module_command(e: &mut Engine, req: pb::CommandRequest) -> Result<pb::Com
     };
     let class = e.graph().class_of(&name)?.name;
     let out = e.command(&name, &cmd, &arg)?;
+    if !cmd.starts_with("get_") {
+        resync(e);
+    }
     Ok(pb::CommandResponse {
         error: None,
         data: Some(command_response(class, &name, &cmd, out)?),
     })
+}
+
+/// Keeps XDP offloads in step with a change to the pipeline (an ExactMatch's rules, a
+/// connection, a module gone).
+pub(super) fn resync(e: &mut Engine) {
+    if crate::offload::any() {
+        crate::offload::resync(e);
+    }
 }
 
 fn mempool_dumps(e: &Engine, socket: i32) -> Result<pb::DumpMempoolResponse> {

@@ -54,6 +54,7 @@ pub(super) async fn reset_ports(ctl: &Control) -> RpcResult<pb::EmptyResponse> {
                 )));
             }
             e.ports().reset();
+            super::modules::resync(e);
             Ok(())
         })
         .await;
@@ -132,7 +133,9 @@ pub(super) async fn destroy_port(
     let res = ctl
         .run(move |e| {
             let n = need_name(&name, "port name")?;
-            e.ports().destroy(&n)
+            e.ports().destroy(&n)?;
+            super::modules::resync(e);
+            Ok(())
         })
         .await;
     empty("DestroyPort", res)

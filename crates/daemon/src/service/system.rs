@@ -17,7 +17,15 @@ pub(super) fn get_version() -> RpcResult<pb::VersionResponse> {
 }
 
 pub(super) async fn reset_all(ctl: &Control) -> RpcResult<pb::EmptyResponse> {
-    empty("ResetAll", ctl.run(|e| e.reset_all()).await)
+    empty(
+        "ResetAll",
+        ctl.run(|e| {
+            let r = e.reset_all();
+            super::modules::resync(e);
+            r
+        })
+        .await,
+    )
 }
 
 pub(super) async fn kill_bess(ctl: &Control) -> RpcResult<pb::EmptyResponse> {

@@ -134,6 +134,7 @@ pub(super) fn transaction(
         })
         .collect();
     let out = e.transaction(ops)?;
+    super::modules::resync(e);
     let mut results = Vec::with_capacity(out.len());
     for (o, class) in out.into_iter().zip(classes) {
         results.push(match o {

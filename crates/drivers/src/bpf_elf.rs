@@ -1,0 +1,318 @@
+//! A small loader for the clang-built XDP programs (`bpf/*.bpf.c`): reads the ELF object,
+//! creates the maps of its `maps` section (or reuses maps the caller already has, such as an
+//! AFXDPPort's XSKMAP), patches the programs' map references and loads one program.
+//!
+//! Why not libbpf-rs or aya: the objects are ours and use one feature of the format, maps
+//! referenced by 64-bit immediate loads (`R_BPF_64_64` relocations against symbols of the
+//! legacy `maps` section, 20-byte definitions). That is a hundred lines over the bpf(2)
+//! layer [`crate::bpf`] already has, where libbpf-rs would build libbpf and libelf from C
+//! (libbpf-sys) into every build of the drivers crate, and aya would add a large dependency
+//! tree, on a shared 2-core build machine; and neither would make the crate build without
+//! the C toolchain pieces any easier. BTF, CO-RE, global data, subprograms and tail calls are
+//! not supported and are refused with an error naming them.
+
+use std::collections::HashMap;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+
+use bessemer_core::{Error, Result};
+
+use crate::bpf::{self, Attr, Insn, BPF_MAP_CREATE, BPF_PSEUDO_MAP_FD};
+
+const SHT_SYMTAB: u32 = 2;
+const SHT_REL: u32 = 9;
+const R_BPF_64_64: u32 = 1;
+/// Size of one map definition in the `maps` section.
+const MAP_DEF: usize = 20;
+
+/// A map the object defines.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MapDef {
+    pub name: String,
+    pub ty: u32,
+    pub key: u32,
+    pub value: u32,
+    pub entries: u32,
+    pub flags: u32,
+}
+
+/// One program section: its instructions and, per instruction index, the map it names.
+#[derive(Clone, Debug)]
+pub struct ProgSection {
+    pub name: String,
+    pub insns: Vec<Insn>,
+    pub relocs: Vec<(usize, String)>,
+}
+
+/// A parsed object.
+#[derive(Clone, Debug)]
+pub struct Object {
+    pub maps: Vec<MapDef>,
+    pub progs: Vec<ProgSection>,
+}
+
+fn bad(what: &str) -> Error {
+    Error::invalid(format!("BPF object: {what}"))
+}
+
+fn u16_at(b: &[u8], o: usize) -> Result<u16> {
+    b.get(o..o + 2)
+        .map(|s| u16::from_le_bytes([s[0], s[1]]))
+        .ok_or_else(|| bad("truncated"))
+}
+fn u32_at(b: &[u8], o: usize) -> Result<u32> {
+    b.get(o..o + 4)
+        .map(|s| u32::from_le_bytes(s.try_into().expect("4")))
+        .ok_or_else(|| bad("truncated"))
+}
+fn u64_at(b: &[u8], o: usize) -> Result<u64> {
+    b.get(o..o + 8)
+        .map(|s| u64::from_le_bytes(s.try_into().expect("8")))
+        .ok_or_else(|| bad("truncated"))
+}
+
+struct Section {
+    name: String,
+    ty: u32,
+    off: usize,
+    size: usize,
+    link: u32,
+    info: u32,
+}
+
+fn cstr(b: &[u8], o: usize) -> String {
+    let s = b.get(o..).unwrap_or(&[]);
+    let end = s.iter().position(|&c| c == 0).unwrap_or(s.len());
+    String::from_utf8_lossy(&s[..end]).into_owned()
+}
+
+impl Object {
+    /// Parses a little-endian ELF64 BPF object.
+    pub fn parse(b: &[u8]) -> Result<Object> {
+        if b.len() < 64 || &b[..4] != b"\x7fELF" || b[4] != 2 || b[5] != 1 {
+            return Err(bad("not a little-endian ELF64 file"));
+        }
+        if u16_at(b, 18)? != 247 {
+            return Err(bad("not a BPF object (e_machine is not EM_BPF)"));
+        }
+        let shoff = u64_at(b, 0x28)? as usize;
+        let shentsize = u16_at(b, 0x3a)? as usize;
+        let shnum = u16_at(b, 0x3c)? as usize;
+        let shstrndx = u16_at(b, 0x3e)? as usize;
+        if shentsize < 64 || shnum == 0 || shstrndx >= shnum {
+            return Err(bad("bad section header table"));
+        }
+        let mut raw = Vec::with_capacity(shnum);
+        for i in 0..shnum {
+            let h = shoff + i * shentsize;
+            raw.push((
+                u32_at(b, h)?,
+                u32_at(b, h + 4)?,
+                u64_at(b, h + 24)? as usize,
+                u64_at(b, h + 32)? as usize,
+                u32_at(b, h + 40)?,
+                u32_at(b, h + 44)?,
+            ));
+        }
+        let strtab = raw[shstrndx].2;
+        let secs: Vec<Section> = raw
+            .iter()
+            .map(|&(name, ty, off, size, link, info)| Section {
+                name: cstr(b, strtab + name as usize),
+                ty,
+                off,
+                size,
+                link,
+                info,
+            })
+            .collect();
+        for s in &secs {
+            if s.ty != 8 && s.off.checked_add(s.size).is_none_or(|e| e > b.len()) {
+                return Err(bad(&format!("section '{}' lies outside the file", s.name)));
+            }
+        }
+        let data = |s: &Section| &b[s.off..s.off + s.size];
+        let symtab = secs
+            .iter()
+            .find(|s| s.ty == SHT_SYMTAB)
+            .ok_or_else(|| bad("no symbol table"))?;
+        let symstr = secs
+            .get(symtab.link as usize)
+            .ok_or_else(|| bad("bad symbol string table"))?;
+        // Symbols: (name, section index, value).
+        let syms: Vec<(String, usize, usize)> = data(symtab)
+            .chunks_exact(24)
+            .map(|e| {
+                let name = u32::from_le_bytes(e[0..4].try_into().expect("4")) as usize;
+                let shndx = u16::from_le_bytes([e[6], e[7]]) as usize;
+                let value = u64::from_le_bytes(e[8..16].try_into().expect("8")) as usize;
+                (cstr(b, symstr.off + name), shndx, value)
+            })
+            .collect();
+        let maps_idx = secs.iter().position(|s| s.name == "maps");
+        let mut maps = Vec::new();
+        let mut map_at = HashMap::new();
+        if let Some(mi) = maps_idx {
+            let md = data(&secs[mi]);
+            let mut defs: Vec<&(String, usize, usize)> = syms
+                .iter()
+                .filter(|s| s.1 == mi && !s.0.is_empty())
+                .collect();
+            defs.sort_by_key(|s| s.2);
+            for (name, _, at) in defs {
+                let d = md
+                    .get(*at..at + MAP_DEF)
+                    .ok_or_else(|| bad(&format!("map '{name}' definition truncated")))?;
+                let f = |i: usize| u32::from_le_bytes(d[i * 4..i * 4 + 4].try_into().expect("4"));
+                map_at.insert(*at, name.clone());
+                maps.push(MapDef {
+                    name: name.clone(),
+                    ty: f(0),
+                    key: f(1),
+                    value: f(2),
+                    entries: f(3),
+                    flags: f(4),
+                });
+            }
+        }
+        let mut progs = Vec::new();
+        for (i, s) in secs.iter().enumerate() {
+            // Executable (SHF_EXECINSTR) sections with code are programs.
+            let flags = u64_at(b, shoff + i * shentsize + 8)?;
+            if flags & 4 == 0 || s.size == 0 {
+                continue;
+            }
+            let insns: Vec<Insn> = data(s)
+                .chunks_exact(8)
+                .map(|c| Insn {
+                    code: c[0],
+                    regs: c[1],
+                    off: i16::from_le_bytes([c[2], c[3]]),
+                    imm: i32::from_le_bytes(c[4..8].try_into().expect("4")),
+                })
+                .collect();
+            let mut relocs = Vec::new();
+            for r in secs
+                .iter()
+                .filter(|r| r.ty == SHT_REL && r.info as usize == i)
+            {
+                for e in data(r).chunks_exact(16) {
+                    let off = u64::from_le_bytes(e[0..8].try_into().expect("8")) as usize;
+                    let info = u64::from_le_bytes(e[8..16].try_into().expect("8"));
+                    let (sym, ty) = ((info >> 32) as usize, info as u32);
+                    let (sname, shndx, value) = syms
+                        .get(sym)
+                        .ok_or_else(|| bad("relocation against a missing symbol"))?;
+                    if ty != R_BPF_64_64 || Some(*shndx) != maps_idx {
+                        return Err(bad(&format!(
+                            "section '{}' refers to '{sname}' in section '{}': only maps in \
+                             the 'maps' section are supported (no global data, subprograms, BTF)",
+                            s.name,
+                            secs.get(*shndx).map_or("?", |x| x.name.as_str())
+                        )));
+                    }
+                    let map = map_at
+                        .get(value)
+                        .ok_or_else(|| bad(&format!("'{sname}' is not a map definition")))?;
+                    let at = off / 8;
+                    if !off.is_multiple_of(8) || at + 1 >= insns.len() || insns[at].code != 0x18 {
+                        return Err(bad(&format!(
+                            "relocation of '{sname}' is not on a 64-bit immediate load"
+                        )));
+                    }
+                    relocs.push((at, map.clone()));
+                }
+            }
+            progs.push(ProgSection {
+                name: s.name.clone(),
+                insns,
+                relocs,
+            });
+        }
+        Ok(Object { maps, progs })
+    }
+}
+
+/// A loaded program with its maps.
+pub struct Loaded {
+    pub prog: OwnedFd,
+    /// Each map by name: its fd (owned here unless the caller lent it).
+    maps: HashMap<String, RawFd>,
+    _owned: Vec<OwnedFd>,
+}
+
+impl Loaded {
+    /// The fd of map `name`.
+    pub fn map(&self, name: &str) -> Result<RawFd> {
+        self.maps
+            .get(name)
+            .copied()
+            .ok_or_else(|| bad(&format!("no map '{name}'")))
+    }
+}
+
+/// Creates the maps of `obj` (except those in `reuse`, by name) and loads XDP program
+/// section `section` with `prog_flags`, named `name` in the kernel.
+pub fn load_xdp(
+    obj: &Object,
+    section: &str,
+    name: &str,
+    reuse: &[(&str, RawFd)],
+    prog_flags: u32,
+) -> Result<Loaded> {
+    let prog = obj
+        .progs
+        .iter()
+        .find(|p| p.name == section)
+        .ok_or_else(|| bad(&format!("no program section '{section}'")))?;
+    let mut maps = HashMap::new();
+    let mut owned = Vec::new();
+    for m in &obj.maps {
+        if let Some((_, fd)) = reuse.iter().find(|(n, _)| *n == m.name) {
+            maps.insert(m.name.clone(), *fd);
+            continue;
+        }
+        let mut attr = Attr::new();
+        attr.u32(0, m.ty)
+            .u32(4, m.key)
+            .u32(8, m.value)
+            .u32(12, m.entries)
+            .u32(16, m.flags);
+        let n = m.name.len().min(15);
+        attr.0[28..28 + n].copy_from_slice(&m.name.as_bytes()[..n]);
+        let fd = attr.fd(
+            BPF_MAP_CREATE,
+            &format!("cannot create BPF map '{}' (bpf)", m.name),
+        )?;
+        maps.insert(m.name.clone(), fd.as_raw_fd());
+        owned.push(fd);
+    }
+    let mut insns = prog.insns.clone();
+    for (at, map) in &prog.relocs {
+        let fd = maps[map];
+        // The loader's half of the ld_imm64 contract: src = BPF_PSEUDO_MAP_FD, imm = fd.
+        insns[*at].regs = (insns[*at].regs & 0x0f) | (BPF_PSEUDO_MAP_FD << 4);
+        insns[*at].imm = fd;
+        insns[*at + 1].imm = 0;
+    }
+    let fd = bpf::load_xdp_flags(&insns, name, prog_flags)?;
+    Ok(Loaded {
+        prog: fd,
+        maps,
+        _owned: owned,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_what_is_not_a_bpf_object() {
+        assert!(Object::parse(b"hello").is_err());
+        let mut elf = vec![0u8; 64];
+        elf[..6].copy_from_slice(b"\x7fELF\x02\x01");
+        elf[18] = 62; // x86-64
+        let e = Object::parse(&elf).unwrap_err();
+        assert!(e.msg.contains("EM_BPF"), "{}", e.msg);
+    }
+}
