@@ -1,9 +1,9 @@
 //! Qos (omec-project fork): an exact-match classifier whose rules either send packets to a
 //! gate or meter them with a two-rate three-colour marker (RFC 2698) and send them to the
 //! gate of their colour; on a hit the rule's values are written into the packet.
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hash, Hasher};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{PoisonError, RwLock};
 
 use bessemer_core::module::MAX_GATES;
 use bessemer_core::sched::TaskResult;
@@ -57,15 +57,18 @@ pub enum Color {
 /// fork uses). Rates are bytes per second, bursts bytes; time is in ticks of `hz` per
 /// second. Tokens are kept scaled by `hz` so that refilling is exact.
 #[derive(Clone, Debug)]
+#[repr(C)]
 pub struct TrTcm {
-    cir: u128,
-    pir: u128,
-    cap_c: u128,
-    cap_p: u128,
-    hz: u128,
+    // The fields every packet updates first: a rule's first cache line holds them (see
+    // `Rule`).
     tc: u128,
     tp: u128,
     last: u64,
+    cir: u64,
+    pir: u64,
+    hz: u64,
+    cap_c: u128,
+    cap_p: u128,
 }
 
 impl TrTcm {
@@ -78,27 +81,42 @@ impl TrTcm {
                  rates and bursts must be non-zero and pir at least cir"
             )));
         }
-        let hz = hz as u128;
+        let h = hz as u128;
         Ok(TrTcm {
-            cir: cir as u128,
-            pir: pir as u128,
-            cap_c: cbs as u128 * hz,
-            cap_p: pbs as u128 * hz,
-            hz,
-            tc: cbs as u128 * hz,
-            tp: pbs as u128 * hz,
+            tc: cbs as u128 * h,
+            tp: pbs as u128 * h,
             last: now,
+            cir,
+            pir,
+            hz,
+            cap_c: cbs as u128 * h,
+            cap_p: pbs as u128 * h,
         })
+    }
+
+    /// The state of an unmetered rule (never consulted).
+    const fn idle() -> TrTcm {
+        TrTcm {
+            tc: 0,
+            tp: 0,
+            last: 0,
+            cir: 0,
+            pir: 0,
+            hz: 0,
+            cap_c: 0,
+            cap_p: 0,
+        }
     }
 
     /// The colour of a packet of `len` bytes arriving at `now` (time never runs back: an
     /// earlier `now` adds no tokens).
+    #[inline]
     pub fn color(&mut self, now: u64, len: u64) -> Color {
         let dt = now.saturating_sub(self.last) as u128;
         self.last = self.last.max(now);
-        self.tc = (self.tc + dt * self.cir).min(self.cap_c);
-        self.tp = (self.tp + dt * self.pir).min(self.cap_p);
-        let need = len as u128 * self.hz;
+        self.tc = (self.tc + dt * self.cir as u128).min(self.cap_c);
+        self.tp = (self.tp + dt * self.pir as u128).min(self.cap_p);
+        let need = len as u128 * self.hz as u128;
         if self.tp < need {
             Color::Red
         } else if self.tc < need {
@@ -112,125 +130,118 @@ impl TrTcm {
     }
 }
 
-/// One rule: where its packets go, and what it writes.
+/// One rule: where its packets go and, for a metered rule, its marker. Two cache lines,
+/// aligned, in one flat array: the packet path reaches a rule from the index in one step and
+/// prefetches both lines, where an `Arc` per rule (and a `Vec` for its values) cost a
+/// dependent miss each.
+#[repr(C, align(64))]
 struct Rule {
+    /// Guards `meter`: 0 free, 1 held. A spin lock taken with one locked instruction and
+    /// released with a plain store (a `Mutex` takes one locked instruction for each, and
+    /// each drains the store buffer in the middle of a batch's overlapped misses); held for
+    /// a few dozen instructions, contended only when two workers meter one rule at once.
+    lock: AtomicU32,
     gate: u16,
+    metered: bool,
     deduct_len: i64,
-    values: Vec<u8>,
-    meter: Option<Mutex<TrTcm>>,
+    meter: UnsafeCell<TrTcm>,
+}
+
+// SAFETY: `meter`, the only state mutated through a shared reference, is read and written
+// only while `lock` is held (`Rule::color`); everything else changes only through `&mut`
+// (commands hold the table's write lock).
+unsafe impl Sync for Rule {}
+
+impl Rule {
+    /// Meters a packet of `len` bytes at `now`.
+    #[inline(always)]
+    fn color(&self, now: u64, len: u64) -> Color {
+        while self
+            .lock
+            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            std::hint::spin_loop();
+        }
+        // SAFETY: the lock is held, so no other thread touches the marker.
+        let c = unsafe { (*self.meter.get()).color(now, len) };
+        self.lock.store(0, Ordering::Release);
+        c
+    }
 }
 
 /// A rule key: the masked key words.
 #[derive(Clone, Copy)]
 struct Key([u64; 8]);
 
-impl PartialEq for Key {
-    fn eq(&self, other: &Key) -> bool {
-        // Branch-free over the fixed eight words: the derived comparison of a 64-byte array
-        // is a call to libc's memcmp on every lookup.
-        self.0
-            .iter()
-            .zip(&other.0)
-            .fold(0, |acc, (a, b)| acc | (a ^ b))
-            == 0
-    }
-}
-
-impl Eq for Key {}
-
-impl Hash for Key {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        // One multiply per word (the classifiers' hash) instead of SipHash over 64 bytes on
-        // every packet; the stored keys come from the control plane, so collisions cannot be
-        // forced by traffic. A product's low bits depend only on its input's low bits, and
-        // the map indexes by the low bits: a finalizer (MurmurHash3's) mixes the high bits
-        // down, else keys differing only in high bytes (a session id after a constant
-        // interface and QER id) all share one probe sequence and a lookup scans them all.
-        let mut h = hash_words(&self.0);
-        h ^= h >> 33;
-        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-        state.write_u64(h ^ (h >> 33));
-    }
-}
-
-/// Passes the key's own hash through.
-#[derive(Default)]
-struct KeyHasher(u64);
-
-impl Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ b as u64;
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = v;
-    }
-}
-
 struct Table {
-    rules: HashMap<Key, Arc<Rule>, BuildHasherDefault<KeyHasher>>,
-    /// The packet path's view of `rules`: key words to a slot of `slots`, one flat table
-    /// whose probe a batch prefetches before looking up (the map above costs several
-    /// dependent cache misses per lookup once the rules outgrow the caches).
+    /// Key words to a slot of `rules` (and of `vals`).
     index: FlatTable,
-    slots: Vec<Option<Arc<Rule>>>,
+    rules: Vec<Rule>,
+    /// Each slot's value bytes, `vsize` per slot (a flat array: the one-byte QFI of 10 000
+    /// rules is 10 KB that stays cached).
+    vals: Vec<u8>,
+    vsize: usize,
     free: Vec<u32>,
     default_gate: u16,
 }
 
 impl Table {
-    fn new(words: usize) -> Table {
+    fn new(words: usize, vsize: usize) -> Table {
         Table {
-            rules: HashMap::default(),
             index: FlatTable::new(words),
-            slots: Vec::new(),
+            rules: Vec::new(),
+            vals: Vec::new(),
+            vsize,
             free: Vec::new(),
             default_gate: DROP_GATE,
         }
     }
 
     /// Adds or replaces the rule of `key` (its first `words` words are the index's key).
-    fn set(&mut self, key: Key, rule: Arc<Rule>, words: usize) {
+    fn set(&mut self, key: &Key, rule: Rule, vals: &[u8], words: usize) {
         let w = &key.0[..words];
-        match self.index.get(w) {
-            Some(i) => self.slots[i as usize] = Some(rule.clone()),
+        let i = match self.index.get(w) {
+            Some(i) => i as usize,
             None => {
                 let i = match self.free.pop() {
-                    Some(i) => {
-                        self.slots[i as usize] = Some(rule.clone());
-                        i
-                    }
+                    Some(i) => i as usize,
                     None => {
-                        self.slots.push(Some(rule.clone()));
-                        (self.slots.len() - 1) as u32
+                        self.rules.push(Rule {
+                            lock: AtomicU32::new(0),
+                            gate: DROP_GATE,
+                            metered: false,
+                            deduct_len: 0,
+                            meter: UnsafeCell::new(TrTcm::idle()),
+                        });
+                        self.vals.resize(self.vals.len() + self.vsize, 0);
+                        self.rules.len() - 1
                     }
                 };
-                self.index.insert(w, i);
+                self.index.insert(w, i as u32);
+                i
             }
-        }
-        self.rules.insert(key, rule);
+        };
+        self.rules[i] = rule;
+        self.vals[i * self.vsize..(i + 1) * self.vsize].copy_from_slice(vals);
     }
 
     fn remove(&mut self, key: &Key, words: usize) {
-        if self.rules.remove(key).is_some() {
-            if let Some(i) = self.index.remove(&key.0[..words]) {
-                self.slots[i as usize] = None;
-                self.free.push(i);
-            }
+        if let Some(i) = self.index.remove(&key.0[..words]) {
+            self.free.push(i);
         }
     }
 
     fn clear(&mut self) {
-        self.rules.clear();
         self.index.clear();
-        self.slots.clear();
+        self.rules.clear();
+        self.vals.clear();
         self.free.clear();
     }
 }
+
+/// No rule (a slot number no table reaches).
+const NO_RULE: u32 = u32::MAX;
 
 /// Looks up each packet's key (the `fields`, exact match); a rule of gate 0 meters the
 /// packet (frame length minus `deduct_len`) and sends it out of gate 1, 2 or 3 by colour,
@@ -307,34 +318,29 @@ impl Qos {
         let values = self
             .values
             .rule_bytes(values, W, "values", IntOrder::Little)?;
-        let meter = if gate == METER_GATE as u64 {
+        let metered = gate == METER_GATE as u64;
+        let meter = if metered {
             let now = ctx.refresh_now();
-            Some(Mutex::new(TrTcm::new(
-                cir,
-                pir,
-                cbs,
-                pbs,
-                bessemer_core::tsc::hz(),
-                now,
-            )?))
+            TrTcm::new(cir, pir, cbs, pbs, bessemer_core::tsc::hz(), now)?
         } else {
-            None
+            TrTcm::idle()
         };
-        let rule = Arc::new(Rule {
+        let rule = Rule {
+            lock: AtomicU32::new(0),
             gate: gate as u16,
+            metered,
             deduct_len: deduct_len.unwrap_or(DEFAULT_DEDUCT),
-            values,
-            meter,
-        });
+            meter: UnsafeCell::new(meter),
+        };
         let mut t = self.write();
-        if self.entries != 0 && t.rules.len() as u64 >= self.entries && !t.rules.contains_key(&key)
-        {
+        let w = &key.0[..self.words];
+        if self.entries != 0 && t.index.len() as u64 >= self.entries && t.index.get(w).is_none() {
             return Err(Error::new(
                 libc::ENOSPC,
                 format!("Qos: table full ({} entries)", self.entries),
             ));
         }
-        t.set(key, rule, self.words);
+        t.set(&key, rule, &values, self.words);
         Ok(Value::Null)
     }
 
@@ -370,44 +376,48 @@ impl Qos {
         Ok(Value::Null)
     }
 
+    #[inline(always)]
     fn decide(
         &self,
         t: &Table,
         p: &mut Packet,
-        rule: Option<&Arc<Rule>>,
+        slot: u32,
         voffs: &[AttrOffset],
         now: u64,
     ) -> Verdict<QosDrop> {
-        let Some(rule) = rule else {
+        if slot == NO_RULE {
             return match t.default_gate {
                 DROP_GATE => Verdict::Drop(QosDrop::NoMatch),
                 g => Verdict::Gate(g),
             };
-        };
+        }
+        let s = slot as usize;
+        let rule = &t.rules[s];
         let mut gate = rule.gate;
-        if let Some(m) = &rule.meter {
+        if rule.metered {
             let len = (p.len() as i64).saturating_sub(rule.deduct_len).max(0) as u64;
-            gate = match m
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .color(now, len)
-            {
+            gate = match rule.color(now, len) {
                 Color::Green => GREEN_GATE,
                 Color::Yellow => YELLOW_GATE,
                 Color::Red => RED_GATE,
             };
         }
-        self.values.apply(p, voffs, &rule.values);
+        if t.vsize != 0 {
+            self.values
+                .apply(p, voffs, &t.vals[s * t.vsize..(s + 1) * t.vsize]);
+        }
         if gate == DROP_GATE {
             Verdict::Drop(QosDrop::Rule)
         } else {
             Verdict::Gate(gate)
         }
     }
-}
 
-impl SharedModule for Qos {
-    fn process_batch(&self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
+    /// The batch path for keys of `W` words (`W` at least the table's width): three passes
+    /// so that the misses of a batch overlap: keys and their index probes prefetched, then
+    /// the lookups with each rule's two lines (and values) prefetched, then the meters.
+    #[inline(always)]
+    fn run<const W: usize>(&self, ctx: &mut Context, batch: &mut PacketBatch, t: &Table) {
         let mut offs = [AttrOffset::NoRead; MAX_FIELDS];
         for (o, f) in offs.iter_mut().zip(&self.fields) {
             if f.offset.is_none() {
@@ -416,34 +426,37 @@ impl SharedModule for Qos {
         }
         let voffs = self.values.offsets(ctx);
         let now = ctx.refresh_now();
-        let t = self.read();
         let w = self.words;
-        // Three passes so that the misses of a batch overlap: keys and their probes
-        // prefetched, then the lookups with each rule prefetched, then the meters.
-        let mut keys = [[0u64; 8]; MAX_BURST];
+        let n = batch.len();
+        let mut keys = [[0u64; W]; MAX_BURST];
         let mut hashes = [0u64; MAX_BURST];
         let mut short = [false; MAX_BURST];
-        for (i, p) in batch.pkts_mut().iter().enumerate() {
-            match self.keys.build::<8>(&offs, p) {
-                Some(k) => {
-                    keys[i] = k;
-                    hashes[i] = hash_words(&k[..w]);
-                    t.index.prefetch(hashes[i]);
-                }
-                None => short[i] = true,
+        for (i, p) in batch.pkts().iter().enumerate() {
+            if self.keys.build_into::<W>(&offs, p, &mut keys[i]) {
+                hashes[i] = hash_words(&keys[i][..w]);
+                t.index.prefetch(hashes[i]);
+            } else {
+                short[i] = true;
             }
         }
-        let mut rules: [Option<&Arc<Rule>>; MAX_BURST] = [None; MAX_BURST];
-        for i in 0..batch.pkts_mut().len() {
+        let mut slots = [NO_RULE; MAX_BURST];
+        for i in 0..n {
             if short[i] {
                 continue;
             }
-            rules[i] = t
-                .index
-                .get_hashed(&keys[i][..w], hashes[i])
-                .and_then(|s| t.slots[s as usize].as_ref());
-            if let Some(r) = rules[i] {
-                prefetch(Arc::as_ptr(r));
+            let s = if W == w {
+                t.index.get_n::<W>(&keys[i], hashes[i])
+            } else {
+                t.index.get_hashed(&keys[i][..w], hashes[i])
+            };
+            if let Some(s) = s {
+                slots[i] = s;
+                let r = t.rules.as_ptr().wrapping_add(s as usize);
+                prefetch(r);
+                prefetch((r as *const u8).wrapping_add(64));
+                if t.vsize != 0 {
+                    prefetch(t.vals.as_ptr().wrapping_add(s as usize * t.vsize));
+                }
             }
         }
         let mut i = 0;
@@ -453,8 +466,21 @@ impl SharedModule for Qos {
             if short[j] {
                 return Verdict::Drop(QosDrop::TooShort);
             }
-            self.decide(&t, p, rules[j], &voffs, now)
+            self.decide(t, p, slots[j], &voffs, now)
         });
+    }
+}
+
+impl SharedModule for Qos {
+    fn process_batch(&self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
+        let t = self.read();
+        match self.words {
+            1 => self.run::<1>(ctx, batch, &t),
+            2 => self.run::<2>(ctx, batch, &t),
+            3 => self.run::<3>(ctx, batch, &t),
+            4 => self.run::<4>(ctx, batch, &t),
+            _ => self.run::<8>(ctx, batch, &t),
+        }
     }
 
     fn run_task(&self, _ctx: &mut Context, _arg: u64) -> TaskResult {
@@ -465,7 +491,7 @@ impl SharedModule for Qos {
         format!(
             "{} fields, {} rules",
             self.fields.len(),
-            self.read().rules.len()
+            self.read().index.len()
         )
     }
 }
@@ -492,13 +518,14 @@ fn create(init: &mut InitContext, arg: &Value) -> Result<Instance> {
         .unwrap_or(0)
         .div_ceil(8)
         .max(1);
+    let vsize = values.size;
     Ok(Instance::Shared(Box::new(Qos {
         keys: KeyBuilder::new(&fields, &[]),
         fields,
         words,
         values,
         entries,
-        table: RwLock::new(Table::new(words)),
+        table: RwLock::new(Table::new(words, vsize)),
     })))
 }
 
@@ -550,28 +577,3 @@ pub static CLASS: ModuleClass = ModuleClass {
     mt_safe: true,
     create,
 };
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::hash::BuildHasher;
-
-    /// Keys that differ only above their low five bytes (the UPF's session QER key: the
-    /// interface and QER id first, the session id after) still spread over the map's low
-    /// hash bits, so a lookup does not scan every rule.
-    #[test]
-    fn keys_differing_in_high_bytes_spread_over_low_hash_bits() {
-        let b = BuildHasherDefault::<KeyHasher>::default();
-        let mut low: Vec<u64> = (0..5000u64)
-            .map(|i| {
-                let mut w = [0u64; 8];
-                w[0] = 1 | 1 << 8 | (i + 1) << 40;
-                b.hash_one(Key(w)) & 0xfff
-            })
-            .collect();
-        // 5000 random values over 4096 bins leave about 2900 distinct; unmixed, 16.
-        low.sort_unstable();
-        low.dedup();
-        assert!(low.len() > 2500, "{} distinct low-bit values", low.len());
-    }
-}
