@@ -663,6 +663,33 @@ impl KeyBuilder {
             }
             return true;
         }
+        if W <= 4 {
+            // The same in two u128s (the UPF's 22-byte PDR key): a field's bit position is
+            // the same for every packet, so the branches below always go the same way.
+            let (mut lo, mut hi) = (0u128, 0u128);
+            for (i, f) in self.fields.iter().enumerate() {
+                let Some(v) = self.field(i, f, offs, pkt) else {
+                    return false;
+                };
+                let v = v as u128;
+                let p = f.word * 64 + f.shift as usize;
+                if p < 128 {
+                    lo |= v << p;
+                    if p > 64 {
+                        hi |= v >> (128 - p);
+                    }
+                } else {
+                    hi |= v << (p - 128);
+                }
+            }
+            k[0] |= lo as u64;
+            k[1] |= (lo >> 64) as u64;
+            k[2] |= hi as u64;
+            if W == 4 {
+                k[W - 1] |= (hi >> 64) as u64;
+            }
+            return true;
+        }
         for (i, f) in self.fields.iter().enumerate() {
             let v = match f.offset {
                 Some(o) => match load_le(pkt.data(), o, f.size) {
@@ -1223,7 +1250,21 @@ mod tests {
             proptest::prop_assert!(p.set_data(&pkt));
             let offs = [bessemer_core::AttrOffset::NoRead; 8];
             let got = kb.build::<8>(&offs, &p);
+            // The narrow paths (keys in registers), where the key fits them.
+            let narrow = |w: usize| -> Option<Vec<u64>> {
+                match w {
+                    1 => kb.build::<1>(&offs, &p).map(|k| k.to_vec()),
+                    2 => kb.build::<2>(&offs, &p).map(|k| k.to_vec()),
+                    3 => kb.build::<3>(&offs, &p).map(|k| k.to_vec()),
+                    _ => kb.build::<4>(&offs, &p).map(|k| k.to_vec()),
+                }
+            };
+            let narrows: Vec<(usize, Option<Vec<u64>>)> =
+                (pos.div_ceil(8).max(1)..=4).map(|w| (w, narrow(w))).collect();
             cache.free(p);
+            for (w, k) in narrows {
+                proptest::prop_assert_eq!(k, got.map(|g| g[..w].to_vec()));
+            }
             let fits = fields.iter().all(|f| f.offset.unwrap() + f.size <= pkt.len());
             if !fits {
                 proptest::prop_assert!(got.is_none());
