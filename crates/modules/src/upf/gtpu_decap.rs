@@ -23,40 +23,11 @@ bessemer_core::drop_reasons! {
 /// GtpuDecap may have no parser before it; the common shape is checked on a short path.
 pub struct GtpuDecap;
 
-/// Bytes from the IPv4 header to the inner packet of the common G-PDU: IPv4 without
-/// options, UDP, the 8-byte GTP-U header without optional fields.
-const PLAIN_OUTER: usize = 20 + 8 + gtpu::HEADER_LEN;
-
-/// True when `d` is a G-PDU of that common shape that [`gtpu::parse`] accepts (it would
-/// find the inner packet `PLAIN_OUTER` bytes past the Ethernet header): every check
-/// `parse` makes, read straight from the bytes for this one shape. Anything else takes the
-/// full parse, so the verdicts are the same.
-#[inline(always)]
-fn plain_gpdu(d: &[u8]) -> bool {
-    let Some(h) = d.get(..ETH_LEN + PLAIN_OUTER) else {
-        return false;
-    };
-    let be16 = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]) as usize;
-    let total = be16(16);
-    let udp_len = be16(38);
-    h[12..14] == [0x08, 0x00]
-        && h[14] == 0x45
-        && d.len() - ETH_LEN >= total
-        && be16(20) & 0x3fff == 0
-        && h[23] == crate::checksum::PROTO_UDP
-        && be16(36) == gtpu::PORT as usize
-        && udp_len >= 8 + gtpu::HEADER_LEN
-        && total >= 20 + udp_len
-        && h[42] & 0xf7 == gtpu::VERSION_PT
-        && h[43] == gtpu::MSG_GPDU
-        && gtpu::HEADER_LEN + be16(44) <= udp_len - 8
-}
-
 fn decap(p: &mut Packet) -> Verdict<GtpuDecapDrop> {
-    if plain_gpdu(p.data()) {
+    if gtpu::plain_gpdu(p.data()) {
         let mut eth = [0u8; ETH_LEN];
         eth.copy_from_slice(&p.data()[..ETH_LEN]);
-        let ok = p.adj(PLAIN_OUTER);
+        let ok = p.adj(gtpu::PLAIN_OUTER);
         debug_assert!(ok, "plain_gpdu checked the length");
         p.data_mut()[..ETH_LEN].copy_from_slice(&eth);
         return Verdict::Gate(0);
@@ -166,6 +137,6 @@ mod tests {
 
     #[test]
     fn a_plain_gpdu_takes_the_short_path() {
-        assert!(plain_gpdu(&gpdu()));
+        assert!(gtpu::plain_gpdu(&gpdu()));
     }
 }
