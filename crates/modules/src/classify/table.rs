@@ -848,6 +848,7 @@ impl ValueFields {
 
     /// Writes a rule's value bytes into a packet: at its data offsets (a field beyond the
     /// packet's end is skipped) and into its attributes.
+    #[inline(always)]
     pub fn apply(&self, p: &mut bessemer_core::Packet, offs: &[AttrOffset], bytes: &[u8]) {
         for (f, &o) in self.fields.iter().zip(offs) {
             let v = &bytes[f.pos..f.pos + f.size];
