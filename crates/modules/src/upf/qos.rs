@@ -94,20 +94,6 @@ impl TrTcm {
         })
     }
 
-    /// The state of an unmetered rule (never consulted).
-    const fn idle() -> TrTcm {
-        TrTcm {
-            tc: 0,
-            tp: 0,
-            last: 0,
-            cir: 0,
-            pir: 0,
-            hz: 0,
-            cap_c: 0,
-            cap_p: 0,
-        }
-    }
-
     /// The colour of a packet of `len` bytes arriving at `now` (time never runs back: an
     /// earlier `now` adds no tokens).
     #[inline]
@@ -130,32 +116,149 @@ impl TrTcm {
     }
 }
 
-/// One rule: where its packets go and, for a metered rule, its marker. Two cache lines,
-/// aligned, in one flat array: the packet path reaches a rule from the index in one step and
-/// prefetches both lines, where an `Arc` per rule (and a `Vec` for its values) cost a
-/// dependent miss each.
-#[repr(C, align(64))]
-struct Rule {
-    /// Guards `meter`: 0 free, 1 held. A spin lock taken with one locked instruction and
-    /// released with a plain store (a `Mutex` takes one locked instruction for each, and
-    /// each drains the store buffer in the middle of a batch's overlapped misses); held for
-    /// a few dozen instructions, contended only when two workers meter one rule at once.
-    lock: AtomicU32,
-    gate: u16,
-    metered: bool,
+/// A [`TrTcm`] in the 48 bytes a rule has left in its cache line (see `Rule`): the same
+/// arithmetic, with tokens kept in u64, which holds them exactly when both bursts and the
+/// tick rate are below 2^32 (tokens never exceed burst × rate). Other markers stay
+/// [`TrTcm`]s in `Table::big`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+struct SmallTrTcm {
+    tc: u64,
+    tp: u64,
+    last: u64,
+    cir: u64,
+    pir: u64,
+    cbs: u32,
+    pbs: u32,
+}
+
+impl SmallTrTcm {
+    /// `m` in the small form, if it fits (`m.hz` is the rate `color` is then given).
+    fn new(m: &TrTcm) -> Option<SmallTrTcm> {
+        let (cbs, pbs) = (m.cap_c / m.hz as u128, m.cap_p / m.hz as u128);
+        if m.hz > u32::MAX as u64 || cbs > u32::MAX as u128 || pbs > u32::MAX as u128 {
+            return None;
+        }
+        Some(SmallTrTcm {
+            tc: m.tc as u64,
+            tp: m.tp as u64,
+            last: m.last,
+            cir: m.cir,
+            pir: m.pir,
+            cbs: cbs as u32,
+            pbs: pbs as u32,
+        })
+    }
+
+    /// As [`TrTcm::color`], ticks at `hz` per second.
+    #[inline(always)]
+    fn color(&mut self, now: u64, len: u64, hz: u64) -> Color {
+        let dt = now.saturating_sub(self.last) as u128;
+        self.last = self.last.max(now);
+        let h = hz as u128;
+        let tc = (self.tc as u128 + dt * self.cir as u128).min(self.cbs as u128 * h);
+        let tp = (self.tp as u128 + dt * self.pir as u128).min(self.pbs as u128 * h);
+        let need = len as u128 * h;
+        let (tc, tp, c) = if tp < need {
+            (tc, tp, Color::Red)
+        } else if tc < need {
+            (tc, tp - need, Color::Yellow)
+        } else {
+            (tc - need, tp - need, Color::Green)
+        };
+        // Both at most a burst times the rate: below 2^64.
+        self.tc = tc as u64;
+        self.tp = tp as u64;
+        c
+    }
+}
+
+/// What kind of marker a rule has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum MeterKind {
+    /// None: the rule sends its packets to its gate.
+    None,
+    /// In the rule's own line (`Rule::meter`).
+    Small,
+    /// In `Table::big` (parameters too large for the small form, or a `deduct_len` beyond
+    /// 32 bits).
+    Big,
+}
+
+/// A marker too large for a rule's line, with its rule's `deduct_len`.
+struct BigMeter {
     deduct_len: i64,
     meter: UnsafeCell<TrTcm>,
 }
 
+// SAFETY: `meter` is read and written only while its rule's `lock` is held.
+unsafe impl Sync for BigMeter {}
+
+/// One rule: where its packets go and, for a metered rule, its marker, in one aligned cache
+/// line of one flat array: the packet path reaches a rule from the index in one step and
+/// prefetches one line, where an `Arc` per rule (and a `Vec` for its values) cost a
+/// dependent miss each, and 10 000 rules of two lines each overflowed the second-level
+/// cache.
+#[repr(C, align(64))]
+struct Rule {
+    /// Guards the marker: 0 free, 1 held. A spin lock taken with one locked instruction and
+    /// released with a plain store (a `Mutex` takes one locked instruction for each, and
+    /// each drains the store buffer in the middle of a batch's overlapped misses); held for
+    /// a few dozen instructions, contended only when two workers meter one rule at once.
+    lock: AtomicU32,
+    deduct_len: i32,
+    gate: u16,
+    kind: MeterKind,
+    meter: UnsafeCell<SmallTrTcm>,
+}
+
+const _: () = assert!(std::mem::size_of::<Rule>() == 64);
+
 // SAFETY: `meter`, the only state mutated through a shared reference, is read and written
-// only while `lock` is held (`Rule::color`); everything else changes only through `&mut`
+// only while `lock` is held (`Rule::locked`); everything else changes only through `&mut`
 // (commands hold the table's write lock).
 unsafe impl Sync for Rule {}
 
 impl Rule {
-    /// Meters a packet of `len` bytes at `now`.
+    /// A rule of `gate` with its marker, if any: the rule, and the marker to keep in
+    /// `Table::big` when it does not fit the rule's line.
+    fn new(gate: u16, deduct_len: i64, meter: Option<TrTcm>) -> (Rule, Option<Box<BigMeter>>) {
+        let small = meter.as_ref().and_then(SmallTrTcm::new);
+        let d32 = i32::try_from(deduct_len).ok();
+        let (kind, big) = match (&meter, small, d32) {
+            (None, _, _) => (MeterKind::None, None),
+            (Some(_), Some(_), Some(_)) => (MeterKind::Small, None),
+            (Some(m), _, _) => (
+                MeterKind::Big,
+                Some(Box::new(BigMeter {
+                    deduct_len,
+                    meter: UnsafeCell::new(m.clone()),
+                })),
+            ),
+        };
+        let idle = SmallTrTcm {
+            tc: 0,
+            tp: 0,
+            last: 0,
+            cir: 0,
+            pir: 0,
+            cbs: 0,
+            pbs: 0,
+        };
+        let rule = Rule {
+            lock: AtomicU32::new(0),
+            deduct_len: d32.unwrap_or(0),
+            gate,
+            kind,
+            meter: UnsafeCell::new(small.filter(|_| kind == MeterKind::Small).unwrap_or(idle)),
+        };
+        (rule, big)
+    }
+
+    /// Runs `f` holding the rule's lock.
     #[inline(always)]
-    fn color(&self, now: u64, len: u64) -> Color {
+    fn locked<R>(&self, f: impl FnOnce() -> R) -> R {
         while self
             .lock
             .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
@@ -163,10 +266,9 @@ impl Rule {
         {
             std::hint::spin_loop();
         }
-        // SAFETY: the lock is held, so no other thread touches the marker.
-        let c = unsafe { (*self.meter.get()).color(now, len) };
+        let r = f();
         self.lock.store(0, Ordering::Release);
-        c
+        r
     }
 }
 
@@ -182,6 +284,8 @@ struct Table {
     /// rules is 10 KB that stays cached).
     vals: Vec<u8>,
     vsize: usize,
+    /// The markers of `MeterKind::Big` rules, by slot.
+    big: Vec<Option<Box<BigMeter>>>,
     free: Vec<u32>,
     default_gate: u16,
 }
@@ -193,13 +297,20 @@ impl Table {
             rules: Vec::new(),
             vals: Vec::new(),
             vsize,
+            big: Vec::new(),
             free: Vec::new(),
             default_gate: DROP_GATE,
         }
     }
 
     /// Adds or replaces the rule of `key` (its first `words` words are the index's key).
-    fn set(&mut self, key: &Key, rule: Rule, vals: &[u8], words: usize) {
+    fn set(
+        &mut self,
+        key: &Key,
+        (rule, big): (Rule, Option<Box<BigMeter>>),
+        vals: &[u8],
+        words: usize,
+    ) {
         let w = &key.0[..words];
         let i = match self.index.get(w) {
             Some(i) => i as usize,
@@ -207,13 +318,8 @@ impl Table {
                 let i = match self.free.pop() {
                     Some(i) => i as usize,
                     None => {
-                        self.rules.push(Rule {
-                            lock: AtomicU32::new(0),
-                            gate: DROP_GATE,
-                            metered: false,
-                            deduct_len: 0,
-                            meter: UnsafeCell::new(TrTcm::idle()),
-                        });
+                        self.rules.push(Rule::new(DROP_GATE, 0, None).0);
+                        self.big.push(None);
                         self.vals.resize(self.vals.len() + self.vsize, 0);
                         self.rules.len() - 1
                     }
@@ -223,11 +329,13 @@ impl Table {
             }
         };
         self.rules[i] = rule;
+        self.big[i] = big;
         self.vals[i * self.vsize..(i + 1) * self.vsize].copy_from_slice(vals);
     }
 
     fn remove(&mut self, key: &Key, words: usize) {
         if let Some(i) = self.index.remove(&key.0[..words]) {
+            self.big[i as usize] = None;
             self.free.push(i);
         }
     }
@@ -235,6 +343,7 @@ impl Table {
     fn clear(&mut self) {
         self.index.clear();
         self.rules.clear();
+        self.big.clear();
         self.vals.clear();
         self.free.clear();
     }
@@ -256,6 +365,8 @@ pub struct Qos {
     keys: KeyBuilder,
     values: ValueFields,
     entries: u64,
+    /// The tick rate of every marker (the TSC's).
+    hz: u64,
     table: RwLock<Table>,
 }
 
@@ -318,20 +429,13 @@ impl Qos {
         let values = self
             .values
             .rule_bytes(values, W, "values", IntOrder::Little)?;
-        let metered = gate == METER_GATE as u64;
-        let meter = if metered {
+        let meter = if gate == METER_GATE as u64 {
             let now = ctx.refresh_now();
-            TrTcm::new(cir, pir, cbs, pbs, bessemer_core::tsc::hz(), now)?
+            Some(TrTcm::new(cir, pir, cbs, pbs, self.hz, now)?)
         } else {
-            TrTcm::idle()
+            None
         };
-        let rule = Rule {
-            lock: AtomicU32::new(0),
-            gate: gate as u16,
-            metered,
-            deduct_len: deduct_len.unwrap_or(DEFAULT_DEDUCT),
-            meter: UnsafeCell::new(meter),
-        };
+        let rule = Rule::new(gate as u16, deduct_len.unwrap_or(DEFAULT_DEDUCT), meter);
         let mut t = self.write();
         let w = &key.0[..self.words];
         if self.entries != 0 && t.index.len() as u64 >= self.entries && t.index.get(w).is_none() {
@@ -393,15 +497,26 @@ impl Qos {
         }
         let s = slot as usize;
         let rule = &t.rules[s];
-        let mut gate = rule.gate;
-        if rule.metered {
-            let len = (p.len() as i64).saturating_sub(rule.deduct_len).max(0) as u64;
-            gate = match rule.color(now, len) {
-                Color::Green => GREEN_GATE,
-                Color::Yellow => YELLOW_GATE,
-                Color::Red => RED_GATE,
-            };
-        }
+        let color = match rule.kind {
+            MeterKind::None => None,
+            MeterKind::Small => {
+                let len = (p.len() as i64 - rule.deduct_len as i64).max(0) as u64;
+                // SAFETY: the lock is held, so no other thread touches the marker.
+                Some(rule.locked(|| unsafe { (*rule.meter.get()).color(now, len, self.hz) }))
+            }
+            MeterKind::Big => {
+                let b = t.big[s].as_deref().expect("a big marker for a Big rule");
+                let len = (p.len() as i64).saturating_sub(b.deduct_len).max(0) as u64;
+                // SAFETY: as above; the rule's lock guards its big marker too.
+                Some(rule.locked(|| unsafe { (*b.meter.get()).color(now, len) }))
+            }
+        };
+        let gate = match color {
+            None => rule.gate,
+            Some(Color::Green) => GREEN_GATE,
+            Some(Color::Yellow) => YELLOW_GATE,
+            Some(Color::Red) => RED_GATE,
+        };
         if t.vsize != 0 {
             self.values
                 .apply(p, voffs, &t.vals[s * t.vsize..(s + 1) * t.vsize]);
@@ -415,7 +530,7 @@ impl Qos {
 
     /// The batch path for keys of `W` words (`W` at least the table's width): three passes
     /// so that the misses of a batch overlap: keys and their index probes prefetched, then
-    /// the lookups with each rule's two lines (and values) prefetched, then the meters.
+    /// the lookups with each rule's line (and values) prefetched, then the meters.
     #[inline(always)]
     fn run<const W: usize>(&self, ctx: &mut Context, batch: &mut PacketBatch, t: &Table) {
         let mut offs = [AttrOffset::NoRead; MAX_FIELDS];
@@ -451,9 +566,7 @@ impl Qos {
             };
             if let Some(s) = s {
                 slots[i] = s;
-                let r = t.rules.as_ptr().wrapping_add(s as usize);
-                prefetch(r);
-                prefetch((r as *const u8).wrapping_add(64));
+                prefetch(t.rules.as_ptr().wrapping_add(s as usize));
                 if t.vsize != 0 {
                     prefetch(t.vals.as_ptr().wrapping_add(s as usize * t.vsize));
                 }
@@ -520,6 +633,7 @@ fn create(init: &mut InitContext, arg: &Value) -> Result<Instance> {
         .max(1);
     let vsize = values.size;
     Ok(Instance::Shared(Box::new(Qos {
+        hz: bessemer_core::tsc::hz(),
         keys: KeyBuilder::new(&fields, &[]),
         fields,
         words,
@@ -577,3 +691,46 @@ pub static CLASS: ModuleClass = ModuleClass {
     mt_safe: true,
     create,
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The small form colours every packet as the full marker does, and keeps the same
+        /// state, over parameters up to its limits and long idle times.
+        #[test]
+        fn the_small_marker_agrees_with_the_full_one(
+            cir in 1u64..1 << 40,
+            extra in 0u64..1 << 40,
+            cbs in 1u64..1 << 32,
+            pbs in 1u64..1 << 32,
+            hz in 1u64..1 << 32,
+            pkts in proptest::collection::vec((0u64..1 << 36, 0u64..70_000), 1..40),
+        ) {
+            let mut full = TrTcm::new(cir, cir + extra, cbs, pbs, hz, 1000).unwrap();
+            let mut small = SmallTrTcm::new(&full).unwrap();
+            let mut now = 1000u64;
+            for (dt, len) in pkts {
+                // Time also runs back now and then (an earlier `now` adds nothing).
+                now = if dt % 7 == 0 { now.saturating_sub(dt) } else { now + dt };
+                prop_assert_eq!(small.color(now, len, hz), full.color(now, len));
+                prop_assert_eq!(Some(small), SmallTrTcm::new(&full));
+            }
+        }
+    }
+
+    #[test]
+    fn large_markers_stay_full_size() {
+        let hz = 1u64 << 20;
+        assert!(SmallTrTcm::new(&TrTcm::new(1, 1, 1 << 32, 1, hz, 0).unwrap()).is_none());
+        assert!(SmallTrTcm::new(&TrTcm::new(1, 1, 1, 1 << 32, hz, 0).unwrap()).is_none());
+        assert!(SmallTrTcm::new(&TrTcm::new(1, 1, 1, 1, 1 << 32, 0).unwrap()).is_none());
+        let m = TrTcm::new(1, 1, 1, 1, hz, 0).unwrap();
+        assert!(SmallTrTcm::new(&m).is_some());
+        assert_eq!(Rule::new(0, 14, Some(m.clone())).0.kind, MeterKind::Small);
+        assert_eq!(Rule::new(0, 1 << 40, Some(m)).0.kind, MeterKind::Big);
+        assert_eq!(Rule::new(5, 14, None).0.kind, MeterKind::None);
+    }
+}
