@@ -259,6 +259,15 @@ impl Rule {
     /// Runs `f` holding the rule's lock.
     #[inline(always)]
     fn locked<R>(&self, f: impl FnOnce() -> R) -> R {
+        /// Releases the lock when dropped, also if `f` panics (a poisoned `Mutex` let the
+        /// other workers go on; a spin lock left held would stop them).
+        struct Held<'a>(&'a AtomicU32);
+        impl Drop for Held<'_> {
+            #[inline(always)]
+            fn drop(&mut self) {
+                self.0.store(0, Ordering::Release);
+            }
+        }
         while self
             .lock
             .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
@@ -266,9 +275,8 @@ impl Rule {
         {
             std::hint::spin_loop();
         }
-        let r = f();
-        self.lock.store(0, Ordering::Release);
-        r
+        let _held = Held(&self.lock);
+        f()
     }
 }
 
