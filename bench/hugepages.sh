@@ -10,7 +10,9 @@ hugepages_reserve() {
   local want=$1 free
   if [ "$(id -u)" -eq 0 ] && [ -w "$hugepages_nr" ]; then
     hugepages_orig=$(cat "$hugepages_nr")
-    free=$(awk '/HugePages_Free/ {print $2}' /proc/meminfo)
+    # Pages another process has reserved (mapped, not yet touched) count as free but are
+    # not: without this a concurrent benchmark's reservation left the pool on plain pages.
+    free=$(awk '/HugePages_Free/ {f=$2} /HugePages_Rsvd/ {r=$2} END {print f - r}' /proc/meminfo)
     if [ "$free" -lt "$want" ]; then
       echo $((hugepages_orig + want - free)) > "$hugepages_nr" || true
     fi

@@ -629,6 +629,34 @@ fn qos_meters_by_colour() {
     assert_eq!(counts, vec![3, 4, 2], "green, yellow, red");
 }
 
+/// Markers too large for a rule's cache line (bursts of 2^32 bytes and more, a `deduct_len`
+/// beyond 32 bits) colour as the others do.
+#[test]
+fn qos_meters_large_markers_by_colour() {
+    let mut h = Harness::new();
+    add(&mut h, "Qos", "q", &qos_arg());
+    let caps: Vec<_> = (1..=3).map(|g| h.capture("q", g)).collect();
+    let meter = |cbs: u64, pbs: u64, deduct: i64| {
+        qos_add("0a000002", 0, 3)
+            .with("cir", 1u64)
+            .with("pir", 1u64)
+            .with("cbs", cbs)
+            .with("pbs", pbs)
+            .with("deduct_len", deduct)
+    };
+    let run = |h: &mut Harness, arg: &Value| -> Vec<usize> {
+        h.command("q", "add", arg).unwrap();
+        for _ in 0..3 {
+            h.inject("q", 0, &[to("0a000002")]);
+        }
+        caps.iter().map(|c| c.take().len()).collect()
+    };
+    assert_eq!(run(&mut h, &meter(1 << 33, 1 << 34, 14)), vec![3, 0, 0]);
+    assert_eq!(run(&mut h, &meter(100, 1 << 43, -(1 << 40))), vec![0, 3, 0]);
+    assert_eq!(run(&mut h, &meter(100, 200, -(1 << 40))), vec![0, 0, 3]);
+    assert_eq!(run(&mut h, &meter(100, 200, 1 << 40)), vec![3, 0, 0]);
+}
+
 mod trtcm {
     use bessemer_modules::upf::qos::{Color, TrTcm};
     use proptest::prelude::*;

@@ -7,15 +7,15 @@
 //! does. Packets are not run through the programs one by one: all filters are merged into one
 //! structure (bpf_compile.rs) that finds the first accepting filter with a few table lookups.
 use super::bpf_compile::{analyse, Merged, PathSpec, MAX_FIELDS};
-use crate::util::{parse_list, IDLE};
+use crate::util::{parse_list, send_each, Verdict, IDLE};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 use std::sync::{Mutex, RwLock};
 
-use bessemer_core::module::MAX_GATES;
+use bessemer_core::module::{CoreDrop, MAX_GATES};
 use bessemer_core::sched::TaskResult;
 use bessemer_core::{
     handler, Args, CommandSpec, Context, Error, Instance, ModuleClass, PacketBatch, Result,
-    SharedModule, Value,
+    SharedModule, Value, MAX_BURST,
 };
 
 /// One classic BPF instruction (`struct bpf_insn`).
@@ -585,13 +585,14 @@ impl SharedModule for Bpf {
         }
         let list = &filters.list;
         let mut scratch = [0u32; MAX_FIELDS];
-        for pkt in batch.drain() {
-            let gate = filters
+        let mut gates = [0u16; MAX_BURST];
+        for (g, pkt) in gates.iter_mut().zip(batch.pkts()) {
+            *g = filters
                 .merged
                 .first_match_with(&mut scratch, pkt.data(), |i| &list[i as usize].prog)
                 .map_or(0, |i| list[i as usize].gate);
-            ctx.emit(gate, pkt);
         }
+        send_each(ctx, batch, |i| Verdict::<CoreDrop>::Gate(gates[i]));
     }
 
     fn run_task(&self, _ctx: &mut Context, _arg: u64) -> TaskResult {

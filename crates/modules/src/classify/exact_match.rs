@@ -8,64 +8,32 @@ use bessemer_core::{
 use super::table::{
     self, bin_list, check_field_count, check_gate, cmd_add, cmd_get_runtime_config,
     cmd_set_default_gate, cmd_set_runtime_config, field_bytes, field_data, hash_words, initial_arg,
-    key_bytes, key_words, parse_fields, prefetch, process_batch, resolve_gate, split, FlatTable,
-    IntOrder, Matcher, RuleClassifier, TableDrop, ValueFields,
+    key_bytes, key_words, parse_fields, process_batch, resolve_gate, split, FlatTable, IntOrder,
+    Matcher, RuleClassifier, TableDrop, ValueFields,
 };
 
-/// Each rule's value bytes (the fork's `values`), found by the same key words as its gate:
-/// a flat table to a slot of `data`, probed with the gate table's hash and prefetched with
-/// it (a map keyed by `Vec`s cost a SipHash and several dependent cache misses on every hit).
-#[derive(Clone, Debug)]
-pub(crate) struct Actions {
-    index: FlatTable,
-    data: Vec<Vec<u8>>,
-    free: Vec<u32>,
+/// The payload words a rule's value bytes take.
+fn payload_words(values: &ValueFields) -> usize {
+    values.size.div_ceil(8)
 }
 
-impl Actions {
-    fn new(words: usize) -> Actions {
-        Actions {
-            index: FlatTable::new(words),
-            data: Vec::new(),
-            free: Vec::new(),
-        }
+/// Value bytes as payload words (memory order, zero-padded).
+fn to_payload(bytes: &[u8], words: usize) -> Vec<u64> {
+    let mut w = vec![0u64; words];
+    for (i, c) in bytes.chunks(8).enumerate() {
+        let mut b = [0u8; 8];
+        b[..c.len()].copy_from_slice(c);
+        w[i] = u64::from_ne_bytes(b);
     }
+    w
+}
 
-    fn get(&self, key: &[u64]) -> Option<&Vec<u8>> {
-        self.index.get(key).map(|i| &self.data[i as usize])
-    }
-
-    fn insert(&mut self, key: Vec<u64>, action: Vec<u8>) {
-        match self.index.get(&key) {
-            Some(i) => self.data[i as usize] = action,
-            None => {
-                let i = match self.free.pop() {
-                    Some(i) => {
-                        self.data[i as usize] = action;
-                        i
-                    }
-                    None => {
-                        self.data.push(action);
-                        (self.data.len() - 1) as u32
-                    }
-                };
-                self.index.insert(&key, i);
-            }
-        }
-    }
-
-    fn remove(&mut self, key: &[u64]) {
-        if let Some(i) = self.index.remove(key) {
-            self.data[i as usize] = Vec::new();
-            self.free.push(i);
-        }
-    }
-
-    fn clear(&mut self) {
-        self.index.clear();
-        self.data.clear();
-        self.free.clear();
-    }
+/// Payload words as the value bytes they hold (memory order).
+#[inline(always)]
+fn payload_bytes(words: &[u64]) -> &[u8] {
+    // SAFETY: u64s have no padding and every byte of them is a valid u8; the slice covers
+    // exactly their memory.
+    unsafe { std::slice::from_raw_parts(words.as_ptr() as *const u8, words.len() * 8) }
 }
 
 /// Multi-field exact-match classifier.
@@ -75,10 +43,11 @@ pub struct ExactMatch {
     masks_given: bool,
     /// Per-byte mask over the whole key (zero outside fields).
     mask: [u8; 64],
+    /// Key words -> gate, each rule's value bytes in its slot's payload words: one probe
+    /// finds both (a second table and a `Vec` per rule cost two more dependent misses).
     table: FlatTable,
-    /// Fields written on a hit (omec-project fork's `values`), and each rule's bytes.
+    /// Fields written on a hit (omec-project fork's `values`).
     values: ValueFields,
-    actions: Actions,
     /// The `masksv` given (reported back by get_initial_arg; writes ignore them, as in the
     /// fork).
     masksv: Vec<Vec<u8>>,
@@ -124,7 +93,7 @@ impl ExactMatch {
 
 impl RuleClassifier for ExactMatch {
     const CLASS: &'static str = "ExactMatch";
-    type Rules = (FlatTable, Actions);
+    type Rules = FlatTable;
 
     fn matcher(&self) -> &Matcher {
         &self.matcher
@@ -152,20 +121,21 @@ impl RuleClassifier for ExactMatch {
             return Err(table::table_full(what, limit));
         }
         self.table.insert(&key, gate as u32);
-        if !self.values.is_empty() {
-            self.actions.insert(key, action);
-        }
+        let pw = self.table.payload_words();
+        self.table.set_payload(&key, &to_payload(&action, pw));
         Ok(())
     }
 
     fn rules_value(&self) -> Vec<Value> {
         type Row = (u16, Vec<Vec<u8>>, Option<Vec<u8>>);
+        let has_values = !self.values.is_empty();
         let mut rules: Vec<Row> = self
             .table
-            .iter()
-            .map(|(k, g)| {
+            .iter_payload()
+            .map(|(k, g, pl)| {
                 let vals = field_bytes(&self.matcher.fields, &key_bytes(k));
-                (g as u16, vals, self.actions.get(k).cloned())
+                let action = has_values.then(|| payload_bytes(pl)[..self.values.size].to_vec());
+                (g as u16, vals, action)
             })
             .collect();
         // Sorted by gate, then values, as BESS returns them.
@@ -183,14 +153,12 @@ impl RuleClassifier for ExactMatch {
             })
             .collect()
     }
-    fn take_rules(&mut self) -> (FlatTable, Actions) {
-        (
-            std::mem::replace(&mut self.table, FlatTable::new(self.matcher.words)),
-            std::mem::replace(&mut self.actions, Actions::new(self.matcher.words)),
-        )
+    fn take_rules(&mut self) -> FlatTable {
+        let empty = FlatTable::with_payload(self.matcher.words, payload_words(&self.values));
+        std::mem::replace(&mut self.table, empty)
     }
-    fn put_rules(&mut self, rules: (FlatTable, Actions)) {
-        (self.table, self.actions) = rules;
+    fn put_rules(&mut self, rules: FlatTable) {
+        self.table = rules;
     }
     /// The batch path for keys of `W` words: build keys, hash and prefetch every packet's
     /// slot, then look up (the loads overlap), then split.
@@ -202,49 +170,35 @@ impl RuleClassifier for ExactMatch {
         let mut status: [Option<TableDrop>; MAX_BURST] = [None; MAX_BURST];
         let mut gates = [0u16; MAX_BURST];
         for (i, p) in batch.pkts().iter().enumerate() {
-            match self.matcher.keys.build::<W>(offs, p) {
-                Some(k) => {
-                    keys[i] = k;
-                    hashes[i] = hash_words(&k);
-                    self.table.prefetch(hashes[i]);
-                    if !self.values.is_empty() {
-                        self.actions.index.prefetch(hashes[i]);
-                    }
-                }
-                None => status[i] = Some(TableDrop::TooShort),
+            if self.matcher.keys.build_into::<W>(offs, p, &mut keys[i]) {
+                hashes[i] = hash_words(&keys[i]);
+                self.table.prefetch(hashes[i]);
+            } else {
+                status[i] = Some(TableDrop::TooShort);
             }
         }
         let def = self.matcher.default_gate;
         let mut hits = 0u64;
-        let mut acts: [Option<&Vec<u8>>; MAX_BURST] = [None; MAX_BURST];
+        let mut acts: [&[u64]; MAX_BURST] = [&[]; MAX_BURST];
         for i in 0..n {
             let found = if status[i].is_none() {
-                self.table.get_n(&keys[i], hashes[i])
+                self.table.get_with_payload(&keys[i], hashes[i])
             } else {
                 None
             };
-            if found.is_some() {
+            let found = found.map(|(g, pl)| {
                 hits |= 1 << i;
-                if !self.values.is_empty() {
-                    acts[i] = self
-                        .actions
-                        .index
-                        .get_n(&keys[i], hashes[i])
-                        .map(|s| &self.actions.data[s as usize]);
-                    if let Some(a) = acts[i] {
-                        prefetch(a.as_ptr());
-                    }
-                }
-            }
-            let found = found.map(|g| g as u16);
+                acts[i] = pl;
+                g as u16
+            });
             resolve_gate(found, def, &mut status[i], &mut gates[i]);
         }
         if hits != 0 && !self.values.is_empty() {
             // The fork's values: a hit writes its rule's bytes into the packet.
             let offs = self.values.offsets(ctx);
             for (i, p) in batch.pkts_mut().iter_mut().enumerate() {
-                if let Some(a) = acts[i] {
-                    self.values.apply(p, &offs, a);
+                if hits >> i & 1 != 0 {
+                    self.values.apply(p, &offs, payload_bytes(acts[i]));
                 }
             }
         }
@@ -268,7 +222,6 @@ impl ExactMatch {
         if self.table.remove(&key).is_none() {
             return Err(Error::not_found("rule doesn't exist"));
         }
-        self.actions.remove(&key);
         Ok(Value::Null)
     }
 
@@ -276,7 +229,6 @@ impl ExactMatch {
     fn cmd_clear(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
         Args::new(arg, "EmptyArg")?.finish()?;
         self.table.clear();
-        self.actions.clear();
         Ok(Value::Null)
     }
 
@@ -363,12 +315,11 @@ fn create(init: &mut bessemer_core::InitContext, arg: &Value) -> Result<Instance
         .collect::<Result<Vec<_>>>()?;
     let words = matcher.words;
     Ok(Instance::Exclusive(Box::new(ExactMatch {
-        table: FlatTable::new(words),
+        table: FlatTable::with_payload(words, payload_words(&values)),
         matcher,
         masks_given: !masks.is_empty(),
         mask,
         values,
-        actions: Actions::new(words),
         masksv,
         entries,
     })))

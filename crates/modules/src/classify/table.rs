@@ -76,11 +76,13 @@ pub fn hash_words(words: &[u64]) -> u64 {
 const OCCUPIED: u64 = 1 << 63;
 
 /// A hash map from keys of `words` u64 words to u32 values, stored flat: each slot is one
-/// meta word (occupied bit, 31 hash bits, value) followed by the key words, so a lookup
-/// usually touches one cache line. Linear probing, backward-shift deletion, load <= 5/8.
+/// meta word (occupied bit, 31 hash bits, value) followed by the key words and, if the
+/// table has any, `payload` words of the value's own data, so a lookup usually touches one
+/// cache line. Linear probing, backward-shift deletion, load <= 5/8.
 #[derive(Clone, Debug)]
 pub struct FlatTable {
     words: usize,
+    payload: usize,
     stride: usize,
     bits: u32,
     mask: usize,
@@ -101,10 +103,17 @@ impl FlatTable {
 
     /// An empty table for keys of `words` words (1..=8).
     pub fn new(words: usize) -> FlatTable {
+        FlatTable::with_payload(words, 0)
+    }
+
+    /// An empty table for keys of `words` words (1..=8) whose slots also hold `payload`
+    /// words of data (see [`FlatTable::payload`]).
+    pub fn with_payload(words: usize, payload: usize) -> FlatTable {
         assert!((1..=8).contains(&words));
         let mut t = FlatTable {
             words,
-            stride: words + 1,
+            payload,
+            stride: words + 1 + payload,
             bits: 0,
             mask: 0,
             len: 0,
@@ -124,9 +133,11 @@ impl FlatTable {
         self.len = 0;
         for s in old.chunks_exact(old_stride) {
             if s[0] & OCCUPIED != 0 {
-                let (k, v) = (&s[1..], s[0] as u32);
+                let (k, v) = (&s[1..1 + self.words], s[0] as u32);
                 let h = hash_words(k);
-                self.insert_hashed(k, h, v);
+                let i = self.insert_hashed(k, h, v).1;
+                self.slots[i * self.stride + 1 + self.words..(i + 1) * self.stride]
+                    .copy_from_slice(&s[1 + self.words..]);
             }
         }
     }
@@ -144,6 +155,11 @@ impl FlatTable {
     /// Key length in words.
     pub fn words(&self) -> usize {
         self.words
+    }
+
+    /// Payload words per slot.
+    pub fn payload_words(&self) -> usize {
+        self.payload
     }
 
     /// Removes every key and gives back the memory.
@@ -168,11 +184,20 @@ impl FlatTable {
     pub fn prefetch(&self, h: u64) {
         let i = self.home(h) * self.stride;
         prefetch(self.slots.as_ptr().wrapping_add(i));
+        // A slot may straddle two lines (a payload makes that likelier).
+        prefetch(self.slots.as_ptr().wrapping_add(i + self.stride - 1));
     }
 
     /// Looks up a key whose hash is `h`.
     #[inline(always)]
     pub fn get_hashed(&self, key: &[u64], h: u64) -> Option<u32> {
+        self.find_hashed(key, h)
+            .map(|i| self.slots[i * self.stride] as u32)
+    }
+
+    /// The slot of a key whose hash is `h`.
+    #[inline(always)]
+    fn find_hashed(&self, key: &[u64], h: u64) -> Option<usize> {
         let want = OCCUPIED | Self::tag(h);
         let mut i = self.home(h);
         loop {
@@ -181,11 +206,54 @@ impl FlatTable {
             if m & OCCUPIED == 0 {
                 return None;
             }
-            if m & 0xffff_ffff_0000_0000 == want && s[1..] == *key {
-                return Some(m as u32);
+            if m & 0xffff_ffff_0000_0000 == want && s[1..1 + self.words] == *key {
+                return Some(i);
             }
             i = (i + 1) & self.mask;
         }
+    }
+
+    /// Looks up a key of exactly `W` words (the table's width) whose hash is `h`: its value
+    /// and its payload words.
+    #[inline(always)]
+    pub fn get_with_payload<const W: usize>(
+        &self,
+        key: &[u64; W],
+        h: u64,
+    ) -> Option<(u32, &[u64])> {
+        debug_assert_eq!(W, self.words);
+        let want = OCCUPIED | Self::tag(h);
+        let mut i = self.home(h);
+        loop {
+            let s = &self.slots[i * self.stride..(i + 1) * self.stride];
+            let m = s[0];
+            if m & OCCUPIED == 0 {
+                return None;
+            }
+            if m & 0xffff_ffff_0000_0000 == want {
+                let k: &[u64; W] = s[1..1 + W].try_into().unwrap();
+                if k == key {
+                    return Some((m as u32, &s[1 + W..]));
+                }
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+
+    /// The payload words of a key (None if absent).
+    pub fn payload(&self, key: &[u64]) -> Option<&[u64]> {
+        let i = self.find_hashed(key, hash_words(key))?;
+        Some(&self.slots[i * self.stride + 1 + self.words..(i + 1) * self.stride])
+    }
+
+    /// Sets the payload words of a key present in the table; false if absent.
+    pub fn set_payload(&mut self, key: &[u64], payload: &[u64]) -> bool {
+        let Some(i) = self.find_hashed(key, hash_words(key)) else {
+            return false;
+        };
+        self.slots[i * self.stride + 1 + self.words..(i + 1) * self.stride]
+            .copy_from_slice(payload);
+        true
     }
 
     /// Looks up a key of exactly `W` words (the table's width) whose hash is `h`: the
@@ -196,7 +264,7 @@ impl FlatTable {
         let want = OCCUPIED | Self::tag(h);
         let mut i = self.home(h);
         loop {
-            let s = &self.slots[i * (W + 1)..i * (W + 1) + W + 1];
+            let s = &self.slots[i * self.stride..i * self.stride + W + 1];
             let m = s[0];
             if m & OCCUPIED == 0 {
                 return None;
@@ -219,8 +287,8 @@ impl FlatTable {
         let want = OCCUPIED | Self::tag(h);
         let i0 = self.home(h);
         let i1 = (i0 + 1) & self.mask;
-        let s0 = &self.slots[i0 * (W + 1)..i0 * (W + 1) + W + 1];
-        let s1 = &self.slots[i1 * (W + 1)..i1 * (W + 1) + W + 1];
+        let s0 = &self.slots[i0 * self.stride..i0 * self.stride + W + 1];
+        let s1 = &self.slots[i1 * self.stride..i1 * self.stride + W + 1];
         let (mut d0, mut d1) = (
             (s0[0] & 0xffff_ffff_0000_0000) ^ want,
             (s1[0] & 0xffff_ffff_0000_0000) ^ want,
@@ -243,21 +311,23 @@ impl FlatTable {
         self.get_hashed(key, hash_words(key))
     }
 
-    fn insert_hashed(&mut self, key: &[u64], h: u64, v: u32) -> Option<u32> {
+    /// Inserts or replaces; the old value and the key's slot (a new key's payload is zero).
+    fn insert_hashed(&mut self, key: &[u64], h: u64, v: u32) -> (Option<u32>, usize) {
         let meta = OCCUPIED | Self::tag(h) | v as u64;
+        let w = self.words;
         let mut i = self.home(h);
         loop {
             let s = &mut self.slots[i * self.stride..(i + 1) * self.stride];
             if s[0] & OCCUPIED == 0 {
                 s[0] = meta;
-                s[1..].copy_from_slice(key);
+                s[1..1 + w].copy_from_slice(key);
                 self.len += 1;
-                return None;
+                return (None, i);
             }
-            if s[0] & 0xffff_ffff_0000_0000 == meta & 0xffff_ffff_0000_0000 && s[1..] == *key {
+            if s[0] & 0xffff_ffff_0000_0000 == meta & 0xffff_ffff_0000_0000 && s[1..1 + w] == *key {
                 let old = s[0] as u32;
                 s[0] = meta;
-                return Some(old);
+                return (Some(old), i);
             }
             i = (i + 1) & self.mask;
         }
@@ -269,7 +339,7 @@ impl FlatTable {
         if (self.len + 1) * 8 > (self.mask + 1) * self.load_num {
             self.resize(self.bits + 1);
         }
-        self.insert_hashed(key, hash_words(key), v)
+        self.insert_hashed(key, hash_words(key), v).0
     }
 
     /// Removes a key; returns its value.
@@ -283,7 +353,9 @@ impl FlatTable {
             if m & OCCUPIED == 0 {
                 return None;
             }
-            if m & 0xffff_ffff_0000_0000 == want && self.slots[i * st + 1..(i + 1) * st] == *key {
+            if m & 0xffff_ffff_0000_0000 == want
+                && self.slots[i * st + 1..i * st + 1 + self.words] == *key
+            {
                 break;
             }
             i = (i + 1) & self.mask;
@@ -298,7 +370,7 @@ impl FlatTable {
             if m & OCCUPIED == 0 {
                 break;
             }
-            let home = self.home(hash_words(&self.slots[j * st + 1..(j + 1) * st]));
+            let home = self.home(hash_words(&self.slots[j * st + 1..j * st + 1 + self.words]));
             let dist_j = j.wrapping_sub(home) & self.mask;
             let dist_hole = hole.wrapping_sub(home) & self.mask;
             if dist_hole <= dist_j {
@@ -314,10 +386,16 @@ impl FlatTable {
 
     /// Every (key, value) pair, in table order.
     pub fn iter(&self) -> impl Iterator<Item = (&[u64], u32)> + '_ {
+        self.iter_payload().map(|(k, v, _)| (k, v))
+    }
+
+    /// Every (key, value, payload) triple, in table order.
+    pub fn iter_payload(&self) -> impl Iterator<Item = (&[u64], u32, &[u64])> + '_ {
+        let w = self.words;
         self.slots
             .chunks_exact(self.stride)
             .filter(|s| s[0] & OCCUPIED != 0)
-            .map(|s| (&s[1..], s[0] as u32))
+            .map(move |s| (&s[1..1 + w], s[0] as u32, &s[1 + w..]))
     }
 }
 
@@ -585,6 +663,33 @@ impl KeyBuilder {
             }
             return true;
         }
+        if W <= 4 {
+            // The same in two u128s (the UPF's 22-byte PDR key): a field's bit position is
+            // the same for every packet, so the branches below always go the same way.
+            let (mut lo, mut hi) = (0u128, 0u128);
+            for (i, f) in self.fields.iter().enumerate() {
+                let Some(v) = self.field(i, f, offs, pkt) else {
+                    return false;
+                };
+                let v = v as u128;
+                let p = f.word * 64 + f.shift as usize;
+                if p < 128 {
+                    lo |= v << p;
+                    if p > 64 {
+                        hi |= v >> (128 - p);
+                    }
+                } else {
+                    hi |= v << (p - 128);
+                }
+            }
+            k[0] |= lo as u64;
+            k[1] |= (lo >> 64) as u64;
+            k[2] |= hi as u64;
+            if W == 4 {
+                k[W - 1] |= (hi >> 64) as u64;
+            }
+            return true;
+        }
         for (i, f) in self.fields.iter().enumerate() {
             let v = match f.offset {
                 Some(o) => match load_le(pkt.data(), o, f.size) {
@@ -743,6 +848,7 @@ impl ValueFields {
 
     /// Writes a rule's value bytes into a packet: at its data offsets (a field beyond the
     /// packet's end is skipped) and into its attributes.
+    #[inline(always)]
     pub fn apply(&self, p: &mut bessemer_core::Packet, offs: &[AttrOffset], bytes: &[u8]) {
         for (f, &o) in self.fields.iter().zip(offs) {
             let v = &bytes[f.pos..f.pos + f.size];
@@ -752,7 +858,15 @@ impl ValueFields {
                         d.copy_from_slice(v);
                     }
                 }
-                None => p.set_attr(o, v),
+                // Fixed-size copies for the usual sizes: a copy of a run-time length is a
+                // call to memcpy per field per packet.
+                None => match *v {
+                    [a] => p.set_attr(o, &[a]),
+                    [a, b] => p.set_attr(o, &[a, b]),
+                    [a, b, c, d] => p.set_attr(o, &[a, b, c, d]),
+                    [a, b, c, d, e, f, g, h] => p.set_attr(o, &[a, b, c, d, e, f, g, h]),
+                    _ => p.set_attr(o, v),
+                },
             }
         }
     }
@@ -1137,7 +1251,21 @@ mod tests {
             proptest::prop_assert!(p.set_data(&pkt));
             let offs = [bessemer_core::AttrOffset::NoRead; 8];
             let got = kb.build::<8>(&offs, &p);
+            // The narrow paths (keys in registers), where the key fits them.
+            let narrow = |w: usize| -> Option<Vec<u64>> {
+                match w {
+                    1 => kb.build::<1>(&offs, &p).map(|k| k.to_vec()),
+                    2 => kb.build::<2>(&offs, &p).map(|k| k.to_vec()),
+                    3 => kb.build::<3>(&offs, &p).map(|k| k.to_vec()),
+                    _ => kb.build::<4>(&offs, &p).map(|k| k.to_vec()),
+                }
+            };
+            let narrows: Vec<(usize, Option<Vec<u64>>)> =
+                (pos.div_ceil(8).max(1)..=4).map(|w| (w, narrow(w))).collect();
             cache.free(p);
+            for (w, k) in narrows {
+                proptest::prop_assert_eq!(k, got.map(|g| g[..w].to_vec()));
+            }
             let fits = fields.iter().all(|f| f.offset.unwrap() + f.size <= pkt.len());
             if !fits {
                 proptest::prop_assert!(got.is_none());

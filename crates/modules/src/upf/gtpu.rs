@@ -232,3 +232,32 @@ pub fn parse(d: &[u8]) -> Result<Tunnel, GtpuError> {
         qfi: g.qfi,
     })
 }
+
+/// Bytes from the IPv4 header to the inner packet of the common G-PDU: IPv4 without
+/// options, UDP, the 8-byte GTP-U header without optional fields.
+pub const PLAIN_OUTER: usize = 20 + 8 + HEADER_LEN;
+
+/// True when `d` is a G-PDU of that common shape that [`parse`] accepts (it would
+/// find the inner packet `PLAIN_OUTER` bytes past the Ethernet header, and its end where the
+/// GTP-U length says): every check `parse` makes, read straight from the bytes for this one
+/// shape. Callers take the full parse for anything else, so their verdicts are the same.
+#[inline(always)]
+pub fn plain_gpdu(d: &[u8]) -> bool {
+    let Some(h) = d.get(..ETH_LEN + PLAIN_OUTER) else {
+        return false;
+    };
+    let be16 = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]) as usize;
+    let total = be16(16);
+    let udp_len = be16(38);
+    h[12..14] == [0x08, 0x00]
+        && h[14] == 0x45
+        && d.len() - ETH_LEN >= total
+        && be16(20) & 0x3fff == 0
+        && h[23] == PROTO_UDP
+        && be16(36) == PORT as usize
+        && udp_len >= 8 + HEADER_LEN
+        && total >= 20 + udp_len
+        && h[42] & 0xf7 == VERSION_PT
+        && h[43] == MSG_GPDU
+        && HEADER_LEN + be16(44) <= udp_len - 8
+}

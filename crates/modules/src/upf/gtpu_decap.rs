@@ -18,10 +18,25 @@ bessemer_core::drop_reasons! {
 /// Strips outer IPv4 (options included), UDP and the GTP-U header with its optional fields
 /// and extension headers; the Ethernet header moves to the front of the inner packet.
 /// Packets that are not well-formed GTP-U G-PDUs are dropped under named reasons (the fork
-/// assumes every packet is one).
+/// assumes every packet is one). It parses the packet itself, as the fork's does, rather than
+/// trust what a GtpuParser before it found: modules in between may change the packet, and
+/// GtpuDecap may have no parser before it; the common shape is checked on a short path.
 pub struct GtpuDecap;
 
 fn decap(p: &mut Packet) -> Verdict<GtpuDecapDrop> {
+    if gtpu::plain_gpdu(p.data()) {
+        let mut eth = [0u8; ETH_LEN];
+        eth.copy_from_slice(&p.data()[..ETH_LEN]);
+        let ok = p.adj(gtpu::PLAIN_OUTER);
+        debug_assert!(ok, "plain_gpdu checked the length");
+        p.data_mut()[..ETH_LEN].copy_from_slice(&eth);
+        return Verdict::Gate(0);
+    }
+    decap_parsed(p)
+}
+
+/// The general path: the full parse.
+fn decap_parsed(p: &mut Packet) -> Verdict<GtpuDecapDrop> {
     let t = match gtpu::parse(p.data()) {
         Ok(t) => t,
         Err(e) => return Verdict::Drop(e.into()),
@@ -60,3 +75,68 @@ pub static CLASS: ModuleClass = ModuleClass {
         Ok(Instance::Exclusive(Box::new(GtpuDecap)))
     },
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bessemer_core::mem::PagePolicy;
+    use bessemer_core::PacketPool;
+    use proptest::prelude::*;
+
+    /// A plain G-PDU: Ethernet, IPv4 without options, UDP to 2152, GTP-U without optional
+    /// fields, a 20-byte inner packet.
+    fn gpdu() -> Vec<u8> {
+        let mut f = vec![0u8; 70];
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f[14] = 0x45;
+        f[16..18].copy_from_slice(&56u16.to_be_bytes());
+        f[23] = 17;
+        f[34..36].copy_from_slice(&2152u16.to_be_bytes());
+        f[36..38].copy_from_slice(&2152u16.to_be_bytes());
+        f[38..40].copy_from_slice(&36u16.to_be_bytes());
+        f[42] = 0x30;
+        f[43] = 0xff;
+        f[44..46].copy_from_slice(&20u16.to_be_bytes());
+        for (i, b) in f[50..].iter_mut().enumerate() {
+            *b = i as u8;
+        }
+        f
+    }
+
+    proptest! {
+        /// The short path gives what the full parse gives (verdict and bytes) for G-PDUs
+        /// with header bytes changed and frames cut or padded.
+        #[test]
+        fn the_short_path_agrees_with_the_full_parse(
+            edits in proptest::collection::vec((12usize..50, any::<u8>(), 0u8..4), 0..4),
+            len in prop_oneof![Just(70usize), 0usize..90],
+        ) {
+            let mut f = gpdu();
+            for (at, v, kind) in edits {
+                // Small changes to lengths keep them near the edges that matter.
+                f[at] = match kind {
+                    0 => v,
+                    1 => f[at].wrapping_add(1),
+                    2 => f[at].wrapping_sub(1),
+                    _ => f[at] ^ (1 << (v % 8)),
+                };
+            }
+            f.resize(len, 0xee);
+            let pool = PacketPool::new("decap-test", 64, PagePolicy::Plain).unwrap();
+            let mut cache = pool.cache();
+            let mut a = cache.alloc(0).unwrap();
+            let mut b = cache.alloc(0).unwrap();
+            prop_assert!(a.set_data(&f) && b.set_data(&f));
+            let (va, vb) = (decap(&mut a), decap_parsed(&mut b));
+            prop_assert_eq!(va, vb);
+            prop_assert_eq!(a.data(), b.data());
+            cache.free(a);
+            cache.free(b);
+        }
+    }
+
+    #[test]
+    fn a_plain_gpdu_takes_the_short_path() {
+        assert!(gtpu::plain_gpdu(&gpdu()));
+    }
+}

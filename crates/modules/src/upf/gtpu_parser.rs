@@ -79,8 +79,55 @@ fn outer_fields<T: AsRef<[u8]>>(ip: &Ipv4View<T>) -> Result<Option<Fields>, Gtpu
     }))
 }
 
+/// The fields of a plain G-PDU (see [`gtpu::plain_gpdu`]) carrying IPv4 without options,
+/// read straight from the bytes, when the full classification would accept it with them;
+/// None sends the frame down the full path.
+#[inline(always)]
+fn plain_fields(d: &[u8]) -> Option<Fields> {
+    if !gtpu::plain_gpdu(d) {
+        return None;
+    }
+    let be16 = |b: &[u8], i: usize| u16::from_be_bytes([b[i], b[i + 1]]) as usize;
+    let o = ETH_LEN + gtpu::PLAIN_OUTER;
+    let gtp_len = be16(d, o - 6);
+    let i = d.get(o..o + 20)?;
+    let total = be16(i, 2);
+    if gtp_len < 20 || i[0] != 0x45 || total < 20 || total > gtp_len {
+        return None;
+    }
+    let proto = i[9];
+    let (sport, dport) = if (proto == PROTO_TCP || proto == PROTO_UDP) && be16(i, 6) & 0x1fff == 0 {
+        let p = d.get(o + 20..o + 24)?;
+        if total < 24 {
+            return None;
+        }
+        ([p[0], p[1]], [p[2], p[3]])
+    } else {
+        (NONE2, NONE2)
+    };
+    let four = |at: usize| [d[at], d[at + 1], d[at + 2], d[at + 3]];
+    Some(Fields {
+        src: [i[12], i[13], i[14], i[15]],
+        dst: [i[16], i[17], i[18], i[19]],
+        sport,
+        dport,
+        teid: four(o - 4),
+        tunnel_dst: four(ETH_LEN + 16),
+        proto,
+    })
+}
+
 /// The gate of a frame and the attributes to write (None: write none).
+#[inline(always)]
 fn classify(d: &[u8]) -> Result<(u16, Option<Fields>), GtpuParserDrop> {
+    match plain_fields(d) {
+        Some(f) => Ok((GATE_FORWARD, Some(f))),
+        None => classify_full(d),
+    }
+}
+
+/// [`classify`] for any frame.
+fn classify_full(d: &[u8]) -> Result<(u16, Option<Fields>), GtpuParserDrop> {
     let Some(t) = d.get(12..ETH_LEN) else {
         return Err(GtpuError::Ipv4(Ipv4Error::TooShort).into());
     };
@@ -189,3 +236,61 @@ pub static CLASS: ModuleClass = ModuleClass {
         Ok(Instance::Exclusive(Box::new(GtpuParser)))
     },
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A plain G-PDU carrying IPv4/UDP (ports 1000 -> 2000) in 96 bytes.
+    fn gpdu() -> Vec<u8> {
+        let mut f = vec![0u8; 96];
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f[14] = 0x45;
+        f[16..18].copy_from_slice(&82u16.to_be_bytes());
+        f[23] = 17;
+        f[26..34].copy_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
+        f[34..36].copy_from_slice(&2152u16.to_be_bytes());
+        f[36..38].copy_from_slice(&2152u16.to_be_bytes());
+        f[38..40].copy_from_slice(&62u16.to_be_bytes());
+        f[42] = 0x30;
+        f[43] = 0xff;
+        f[44..46].copy_from_slice(&46u16.to_be_bytes());
+        f[46..50].copy_from_slice(&[0, 0, 1, 0]);
+        f[50] = 0x45;
+        f[52..54].copy_from_slice(&46u16.to_be_bytes());
+        f[59] = 17;
+        f[62..70].copy_from_slice(&[16, 0, 0, 1, 6, 6, 6, 6]);
+        f[70..72].copy_from_slice(&1000u16.to_be_bytes());
+        f[72..74].copy_from_slice(&2000u16.to_be_bytes());
+        f
+    }
+
+    #[test]
+    fn a_plain_gpdu_takes_the_short_path() {
+        assert!(plain_fields(&gpdu()).is_some());
+        assert_eq!(classify(&gpdu()), classify_full(&gpdu()));
+    }
+
+    proptest! {
+        /// The short path gives what the full classification gives for G-PDUs with outer
+        /// and inner header bytes changed and frames cut or padded.
+        #[test]
+        fn the_short_path_agrees_with_the_full_parse(
+            edits in proptest::collection::vec((12usize..76, any::<u8>(), 0u8..4), 0..4),
+            len in prop_oneof![Just(96usize), 0usize..110],
+        ) {
+            let mut f = gpdu();
+            for (at, v, kind) in edits {
+                f[at] = match kind {
+                    0 => v,
+                    1 => f[at].wrapping_add(1),
+                    2 => f[at].wrapping_sub(1),
+                    _ => f[at] ^ (1 << (v % 8)),
+                };
+            }
+            f.resize(len, 0xee);
+            prop_assert_eq!(classify(&f), classify_full(&f));
+        }
+    }
+}

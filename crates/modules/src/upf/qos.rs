@@ -1,9 +1,9 @@
 //! Qos (omec-project fork): an exact-match classifier whose rules either send packets to a
 //! gate or meter them with a two-rate three-colour marker (RFC 2698) and send them to the
 //! gate of their colour; on a hit the rule's values are written into the packet.
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hash, Hasher};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{PoisonError, RwLock};
 
 use bessemer_core::module::MAX_GATES;
 use bessemer_core::sched::TaskResult;
@@ -57,15 +57,18 @@ pub enum Color {
 /// fork uses). Rates are bytes per second, bursts bytes; time is in ticks of `hz` per
 /// second. Tokens are kept scaled by `hz` so that refilling is exact.
 #[derive(Clone, Debug)]
+#[repr(C)]
 pub struct TrTcm {
-    cir: u128,
-    pir: u128,
-    cap_c: u128,
-    cap_p: u128,
-    hz: u128,
+    // The fields every packet updates first: a rule's first cache line holds them (see
+    // `Rule`).
     tc: u128,
     tp: u128,
     last: u64,
+    cir: u64,
+    pir: u64,
+    hz: u64,
+    cap_c: u128,
+    cap_p: u128,
 }
 
 impl TrTcm {
@@ -78,27 +81,28 @@ impl TrTcm {
                  rates and bursts must be non-zero and pir at least cir"
             )));
         }
-        let hz = hz as u128;
+        let h = hz as u128;
         Ok(TrTcm {
-            cir: cir as u128,
-            pir: pir as u128,
-            cap_c: cbs as u128 * hz,
-            cap_p: pbs as u128 * hz,
-            hz,
-            tc: cbs as u128 * hz,
-            tp: pbs as u128 * hz,
+            tc: cbs as u128 * h,
+            tp: pbs as u128 * h,
             last: now,
+            cir,
+            pir,
+            hz,
+            cap_c: cbs as u128 * h,
+            cap_p: pbs as u128 * h,
         })
     }
 
     /// The colour of a packet of `len` bytes arriving at `now` (time never runs back: an
     /// earlier `now` adds no tokens).
+    #[inline]
     pub fn color(&mut self, now: u64, len: u64) -> Color {
         let dt = now.saturating_sub(self.last) as u128;
         self.last = self.last.max(now);
-        self.tc = (self.tc + dt * self.cir).min(self.cap_c);
-        self.tp = (self.tp + dt * self.pir).min(self.cap_p);
-        let need = len as u128 * self.hz;
+        self.tc = (self.tc + dt * self.cir as u128).min(self.cap_c);
+        self.tp = (self.tp + dt * self.pir as u128).min(self.cap_p);
+        let need = len as u128 * self.hz as u128;
         if self.tp < need {
             Color::Red
         } else if self.tc < need {
@@ -112,125 +116,249 @@ impl TrTcm {
     }
 }
 
-/// One rule: where its packets go, and what it writes.
-struct Rule {
-    gate: u16,
+/// A [`TrTcm`] in the 48 bytes a rule has left in its cache line (see `Rule`): the same
+/// arithmetic, with tokens kept in u64, which holds them exactly when both bursts and the
+/// tick rate are below 2^32 (tokens never exceed burst × rate). Other markers stay
+/// [`TrTcm`]s in `Table::big`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+struct SmallTrTcm {
+    tc: u64,
+    tp: u64,
+    last: u64,
+    cir: u64,
+    pir: u64,
+    cbs: u32,
+    pbs: u32,
+}
+
+impl SmallTrTcm {
+    /// `m` in the small form, if it fits (`m.hz` is the rate `color` is then given).
+    fn new(m: &TrTcm) -> Option<SmallTrTcm> {
+        let (cbs, pbs) = (m.cap_c / m.hz as u128, m.cap_p / m.hz as u128);
+        if m.hz > u32::MAX as u64 || cbs > u32::MAX as u128 || pbs > u32::MAX as u128 {
+            return None;
+        }
+        Some(SmallTrTcm {
+            tc: m.tc as u64,
+            tp: m.tp as u64,
+            last: m.last,
+            cir: m.cir,
+            pir: m.pir,
+            cbs: cbs as u32,
+            pbs: pbs as u32,
+        })
+    }
+
+    /// As [`TrTcm::color`], ticks at `hz` per second.
+    #[inline(always)]
+    fn color(&mut self, now: u64, len: u64, hz: u64) -> Color {
+        let dt = now.saturating_sub(self.last) as u128;
+        self.last = self.last.max(now);
+        let h = hz as u128;
+        let tc = (self.tc as u128 + dt * self.cir as u128).min(self.cbs as u128 * h);
+        let tp = (self.tp as u128 + dt * self.pir as u128).min(self.pbs as u128 * h);
+        let need = len as u128 * h;
+        let (tc, tp, c) = if tp < need {
+            (tc, tp, Color::Red)
+        } else if tc < need {
+            (tc, tp - need, Color::Yellow)
+        } else {
+            (tc - need, tp - need, Color::Green)
+        };
+        // Both at most a burst times the rate: below 2^64.
+        self.tc = tc as u64;
+        self.tp = tp as u64;
+        c
+    }
+}
+
+/// What kind of marker a rule has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum MeterKind {
+    /// None: the rule sends its packets to its gate.
+    None,
+    /// In the rule's own line (`Rule::meter`).
+    Small,
+    /// In `Table::big` (parameters too large for the small form, or a `deduct_len` beyond
+    /// 32 bits).
+    Big,
+}
+
+/// A marker too large for a rule's line, with its rule's `deduct_len`.
+struct BigMeter {
     deduct_len: i64,
-    values: Vec<u8>,
-    meter: Option<Mutex<TrTcm>>,
+    meter: UnsafeCell<TrTcm>,
+}
+
+// SAFETY: `meter` is read and written only while its rule's `lock` is held.
+unsafe impl Sync for BigMeter {}
+
+/// One rule: where its packets go and, for a metered rule, its marker, in one aligned cache
+/// line of one flat array: the packet path reaches a rule from the index in one step and
+/// prefetches one line, where an `Arc` per rule (and a `Vec` for its values) cost a
+/// dependent miss each, and 10 000 rules of two lines each overflowed the second-level
+/// cache.
+#[repr(C, align(64))]
+struct Rule {
+    /// Guards the marker: 0 free, 1 held. A spin lock taken with one locked instruction and
+    /// released with a plain store (a `Mutex` takes one locked instruction for each, and
+    /// each drains the store buffer in the middle of a batch's overlapped misses); held for
+    /// a few dozen instructions, contended only when two workers meter one rule at once.
+    lock: AtomicU32,
+    deduct_len: i32,
+    gate: u16,
+    kind: MeterKind,
+    meter: UnsafeCell<SmallTrTcm>,
+}
+
+const _: () = assert!(std::mem::size_of::<Rule>() == 64);
+
+// SAFETY: `meter`, the only state mutated through a shared reference, is read and written
+// only while `lock` is held (`Rule::locked`); everything else changes only through `&mut`
+// (commands hold the table's write lock).
+unsafe impl Sync for Rule {}
+
+impl Rule {
+    /// A rule of `gate` with its marker, if any: the rule, and the marker to keep in
+    /// `Table::big` when it does not fit the rule's line.
+    fn new(gate: u16, deduct_len: i64, meter: Option<TrTcm>) -> (Rule, Option<Box<BigMeter>>) {
+        let small = meter.as_ref().and_then(SmallTrTcm::new);
+        let d32 = i32::try_from(deduct_len).ok();
+        let (kind, big) = match (&meter, small, d32) {
+            (None, _, _) => (MeterKind::None, None),
+            (Some(_), Some(_), Some(_)) => (MeterKind::Small, None),
+            (Some(m), _, _) => (
+                MeterKind::Big,
+                Some(Box::new(BigMeter {
+                    deduct_len,
+                    meter: UnsafeCell::new(m.clone()),
+                })),
+            ),
+        };
+        let idle = SmallTrTcm {
+            tc: 0,
+            tp: 0,
+            last: 0,
+            cir: 0,
+            pir: 0,
+            cbs: 0,
+            pbs: 0,
+        };
+        let rule = Rule {
+            lock: AtomicU32::new(0),
+            deduct_len: d32.unwrap_or(0),
+            gate,
+            kind,
+            meter: UnsafeCell::new(small.filter(|_| kind == MeterKind::Small).unwrap_or(idle)),
+        };
+        (rule, big)
+    }
+
+    /// Runs `f` holding the rule's lock.
+    #[inline(always)]
+    fn locked<R>(&self, f: impl FnOnce() -> R) -> R {
+        /// Releases the lock when dropped, also if `f` panics (a poisoned `Mutex` let the
+        /// other workers go on; a spin lock left held would stop them).
+        struct Held<'a>(&'a AtomicU32);
+        impl Drop for Held<'_> {
+            #[inline(always)]
+            fn drop(&mut self) {
+                self.0.store(0, Ordering::Release);
+            }
+        }
+        while self
+            .lock
+            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            std::hint::spin_loop();
+        }
+        let _held = Held(&self.lock);
+        f()
+    }
 }
 
 /// A rule key: the masked key words.
 #[derive(Clone, Copy)]
 struct Key([u64; 8]);
 
-impl PartialEq for Key {
-    fn eq(&self, other: &Key) -> bool {
-        // Branch-free over the fixed eight words: the derived comparison of a 64-byte array
-        // is a call to libc's memcmp on every lookup.
-        self.0
-            .iter()
-            .zip(&other.0)
-            .fold(0, |acc, (a, b)| acc | (a ^ b))
-            == 0
-    }
-}
-
-impl Eq for Key {}
-
-impl Hash for Key {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        // One multiply per word (the classifiers' hash) instead of SipHash over 64 bytes on
-        // every packet; the stored keys come from the control plane, so collisions cannot be
-        // forced by traffic. A product's low bits depend only on its input's low bits, and
-        // the map indexes by the low bits: a finalizer (MurmurHash3's) mixes the high bits
-        // down, else keys differing only in high bytes (a session id after a constant
-        // interface and QER id) all share one probe sequence and a lookup scans them all.
-        let mut h = hash_words(&self.0);
-        h ^= h >> 33;
-        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-        state.write_u64(h ^ (h >> 33));
-    }
-}
-
-/// Passes the key's own hash through.
-#[derive(Default)]
-struct KeyHasher(u64);
-
-impl Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ b as u64;
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = v;
-    }
-}
-
 struct Table {
-    rules: HashMap<Key, Arc<Rule>, BuildHasherDefault<KeyHasher>>,
-    /// The packet path's view of `rules`: key words to a slot of `slots`, one flat table
-    /// whose probe a batch prefetches before looking up (the map above costs several
-    /// dependent cache misses per lookup once the rules outgrow the caches).
+    /// Key words to a slot of `rules` (and of `vals`).
     index: FlatTable,
-    slots: Vec<Option<Arc<Rule>>>,
+    rules: Vec<Rule>,
+    /// Each slot's value bytes, `vsize` per slot (a flat array: the one-byte QFI of 10 000
+    /// rules is 10 KB that stays cached).
+    vals: Vec<u8>,
+    vsize: usize,
+    /// The markers of `MeterKind::Big` rules, by slot.
+    big: Vec<Option<Box<BigMeter>>>,
     free: Vec<u32>,
     default_gate: u16,
 }
 
 impl Table {
-    fn new(words: usize) -> Table {
+    fn new(words: usize, vsize: usize) -> Table {
         Table {
-            rules: HashMap::default(),
             index: FlatTable::new(words),
-            slots: Vec::new(),
+            rules: Vec::new(),
+            vals: Vec::new(),
+            vsize,
+            big: Vec::new(),
             free: Vec::new(),
             default_gate: DROP_GATE,
         }
     }
 
     /// Adds or replaces the rule of `key` (its first `words` words are the index's key).
-    fn set(&mut self, key: Key, rule: Arc<Rule>, words: usize) {
+    fn set(
+        &mut self,
+        key: &Key,
+        (rule, big): (Rule, Option<Box<BigMeter>>),
+        vals: &[u8],
+        words: usize,
+    ) {
         let w = &key.0[..words];
-        match self.index.get(w) {
-            Some(i) => self.slots[i as usize] = Some(rule.clone()),
+        let i = match self.index.get(w) {
+            Some(i) => i as usize,
             None => {
                 let i = match self.free.pop() {
-                    Some(i) => {
-                        self.slots[i as usize] = Some(rule.clone());
-                        i
-                    }
+                    Some(i) => i as usize,
                     None => {
-                        self.slots.push(Some(rule.clone()));
-                        (self.slots.len() - 1) as u32
+                        self.rules.push(Rule::new(DROP_GATE, 0, None).0);
+                        self.big.push(None);
+                        self.vals.resize(self.vals.len() + self.vsize, 0);
+                        self.rules.len() - 1
                     }
                 };
-                self.index.insert(w, i);
+                self.index.insert(w, i as u32);
+                i
             }
-        }
-        self.rules.insert(key, rule);
+        };
+        self.rules[i] = rule;
+        self.big[i] = big;
+        self.vals[i * self.vsize..(i + 1) * self.vsize].copy_from_slice(vals);
     }
 
     fn remove(&mut self, key: &Key, words: usize) {
-        if self.rules.remove(key).is_some() {
-            if let Some(i) = self.index.remove(&key.0[..words]) {
-                self.slots[i as usize] = None;
-                self.free.push(i);
-            }
+        if let Some(i) = self.index.remove(&key.0[..words]) {
+            self.big[i as usize] = None;
+            self.free.push(i);
         }
     }
 
     fn clear(&mut self) {
-        self.rules.clear();
         self.index.clear();
-        self.slots.clear();
+        self.rules.clear();
+        self.big.clear();
+        self.vals.clear();
         self.free.clear();
     }
 }
+
+/// No rule (a slot number no table reaches).
+const NO_RULE: u32 = u32::MAX;
 
 /// Looks up each packet's key (the `fields`, exact match); a rule of gate 0 meters the
 /// packet (frame length minus `deduct_len`) and sends it out of gate 1, 2 or 3 by colour,
@@ -245,6 +373,8 @@ pub struct Qos {
     keys: KeyBuilder,
     values: ValueFields,
     entries: u64,
+    /// The tick rate of every marker (the TSC's).
+    hz: u64,
     table: RwLock<Table>,
 }
 
@@ -309,32 +439,20 @@ impl Qos {
             .rule_bytes(values, W, "values", IntOrder::Little)?;
         let meter = if gate == METER_GATE as u64 {
             let now = ctx.refresh_now();
-            Some(Mutex::new(TrTcm::new(
-                cir,
-                pir,
-                cbs,
-                pbs,
-                bessemer_core::tsc::hz(),
-                now,
-            )?))
+            Some(TrTcm::new(cir, pir, cbs, pbs, self.hz, now)?)
         } else {
             None
         };
-        let rule = Arc::new(Rule {
-            gate: gate as u16,
-            deduct_len: deduct_len.unwrap_or(DEFAULT_DEDUCT),
-            values,
-            meter,
-        });
+        let rule = Rule::new(gate as u16, deduct_len.unwrap_or(DEFAULT_DEDUCT), meter);
         let mut t = self.write();
-        if self.entries != 0 && t.rules.len() as u64 >= self.entries && !t.rules.contains_key(&key)
-        {
+        let w = &key.0[..self.words];
+        if self.entries != 0 && t.index.len() as u64 >= self.entries && t.index.get(w).is_none() {
             return Err(Error::new(
                 libc::ENOSPC,
                 format!("Qos: table full ({} entries)", self.entries),
             ));
         }
-        t.set(key, rule, self.words);
+        t.set(&key, rule, &values, self.words);
         Ok(Value::Null)
     }
 
@@ -370,44 +488,59 @@ impl Qos {
         Ok(Value::Null)
     }
 
+    #[inline(always)]
     fn decide(
         &self,
         t: &Table,
         p: &mut Packet,
-        rule: Option<&Arc<Rule>>,
+        slot: u32,
         voffs: &[AttrOffset],
         now: u64,
     ) -> Verdict<QosDrop> {
-        let Some(rule) = rule else {
+        if slot == NO_RULE {
             return match t.default_gate {
                 DROP_GATE => Verdict::Drop(QosDrop::NoMatch),
                 g => Verdict::Gate(g),
             };
-        };
-        let mut gate = rule.gate;
-        if let Some(m) = &rule.meter {
-            let len = (p.len() as i64).saturating_sub(rule.deduct_len).max(0) as u64;
-            gate = match m
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .color(now, len)
-            {
-                Color::Green => GREEN_GATE,
-                Color::Yellow => YELLOW_GATE,
-                Color::Red => RED_GATE,
-            };
         }
-        self.values.apply(p, voffs, &rule.values);
+        let s = slot as usize;
+        let rule = &t.rules[s];
+        let color = match rule.kind {
+            MeterKind::None => None,
+            MeterKind::Small => {
+                let len = (p.len() as i64 - rule.deduct_len as i64).max(0) as u64;
+                // SAFETY: the lock is held, so no other thread touches the marker.
+                Some(rule.locked(|| unsafe { (*rule.meter.get()).color(now, len, self.hz) }))
+            }
+            MeterKind::Big => {
+                let b = t.big[s].as_deref().expect("a big marker for a Big rule");
+                let len = (p.len() as i64).saturating_sub(b.deduct_len).max(0) as u64;
+                // SAFETY: as above; the rule's lock guards its big marker too.
+                Some(rule.locked(|| unsafe { (*b.meter.get()).color(now, len) }))
+            }
+        };
+        let gate = match color {
+            None => rule.gate,
+            Some(Color::Green) => GREEN_GATE,
+            Some(Color::Yellow) => YELLOW_GATE,
+            Some(Color::Red) => RED_GATE,
+        };
+        if t.vsize != 0 {
+            self.values
+                .apply(p, voffs, &t.vals[s * t.vsize..(s + 1) * t.vsize]);
+        }
         if gate == DROP_GATE {
             Verdict::Drop(QosDrop::Rule)
         } else {
             Verdict::Gate(gate)
         }
     }
-}
 
-impl SharedModule for Qos {
-    fn process_batch(&self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
+    /// The batch path for keys of `W` words (`W` at least the table's width): three passes
+    /// so that the misses of a batch overlap: keys and their index probes prefetched, then
+    /// the lookups with each rule's line (and values) prefetched, then the meters.
+    #[inline(always)]
+    fn run<const W: usize>(&self, ctx: &mut Context, batch: &mut PacketBatch, t: &Table) {
         let mut offs = [AttrOffset::NoRead; MAX_FIELDS];
         for (o, f) in offs.iter_mut().zip(&self.fields) {
             if f.offset.is_none() {
@@ -416,34 +549,35 @@ impl SharedModule for Qos {
         }
         let voffs = self.values.offsets(ctx);
         let now = ctx.refresh_now();
-        let t = self.read();
         let w = self.words;
-        // Three passes so that the misses of a batch overlap: keys and their probes
-        // prefetched, then the lookups with each rule prefetched, then the meters.
-        let mut keys = [[0u64; 8]; MAX_BURST];
+        let n = batch.len();
+        let mut keys = [[0u64; W]; MAX_BURST];
         let mut hashes = [0u64; MAX_BURST];
         let mut short = [false; MAX_BURST];
-        for (i, p) in batch.pkts_mut().iter().enumerate() {
-            match self.keys.build::<8>(&offs, p) {
-                Some(k) => {
-                    keys[i] = k;
-                    hashes[i] = hash_words(&k[..w]);
-                    t.index.prefetch(hashes[i]);
-                }
-                None => short[i] = true,
+        for (i, p) in batch.pkts().iter().enumerate() {
+            if self.keys.build_into::<W>(&offs, p, &mut keys[i]) {
+                hashes[i] = hash_words(&keys[i][..w]);
+                t.index.prefetch(hashes[i]);
+            } else {
+                short[i] = true;
             }
         }
-        let mut rules: [Option<&Arc<Rule>>; MAX_BURST] = [None; MAX_BURST];
-        for i in 0..batch.pkts_mut().len() {
+        let mut slots = [NO_RULE; MAX_BURST];
+        for i in 0..n {
             if short[i] {
                 continue;
             }
-            rules[i] = t
-                .index
-                .get_hashed(&keys[i][..w], hashes[i])
-                .and_then(|s| t.slots[s as usize].as_ref());
-            if let Some(r) = rules[i] {
-                prefetch(Arc::as_ptr(r));
+            let s = if W == w {
+                t.index.get_n::<W>(&keys[i], hashes[i])
+            } else {
+                t.index.get_hashed(&keys[i][..w], hashes[i])
+            };
+            if let Some(s) = s {
+                slots[i] = s;
+                prefetch(t.rules.as_ptr().wrapping_add(s as usize));
+                if t.vsize != 0 {
+                    prefetch(t.vals.as_ptr().wrapping_add(s as usize * t.vsize));
+                }
             }
         }
         let mut i = 0;
@@ -453,8 +587,21 @@ impl SharedModule for Qos {
             if short[j] {
                 return Verdict::Drop(QosDrop::TooShort);
             }
-            self.decide(&t, p, rules[j], &voffs, now)
+            self.decide(t, p, slots[j], &voffs, now)
         });
+    }
+}
+
+impl SharedModule for Qos {
+    fn process_batch(&self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
+        let t = self.read();
+        match self.words {
+            1 => self.run::<1>(ctx, batch, &t),
+            2 => self.run::<2>(ctx, batch, &t),
+            3 => self.run::<3>(ctx, batch, &t),
+            4 => self.run::<4>(ctx, batch, &t),
+            _ => self.run::<8>(ctx, batch, &t),
+        }
     }
 
     fn run_task(&self, _ctx: &mut Context, _arg: u64) -> TaskResult {
@@ -465,7 +612,7 @@ impl SharedModule for Qos {
         format!(
             "{} fields, {} rules",
             self.fields.len(),
-            self.read().rules.len()
+            self.read().index.len()
         )
     }
 }
@@ -492,13 +639,15 @@ fn create(init: &mut InitContext, arg: &Value) -> Result<Instance> {
         .unwrap_or(0)
         .div_ceil(8)
         .max(1);
+    let vsize = values.size;
     Ok(Instance::Shared(Box::new(Qos {
+        hz: bessemer_core::tsc::hz(),
         keys: KeyBuilder::new(&fields, &[]),
         fields,
         words,
         values,
         entries,
-        table: RwLock::new(Table::new(words)),
+        table: RwLock::new(Table::new(words, vsize)),
     })))
 }
 
@@ -554,24 +703,42 @@ pub static CLASS: ModuleClass = ModuleClass {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::hash::BuildHasher;
+    use proptest::prelude::*;
 
-    /// Keys that differ only above their low five bytes (the UPF's session QER key: the
-    /// interface and QER id first, the session id after) still spread over the map's low
-    /// hash bits, so a lookup does not scan every rule.
+    proptest! {
+        /// The small form colours every packet as the full marker does, and keeps the same
+        /// state, over parameters up to its limits and long idle times.
+        #[test]
+        fn the_small_marker_agrees_with_the_full_one(
+            cir in 1u64..1 << 40,
+            extra in 0u64..1 << 40,
+            cbs in 1u64..1 << 32,
+            pbs in 1u64..1 << 32,
+            hz in 1u64..1 << 32,
+            pkts in proptest::collection::vec((0u64..1 << 36, 0u64..70_000), 1..40),
+        ) {
+            let mut full = TrTcm::new(cir, cir + extra, cbs, pbs, hz, 1000).unwrap();
+            let mut small = SmallTrTcm::new(&full).unwrap();
+            let mut now = 1000u64;
+            for (dt, len) in pkts {
+                // Time also runs back now and then (an earlier `now` adds nothing).
+                now = if dt % 7 == 0 { now.saturating_sub(dt) } else { now + dt };
+                prop_assert_eq!(small.color(now, len, hz), full.color(now, len));
+                prop_assert_eq!(Some(small), SmallTrTcm::new(&full));
+            }
+        }
+    }
+
     #[test]
-    fn keys_differing_in_high_bytes_spread_over_low_hash_bits() {
-        let b = BuildHasherDefault::<KeyHasher>::default();
-        let mut low: Vec<u64> = (0..5000u64)
-            .map(|i| {
-                let mut w = [0u64; 8];
-                w[0] = 1 | 1 << 8 | (i + 1) << 40;
-                b.hash_one(Key(w)) & 0xfff
-            })
-            .collect();
-        // 5000 random values over 4096 bins leave about 2900 distinct; unmixed, 16.
-        low.sort_unstable();
-        low.dedup();
-        assert!(low.len() > 2500, "{} distinct low-bit values", low.len());
+    fn large_markers_stay_full_size() {
+        let hz = 1u64 << 20;
+        assert!(SmallTrTcm::new(&TrTcm::new(1, 1, 1 << 32, 1, hz, 0).unwrap()).is_none());
+        assert!(SmallTrTcm::new(&TrTcm::new(1, 1, 1, 1 << 32, hz, 0).unwrap()).is_none());
+        assert!(SmallTrTcm::new(&TrTcm::new(1, 1, 1, 1, 1 << 32, 0).unwrap()).is_none());
+        let m = TrTcm::new(1, 1, 1, 1, hz, 0).unwrap();
+        assert!(SmallTrTcm::new(&m).is_some());
+        assert_eq!(Rule::new(0, 14, Some(m.clone())).0.kind, MeterKind::Small);
+        assert_eq!(Rule::new(0, 1 << 40, Some(m)).0.kind, MeterKind::Big);
+        assert_eq!(Rule::new(5, 14, None).0.kind, MeterKind::None);
     }
 }

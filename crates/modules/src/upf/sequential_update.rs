@@ -124,7 +124,14 @@ impl Module for SequentialUpdate {
                 if v.cur >= v.range {
                     v.cur = 0;
                 }
-                d[v.offset..v.offset + v.size].copy_from_slice(&value.to_be_bytes()[4 - v.size..]);
+                let be = value.to_be_bytes();
+                // One fixed-size store per size: a copy of a run-time length is a call to
+                // memcpy, which costs more than the store.
+                match v.size {
+                    4 => d[v.offset..v.offset + 4].copy_from_slice(&be),
+                    2 => d[v.offset..v.offset + 2].copy_from_slice(&be[2..]),
+                    _ => d[v.offset] = be[3],
+                }
             }
             Verdict::Gate(0)
         });
