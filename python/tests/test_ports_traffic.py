@@ -180,19 +180,9 @@ def _port_counts(h: Hosts) -> str:
 
 
 @pytest.mark.skipif(shutil.which("iperf3") is None, reason="needs iperf3 (apt-get install iperf3)")
-def test_tcp_file_arrives_intact(hosts, tmp_path, request):
+def test_tcp_file_arrives_intact(hosts, tmp_path):
     """A 4 MiB random file crosses over TCP with default offloads on every interface: iperf3
     -F sends all of it, and the file sent through a plain receiver has the same sha256."""
-    if request.node.callspec.params.get("hosts") == "AFXDPPort":
-        # Known bug, not yet fixed (docs/ports.md, "Known problems"): over AFXDPPort a TCP
-        # transfer with the senders' default offloads can stall until the client's timeout,
-        # with no frame dropped by the daemon. Reported as xfail (XPASS when it gets through),
-        # never as a pass.
-        request.applymarker(
-            pytest.mark.xfail(
-                reason="known: TCP over AFXDPPort with default offloads can stall", strict=False
-            )
-        )
     h = hosts()
     src = tmp_path / "in.bin"
     data = os.urandom(4 << 20)

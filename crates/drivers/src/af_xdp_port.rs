@@ -353,6 +353,9 @@ const XDP_PKT_CONTD: u32 = 1;
 /// Most packet bytes one UMEM frame carries (after the kernel's XDP headroom).
 const UMEM_DATA: usize = FRAME_SIZE - HEADROOM;
 const XDP_RING_NEED_WAKEUP: u32 = 1;
+/// Most wake-up calls one send makes to drain the TX ring in copy mode (the kernel takes at
+/// most 32 descriptors per call; 2048 / 32 = 64 calls empty a default-sized ring).
+const MAX_TX_KICKS: u32 = 80;
 const PGOFF_RX: i64 = 0;
 const PGOFF_TX: i64 = 0x8000_0000;
 const PGOFF_FILL: i64 = 0x1_0000_0000;
@@ -493,6 +496,9 @@ struct Xsk {
     partial_csums: bool,
     rx_open: AtomicBool,
     tx_open: AtomicBool,
+    /// Descriptors were left on the TX ring after the last wake-up (device queue busy): the
+    /// receive side kicks again on its next poll, so they do not wait for the next send.
+    tx_backlog: AtomicBool,
     rxs: UnsafeCell<RxSide>,
     txs: UnsafeCell<TxSide>,
 }
@@ -614,6 +620,7 @@ impl Xsk {
             partial_csums: false,
             rx_open: AtomicBool::new(false),
             tx_open: AtomicBool::new(false),
+            tx_backlog: AtomicBool::new(false),
             rxs: UnsafeCell::new(RxSide {
                 fill_prod: 0,
                 fill_cons: 0,
@@ -627,6 +634,55 @@ impl Xsk {
                 held: HeldFrames::new(frames),
             }),
         })
+    }
+
+    /// Has the kernel take the TX ring's descriptors up to `prod`. In copy mode one call
+    /// sends at most 32 and answers EAGAIN while more remain or while the device queue is
+    /// busy (a veth peer's ring is full); what stays on the ring would wait for the next
+    /// send, which never comes when TCP is waiting for exactly those segments (the sender
+    /// then stalls on retransmission timeouts). So the call is repeated while the kernel
+    /// makes progress, bounded; a remainder sets `tx_backlog` for the receive side.
+    /// Zero-copy drivers send from their own context: one call wakes them.
+    fn kick_tx(&self, prod: u32) {
+        let mut cons = self.tx.cons().load(Ordering::Acquire);
+        let mut kicks = 0;
+        while cons != prod && kicks < MAX_TX_KICKS {
+            kicks += 1;
+            // SAFETY: a wake-up call with no buffer.
+            let r = unsafe {
+                libc::sendto(
+                    self.fd,
+                    std::ptr::null(),
+                    0,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null(),
+                    0,
+                )
+            };
+            if self.mode == Mode::ZeroCopy {
+                return;
+            }
+            let now = self.tx.cons().load(Ordering::Acquire);
+            let progress = now != cons;
+            cons = now;
+            if r < 0 {
+                let e = std::io::Error::last_os_error().raw_os_error();
+                // A link that is down (ENETDOWN, ENXIO) fails here: the ring fills and later
+                // packets stay in the batch, counted as drops by the caller.
+                if !matches!(e, Some(libc::EAGAIN | libc::EBUSY | libc::EINTR)) || !progress {
+                    break;
+                }
+            }
+        }
+        self.tx_backlog.store(cons != prod, Ordering::Relaxed);
+    }
+
+    /// Kicks a TX ring left with descriptors (see `kick_tx`), from the receive side.
+    #[inline]
+    fn retry_tx_backlog(&self) {
+        if self.tx_backlog.load(Ordering::Relaxed) {
+            self.kick_tx(self.tx.prod().load(Ordering::Acquire));
+        }
     }
 
     fn stats(&self) -> libc::xdp_statistics {
@@ -825,6 +881,7 @@ impl RxQueue for XskRx {
             x.rx.cons().store(s.rx_cons, Ordering::Release);
         }
         self.refill(cache);
+        self.x.retry_tx_backlog();
         got
     }
 }
@@ -977,19 +1034,7 @@ impl TxQueue for XskTx {
             x.tx.prod().store(s.tx_prod, Ordering::Release);
         }
         if x.tx.needs_wakeup() && s.tx_prod != x.tx.cons().load(Ordering::Relaxed) {
-            // Copy mode transmits in this call; zero-copy just kicks the driver. A link that
-            // is down fails here, the ring fills and later packets stay in the batch.
-            // SAFETY: a wake-up call with no buffer.
-            unsafe {
-                libc::sendto(
-                    x.fd,
-                    std::ptr::null(),
-                    0,
-                    libc::MSG_DONTWAIT,
-                    std::ptr::null(),
-                    0,
-                )
-            };
+            x.kick_tx(s.tx_prod);
         }
         sent
     }

@@ -476,6 +476,48 @@ fn shared_and_foreign_packets_go_out_as_copies() {
 
 #[test]
 #[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
+fn every_frame_of_one_send_leaves_without_another_send() {
+    // In copy mode the kernel sends at most 32 descriptors per wake-up call; frames past
+    // that must not wait on the ring for a later send (TCP stalled on exactly those).
+    let host = Netns::new("bhk");
+    let l = Link::new(&host, "10.87.0.1/24");
+    let e = engine();
+    let h = port(&e, "p", arg(&l.outer)).unwrap();
+    let mut cache = e.pool().cache();
+    let frame: Vec<u8> = [
+        [0xff; 6].as_slice(),
+        &[2, 0, 0, 0, 0, 1, 0x88, 0xb5],
+        &[9; 46],
+    ]
+    .concat();
+    let before = rx_packets(&host.name, &l.inner);
+    let sends = 3;
+    {
+        let (_claim, mut q) = h.claim_tx(0).unwrap();
+        for _ in 0..sends {
+            let mut b = bessemer_core::PacketBatch::new();
+            while !b.is_full() {
+                let mut p = cache.alloc(0).unwrap();
+                assert!(p.set_data(&frame));
+                b.push(p).unwrap();
+            }
+            assert_eq!(q.send(&mut cache, &mut b), bessemer_core::MAX_BURST);
+        }
+        let want = before + (sends * bessemer_core::MAX_BURST) as u64;
+        assert!(
+            eventually(|| rx_packets(&host.name, &l.inner) >= want),
+            "{} of {} frames arrived",
+            rx_packets(&host.name, &l.inner) - before,
+            want - before
+        );
+    }
+    drop((cache, h));
+    e.ports().destroy("p").unwrap();
+    assert_eq!(e.pool().free_count(), e.pool().capacity());
+}
+
+#[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn tcp_with_default_offloads_arrives_intact() {
     // The hosts' veths leave TCP checksums to "hardware"; the port completes them.
     let h = TwoHosts::new(89);
@@ -484,13 +526,7 @@ fn tcp_with_default_offloads_arrives_intact() {
     let d = e.ports().get("pa").unwrap().port().desc();
     assert!(d.contains("completes partial"), "{d}");
     let data = pattern(4 << 20);
-    // Known bug (docs/ports.md, "Known problems"): with the senders' segmentation offloads a
-    // transfer can stall; it is said on stderr and tried once more, so a second stall fails.
-    let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tcp_transfer(&h, &data)))
-        .unwrap_or_else(|_| {
-            eprintln!("known AF_XDP TCP stall (docs/ports.md): the transfer is tried once more");
-            tcp_transfer(&h, &data)
-        });
+    let got = tcp_transfer(&h, &data);
     assert_eq!(got.len(), data.len());
     assert_eq!(fnv(&got), fnv(&data));
     teardown(&mut e);
