@@ -1,6 +1,7 @@
 //! megapipe-bench: seed 002's RPC ping-pong (Fig 2.1/5.1, Table 5.1) on loopback over epoll
 //! and MegaPipe variants, plus bessemer-kv vs memcached (memcaslap) and bessemer-httpd vs nginx
-//! (wrk). `megapipe-bench all [--quick]` prints tables and one JSON line.
+//! (wrk). `megapipe-bench all [--quick]` prints tables and one JSON line; `macro [--quick]`
+//! runs only the memcached / nginx comparison.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -86,10 +87,14 @@ fn main() {
     match args.first().map(String::as_str) {
         Some("server") => server(&args[1..]),
         Some("all") => all(args.iter().any(|a| a == "--quick")),
+        Some("macro") => {
+            let m = macro_part(args.iter().any(|a| a == "--quick"));
+            println!("{{\"bench\": \"megapipe-macro\", {}}}", m.json());
+        }
         Some("one") if args.len() == 6 => one(&args[1..]),
         _ => {
             eprintln!(
-                "usage: megapipe-bench all [--quick] | one VARIANT SERVER_CPUS CLIENT_CPUS T BYTES | server VARIANT CPUS"
+                "usage: megapipe-bench all [--quick] | macro [--quick] | one VARIANT SERVER_CPUS CLIENT_CPUS T BYTES | server VARIANT CPUS"
             );
             std::process::exit(2);
         }
@@ -543,16 +548,96 @@ fn wrk(url: &str, secs: u32, conns: u32) -> Option<f64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-fn median_of(mut f: impl FnMut() -> Option<f64>, reps: usize) -> Option<(f64, f64)> {
-    let v: Vec<f64> = (0..reps).filter_map(|_| f()).collect();
-    if v.is_empty() {
-        return None;
+/// CPU seconds (user, system) used so far by process `pid` and all its descendants.
+fn tree_cpu_secs(pid: u32) -> (f64, f64) {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    // (pid, ppid, utime ticks, stime ticks) of every process.
+    let mut procs = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+            continue;
+        };
+        // The command may hold spaces and parentheses: fields start after the last ')'.
+        let Some((_, rest)) = stat.rsplit_once(") ") else {
+            continue;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let num = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        procs.push((p, num(1) as u32, num(11), num(12)));
     }
-    let mut s = v.clone();
-    Some((median(&mut s), spread(&v)))
+    let mut tree = vec![pid];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        tree.extend(procs.iter().filter(|p| p.1 == parent).map(|p| p.0));
+        i += 1;
+    }
+    let (user, sys) = procs
+        .iter()
+        .filter(|p| tree.contains(&p.0))
+        .fold((0, 0), |(u, s), p| (u + p.2, s + p.3));
+    (user as f64 / hz, sys as f64 / hz)
 }
 
-fn macro_kv(secs: u32, reps: usize) -> BTreeMap<String, (f64, f64)> {
+/// A macro figure: the client's rate (median of the runs and its spread, %) and the server's
+/// CPU time per operation (µs, median), which does not depend on whether the client or the
+/// server was the bottleneck.
+#[derive(Clone, Copy)]
+struct MacroFigure {
+    rate: f64,
+    spread: f64,
+    cpu_us_per_op: f64,
+    /// The share of that CPU time spent in the kernel.
+    sys_share: f64,
+}
+
+/// Runs `client` (ops/s over `secs`) `reps` times against the server process `pid`.
+fn macro_runs(
+    pid: u32,
+    secs: u32,
+    reps: usize,
+    mut client: impl FnMut() -> Option<f64>,
+) -> Option<MacroFigure> {
+    let mut rates = Vec::new();
+    let mut cpus = Vec::new();
+    let (mut user, mut sys) = (0.0, 0.0);
+    for _ in 0..reps {
+        let c0 = tree_cpu_secs(pid);
+        let Some(rate) = client() else { continue };
+        let c1 = tree_cpu_secs(pid);
+        rates.push(rate);
+        let (u, s) = (c1.0 - c0.0, c1.1 - c0.1);
+        user += u;
+        sys += s;
+        if rate > 0.0 {
+            cpus.push((u + s) * 1e6 / (rate * secs as f64));
+        }
+    }
+    if rates.is_empty() {
+        return None;
+    }
+    let spread = spread(&rates);
+    Some(MacroFigure {
+        rate: median(&mut rates),
+        spread,
+        cpu_us_per_op: if cpus.is_empty() {
+            0.0
+        } else {
+            median(&mut cpus)
+        },
+        sys_share: if user + sys > 0.0 {
+            sys / (user + sys)
+        } else {
+            0.0
+        },
+    })
+}
+
+fn macro_kv(secs: u32, reps: usize) -> BTreeMap<String, MacroFigure> {
     let mut res = BTreeMap::new();
     if !have("memcaslap") || !have("memcached") {
         eprintln!("kv macro skipped: memcaslap/memcached missing (scripts/install-deps.sh --bench-megapipe)");
@@ -565,9 +650,10 @@ fn macro_kv(secs: u32, reps: usize) -> BTreeMap<String, (f64, f64)> {
             .stdout(Stdio::null())
             .spawn()
             .unwrap();
+        let pid = child.id();
         let _k = Killer(child);
         wait_port(format!("127.0.0.1:{port}").parse().unwrap());
-        if let Some(r) = median_of(|| memcaslap(port, secs, 64), reps) {
+        if let Some(r) = macro_runs(pid, secs, reps, || memcaslap(port, secs, 64)) {
             res.insert(format!("bessemer-kv/{io}"), r);
         }
     }
@@ -592,15 +678,16 @@ fn macro_kv(secs: u32, reps: usize) -> BTreeMap<String, (f64, f64)> {
         ])
         .spawn()
         .unwrap();
+    let pid = child.id();
     let _k = Killer(child);
     wait_port(format!("127.0.0.1:{port}").parse().unwrap());
-    if let Some(r) = median_of(|| memcaslap(port, secs, 64), reps) {
+    if let Some(r) = macro_runs(pid, secs, reps, || memcaslap(port, secs, 64)) {
         res.insert("memcached".to_string(), r);
     }
     res
 }
 
-fn macro_http(secs: u32, reps: usize) -> BTreeMap<String, (f64, f64)> {
+fn macro_http(secs: u32, reps: usize) -> BTreeMap<String, MacroFigure> {
     let mut res = BTreeMap::new();
     let nginx = ["/usr/sbin/nginx", "/usr/bin/nginx"]
         .into_iter()
@@ -632,12 +719,12 @@ fn macro_http(secs: u32, reps: usize) -> BTreeMap<String, (f64, f64)> {
             .stdout(Stdio::null())
             .spawn()
             .unwrap();
+        let pid = child.id();
         let _k = Killer(child);
         wait_port(format!("127.0.0.1:{port}").parse().unwrap());
-        if let Some(r) = median_of(
-            || wrk(&format!("http://127.0.0.1:{port}/small.html"), secs, 64),
-            reps,
-        ) {
+        if let Some(r) = macro_runs(pid, secs, reps, || {
+            wrk(&format!("http://127.0.0.1:{port}/small.html"), secs, 64)
+        }) {
             res.insert(format!("bessemer-httpd/{io}"), r);
         }
     }
@@ -658,12 +745,12 @@ fn macro_http(secs: u32, reps: usize) -> BTreeMap<String, (f64, f64)> {
         .args(["-c", conf.to_str().unwrap(), "-p", dir.to_str().unwrap()])
         .spawn()
         .unwrap();
+    let pid = child.id();
     let k = Killer(child);
     wait_port(format!("127.0.0.1:{port}").parse().unwrap());
-    if let Some(r) = median_of(
-        || wrk(&format!("http://127.0.0.1:{port}/small.html"), secs, 64),
-        reps,
-    ) {
+    if let Some(r) = macro_runs(pid, secs, reps, || {
+        wrk(&format!("http://127.0.0.1:{port}/small.html"), secs, 64)
+    }) {
         res.insert("nginx".to_string(), r);
     }
     drop(k);
@@ -835,32 +922,7 @@ fn all(quick: bool) {
         }
     }
 
-    let (msecs, mreps) = if quick { (2, 3) } else { (4, 3) };
-    println!(
-        "\n# macro: 1 server core (CPU 1), client pinned to CPU 0; median of {mreps} x {msecs} s"
-    );
-    let kv = macro_kv(msecs, mreps);
-    for (k, (v, sp)) in &kv {
-        println!(
-            "{:<24} {:>10.0} ops/s (memcaslap, 64 conns, 90% get)   spread {:.1}%",
-            k, v, sp
-        );
-    }
-    let http = macro_http(msecs, mreps);
-    for (k, (v, sp)) in &http {
-        println!(
-            "{:<24} {:>10.0} req/s (wrk, 64 conns, 128 B file)   spread {:.1}%",
-            k, v, sp
-        );
-    }
-    let r = |m: &BTreeMap<String, (f64, f64)>, a: &str, b: &str| match (m.get(a), m.get(b)) {
-        (Some(x), Some(y)) if y.0 > 0.0 => x.0 / y.0,
-        _ => 0.0,
-    };
-    let kv_vs = r(&kv, "bessemer-kv/megapipe", "memcached");
-    let kv_epoll_vs = r(&kv, "bessemer-kv/epoll", "memcached");
-    let http_vs = r(&http, "bessemer-httpd/megapipe", "nginx");
-    let http_epoll_vs = r(&http, "bessemer-httpd/epoll", "nginx");
+    let m = macro_part(quick);
     let sizes_json: Vec<String> = size_gain
         .iter()
         .map(|(s, g)| format!("\"{s}\": {g:.3}"))
@@ -869,17 +931,101 @@ fn all(quick: bool) {
         "\n# targets: t1 tps >= 1.5x best epoll: {}; t10 cpu/txn <= 0.70x: {}; kv >= 1.5x memcached: {}; http >= 1.3x nginx: {}",
         yes(t1_tps >= 1.5),
         yes(t10_cpu > 0.0 && t10_cpu <= 0.7),
-        yes(kv_vs >= 1.5),
-        yes(http_vs >= 1.3)
+        yes(m.kv_vs >= 1.5),
+        yes(m.http_vs >= 1.3)
     );
     println!(
         "{{\"bench\": \"megapipe\", \"quick\": {quick}, \"cores\": \"{main_cfg}\", \"t1_tps_vs_best_epoll\": {t1_tps:.3}, \"t10_cpu_per_txn_vs_best_epoll\": {t10_cpu:.3}, \
          \"t1_cpu_per_txn_vs_best_epoll\": {t1_cpu:.3}, \"t10_tps_vs_best_epoll\": {t10_tps:.3}, \"t1_tps_vs_best_epoll_1core\": {t1_tps_1c:.3}, \
-         \"t10_cpu_per_txn_vs_best_epoll_1core\": {t10_cpu_1c:.3}, \"t1_tps_vs_best_epoll_seeds_variant\": {t1_tps_seeds:.3}, \"t10_cpu_per_txn_vs_best_epoll_seeds_variant\": {t10_cpu_seeds:.3}, \"kv_vs_memcached\": {kv_vs:.3}, \"kv_epoll_vs_memcached\": {kv_epoll_vs:.3}, \
-         \"http_vs_nginx\": {http_vs:.3}, \"http_epoll_vs_nginx\": {http_epoll_vs:.3}, \"size_tps_vs_best_epoll\": {{{}}}, \"seconds\": {:.0}}}",
+         \"t10_cpu_per_txn_vs_best_epoll_1core\": {t10_cpu_1c:.3}, \"t1_tps_vs_best_epoll_seeds_variant\": {t1_tps_seeds:.3}, \"t10_cpu_per_txn_vs_best_epoll_seeds_variant\": {t10_cpu_seeds:.3}, {}, \"size_tps_vs_best_epoll\": {{{}}}, \"seconds\": {:.0}}}",
+        m.json(),
         sizes_json.join(", "),
         started.elapsed().as_secs_f64()
     );
+}
+
+/// The macro comparison's ratios: throughput (the client's rate) and server CPU per
+/// operation, ours over the reference server's.
+struct MacroRatios {
+    kv_vs: f64,
+    kv_epoll_vs: f64,
+    kv_cpu_vs: f64,
+    http_vs: f64,
+    http_epoll_vs: f64,
+    http_cpu_vs: f64,
+}
+
+impl MacroRatios {
+    /// The JSON keys (no braces).
+    fn json(&self) -> String {
+        format!(
+            "\"kv_vs_memcached\": {:.3}, \"kv_epoll_vs_memcached\": {:.3}, \"kv_cpu_per_op_vs_memcached\": {:.3}, \
+             \"http_vs_nginx\": {:.3}, \"http_epoll_vs_nginx\": {:.3}, \"http_cpu_per_req_vs_nginx\": {:.3}",
+            self.kv_vs,
+            self.kv_epoll_vs,
+            self.kv_cpu_vs,
+            self.http_vs,
+            self.http_epoll_vs,
+            self.http_cpu_vs
+        )
+    }
+}
+
+/// bessemer-kv against memcached and bessemer-httpd against nginx: prints the table, returns
+/// the ratios.
+fn macro_part(quick: bool) -> MacroRatios {
+    let (msecs, mreps) = if quick { (2, 3) } else { (4, 3) };
+    println!(
+        "\n# macro: 1 server core (CPU 1), client pinned to CPU 0; median of {mreps} x {msecs} s; \
+         server cpu = user + system time of the server's processes per operation"
+    );
+    println!(
+        "{:<24} {:>10} {:>8} {:>10} {:>6}",
+        "server", "ops/s", "spread%", "cpu_us/op", "sys%"
+    );
+    let kv = macro_kv(msecs, mreps);
+    for (k, f) in &kv {
+        println!(
+            "{:<24} {:>10.0} {:>8.1} {:>10.2} {:>6.0}   (memcaslap, 64 conns, 90% get)",
+            k,
+            f.rate,
+            f.spread,
+            f.cpu_us_per_op,
+            f.sys_share * 100.0
+        );
+    }
+    let http = macro_http(msecs, mreps);
+    for (k, f) in &http {
+        println!(
+            "{:<24} {:>10.0} {:>8.1} {:>10.2} {:>6.0}   (wrk, 64 conns, 128 B file)",
+            k,
+            f.rate,
+            f.spread,
+            f.cpu_us_per_op,
+            f.sys_share * 100.0
+        );
+    }
+    let r =
+        |m: &BTreeMap<String, MacroFigure>, a: &str, b: &str, cpu: bool| match (m.get(a), m.get(b))
+        {
+            (Some(x), Some(y)) if !cpu && y.rate > 0.0 => x.rate / y.rate,
+            (Some(x), Some(y)) if cpu && y.cpu_us_per_op > 0.0 => x.cpu_us_per_op / y.cpu_us_per_op,
+            _ => 0.0,
+        };
+    let m = MacroRatios {
+        kv_vs: r(&kv, "bessemer-kv/megapipe", "memcached", false),
+        kv_epoll_vs: r(&kv, "bessemer-kv/epoll", "memcached", false),
+        kv_cpu_vs: r(&kv, "bessemer-kv/megapipe", "memcached", true),
+        http_vs: r(&http, "bessemer-httpd/megapipe", "nginx", false),
+        http_epoll_vs: r(&http, "bessemer-httpd/epoll", "nginx", false),
+        http_cpu_vs: r(&http, "bessemer-httpd/megapipe", "nginx", true),
+    };
+    println!(
+        "# server cpu per operation, ours / reference: kv {:.2} (memcached), http {:.2} (nginx); \
+         below 1 = less CPU per operation",
+        m.kv_cpu_vs, m.http_cpu_vs
+    );
+    m
 }
 
 fn yes(b: bool) -> &'static str {
