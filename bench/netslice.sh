@@ -7,8 +7,9 @@
 #   pcap       AF_PACKET, one recv + one send per frame (libpcap's classic path)
 #   pcap-mmap  AF_PACKET TPACKET_V2 RX ring + TX ring (libpcap's mmap mode)
 #   mmsg:B     recvmmsg/sendmmsg, batches of B = 1, 2, 4, ..., 256 (the batch sweep)
-#   afxdp      Bessemer, 2 x AFXDPPort (our AF_XDP slices; its burst is fixed at build time
-#              (MAX_BURST), so it is not swept)
+#   afxdp      Bessemer, 2 x AFXDPPort (our AF_XDP slices), PortInc's full burst (64)
+#   afxdp:B    the same with PortInc's burst set to B = 1, 2, 4, ..., 64 (set_burst; 64 is
+#              the batch capacity, so the sweep stops there)
 #   kernel     the kernel's own forwarding: the Linux bridge (a static FDB entry)
 #   direct     no forwarder: ping over a veth pair straight between the namespaces (the
 #              baseline of the added round-trip latency)
@@ -38,6 +39,7 @@ else
 fi
 sweep=""
 for b in 1 2 4 8 16 32 64 128 256; do sweep="$sweep mmsg:$b"; done
+for b in 1 2 4 8 16 32; do sweep="$sweep afxdp:$b"; done
 
 main_out=$(BENCH_FRAME_BYTES=$main_frames MODES="direct kernel pcap pcap-mmap afxdp" bench/ports.sh)
 echo "$main_out" | sed '$d'
@@ -66,7 +68,7 @@ hdr = (f"{'forwarder':28} {'core':>4} {'Mpps':>7} {'(min-max)':>11} {'CPU%':>5} 
 print(hdr)
 print("-" * len(hdr))
 order = (["kernel", "pcap", "pcap-mmap"] + [f"mmsg:{b}" for b in (1, 2, 4, 8, 16, 32, 64, 128, 256)]
-         + ["afxdp", "pcap@0", "pcap-mmap@0", "mmsg:32@0", "afxdp@0", "direct"])
+         + [f"afxdp:{b}" for b in (1, 2, 4, 8, 16, 32)] + ["afxdp", "pcap@0", "pcap-mmap@0", "mmsg:32@0", "afxdp@0", "direct"])
 for m in order:
     r = by.get(m)
     if r is None:
@@ -90,6 +92,8 @@ print("CPU% and Mpps/core: core 1 + softirq on core 0 (bench-ports' accounting; 
       " misses the forwarder's own time on core 0); +RTT: median RTT minus the direct veth's;"
       " * = a run disturbed by other load on the machine")
 sweep = {b: at(f"mmsg:{b}", 64) for b in (1, 2, 4, 8, 16, 32, 64, 128, 256)}
+afxdp_sweep = {b: at(f"afxdp:{b}", 64) for b in (1, 2, 4, 8, 16, 32)}
+afxdp_sweep[64] = at("afxdp", 64)
 figs = {
     "afxdp_vs_pcap_mmap": ratio(at("afxdp", 64), at("pcap-mmap", 64)),
     "afxdp_vs_pcap_mmap_same_core": ratio(at("afxdp@0", 64), at("pcap-mmap@0", 64)),
@@ -97,6 +101,7 @@ figs = {
     "pcap_mmap_vs_pcap": ratio(at("pcap-mmap", 64), at("pcap", 64)),
     "afxdp_vs_kernel": ratio(at("afxdp", 64), at("kernel", 64)),
     "mmsg256_vs_mmsg1": ratio(sweep[256], sweep[1]),
+    "afxdp64_vs_afxdp1": ratio(afxdp_sweep[64], afxdp_sweep[1]),
     "other_core_vs_same_core": {m: ratio(at(m, 64), at(m + "@0", 64))
                                 for m in ("pcap", "pcap-mmap", "mmsg:32", "afxdp")},
 }
@@ -105,12 +110,13 @@ paper = {
     "pcap_mmap_vs_pcap": "7.6x (single queue)",
     "afxdp_vs_kernel": "0.74 (NetSlice vs kernel routing, single queue)",
     "mmsg256_vs_mmsg1": "1.462 (+46.2 %, NetSlice batch 1 -> 256)",
+    "afxdp64_vs_afxdp1": "1.462 (+46.2 %, NetSlice batch 1 -> 256)",
     "other_core_vs_same_core": "same-core worst; peer placement +66.6 % (no batching) / +78.3 % (batching)",
 }
 print()
 print(f"{'ratio (64 B)':34} {'here':>7}   paper (seed 001 §4.2, MTU frames, 10 GbE)")
 for k in ("afxdp_vs_pcap_mmap", "afxdp_vs_pcap_mmap_same_core", "afxdp_vs_pcap", "pcap_mmap_vs_pcap",
-          "afxdp_vs_kernel", "mmsg256_vs_mmsg1"):
+          "afxdp_vs_kernel", "mmsg256_vs_mmsg1", "afxdp64_vs_afxdp1"):
     v = figs[k]
     print(f"{k:34} {(f'{v:.2f}' if v is not None else '-'):>7}   {paper.get(k, '')}")
 for m, v in figs["other_core_vs_same_core"].items():
@@ -126,6 +132,7 @@ print(f"target afxdp >= 4 x pcap-mmap (64 B, core 1): "
       f"{'met' if t is not None and t >= 4 else 'NOT met'} ({t})")
 out = {"bench": "netslice", "quick": quick, "seconds_per_run": float(sys.argv[4]),
        **figs, "mmsg_sweep_mpps": {str(b): v for b, v in sweep.items()},
+       "afxdp_sweep_mpps": {str(b): v for b, v in afxdp_sweep.items()},
        "rtt_direct_p50_us": d50, "added_rtt_p50_us": added, "rows": rows}
 print(json.dumps(out))
 PY

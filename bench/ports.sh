@@ -141,7 +141,7 @@ ovs_unports() {
 for m in $modes; do
   echo "bench-ports: $m" >&2
   case $m in
-    afxdp | afxdp@* | em-user | em-user@* | em-offload | em-offload@* | afpacket | afpacket@* | xdp | pcap | pcap@* | pcap-mmap | pcap-mmap@* | mmsg*)
+    afxdp | afxdp@* | afxdp:* | em-user | em-user@* | em-offload | em-offload@* | afpacket | afpacket@* | xdp | pcap | pcap@* | pcap-mmap | pcap-mmap@* | mmsg*)
       one "$m" ;;
     direct)
       ip -n "$gen" link add "${t}d0" type veth peer name "${t}d1" netns "$sink"
@@ -207,7 +207,7 @@ def name_of(m):
     kind, _, batch = base.partition(":")
     n = names.get(kind, "recvmmsg/sendmmsg" if kind == "mmsg" else kind)
     if batch:
-        n += f", batch {batch}"
+        n += f", {'burst' if kind == 'afxdp' else 'batch'} {batch}"
     if core == "0":
         n += ", core 0"
     return n

@@ -398,7 +398,16 @@ fn module(e: &mut Engine, class: &str, name: &str, arg: Value) -> Result<()> {
     e.create_module(c, Some(name), &arg).map(|_| ())
 }
 
-fn bessemer(driver: &'static PortDriver, a: &str, b: &str, core: usize) -> Result<Engine> {
+/// Bessemer between `a` and `b`: PortInc -> PortOut both ways on one worker on `core`, each
+/// PortInc receiving at most `burst` packets per poll (its `set_burst` command; None: the
+/// batch capacity).
+fn bessemer(
+    driver: &'static PortDriver,
+    a: &str,
+    b: &str,
+    core: usize,
+    burst: Option<usize>,
+) -> Result<Engine> {
     let mut e = Engine::new(EngineConfig {
         buffers: 32768,
         pages: PagePolicy::Auto,
@@ -410,6 +419,9 @@ fn bessemer(driver: &'static PortDriver, a: &str, b: &str, core: usize) -> Resul
     for (from, to) in [("pa", "pb"), ("pb", "pa")] {
         let (inc, out) = (format!("inc_{from}"), format!("out_{to}"));
         module(&mut e, "PortInc", &inc, Value::map().with("port", from))?;
+        if let Some(n) = burst {
+            e.command(&inc, "set_burst", &Value::map().with("burst", n as u64))?;
+        }
         module(&mut e, "PortOut", &out, Value::map().with("port", to))?;
         e.connect(&inc, 0, &out, 0)?;
         e.attach_task(&inc, 0, None, Some(0))?;
@@ -744,9 +756,15 @@ impl<'a> ModeSpec<'a> {
             ),
             None => (rest, None),
         };
-        if batch.is_some() && base != "mmsg" {
+        if batch.is_some() && base != "mmsg" && base != "afxdp" {
             return Err(err(format!(
-                "mode '{mode}': only mmsg takes a batch size (Bessemer's burst is fixed at build time)"
+                "mode '{mode}': only mmsg and afxdp take a batch size"
+            )));
+        }
+        if base == "afxdp" && batch.is_some_and(|b| b > bessemer_core::MAX_BURST) {
+            return Err(err(format!(
+                "mode '{mode}': afxdp's burst is at most the batch capacity, {}",
+                bessemer_core::MAX_BURST
             )));
         }
         Ok(ModeSpec { base, batch, core })
@@ -792,7 +810,7 @@ fn run(args: &[String]) -> Result<String> {
         ),
         _ => {
             eprintln!(
-                "usage: bench-ports <afxdp|em-user|em-offload|afpacket|xdp|bridge|kernel|ovs-afxdp|ovs-netdev|pcap|pcap-mmap|mmsg:B|direct>[@CORE] <gen_ns> <g0> <g1> <s1> <sink_ns> <s0> <seconds> [switch_pid]"
+                "usage: bench-ports <afxdp[:B]|em-user|em-offload|afpacket|xdp|bridge|kernel|ovs-afxdp|ovs-netdev|pcap|pcap-mmap|mmsg:B|direct>[@CORE] <gen_ns> <g0> <g1> <s1> <sink_ns> <s0> <seconds> [switch_pid]"
             );
             std::process::exit(2);
         }
@@ -822,6 +840,7 @@ fn run(args: &[String]) -> Result<String> {
             g1,
             s1,
             core,
+            spec.batch,
         )?)),
         "afpacket" | "bridge" | "kernel" | "ovs-netdev" | "pcap" | "pcap-mmap" | "mmsg" => {
             pass_g1 = Some(attach_in(
@@ -842,6 +861,7 @@ fn run(args: &[String]) -> Result<String> {
                     g1,
                     s1,
                     core,
+                    None,
                 )?))
             } else if let Some(api) = api {
                 Switch::Fwd(Forwarder::start(api, g1, s1, core, FWD_LIMIT).map_err(err)?)
