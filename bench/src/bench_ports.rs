@@ -393,6 +393,17 @@ fn port(e: &Engine, driver: &'static PortDriver, name: &str, ifname: &str) -> Re
     Ok(())
 }
 
+/// `BENCH_IDLE_SLEEP_US`: the Bessemer switch's idle naps (`--idle-sleep-max-us`; 0, the
+/// default, polls always).
+fn idle_sleep_us() -> Result<u32> {
+    match std::env::var("BENCH_IDLE_SLEEP_US") {
+        Ok(v) => v
+            .parse()
+            .map_err(|_| err(format!("BENCH_IDLE_SLEEP_US={v}: not a number of µs"))),
+        Err(_) => Ok(0),
+    }
+}
+
 fn module(e: &mut Engine, class: &str, name: &str, arg: Value) -> Result<()> {
     let c = bessemer_modules::find(class).expect("module class");
     e.create_module(c, Some(name), &arg).map(|_| ())
@@ -413,6 +424,7 @@ fn bessemer(
         pages: PagePolicy::Auto,
         pin: true,
     })?;
+    e.set_idle_sleep_max_us(idle_sleep_us()?)?;
     e.add_worker(0, core)?;
     port(&e, driver, "pa", a)?;
     port(&e, driver, "pb", b)?;
@@ -445,6 +457,7 @@ fn bessemer_em(a: &str, b: &str, core: usize, offload: bool) -> Result<Engine> {
         pages: PagePolicy::Auto,
         pin: true,
     })?;
+    e.set_idle_sleep_max_us(idle_sleep_us()?)?;
     e.add_worker(0, core)?;
     let driver = &bessemer_drivers::af_xdp_port::DRIVER;
     port(&e, driver, "pa", a)?;

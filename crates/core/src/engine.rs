@@ -6,7 +6,7 @@
 
 use std::cell::UnsafeCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -64,6 +64,8 @@ struct WorkerShared {
     tree: UnsafeCell<ClassTree>,
     rounds: AtomicU64,
     idle_rounds: AtomicU64,
+    /// Naps taken while idle (see [`Engine::set_idle_sleep_max_us`]).
+    naps: AtomicU64,
 }
 /// One change of an [`Engine::transaction`].
 pub enum TxOp {
@@ -215,6 +217,8 @@ pub struct WorkerInfo {
     pub rounds: u64,
     /// Rounds in which nothing was runnable.
     pub idle_rounds: u64,
+    /// Naps taken while idle (only with [`Engine::set_idle_sleep_max_us`] above 0).
+    pub naps: u64,
     /// TSC cycles spent running (not paused) since the worker started.
     pub run_cycles: u64,
 }
@@ -264,7 +268,17 @@ pub struct Engine {
     next_worker: usize,
     cfg: EngineConfig,
     default_core: usize,
+    /// Longest nap of an idle worker in µs (0: workers always poll, as BESS's do); read by
+    /// every worker on its idle rounds.
+    idle_sleep_max_us: Arc<AtomicU32>,
 }
+
+/// Largest accepted `idle_sleep_max_us` (10 ms, as Open vSwitch's `pmd-sleep-max`).
+pub const MAX_IDLE_SLEEP_US: u32 = 10_000;
+/// How long a worker must have found no packet before it starts to nap, in nanoseconds.
+const IDLE_BEFORE_NAP_NS: u64 = 1_000_000;
+/// A worker's first nap, in µs (it doubles per idle round up to the maximum).
+const FIRST_NAP_US: u32 = 8;
 
 /// CPU ids present on the machine (`/sys/devices/system/cpu/present`, e.g. "0-3,8"), whatever
 /// the daemon's own affinity mask: BESS's `is_cpu_present`.
@@ -336,7 +350,27 @@ impl Engine {
             next_worker: 0,
             cfg,
             default_core: 0,
+            idle_sleep_max_us: Arc::new(AtomicU32::new(0)),
         })
+    }
+
+    /// Lets idle workers sleep: a worker whose tasks have found no packet for 1 ms naps
+    /// between rounds, 8 µs at first and doubling up to `max_us`, until a round finds work
+    /// again (Open vSwitch's `pmd-sleep-max`). 0 (the default) keeps BESS's behaviour: workers
+    /// always poll. A nap delays the first packet after an idle spell by up to `max_us`.
+    pub fn set_idle_sleep_max_us(&self, max_us: u32) -> Result<()> {
+        if max_us > MAX_IDLE_SLEEP_US {
+            return Err(Error::invalid(format!(
+                "idle sleep {max_us} us is out of range (0..={MAX_IDLE_SLEEP_US})"
+            )));
+        }
+        self.idle_sleep_max_us.store(max_us, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The longest nap of an idle worker in µs (0: workers always poll).
+    pub fn idle_sleep_max_us(&self) -> u32 {
+        self.idle_sleep_max_us.load(Ordering::Relaxed)
     }
 
     /// The packet pool.
@@ -386,16 +420,18 @@ impl Engine {
             tree: UnsafeCell::new(ClassTree::new(wid)),
             rounds: AtomicU64::new(0),
             idle_rounds: AtomicU64::new(0),
+            naps: AtomicU64::new(0),
         });
-        let (sh, graph, pool, pin) = (
+        let (sh, graph, pool, pin, nap) = (
             shared.clone(),
             self.graph.clone(),
             self.pool.clone(),
             self.cfg.pin,
+            self.idle_sleep_max_us.clone(),
         );
         let thread = std::thread::Builder::new()
             .name(format!("bessemer-w{wid}"))
-            .spawn(move || worker_main(wid, core, pin, sh, graph, pool))
+            .spawn(move || worker_main(wid, core, pin, sh, graph, pool, nap))
             .map_err(|e| Error::no_mem(format!("cannot start worker {wid}: {e}")))?;
         if self.workers.len() <= wid {
             self.workers.resize_with(wid + 1, || None);
@@ -579,6 +615,7 @@ impl Engine {
                     num_tasks: tree.tasks().len(),
                     rounds: w.shared.rounds.load(Ordering::Relaxed),
                     idle_rounds: w.shared.idle_rounds.load(Ordering::Relaxed),
+                    naps: w.shared.naps.load(Ordering::Relaxed),
                     run_cycles: w.shared.run_cycles(),
                 }
             })
@@ -1139,6 +1176,60 @@ impl Drop for Engine {
     }
 }
 
+/// An idle worker's naps (see [`Engine::set_idle_sleep_max_us`]).
+#[derive(Default)]
+struct Napper {
+    /// TSC of the first round of the current idle spell (0: not idle).
+    idle_since: u64,
+    /// The next nap, in µs (0: not napping yet).
+    next_us: u32,
+    /// Idle rounds to run before the next nap, so every task is polled between naps.
+    polls_left: usize,
+}
+
+impl Napper {
+    /// A round found packets: the idle spell is over.
+    #[inline(always)]
+    fn busy(&mut self) {
+        self.idle_since = 0;
+        self.next_us = 0;
+        self.polls_left = 0;
+    }
+
+    /// A round found no packet; naps once the spell has lasted `IDLE_BEFORE_NAP_NS`, then
+    /// after every `classes` idle rounds (the scheduler runs the idle task whose backoff
+    /// ends first, so that many rounds poll every task once). Returns whether it slept.
+    fn idle(&mut self, round: u64, max_us: u32, classes: usize) -> bool {
+        if self.polls_left > 0 {
+            self.polls_left -= 1;
+            return false;
+        }
+        if self.next_us == 0 {
+            // The clock is read every 64th idle round only: it costs more than a poll.
+            if round & 63 != 0 {
+                return false;
+            }
+            let now = crate::tsc::rdtsc();
+            if self.idle_since == 0 {
+                self.idle_since = now;
+                return false;
+            }
+            if crate::tsc::cycles_to_ns(now.wrapping_sub(self.idle_since)) < IDLE_BEFORE_NAP_NS {
+                return false;
+            }
+            self.next_us = FIRST_NAP_US;
+            // Naps of a few µs need a timer slack below the default 50 µs.
+            // SAFETY: prctl with plain integer arguments, for this thread only.
+            unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000u64, 0u64, 0u64, 0u64) };
+        }
+        let us = self.next_us.min(max_us);
+        std::thread::sleep(Duration::from_micros(us as u64));
+        self.next_us = us.saturating_mul(2).min(max_us);
+        self.polls_left = classes;
+        true
+    }
+}
+
 fn worker_main(
     wid: usize,
     core: usize,
@@ -1146,6 +1237,7 @@ fn worker_main(
     sh: Arc<WorkerShared>,
     graph: Arc<GraphCell>,
     pool: PacketPool,
+    nap_max_us: Arc<AtomicU32>,
 ) {
     if pin {
         if let Err(e) = pin_to(core) {
@@ -1157,6 +1249,7 @@ fn worker_main(
     let mut idle_streak = 0u32;
     let mut no_tasks = false;
     let mut round = 0u64;
+    let mut napper = Napper::default();
     loop {
         match sh.req.load(Ordering::Acquire) {
             REQ_RUN => {}
@@ -1184,7 +1277,23 @@ fn worker_main(
         }
         // SAFETY: the control thread mutates graph and tree only while we are paused.
         let (g, tree) = unsafe { (&*graph.0.get(), &mut *sh.tree.get()) };
-        let ran = tree.schedule_once(&mut |t| ctx.run_task(g, t));
+        let mut packets = 0;
+        let ran = tree.schedule_once(&mut |t| {
+            let r = ctx.run_task(g, t);
+            packets = r.packets;
+            r
+        });
+        if packets > 0 {
+            napper.busy();
+        } else {
+            let max = nap_max_us.load(Ordering::Relaxed);
+            if max > 0 && napper.idle(round, max, tree.len()) {
+                // The nap is nobody's run time: the next round reads the clock afresh.
+                tree.resync_clock();
+                sh.naps
+                    .store(sh.naps.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            }
+        }
         if round & 63 == 0 {
             ctx.refresh_now();
         }

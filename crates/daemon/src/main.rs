@@ -47,6 +47,11 @@ struct Cli {
     /// (BESS's -c).
     #[arg(short = 'c', long, default_value_t = 0)]
     core: usize,
+    /// Let idle workers sleep: after 1 ms without a packet a worker naps between rounds,
+    /// 8 µs at first, doubling up to this many µs (at most 10000), until work returns (as
+    /// Open vSwitch's pmd-sleep-max). 0, the default, keeps BESS's always-polling workers.
+    #[arg(long, value_name = "US", default_value_t = 0)]
+    idle_sleep_max_us: u32,
     /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9100). Off by default.
     #[arg(long, value_name = "ADDR")]
     metrics: Option<SocketAddr>,
@@ -116,6 +121,7 @@ fn main() {
     settings.engine.pin = !cli.no_pin;
     settings.pid_file = cli.pid_file.clone();
     settings.default_core = cli.core;
+    settings.idle_sleep_max_us = cli.idle_sleep_max_us;
     settings.metrics = cli.metrics;
     settings.http = cli.http;
     settings.http_allow = cli.http_allow.clone();

@@ -44,6 +44,8 @@ pub struct Settings {
     pub pid_file: Option<PathBuf>,
     /// Core of the worker started when tasks need one and none exists (BESS's `-c`).
     pub default_core: usize,
+    /// Longest nap of an idle worker in µs (0: workers always poll, as in BESS).
+    pub idle_sleep_max_us: u32,
     /// Where to serve Prometheus's `/metrics` (off when None).
     pub metrics: Option<SocketAddr>,
     /// Where to serve the web view (off when None); may equal `metrics`.
@@ -163,6 +165,7 @@ impl Settings {
             engine: EngineConfig::default(),
             pid_file: None,
             default_core: 0,
+            idle_sleep_max_us: 0,
             metrics: None,
             http: None,
             http_allow: Vec::new(),
@@ -297,6 +300,9 @@ pub async fn run(settings: Settings) -> Result<(), String> {
     engine
         .set_default_core(settings.default_core)
         .map_err(|e| format!("--core: {}", e.msg))?;
+    engine
+        .set_idle_sleep_max_us(settings.idle_sleep_max_us)
+        .map_err(|e| format!("--idle-sleep-max-us: {}", e.msg))?;
     tracing::info!(
         buffers = settings.engine.buffers,
         pages = ?engine.pool().page_kind(),

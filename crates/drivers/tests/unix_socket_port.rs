@@ -497,3 +497,59 @@ fn default_path_is_bess_style_and_removed_with_the_port() {
     h.graph.ports().destroy(&name).unwrap();
     assert!(!std::path::Path::new(&path).exists());
 }
+
+#[test]
+fn an_idle_worker_naps_and_still_echoes_every_frame() {
+    use bessemer_core::mem::PagePolicy;
+    use bessemer_core::{Engine, EngineConfig};
+    let mut e = Engine::new(EngineConfig {
+        buffers: 1024,
+        pages: PagePolicy::Plain,
+        pin: false,
+    })
+    .unwrap();
+    assert!(e.set_idle_sleep_max_us(20_000).is_err(), "beyond 10 ms");
+    e.set_idle_sleep_max_us(500).unwrap();
+    let path = temp_path();
+    let params = PortParams {
+        name: "p0".into(),
+        num_inc_q: 0,
+        num_out_q: 0,
+        size_inc_q: 0,
+        size_out_q: 0,
+        pool: e.pool().clone(),
+    };
+    e.ports()
+        .create(&DRIVER, params, &Value::map().with("path", path.as_str()))
+        .unwrap();
+    e.add_worker(0, 0).unwrap();
+    let class = |n: &str| bessemer_modules::find(n).unwrap();
+    let port = Value::map().with("port", "p0");
+    e.create_module(class("PortInc"), Some("inc"), &port)
+        .unwrap();
+    e.create_module(class("PortOut"), Some("out"), &port)
+        .unwrap();
+    e.connect("inc", 0, "out", 0).unwrap();
+    e.attach_task("inc", 0, None, Some(0)).unwrap();
+    e.resume_all().unwrap();
+    let c = Client::connect(&path).unwrap();
+    let naps = |e: &Engine| e.list_workers()[0].naps;
+    for (i, frame) in frames(&[60, 200, 1514]).iter().enumerate() {
+        // Idle for more than the 1 ms threshold: the worker naps before each frame.
+        let before = naps(&e);
+        wait_until("the idle worker to nap", || naps(&e) > before + 2);
+        c.send(frame);
+        assert_eq!(&c.recv(), frame, "frame {i} echoed after a nap");
+    }
+    // Back to polling only: no more naps once the setting is 0.
+    e.set_idle_sleep_max_us(0).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let settled = naps(&e);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(naps(&e), settled, "naps with the setting at 0");
+    drop(c);
+    e.destroy_module("inc").unwrap();
+    e.destroy_module("out").unwrap();
+    e.ports().destroy("p0").unwrap();
+    assert_eq!(e.pool().free_count(), e.pool().capacity());
+}
