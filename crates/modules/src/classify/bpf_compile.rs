@@ -250,29 +250,43 @@ pub fn analyse(prog: &[Op]) -> Option<Vec<PathSpec>> {
 /// Most distinct fields the merged structure evaluates per packet (a bit each in a u64).
 pub const MAX_FIELDS: usize = 64;
 
-/// How a field's value is computed per packet, from the packet or from an earlier field.
-#[derive(Clone, Copy, Debug)]
-enum Load {
-    Len,
-    /// `size` bytes at `at`.
-    Abs {
-        at: usize,
-        size: u8,
-    },
-    /// `size` bytes at 4 * (field `x` & 0xf) + `off`.
-    Ind {
-        x: u8,
-        off: u32,
-        size: u8,
-    },
-    /// The value of field i (before this field's mask).
-    Of(u8),
+/// How the fields' values are computed per packet, grouped by kind so that each group is a
+/// plain loop (no per-field dispatch): the packet length, loads at fixed offsets (by size),
+/// loads past the IPv4 header (after the fixed loads they index by), masked copies of
+/// earlier fields (after everything they copy).
+#[derive(Clone, Debug, Default)]
+struct FieldPlan {
+    len: Option<u8>,
+    /// (field, offset) of the 1-, 2- and 4-byte loads at fixed offsets.
+    abs: [Vec<(u8, usize)>; 3],
+    /// Bits of every fixed-offset field.
+    abs_bits: u64,
+    /// One past the last byte any fixed-offset load reads: a packet this long makes them all
+    /// valid, with no check per load.
+    abs_end: usize,
+    /// (field, index field x, offset, size): `size` bytes at 4 * (x & 0xf) + offset.
+    ind: Vec<(u8, u8, u32, u8)>,
+    /// (field, source field, mask).
+    masked: Vec<(u8, u8, u32)>,
 }
 
-#[derive(Clone, Copy, Debug)]
-struct FieldOp {
-    load: Load,
-    mask: u32,
+/// The index in `FieldPlan::abs` of a load's size.
+fn size_class(size: u8) -> usize {
+    match size {
+        1 => 0,
+        2 => 1,
+        _ => 2,
+    }
+}
+
+/// `N` big-endian bytes at `at`; the caller has checked `at + N <= p.len()`.
+#[inline(always)]
+fn be_at<const N: usize>(p: &[u8], at: usize) -> u32 {
+    let mut v = 0u32;
+    for &b in &p[at..at + N] {
+        v = (v << 8) | b as u32;
+    }
+    v
 }
 
 /// `size` big-endian bytes of `p` at `at`, None past the end (as the interpreter's loads).
@@ -289,11 +303,55 @@ fn be(p: &[u8], at: usize, size: u8) -> Option<u32> {
     }
 }
 
+/// A condition in a form checked without branching: it holds when
+/// `(value & mask) - lo` (wrapping) is at most `span`. Every test and its negation fits:
+/// equality is `[k, k]`, `>=` and `>` are intervals up to `u32::MAX`, a bit test is
+/// `value & k` in `[1, MAX]`, and a negation is the interval's complement (an empty one is
+/// `mask` 0, `lo` 1, `span` 0).
 #[derive(Clone, Copy, Debug)]
 struct Cond {
     field: u8,
-    test: Test,
-    expect: bool,
+    mask: u32,
+    lo: u32,
+    span: u32,
+}
+
+impl Cond {
+    fn new(field: u8, test: Test, expect: bool) -> Cond {
+        const NEVER: (u32, u32, u32) = (0, 1, 0);
+        let (mask, lo, span) = match test {
+            Test::Eq(k) => (u32::MAX, k, 0),
+            Test::Ge(k) => (u32::MAX, k, u32::MAX - k),
+            Test::Gt(u32::MAX) => NEVER,
+            Test::Gt(k) => (u32::MAX, k + 1, u32::MAX - k - 1),
+            Test::Set(0) => NEVER,
+            Test::Set(k) => (k, 1, u32::MAX - 1),
+        };
+        let (mask, lo, span) = if expect {
+            (mask, lo, span)
+        } else if (mask, lo, span) == NEVER {
+            (u32::MAX, 0, u32::MAX)
+        } else if span == u32::MAX {
+            NEVER
+        } else {
+            (
+                mask,
+                lo.wrapping_add(span).wrapping_add(1),
+                u32::MAX - span - 1,
+            )
+        };
+        Cond {
+            field,
+            mask,
+            lo,
+            span,
+        }
+    }
+
+    #[inline(always)]
+    fn holds(&self, vals: &[u32; MAX_FIELDS]) -> bool {
+        (vals[self.field as usize] & self.mask).wrapping_sub(self.lo) <= self.span
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -359,8 +417,8 @@ impl KeyTable {
 pub struct Merged {
     /// Every field any path reads, evaluated once per packet.
     fields: Vec<Field>,
-    /// How to compute each of `fields`, in order.
-    ops: Vec<FieldOp>,
+    /// How to compute `fields`.
+    plan: FieldPlan,
     paths: Vec<Path>,
     conds: Vec<Cond>,
     keys: Vec<KeyTable>,
@@ -447,11 +505,7 @@ impl Merged {
                         if let (Test::Eq(k), true) = (t, expect) {
                             known.push((f, k));
                         }
-                        m.conds.push(Cond {
-                            field: field_ix[&f],
-                            test: t,
-                            expect,
-                        });
+                        m.conds.push(Cond::new(field_ix[&f], t, expect));
                     }
                 }
             }
@@ -470,29 +524,30 @@ impl Merged {
                 None => m.unkeyed.push(pid),
             }
         }
-        m.ops = m
-            .fields
-            .iter()
-            .map(|f| {
-                let load = if f.mask != u32::MAX {
-                    Load::Of(field_ix[&f.unmasked()])
-                } else {
-                    match (f.size, f.msh) {
-                        (0, _) => Load::Len,
-                        (size, None) => Load::Abs {
-                            at: f.xc as usize + f.off as usize,
-                            size,
-                        },
-                        (size, Some(k)) => Load::Ind {
-                            x: field_ix[&Field::load(1, None, 0, k)],
-                            off: f.off,
-                            size,
-                        },
-                    }
-                };
-                FieldOp { load, mask: f.mask }
-            })
-            .collect();
+        for (i, f) in m.fields.iter().enumerate() {
+            let i = i as u8;
+            let plan = &mut m.plan;
+            if f.mask != u32::MAX {
+                plan.masked.push((i, field_ix[&f.unmasked()], f.mask));
+                continue;
+            }
+            match (f.size, f.msh) {
+                (0, _) => plan.len = Some(i),
+                (size, None) => {
+                    let at = f.xc as usize + f.off as usize;
+                    plan.abs[size_class(size)].push((i, at));
+                    plan.abs_bits |= 1 << i;
+                    plan.abs_end = plan.abs_end.max(at + size as usize);
+                }
+                (size, Some(k)) => {
+                    plan.ind
+                        .push((i, field_ix[&Field::load(1, None, 0, k)], f.off, size));
+                }
+            }
+        }
+        // An indexed load's X is a fixed-offset byte (computed first), and a masked field
+        // copies an unmasked one: masked copies of indexed loads come after those, so
+        // `masked` keeps field order, in which every source precedes its copies.
         let mut fields: Vec<_> = by_key.into_iter().collect();
         fields.sort_by_key(|(f, _)| *f);
         for (f, vals) in fields {
@@ -508,10 +563,12 @@ impl Merged {
 
     #[inline(always)]
     fn path_holds(&self, p: &Path, vals: &[u32; MAX_FIELDS], valid: u64) -> bool {
+        // Every condition is evaluated (no early exit): which one fails varies from packet
+        // to packet, and a mispredicted exit costs more than the few conditions a path has.
         p.need & !valid == 0
             && self.conds[p.conds.0 as usize..p.conds.1 as usize]
                 .iter()
-                .all(|c| c.test.holds(vals[c.field as usize]) == c.expect)
+                .fold(true, |ok, c| ok & c.holds(vals))
     }
 
     /// The first filter (index in priority order) whose program accepts `p`; `progs(i)` is
@@ -530,21 +587,45 @@ impl Merged {
         p: &[u8],
         progs: impl Fn(u32) -> &'p [Op],
     ) -> Option<u32> {
+        let plan = &self.plan;
         let mut valid = 0u64;
-        for (i, f) in self.ops.iter().enumerate() {
-            let v = match f.load {
-                Load::Len => Some(p.len() as u32),
-                Load::Abs { at, size } => be(p, at, size),
-                Load::Ind { x, off, size } if valid & (1 << x) != 0 => be(
-                    p,
-                    ((vals[x as usize] & 0x0f) << 2) as usize + off as usize,
-                    size,
-                ),
-                Load::Of(j) if valid & (1 << j) != 0 => Some(vals[j as usize]),
-                _ => None,
-            };
-            if let Some(v) = v {
-                vals[i] = v & f.mask;
+        if let Some(i) = plan.len {
+            vals[i as usize] = p.len() as u32;
+            valid |= 1 << i;
+        }
+        if p.len() >= plan.abs_end {
+            for &(i, at) in &plan.abs[0] {
+                vals[i as usize] = be_at::<1>(p, at);
+            }
+            for &(i, at) in &plan.abs[1] {
+                vals[i as usize] = be_at::<2>(p, at);
+            }
+            for &(i, at) in &plan.abs[2] {
+                vals[i as usize] = be_at::<4>(p, at);
+            }
+            valid |= plan.abs_bits;
+        } else {
+            for (c, size) in [(0, 1), (1, 2), (2, 4)] {
+                for &(i, at) in &plan.abs[c] {
+                    if let Some(v) = be(p, at, size) {
+                        vals[i as usize] = v;
+                        valid |= 1 << i;
+                    }
+                }
+            }
+        }
+        for &(i, x, off, size) in &plan.ind {
+            if valid & (1 << x) != 0 {
+                let at = ((vals[x as usize] & 0x0f) << 2) as usize + off as usize;
+                if let Some(v) = be(p, at, size) {
+                    vals[i as usize] = v;
+                    valid |= 1 << i;
+                }
+            }
+        }
+        for &(i, j, mask) in &plan.masked {
+            if valid & (1 << j) != 0 {
+                vals[i as usize] = vals[j as usize] & mask;
                 valid |= 1 << i;
             }
         }
@@ -676,6 +757,37 @@ pub(crate) mod tests {
         }
         let m = merged(&[prog_of("udp dst port 53"), prog_of("udp dst port 54")]);
         assert!(m.slow.is_empty() && m.unkeyed.is_empty());
+    }
+
+    /// Constants and values around the edges the interval form wraps at.
+    fn edge() -> impl Strategy<Value = u32> {
+        prop_oneof![
+            Just(0u32),
+            Just(1),
+            Just(u32::MAX),
+            Just(u32::MAX - 1),
+            Just(0x8000_0000),
+            0u32..16,
+            any::<u32>(),
+        ]
+    }
+
+    proptest! {
+        /// The branch-free condition agrees with the test it was made from, either outcome.
+        #[test]
+        fn interval_conditions_agree_with_their_tests(
+            kind in 0u8..4, k in edge(), v in edge(), expect in any::<bool>(),
+        ) {
+            let t = match kind {
+                0 => Test::Eq(k),
+                1 => Test::Gt(k),
+                2 => Test::Ge(k),
+                _ => Test::Set(k),
+            };
+            let mut vals = [0u32; MAX_FIELDS];
+            vals[3] = v;
+            prop_assert_eq!(Cond::new(3, t, expect).holds(&vals), t.holds(v) == expect);
+        }
     }
 
     proptest! {
