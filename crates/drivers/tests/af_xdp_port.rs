@@ -369,6 +369,16 @@ fn ports_share_an_interface_by_queue() {
     assert_eq!(e.pool().free_count(), e.pool().capacity());
 }
 
+/// A 60-byte broadcast frame of a local experimental EtherType, its payload all `fill`.
+fn broadcast_frame(fill: u8) -> Vec<u8> {
+    [
+        [0xff; 6].as_slice(),
+        &[2, 0, 0, 0, 0, 1, 0x88, 0xb5],
+        &[fill; 46],
+    ]
+    .concat()
+}
+
 fn rx_packets(ns: &str, ifname: &str) -> u64 {
     common::sh_in(
         ns,
@@ -422,12 +432,7 @@ fn shared_and_foreign_packets_go_out_as_copies() {
     let other = bessemer_core::PacketPool::new("other", 64, PagePolicy::Plain).unwrap();
     let mut cache = e.pool().cache();
     let mut ocache = other.cache();
-    let frame: Vec<u8> = [
-        [0xff; 6].as_slice(),
-        &[2, 0, 0, 0, 0, 1, 0x88, 0xb5],
-        &[7; 46],
-    ]
-    .concat();
+    let frame = broadcast_frame(7);
     let before = rx_packets(&host.name, &l.inner);
     {
         let (_claim, mut q) = h.claim_tx(0).unwrap();
@@ -484,12 +489,7 @@ fn every_frame_of_one_send_leaves_without_another_send() {
     let e = engine();
     let h = port(&e, "p", arg(&l.outer)).unwrap();
     let mut cache = e.pool().cache();
-    let frame: Vec<u8> = [
-        [0xff; 6].as_slice(),
-        &[2, 0, 0, 0, 0, 1, 0x88, 0xb5],
-        &[9; 46],
-    ]
-    .concat();
+    let frame = broadcast_frame(9);
     let before = rx_packets(&host.name, &l.inner);
     let sends = 3;
     {

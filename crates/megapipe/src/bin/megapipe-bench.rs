@@ -984,26 +984,21 @@ fn macro_part(quick: bool) -> MacroRatios {
         "server", "ops/s", "spread%", "cpu_us/op", "sys%"
     );
     let kv = macro_kv(msecs, mreps);
-    for (k, f) in &kv {
-        println!(
-            "{:<24} {:>10.0} {:>8.1} {:>10.2} {:>6.0}   (memcaslap, 64 conns, 90% get)",
-            k,
-            f.rate,
-            f.spread,
-            f.cpu_us_per_op,
-            f.sys_share * 100.0
-        );
-    }
     let http = macro_http(msecs, mreps);
-    for (k, f) in &http {
-        println!(
-            "{:<24} {:>10.0} {:>8.1} {:>10.2} {:>6.0}   (wrk, 64 conns, 128 B file)",
-            k,
-            f.rate,
-            f.spread,
-            f.cpu_us_per_op,
-            f.sys_share * 100.0
-        );
+    for (figures, load) in [
+        (&kv, "memcaslap, 64 conns, 90% get"),
+        (&http, "wrk, 64 conns, 128 B file"),
+    ] {
+        for (k, f) in figures {
+            println!(
+                "{:<24} {:>10.0} {:>8.1} {:>10.2} {:>6.0}   ({load})",
+                k,
+                f.rate,
+                f.spread,
+                f.cpu_us_per_op,
+                f.sys_share * 100.0
+            );
+        }
     }
     let r =
         |m: &BTreeMap<String, MacroFigure>, a: &str, b: &str, cpu: bool| match (m.get(a), m.get(b))
