@@ -301,6 +301,11 @@ fn sys(e: bessemer_core::Error) -> ModelError {
     ModelError::Input(e.msg)
 }
 
+/// Why the testbed cannot be used in this build (its BPF programs were not built), if so.
+pub fn unavailable() -> Option<String> {
+    testbed_prog::unavailable()
+}
+
 fn object() -> Result<bpf_elf::Object, ModelError> {
     if let Some(why) = testbed_prog::unavailable() {
         return Err(ModelError::Input(why));
@@ -310,7 +315,7 @@ fn object() -> Result<bpf_elf::Object, ModelError> {
 
 fn ifindex_in(iface: &str, ns: &str) -> Result<u32, ModelError> {
     netns::run_in(ns, || netns::ifindex(iface)).map_err(|e| {
-        let where_ = if ns.is_empty() {
+        let where_ = if ns.is_empty() || e.msg.contains("network namespace") {
             String::new()
         } else {
             format!(" in network namespace '{ns}'")

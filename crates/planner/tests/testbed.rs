@@ -374,6 +374,124 @@ fn model_fidelity_on_veth() {
             "model fidelity on veth: {agreed}/{checked} flows on the predicted queue over {configs} configurations"
         );
         assert_eq!(agreed, checked, "model fidelity on veth");
+        // The control: without steering, the kernel's own choice disagrees with the model
+        // for some flow, so the agreement above is the program's doing.
+        steer.off().unwrap();
+        let (cfg, flows) = (
+            common::config_82599(veth::QUEUES)
+                .new_tree(&mut runner)
+                .unwrap()
+                .current(),
+            veth::random_flows(&mut runner, FLOWS),
+        );
+        let seen = veth::run_flows(&bed, &tx, &counter, &flows);
+        let off_agreed = flows
+            .iter()
+            .filter(|h| {
+                let Dest::Queue(q) = i82599.semantic(&cfg, h) else {
+                    return false;
+                };
+                let c = &seen[&Tuple::counter_key(h)];
+                c[q as usize] == c.iter().sum::<u64>()
+            })
+            .count();
+        eprintln!(
+            "steering off: {off_agreed}/{} flows on the predicted queue",
+            flows.len()
+        );
+        assert!(
+            off_agreed < flows.len(),
+            "the control agreed: the check sees nothing"
+        );
+        steer.detach().unwrap();
+    }
+}
+
+/// Reconfiguration under load: while a thread sends, the configuration switches back and
+/// forth between two random ones. Every packet arrives (none dropped) and on the queue one
+/// of the two configurations gives its flow (none sees a mix).
+#[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
+#[cfg_attr(
+    all(root, not(bpf_clang)),
+    ignore = "needs clang to build the testbed's BPF programs (install the 'clang' package)"
+)]
+fn reconfiguration_under_load() {
+    #[cfg(all(root, bpf_clang))]
+    {
+        use bessemer_planner::testbed::{frame, QueueCounter, Sender, Steering, Tuple};
+        use proptest::strategy::{Strategy, ValueTree};
+        use proptest::test_runner::TestRunner;
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        use std::time::{Duration, Instant};
+        const SWITCHES: usize = 40;
+        let bed = veth::Bed::new();
+        let counter = QueueCounter::attach("tr", &bed.r.0).unwrap();
+        let steer = Steering::attach("ts", &bed.s.0, false).unwrap();
+        let tx = Sender::open("ts", &bed.s.0).unwrap();
+        let mut runner = TestRunner::deterministic();
+        let m = Intel82599 {
+            queues: veth::QUEUES,
+        };
+        let strat = common::config_82599(veth::QUEUES);
+        let a = strat.new_tree(&mut runner).unwrap().current();
+        let b = strat.new_tree(&mut runner).unwrap().current();
+        let (ta, tb) = (tables(&m, &a).unwrap(), tables(&m, &b).unwrap());
+        let flows = veth::random_flows(&mut runner, 32);
+        let moved = flows
+            .iter()
+            .filter(|h| m.semantic(&a, h) != m.semantic(&b, h))
+            .count();
+        assert!(moved > 0, "the two configurations place every flow alike");
+        let frames: Vec<Vec<u8>> = flows
+            .iter()
+            .map(|h| frame(h, [2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], 18))
+            .collect();
+        steer.apply(&ta).unwrap();
+        counter.clear().unwrap();
+        let stop = AtomicBool::new(false);
+        let sent = AtomicU64::new(0);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                // Bounded: stops when told, or after 20 s whatever happens.
+                let t = Instant::now();
+                while !stop.load(Ordering::Relaxed) && t.elapsed() < Duration::from_secs(20) {
+                    for f in &frames {
+                        tx.send(f).unwrap();
+                    }
+                    sent.fetch_add(frames.len() as u64, Ordering::Relaxed);
+                }
+            });
+            for i in 0..SWITCHES {
+                steer.apply(if i % 2 == 0 { &tb } else { &ta }).unwrap();
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+        let want = sent.load(Ordering::Relaxed);
+        let t = Instant::now();
+        let seen = loop {
+            let seen = counter.read().unwrap();
+            let n: u64 = seen.values().flat_map(|c| c.iter()).sum();
+            if n >= want || t.elapsed() > Duration::from_secs(5) {
+                assert_eq!(n, want, "packets counted vs sent");
+                break seen;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        for h in &flows {
+            let allowed = [m.semantic(&a, h), m.semantic(&b, h)];
+            let c = &seen[&Tuple::counter_key(h)];
+            for (q, n) in c.iter().enumerate() {
+                assert!(
+                    *n == 0 || allowed.contains(&Dest::Queue(q as u16)),
+                    "{h}: {n} packets on Q{q}, the configurations give {allowed:?}"
+                );
+            }
+        }
+        eprintln!(
+            "{want} packets of {} flows ({moved} change queue) over {SWITCHES} switches, none lost or mis-steered",
+            flows.len()
+        );
         steer.detach().unwrap();
     }
 }
