@@ -114,7 +114,10 @@ mod veth {
 
     impl Netns {
         fn new(prefix: &str) -> Netns {
-            let ns = Netns(format!("{prefix}{}", std::process::id()));
+            // Unique per test too: the tests of this file run in parallel in one process.
+            static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let ns = Netns(format!("{prefix}{}x{seq}", std::process::id()));
             let _ = Command::new("ip")
                 .args(["netns", "del", &ns.0])
                 .stderr(std::process::Stdio::null())
