@@ -25,6 +25,10 @@
 // `bessemer_tbcount` (XDP on the receiving veth end) counts each flow's packets per RX queue
 // (ctx->rx_queue_index) and drops them.
 //
+// `bessemer_tbcpu` (XDP on the receiving veth end, for the isolation experiment) hands each
+// packet to the CPU its RX queue is served on (`qcpu`, through the cpumap `cpus`), as a NIC
+// with one queue per core does: veth itself processes a packet on the sender's CPU.
+//
 // Built by crates/drivers/build.rs with `clang -O2 -target bpf`, loaded by
 // crates/drivers/src/bpf_elf.rs; no kernel or libbpf headers (the constants are UAPI).
 
@@ -37,6 +41,8 @@ typedef unsigned long long __u64;
 
 #define BPF_MAP_TYPE_HASH 1
 #define BPF_MAP_TYPE_ARRAY 2
+#define BPF_MAP_TYPE_CPUMAP 16
+#define XDP_PASS 2
 #define BPF_ANY 0
 #define BPF_NOEXIST 1
 #define XDP_DROP 1
@@ -63,6 +69,7 @@ struct xdp_md {
 static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
 static long (*bpf_map_update_elem)(void *map, const void *key, const void *value,
 				   __u64 flags) = (void *)2;
+static long (*bpf_redirect_map)(void *map, __u64 key, __u64 flags) = (void *)51;
 static long (*bpf_skb_load_bytes)(const void *skb, __u32 offset, void *to, __u32 len) =
 	(void *)26;
 
@@ -139,6 +146,8 @@ struct map_def config SEC("maps") = { BPF_MAP_TYPE_ARRAY, 4, sizeof(struct confi
 struct map_def ordered SEC("maps") = { BPF_MAP_TYPE_ARRAY, 4, sizeof(struct ordered), 2 * ORDERED_MAX, 0 };
 struct map_def hashed SEC("maps") = { BPF_MAP_TYPE_HASH, sizeof(struct hkey), 4, 20480, 0 };
 struct map_def flows SEC("maps") = { BPF_MAP_TYPE_HASH, sizeof(struct tuple), sizeof(struct counts), 65536, 0 };
+struct map_def qcpu SEC("maps") = { BPF_MAP_TYPE_ARRAY, 4, 4, 64, 0 };
+struct map_def cpus SEC("maps") = { BPF_MAP_TYPE_CPUMAP, 4, 8, 64, 0 };
 
 static __attribute__((always_inline)) __u64 w0(const struct tuple *t)
 {
@@ -286,6 +295,17 @@ count:;
 	if (c)
 		__sync_fetch_and_add(&c->q[q], 1);
 	return XDP_DROP;
+}
+
+SEC("xdp/cpu")
+int bessemer_tbcpu(struct xdp_md *ctx)
+{
+	__u32 q = ctx->rx_queue_index;
+	__u32 *cpu = bpf_map_lookup_elem(&qcpu, &q);
+	if (!cpu)
+		return XDP_PASS;
+	// An empty cpumap slot: the packet stays where it is (XDP_PASS).
+	return bpf_redirect_map(&cpus, *cpu, XDP_PASS);
 }
 
 char _license[] SEC("license") = "GPL";

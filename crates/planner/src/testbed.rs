@@ -611,6 +611,68 @@ impl QueueCounter {
     }
 }
 
+/// On the receiving end: each RX queue's packets are processed on a CPU of its own, as on a
+/// NIC with a queue per core (veth processes a packet on the sender's CPU). An XDP program
+/// hands them over through a cpumap; the CPU's kernel thread then runs the stack for them.
+pub struct QueueCpus {
+    _maps: Vec<(String, OwnedFd)>,
+    _link: bpf::XdpLink,
+}
+
+impl QueueCpus {
+    /// Attaches to `iface` in `netns`: RX queue q is processed on CPU `queue_cpu[q]`.
+    pub fn attach(iface: &str, netns: &str, queue_cpu: &[usize]) -> Result<QueueCpus, ModelError> {
+        let obj = object()?;
+        if let Some(e) = not_root("the veth testbed's queue-to-CPU program") {
+            return Err(e);
+        }
+        let ifindex = ifindex_in(iface, netns)?;
+        let loaded = bpf_elf::load(
+            &obj,
+            "xdp/cpu",
+            "bessemer_tbcpu",
+            bpf::BPF_PROG_TYPE_XDP,
+            bpf::BPF_XDP,
+            &[],
+            0,
+        )
+        .map_err(sys)?;
+        let (prog, maps) = loaded.into_parts();
+        let fd = |name: &str| {
+            maps.iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, f)| f.as_raw_fd())
+                .ok_or_else(|| ModelError::Input(format!("no map '{name}'")))
+        };
+        for (q, cpu) in queue_cpu.iter().enumerate() {
+            // struct bpf_cpumap_val: queue size, no program.
+            let mut v = [0u8; 8];
+            v[0..4].copy_from_slice(&2048u32.to_ne_bytes());
+            bpf::map_update(
+                fd("cpus")?,
+                &(*cpu as u32).to_ne_bytes(),
+                &v,
+                "cannot fill the cpumap",
+            )
+            .map_err(sys)?;
+            bpf::map_update(
+                fd("qcpu")?,
+                &(q as u32).to_ne_bytes(),
+                &(*cpu as u32).to_ne_bytes(),
+                "cannot map a queue to a CPU",
+            )
+            .map_err(sys)?;
+        }
+        let what = format!("cannot attach the queue-to-CPU program to {iface}");
+        let link =
+            netns::run_in(netns, || bpf::XdpLink::attach(prog, ifindex, &what)).map_err(sys)?;
+        Ok(QueueCpus {
+            _maps: maps,
+            _link: link,
+        })
+    }
+}
+
 /// An Ethernet frame carrying a packet of header `h` from `src` to `dst` (MACs), with
 /// `payload` bytes after the headers: IPv4 with a UDP or TCP header (other protocols: no
 /// L4 header), or, for another EtherType, just the payload.
