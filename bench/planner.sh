@@ -12,12 +12,19 @@
 # the median of BENCH_REPS runs (default 5; 3 with --quick) of SECONDS_PER_RUN seconds
 # (default 3; 2 with --quick), min-max printed. PLANNER_OFFLOAD=0 skips it.
 #
+# Then, as root, seed 003 §5.6.3's isolation experiment scaled to this machine on the veth
+# testbed (planner-isolation: 2 queues, one per CPU, 2 HP + 8 BE UDP echo clients, the
+# balancing policy against isolation; PLANNER_ISOLATION=0 skips it).
+#
 # Ends with one JSON line: the planner's keys plus offload_vs_best_userspace (em-offload's
 # rate over the best of em-user and afxdp) and offload_vs_xdp_bound (over xdp), null when
-# the offload case did not run (not root, no clang) with offload_error saying why.
+# the offload case did not run (not root, no clang) with offload_error saying why; and the
+# isolation keys (isolation_hp_p50_us, isolation_hp_p99_us, isolation_hp_tps,
+# isolation_be_tps per policy, isolation_hp_p50_ratio, isolation_hp_tps_ratio), or
+# isolation_error saying why they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -q -p bessemer-planner --bin planner-bench
+cargo build --release -q -p bessemer-planner --bin planner-bench --bin planner-isolation
 out=$(nice target/release/planner-bench "$@")
 printf '%s\n' "$out" | sed '$d'
 json=$(printf '%s\n' "$out" | tail -n 1)
@@ -48,11 +55,33 @@ else
   fi
 fi
 
-python3 - "$json" "$ports_json" "$why" <<'PY'
+iso_json="null"
+iso_why=""
+if [ "${PLANNER_ISOLATION:-1}" != 1 ]; then
+  iso_why="skipped (PLANNER_ISOLATION=0)"
+elif [ "$(id -u)" -ne 0 ]; then
+  iso_why="needs root (network namespaces, veth, BPF)"
+else
+  echo
+  if iso=$(target/release/planner-isolation "$@" 2>&1); then
+    printf '%s\n' "$iso" | sed '$d'
+    iso_json=$(printf '%s\n' "$iso" | tail -n 1)
+  else
+    printf '%s\n' "$iso"
+    iso_why=$(printf '%s\n' "$iso" | tail -n 1)
+  fi
+fi
+
+python3 - "$json" "$ports_json" "$why" "$iso_json" "$iso_why" <<'PY'
 import json, sys
 out = json.loads(sys.argv[1])
 ports = json.loads(sys.argv[2])
 why = sys.argv[3]
+iso = json.loads(sys.argv[4])
+if iso is not None:
+    out.update({k: v for k, v in iso.items() if k != "bench"})
+else:
+    out["isolation_error"] = sys.argv[5] or "the isolation experiment produced no figures"
 def run64(mode):
     for r in (ports or {}).get("switches", []):
         if r.get("mode") == mode:

@@ -13,16 +13,27 @@ use crate::netns;
 pub const BPF_MAP_CREATE: i32 = 0;
 pub const BPF_MAP_LOOKUP_ELEM: i32 = 1;
 pub const BPF_MAP_UPDATE_ELEM: i32 = 2;
+pub const BPF_MAP_DELETE_ELEM: i32 = 3;
+pub const BPF_MAP_GET_NEXT_KEY: i32 = 4;
 pub const BPF_PROG_LOAD: i32 = 5;
+pub const BPF_PROG_ATTACH: i32 = 8;
+pub const BPF_PROG_DETACH: i32 = 9;
 pub const BPF_PROG_TEST_RUN: i32 = 10;
+pub const BPF_PROG_GET_FD_BY_ID: i32 = 13;
+pub const BPF_MAP_GET_FD_BY_ID: i32 = 14;
+pub const BPF_OBJ_GET_INFO_BY_FD: i32 = 15;
+pub const BPF_PROG_QUERY: i32 = 16;
 pub const BPF_LINK_CREATE: i32 = 28;
 pub const BPF_LINK_DETACH: i32 = 34;
 /// Map types.
 pub const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
 pub const BPF_MAP_TYPE_XSKMAP: u32 = 17;
-/// Program type and attach type.
+/// Program types and attach types.
+pub const BPF_PROG_TYPE_SCHED_CLS: u32 = 3;
 pub const BPF_PROG_TYPE_XDP: u32 = 6;
 pub const BPF_XDP: u32 = 37;
+pub const BPF_TCX_INGRESS: u32 = 46;
+pub const BPF_TCX_EGRESS: u32 = 47;
 /// Program flag: the XDP program handles multi-buffer packets (jumbo frames; 5.18+).
 pub const BPF_F_XDP_HAS_FRAGS: u32 = 1 << 5;
 /// `src` of a 64-bit immediate load that names a map by fd.
@@ -164,29 +175,51 @@ pub fn load_xdp(prog: &[Insn], name: &str) -> Result<OwnedFd> {
 
 /// [`load_xdp`] with `prog_flags` (e.g. [`BPF_F_XDP_HAS_FRAGS`]).
 pub fn load_xdp_flags(prog: &[Insn], name: &str, prog_flags: u32) -> Result<OwnedFd> {
+    load_prog(BPF_PROG_TYPE_XDP, BPF_XDP, prog, name, prog_flags)
+}
+
+/// Loads a (GPL) program of type `prog_type` with `expected_attach_type`, named `name`; on
+/// failure the error carries the verifier log.
+pub fn load_prog(
+    prog_type: u32,
+    expected_attach_type: u32,
+    prog: &[Insn],
+    name: &str,
+    prog_flags: u32,
+) -> Result<OwnedFd> {
     let license = b"GPL\0";
     let mut attr = Attr::new();
-    attr.u32(0, BPF_PROG_TYPE_XDP)
+    attr.u32(0, prog_type)
         .u32(4, prog.len() as u32)
         .u64(8, prog.as_ptr() as u64)
         .u64(16, license.as_ptr() as u64)
         .u32(44, prog_flags)
-        .u32(68, BPF_XDP);
+        .u32(68, expected_attach_type);
     let n = name.len().min(15);
     attr.0[48..48 + n].copy_from_slice(&name.as_bytes()[..n]);
-    match attr.fd(BPF_PROG_LOAD, "cannot load the XDP program (bpf)") {
+    let what = if prog_type == BPF_PROG_TYPE_XDP {
+        "cannot load the XDP program (bpf)".to_string()
+    } else {
+        format!("cannot load BPF program '{name}' (bpf)")
+    };
+    match attr.fd(BPF_PROG_LOAD, &what) {
         Ok(fd) => Ok(fd),
         Err(mut e) => {
-            // Load again with the verifier log, to say why.
-            let mut log = vec![0u8; 4096];
+            // Load again with the verifier log, to say why (its end says what failed).
+            let mut log = vec![0u8; 1 << 20];
             attr.u32(24, 1)
                 .u32(28, log.len() as u32)
                 .u64(32, log.as_mut_ptr() as u64);
             if attr.call(BPF_PROG_LOAD) < 0 {
                 let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
                 let text = String::from_utf8_lossy(&log[..end]);
-                if !text.trim().is_empty() {
-                    e.msg += &format!("; verifier: {}", text.trim());
+                let text = text.trim();
+                if !text.is_empty() {
+                    let tail = text.len().saturating_sub(3000);
+                    let tail = (tail..text.len())
+                        .find(|&i| text.is_char_boundary(i))
+                        .unwrap_or(0);
+                    e.msg += &format!("; verifier: {}", &text[tail..]);
                 }
             }
             Err(e)
@@ -203,6 +236,176 @@ pub fn link_xdp(prog: RawFd, ifindex: u32, flags: u32, what: &str) -> Result<Own
         .u32(8, BPF_XDP)
         .u32(12, flags)
         .fd(BPF_LINK_CREATE, what)
+}
+
+/// Attaches program `prog` (SCHED_CLS) at TCX `attach_type` ([`BPF_TCX_INGRESS`] or
+/// [`BPF_TCX_EGRESS`]) of interface `ifindex` with a link, behind the programs already there;
+/// closing the link, or [`link_detach`], detaches it.
+pub fn link_tcx(prog: RawFd, ifindex: u32, attach_type: u32, what: &str) -> Result<OwnedFd> {
+    Attr::new()
+        .u32(0, prog as u32)
+        .u32(4, ifindex)
+        .u32(8, attach_type)
+        .fd(BPF_LINK_CREATE, what)
+}
+
+/// Attaches program `prog` at TCX `attach_type` of `ifindex` without a link: it stays until
+/// [`tcx_detach`] or until the interface goes, whatever happens to this process.
+pub fn tcx_attach(prog: RawFd, ifindex: u32, attach_type: u32, what: &str) -> Result<()> {
+    let r = Attr::new()
+        .u32(0, ifindex)
+        .u32(4, prog as u32)
+        .u32(8, attach_type)
+        .call(BPF_PROG_ATTACH);
+    if r < 0 {
+        return Err(netns::os_error(what));
+    }
+    Ok(())
+}
+
+/// Detaches program `prog` from TCX `attach_type` of `ifindex` (attached by [`tcx_attach`]).
+pub fn tcx_detach(prog: RawFd, ifindex: u32, attach_type: u32, what: &str) -> Result<()> {
+    let r = Attr::new()
+        .u32(0, ifindex)
+        .u32(4, prog as u32)
+        .u32(8, attach_type)
+        .call(BPF_PROG_DETACH);
+    if r < 0 {
+        return Err(netns::os_error(what));
+    }
+    Ok(())
+}
+
+/// The ids of the programs at TCX `attach_type` of `ifindex`, in run order (at most 64).
+pub fn tcx_query(ifindex: u32, attach_type: u32) -> Result<Vec<u32>> {
+    let mut ids = vec![0u32; 64];
+    let mut attr = Attr::new();
+    attr.u32(0, ifindex)
+        .u32(4, attach_type)
+        .u64(16, ids.as_mut_ptr() as u64)
+        .u32(24, ids.len() as u32);
+    if attr.call(BPF_PROG_QUERY) < 0 {
+        return Err(netns::os_error(
+            "cannot list the interface's TCX programs (bpf)",
+        ));
+    }
+    ids.truncate((attr.get_u32(24) as usize).min(64));
+    Ok(ids)
+}
+
+/// An fd for program `id`.
+pub fn prog_by_id(id: u32) -> Result<OwnedFd> {
+    Attr::new().u32(0, id).fd(
+        BPF_PROG_GET_FD_BY_ID,
+        &format!("cannot open BPF program {id}"),
+    )
+}
+
+/// An fd for map `id`.
+pub fn map_by_id(id: u32) -> Result<OwnedFd> {
+    Attr::new()
+        .u32(0, id)
+        .fd(BPF_MAP_GET_FD_BY_ID, &format!("cannot open BPF map {id}"))
+}
+
+fn obj_info(fd: RawFd, info: &mut [u8]) -> Result<()> {
+    let r = Attr::new()
+        .u32(0, fd as u32)
+        .u32(4, info.len() as u32)
+        .u64(8, info.as_mut_ptr() as u64)
+        .call(BPF_OBJ_GET_INFO_BY_FD);
+    if r < 0 {
+        return Err(netns::os_error("cannot read a BPF object's information"));
+    }
+    Ok(())
+}
+
+fn name_at(b: &[u8]) -> String {
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..end]).into_owned()
+}
+
+/// A program's name and the ids of the maps it uses (`struct bpf_prog_info`).
+pub fn prog_info(prog: RawFd) -> Result<(String, Vec<u32>)> {
+    let mut ids = vec![0u32; 64];
+    let mut info = [0u8; 128];
+    info[52..56].copy_from_slice(&(ids.len() as u32).to_ne_bytes());
+    info[56..64].copy_from_slice(&(ids.as_mut_ptr() as u64).to_ne_bytes());
+    obj_info(prog, &mut info)?;
+    let n = u32::from_ne_bytes(info[52..56].try_into().expect("4")) as usize;
+    ids.truncate(n.min(64));
+    Ok((name_at(&info[64..80]), ids))
+}
+
+/// A map's name (`struct bpf_map_info`).
+pub fn map_name(map: RawFd) -> Result<String> {
+    let mut info = [0u8; 96];
+    obj_info(map, &mut info)?;
+    Ok(name_at(&info[24..40]))
+}
+
+/// `map[key] = value` (any sizes; the map's).
+pub fn map_update(map: RawFd, key: &[u8], value: &[u8], what: &str) -> Result<()> {
+    let r = Attr::new()
+        .u32(0, map as u32)
+        .u64(8, key.as_ptr() as u64)
+        .u64(16, value.as_ptr() as u64)
+        .call(BPF_MAP_UPDATE_ELEM);
+    if r < 0 {
+        return Err(netns::os_error(what));
+    }
+    Ok(())
+}
+
+/// `map[key]` into `value` (its size must be the map's value size); false if absent.
+pub fn map_lookup(map: RawFd, key: &[u8], value: &mut [u8]) -> Result<bool> {
+    let r = Attr::new()
+        .u32(0, map as u32)
+        .u64(8, key.as_ptr() as u64)
+        .u64(16, value.as_mut_ptr() as u64)
+        .call(BPF_MAP_LOOKUP_ELEM);
+    if r < 0 {
+        if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOENT) {
+            return Ok(false);
+        }
+        return Err(netns::os_error("cannot read a BPF map entry"));
+    }
+    Ok(true)
+}
+
+/// Removes `map[key]` (absent: nothing to do).
+pub fn map_delete(map: RawFd, key: &[u8]) -> Result<()> {
+    let r = Attr::new()
+        .u32(0, map as u32)
+        .u64(8, key.as_ptr() as u64)
+        .call(BPF_MAP_DELETE_ELEM);
+    if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOENT) {
+        return Err(netns::os_error("cannot delete a BPF map entry"));
+    }
+    Ok(())
+}
+
+/// Every key of hash map `map` (keys of `key_len` bytes), at most `max`.
+pub fn map_keys(map: RawFd, key_len: usize, max: usize) -> Result<Vec<Vec<u8>>> {
+    let mut keys = Vec::new();
+    let mut cur: Option<Vec<u8>> = None;
+    while keys.len() < max {
+        let mut next = vec![0u8; key_len];
+        let r = Attr::new()
+            .u32(0, map as u32)
+            .u64(8, cur.as_ref().map_or(0, |k| k.as_ptr() as u64))
+            .u64(16, next.as_mut_ptr() as u64)
+            .call(BPF_MAP_GET_NEXT_KEY);
+        if r < 0 {
+            if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOENT) {
+                break;
+            }
+            return Err(netns::os_error("cannot list a BPF map's keys"));
+        }
+        keys.push(next.clone());
+        cur = Some(next);
+    }
+    Ok(keys)
 }
 
 /// Detaches a link's program now (closing the link fd may detach it later).

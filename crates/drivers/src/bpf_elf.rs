@@ -241,6 +241,19 @@ pub struct Loaded {
 }
 
 impl Loaded {
+    /// The fds of the program and its maps, which it keeps open (the fds stay valid as long
+    /// as this value lives).
+    pub fn into_parts(self) -> (OwnedFd, Vec<(String, OwnedFd)>) {
+        let mut owned = self._owned;
+        let mut named = Vec::new();
+        for (name, fd) in &self.maps {
+            if let Some(i) = owned.iter().position(|o| o.as_raw_fd() == *fd) {
+                named.push((name.clone(), owned.swap_remove(i)));
+            }
+        }
+        (self.prog, named)
+    }
+
     /// The fd of map `name`.
     pub fn map(&self, name: &str) -> Result<RawFd> {
         self.maps
@@ -259,6 +272,30 @@ pub fn load_xdp(
     reuse: &[(&str, RawFd)],
     prog_flags: u32,
 ) -> Result<Loaded> {
+    load(
+        obj,
+        section,
+        name,
+        bpf::BPF_PROG_TYPE_XDP,
+        bpf::BPF_XDP,
+        reuse,
+        prog_flags,
+    )
+}
+
+/// Creates the maps program section `section` of `obj` uses (except those in `reuse`, by
+/// name) and loads it as a program of `prog_type` with `expected_attach_type` and
+/// `prog_flags`, named `name` in the kernel. Maps only other sections use are not created,
+/// so one object can hold programs for different places, each with its own maps.
+pub fn load(
+    obj: &Object,
+    section: &str,
+    name: &str,
+    prog_type: u32,
+    expected_attach_type: u32,
+    reuse: &[(&str, RawFd)],
+    prog_flags: u32,
+) -> Result<Loaded> {
     let prog = obj
         .progs
         .iter()
@@ -267,6 +304,9 @@ pub fn load_xdp(
     let mut maps = HashMap::new();
     let mut owned = Vec::new();
     for m in &obj.maps {
+        if !prog.relocs.iter().any(|(_, n)| *n == m.name) {
+            continue;
+        }
         if let Some((_, fd)) = reuse.iter().find(|(n, _)| *n == m.name) {
             maps.insert(m.name.clone(), *fd);
             continue;
@@ -294,7 +334,7 @@ pub fn load_xdp(
         insns[*at].imm = fd;
         insns[*at + 1].imm = 0;
     }
-    let fd = bpf::load_xdp_flags(&insns, name, prog_flags)?;
+    let fd = bpf::load_prog(prog_type, expected_attach_type, &insns, name, prog_flags)?;
     Ok(Loaded {
         prog: fd,
         maps,

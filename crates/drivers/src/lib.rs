@@ -13,6 +13,7 @@ pub mod pcap_file_port;
 pub mod pcap_port;
 pub mod pmd_port;
 pub mod slice_port;
+pub mod testbed_prog;
 pub mod unix_socket_port;
 pub mod vnet;
 pub mod vport;

@@ -10,3 +10,4 @@ pub mod nic;
 pub mod offload;
 pub mod pred;
 pub mod search;
+pub mod testbed;

@@ -99,3 +99,81 @@ fn bad_input_gets_a_clear_error() {
     let (ok, _, err) = planner(&["show", "--queues", "0"]);
     assert!(!ok && err.contains("--queues 0"), "{err}");
 }
+
+#[test]
+fn apply_refuses_what_it_cannot_emulate() {
+    let (ok, _, err) = planner(&["apply", "--nic", "xdp", "--iface", "x", "--generate", "2"]);
+    assert!(!ok && err.contains("--nic 82599 or --nic sfc9020"), "{err}");
+    let (ok, _, err) = planner(&["apply", "--generate", "2"]);
+    assert!(!ok && err.contains("apply needs --iface"), "{err}");
+}
+
+/// apply, apply again (an update in place), unapply, on a 4-queue veth in a namespace of
+/// the test's own; and the errors for what is not there.
+#[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
+#[cfg_attr(
+    all(root, not(bpf_clang)),
+    ignore = "needs clang to build the testbed's BPF programs (install the 'clang' package)"
+)]
+fn apply_and_unapply_on_a_veth() {
+    struct Netns(String);
+    impl Drop for Netns {
+        fn drop(&mut self) {
+            let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+        }
+    }
+    let ns = Netns(format!("plcli{}", std::process::id()));
+    let ip = |args: &[&str]| assert!(Command::new("ip").args(args).status().unwrap().success());
+    ip(&["netns", "add", &ns.0]);
+    ip(&[
+        "-n",
+        &ns.0,
+        "link",
+        "add",
+        "ca",
+        "numtxqueues",
+        "4",
+        "numrxqueues",
+        "4",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "cb",
+        "numtxqueues",
+        "4",
+        "numrxqueues",
+        "4",
+    ]);
+    for dev in ["ca", "cb"] {
+        ip(&[
+            "netns", "exec", &ns.0, "ethtool", "-L", dev, "rx", "4", "tx", "4",
+        ]);
+    }
+    let base = ["--iface", "ca", "--netns", &ns.0, "--generate", "200"];
+    let (ok, out, err) = planner(&[&["apply", "--nic", "82599"][..], &base].concat());
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("attached at TCX egress") && out.contains("128 ordered filter(s)"),
+        "{out}"
+    );
+    let (ok, out, err) = planner(&[&["apply", "--nic", "sfc9020"][..], &base].concat());
+    assert!(ok && out.contains("updated"), "{out}{err}");
+    let (ok, _, err) = planner(&[&["apply", "--queues", "8"][..], &base].concat());
+    assert!(!ok && err.contains("the plan needs 8"), "{err}");
+    let (ok, out, _) = planner(&["unapply", "--iface", "ca", "--netns", &ns.0]);
+    assert!(ok && out.contains("detached"), "{out}");
+    let (ok, _, err) = planner(&["unapply", "--iface", "ca", "--netns", &ns.0]);
+    assert!(!ok && err.contains("nothing to unapply"), "{err}");
+    let (ok, _, err) = planner(&[
+        "apply",
+        "--iface",
+        "nosuch",
+        "--netns",
+        &ns.0,
+        "--generate",
+        "2",
+    ]);
+    assert!(!ok && err.contains("no interface named 'nosuch'"), "{err}");
+}

@@ -6,8 +6,9 @@ use bessemer_planner::graph::{Dest, ModelError};
 use bessemer_planner::nic::{configured_prg, FlowSpec, Intel82599, NicModel, Sfc9020, XdpPort};
 use bessemer_planner::pred::{ip_str, proto_name, Header, PROTO_TCP, PROTO_UDP};
 use bessemer_planner::search::{
-    full_search_from, generate_flows, Balance, Bandwidth, CostFn, FlowMapMode, Isolation,
+    full_search_from, generate_flows, Balance, Bandwidth, CostFn, FlowMapMode, Isolation, Planner,
 };
+use bessemer_planner::testbed::{self, Steering};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::process::ExitCode;
 
@@ -35,47 +36,73 @@ enum Cmd {
     Plan {
         #[command(flatten)]
         nic: NicArgs,
-        /// Policy (cost function).
-        #[arg(long, value_enum, default_value = "balance")]
-        policy: Policy,
-        /// Queues reserved for high-priority flows (isolation, bandwidth).
-        #[arg(long, default_value_t = 1)]
-        hp_queues: u16,
-        /// Weight of high-priority bandwidth mismatch (bandwidth).
-        #[arg(long, default_value_t = 10.0)]
-        hp_penalty: f64,
-        /// Flow file: lines "udp 10.0.0.1:1234 10.1.0.1:11211 [hp] [bw=MBPS]".
-        #[arg(long, conflicts_with = "generate")]
-        flows: Option<std::path::PathBuf>,
-        /// Generate N flows instead (clients of one UDP server).
-        #[arg(long)]
-        generate: Option<usize>,
-        /// With --generate: every Mth flow is high-priority (0: none).
-        #[arg(long, default_value_t = 0)]
-        hp_every: usize,
-        /// With --generate: bandwidth each flow asks for, Mb/s.
-        #[arg(long, default_value_t = 0)]
-        bw: u32,
-        /// With --generate: seed.
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        /// Moves the local search may make after the greedy pass.
-        #[arg(long, default_value_t = 100)]
-        local_moves: usize,
-        /// Compute flow maps without incrementality (slow; for comparison).
-        #[arg(long)]
-        basic: bool,
+        #[command(flatten)]
+        plan: PlanArgs,
         /// Graphviz (configured PRG and per-queue pipelines) instead of text.
         #[arg(long)]
         dot: bool,
-        /// Turn RSS off: unmatched traffic stays on the default queue, so queues that only
-        /// filters feed can be specialised.
-        #[arg(long)]
-        rss_off: bool,
         /// With --nic ethtool: print the ethtool commands that apply the plan (not run).
         #[arg(long)]
         ethtool_commands: bool,
     },
+    /// Plan, then apply the configuration to a veth testbed: a TCX program on the sending
+    /// veth end (--iface, --netns) steers each packet to the RX queue of the peer that the
+    /// 82599 or SFC9020 would choose. Applying again updates it in place.
+    Apply {
+        #[command(flatten)]
+        nic: NicArgs,
+        #[command(flatten)]
+        plan: PlanArgs,
+    },
+    /// Remove the testbed's steering program from an interface (the veth picks its queues
+    /// as before).
+    Unapply {
+        /// Sending veth end.
+        #[arg(long)]
+        iface: String,
+        /// Its network namespace.
+        #[arg(long)]
+        netns: Option<String>,
+    },
+}
+
+/// What the search needs: the policy and the flows.
+#[derive(Args)]
+struct PlanArgs {
+    /// Policy (cost function).
+    #[arg(long, value_enum, default_value = "balance")]
+    policy: Policy,
+    /// Queues reserved for high-priority flows (isolation, bandwidth).
+    #[arg(long, default_value_t = 1)]
+    hp_queues: u16,
+    /// Weight of high-priority bandwidth mismatch (bandwidth).
+    #[arg(long, default_value_t = 10.0)]
+    hp_penalty: f64,
+    /// Flow file: lines "udp 10.0.0.1:1234 10.1.0.1:11211 [hp] [bw=MBPS]".
+    #[arg(long, conflicts_with = "generate")]
+    flows: Option<std::path::PathBuf>,
+    /// Generate N flows instead (clients of one UDP server).
+    #[arg(long)]
+    generate: Option<usize>,
+    /// With --generate: every Mth flow is high-priority (0: none).
+    #[arg(long, default_value_t = 0)]
+    hp_every: usize,
+    /// With --generate: bandwidth each flow asks for, Mb/s.
+    #[arg(long, default_value_t = 0)]
+    bw: u32,
+    /// With --generate: seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Moves the local search may make after the greedy pass.
+    #[arg(long, default_value_t = 100)]
+    local_moves: usize,
+    /// Compute flow maps without incrementality (slow; for comparison).
+    #[arg(long)]
+    basic: bool,
+    /// Turn RSS off: unmatched traffic stays on the default queue, so queues that only
+    /// filters feed can be specialised.
+    #[arg(long)]
+    rss_off: bool,
 }
 
 #[derive(Args)]
@@ -86,7 +113,7 @@ struct NicArgs {
     /// RX queues.
     #[arg(long, default_value_t = 4)]
     queues: u16,
-    /// Interface to read with ethtool (--nic ethtool).
+    /// Interface to read with ethtool (--nic ethtool); for apply, the sending veth end.
     #[arg(long)]
     iface: Option<String>,
     /// Network namespace of the interface.
@@ -211,59 +238,14 @@ fn run(cli: Cli) -> Result<(), ModelError> {
         }
         Cmd::Plan {
             nic,
-            policy,
-            hp_queues,
-            hp_penalty,
-            flows,
-            generate,
-            hp_every,
-            bw,
-            seed,
-            local_moves,
-            basic,
+            plan,
             dot,
-            rss_off,
             ethtool_commands,
         } => {
             let m = model(&nic)?;
-            let flows = match (flows, generate) {
-                (Some(p), _) => parse_flows(&p)?,
-                (None, Some(n)) if n > 0 && n <= 100_000 => generate_flows(n, seed, hp_every, bw),
-                (None, Some(n)) => {
-                    return Err(ModelError::Input(format!("--generate {n}: 1 to 100000")))
-                }
-                (None, None) => {
-                    return Err(ModelError::Input(
-                        "give --flows FILE or --generate N".into(),
-                    ))
-                }
-            };
-            let cost: Box<dyn CostFn> = match policy {
-                Policy::Balance => Box::new(Balance),
-                Policy::Isolation => Box::new(Isolation { k: hp_queues }),
-                Policy::Bandwidth => Box::new(Bandwidth {
-                    k: hp_queues,
-                    hp_penalty,
-                }),
-            };
-            let mode = if basic {
-                FlowMapMode::Basic
-            } else {
-                FlowMapMode::Incremental
-            };
+            let (flows, cost, mode) = search_inputs(&plan)?;
             let t = std::time::Instant::now();
-            let mut initial = m.initial_config();
-            if rss_off {
-                initial.rss.clear();
-            }
-            let p = full_search_from(
-                m.as_ref(),
-                cost.as_ref(),
-                mode,
-                initial,
-                &flows,
-                local_moves,
-            )?;
+            let p = search(m.as_ref(), cost.as_ref(), mode, &plan, &flows)?;
             let took = t.elapsed();
             let prg = configured_prg(m.as_ref(), &p.cfg)?;
             if ethtool_commands {
@@ -392,7 +374,134 @@ fn run(cli: Cli) -> Result<(), ModelError> {
                 print!("{}", q.pipeline.to_text());
             }
         }
+        Cmd::Apply { nic, plan } => apply(&nic, &plan)?,
+        Cmd::Unapply { iface, netns } => {
+            let ns = netns.as_deref().unwrap_or("");
+            match Steering::find(&iface, ns)? {
+                Some(s) => {
+                    s.detach()?;
+                    println!("{iface}: steering program detached");
+                }
+                None => {
+                    return Err(ModelError::Input(format!(
+                        "{iface} has no testbed steering program (nothing to unapply)"
+                    )))
+                }
+            }
+        }
     }
+    Ok(())
+}
+
+type SearchInputs = (Vec<FlowSpec>, Box<dyn CostFn>, FlowMapMode);
+
+fn search_inputs(a: &PlanArgs) -> Result<SearchInputs, ModelError> {
+    let flows = match (&a.flows, a.generate) {
+        (Some(p), _) => parse_flows(p)?,
+        (None, Some(n)) if n > 0 && n <= 100_000 => generate_flows(n, a.seed, a.hp_every, a.bw),
+        (None, Some(n)) => return Err(ModelError::Input(format!("--generate {n}: 1 to 100000"))),
+        (None, None) => {
+            return Err(ModelError::Input(
+                "give --flows FILE or --generate N".into(),
+            ))
+        }
+    };
+    let cost: Box<dyn CostFn> = match a.policy {
+        Policy::Balance => Box::new(Balance),
+        Policy::Isolation => Box::new(Isolation { k: a.hp_queues }),
+        Policy::Bandwidth => Box::new(Bandwidth {
+            k: a.hp_queues,
+            hp_penalty: a.hp_penalty,
+        }),
+    };
+    let mode = if a.basic {
+        FlowMapMode::Basic
+    } else {
+        FlowMapMode::Incremental
+    };
+    Ok((flows, cost, mode))
+}
+
+fn search<'a>(
+    m: &'a dyn NicModel,
+    cost: &'a dyn CostFn,
+    mode: FlowMapMode,
+    a: &PlanArgs,
+    flows: &[FlowSpec],
+) -> Result<Planner<'a>, ModelError> {
+    let mut initial = m.initial_config();
+    if a.rss_off {
+        initial.rss.clear();
+    }
+    full_search_from(m, cost, mode, initial, flows, a.local_moves)
+}
+
+/// `apply`: checks what can be checked before touching anything (the programs were built,
+/// root, the interface and its queues), plans, then writes the configuration.
+fn apply(nic: &NicArgs, plan: &PlanArgs) -> Result<(), ModelError> {
+    if !matches!(nic.nic, NicKind::I82599 | NicKind::Sfc9020) {
+        return Err(ModelError::Input(
+            "apply emulates --nic 82599 or --nic sfc9020 on a veth testbed".into(),
+        ));
+    }
+    let iface = nic
+        .iface
+        .as_deref()
+        .ok_or_else(|| ModelError::Input("apply needs --iface (the sending veth end)".into()))?;
+    let ns = nic.netns.as_deref().unwrap_or("");
+    if let Some(why) = testbed::unavailable() {
+        return Err(ModelError::Input(why));
+    }
+    let existing = Steering::find(iface, ns)?;
+    let have = bessemer_planner::ethtool::read_interface(iface, nic.netns.as_deref())?.queues;
+    if have < nic.queues {
+        return Err(ModelError::Input(format!(
+            "{iface} has {have} queue(s) in use, the plan needs {} (ethtool -L {iface} tx {} rx {} on both ends)",
+            nic.queues, nic.queues, nic.queues
+        )));
+    }
+    let m = model(nic)?;
+    let (flows, cost, mode) = search_inputs(plan)?;
+    let p = search(m.as_ref(), cost.as_ref(), mode, plan, &flows)?;
+    let t = testbed::tables(m.as_ref(), &p.cfg)?;
+    let (s, how) = match existing {
+        Some(s) => (s, "updated"),
+        None => (Steering::attach(iface, ns, true)?, "attached"),
+    };
+    s.apply(&t)?;
+    println!(
+        "{iface}: steering program {how} at TCX egress, emulating {} with {} queues",
+        m.name(),
+        m.queues()
+    );
+    println!(
+        "  {} ordered filter(s), {}, RSS {}",
+        t.ordered.len(),
+        t.tables
+            .iter()
+            .map(|x| format!("{} in a hash table", x.entries.len()))
+            .collect::<Vec<_>>()
+            .join(", "),
+        if t.rss.is_empty() {
+            "off (unmatched: Q0)".to_string()
+        } else {
+            format!("over a {}-entry table", t.rss.len())
+        }
+    );
+    println!("verdict: {:?}; flow map:", p.verdict());
+    for (i, l) in p.qmap.loads.iter().enumerate() {
+        println!(
+            "  Q{i}: {} flows ({} high-priority, {} best-effort)",
+            l.flows, l.hp, l.be
+        );
+    }
+    println!(
+        "remove it with: bessemer-planner unapply --iface {iface}{}",
+        nic.netns
+            .as_deref()
+            .map(|n| format!(" --netns {n}"))
+            .unwrap_or_default()
+    );
     Ok(())
 }
 

@@ -1,0 +1,514 @@
+//! Seed 003 §5.6.3's isolation experiment scaled to this machine (2 cores), on the veth
+//! testbed: UDP echo clients of two classes, high-priority (HP) and best-effort (BE), talk
+//! to one echo server through a 2-queue veth whose queues are steered by the planner's
+//! configuration of the 82599 model. Receive queue 0 is processed on CPU 1 and queue 1 on
+//! CPU 0 (`testbed::QueueCpus`: an XDP cpumap redirect by RX queue); the server has one
+//! thread per CPU (SO_REUSEPORT with SO_INCOMING_CPU: a packet is served by the thread of
+//! the CPU that received it). The HP clients run on CPU 1, the BE clients on CPU 0.
+//!
+//! - `balance`: the balancing policy spreads the flows over both queues, so BE work lands on
+//!   the HP clients' CPU and HP flows may land on the BE CPU.
+//! - `isolation` (k = 1): HP flows alone on queue 0 (CPU 1), BE flows on queue 1 (CPU 0).
+//!
+//! HP clients are closed-loop (one request in flight): latency percentiles and
+//! transactions per second. BE clients keep 16 requests in flight each: they load the
+//! machine. Needs root (namespaces, veth, BPF) and the testbed's BPF programs (clang).
+//! Prints a table and ends with one JSON line. `--quick`: 2 runs of 2 s per policy instead
+//! of 3 of 3 s. `ISO_DEBUG=1` also prints, per run, what each server thread served and the
+//! server namespace's UDP counters.
+
+use bessemer_drivers::netns;
+use bessemer_planner::nic::{FlowSpec, Intel82599};
+use bessemer_planner::pred::{Header, PROTO_UDP};
+use bessemer_planner::search::{full_search, Balance, CostFn, FlowMapMode, Isolation};
+use bessemer_planner::testbed::{tables, QueueCpus, Steering};
+use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::os::fd::FromRawFd;
+use std::process::{Command, ExitCode};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 78, 0, 1);
+const SERVER: Ipv4Addr = Ipv4Addr::new(10, 78, 0, 2);
+const PORT: u16 = 7000;
+const HP_FLOWS: u16 = 2;
+const BE_FLOWS: u16 = 8;
+const BE_WINDOW: usize = 16;
+const PAYLOAD: usize = 64;
+/// Which CPU serves each RX queue (queue 0, the HP queue under isolation, on CPU 1).
+const QUEUE_CPU: [usize; 2] = [1, 0];
+const HP_CPU: usize = 1;
+const BE_CPU: usize = 0;
+
+fn sh(args: &[&str]) -> Result<String, String> {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .map_err(|e| format!("{}: {e}", args.join(" ")))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The two namespaces; removed on drop, also after an error.
+struct Bed {
+    cli: String,
+    srv: String,
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        for ns in [&self.cli, &self.srv] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+fn bed() -> Result<Bed, String> {
+    let pid = std::process::id();
+    let b = Bed {
+        cli: format!("pisoc{pid}"),
+        srv: format!("pisos{pid}"),
+    };
+    for ns in [&b.cli, &b.srv] {
+        sh(&["ip", "netns", "add", ns])?;
+        sh(&[
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            "sysctl",
+            "-qw",
+            "net.ipv6.conf.all.disable_ipv6=1",
+        ])?;
+        sh(&[
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            "sysctl",
+            "-qw",
+            "net.ipv6.conf.default.disable_ipv6=1",
+        ])?;
+    }
+    sh(&[
+        "ip",
+        "-n",
+        &b.cli,
+        "link",
+        "add",
+        "ic",
+        "numtxqueues",
+        "2",
+        "numrxqueues",
+        "2",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "is",
+        "netns",
+        &b.srv,
+        "numtxqueues",
+        "2",
+        "numrxqueues",
+        "2",
+    ])?;
+    for (ns, dev, addr) in [(&b.cli, "ic", CLIENT), (&b.srv, "is", SERVER)] {
+        sh(&[
+            "ip", "netns", "exec", ns, "ethtool", "-L", dev, "rx", "2", "tx", "2",
+        ])?;
+        sh(&[
+            "ip",
+            "-n",
+            ns,
+            "addr",
+            "add",
+            &format!("{addr}/24"),
+            "dev",
+            dev,
+        ])?;
+        sh(&["ip", "-n", ns, "link", "set", dev, "up"])?;
+    }
+    // Full checksums from the clients: a packet handed to another CPU through a cpumap
+    // loses veth's "checksum partial, trust it" state, and the receiver would drop it.
+    sh(&[
+        "ip", "netns", "exec", &b.cli, "ethtool", "-K", "ic", "tx", "off",
+    ])?;
+    sh(&[
+        "ip",
+        "netns",
+        "exec",
+        &b.cli,
+        "ping",
+        "-c",
+        "1",
+        "-W",
+        "1",
+        &SERVER.to_string(),
+    ])?;
+    Ok(b)
+}
+
+fn pin(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET and sched_setaffinity only touch it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+fn udp_in(ns: &str, addr: SocketAddrV4, incoming_cpu: Option<i32>) -> Result<UdpSocket, String> {
+    netns::run_in(ns, || {
+        let fd = netns::socket(libc::AF_INET, libc::SOCK_DGRAM, 0, "udp socket")?;
+        use std::os::fd::{AsRawFd, IntoRawFd};
+        let one = 1i32;
+        if let Some(cpu) = incoming_cpu {
+            bessemer_drivers::ifctl::setsockopt(
+                &fd,
+                libc::SOL_SOCKET,
+                libc::SO_REUSEPORT,
+                &one,
+                "SO_REUSEPORT",
+            )?;
+            bessemer_drivers::ifctl::setsockopt(
+                &fd,
+                libc::SOL_SOCKET,
+                libc::SO_INCOMING_CPU,
+                &cpu,
+                "SO_INCOMING_CPU",
+            )?;
+        }
+        let sa = libc::sockaddr_in {
+            sin_family: libc::AF_INET as u16,
+            sin_port: addr.port().to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(*addr.ip()).to_be(),
+            },
+            sin_zero: [0; 8],
+        };
+        // SAFETY: a valid sockaddr_in for the call.
+        let r = unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                (&sa as *const libc::sockaddr_in).cast(),
+                std::mem::size_of::<libc::sockaddr_in>() as u32,
+            )
+        };
+        if r < 0 {
+            return Err(netns::os_error(&format!("bind {addr}")));
+        }
+        // SAFETY: a bound UDP socket we own.
+        Ok(unsafe { UdpSocket::from_raw_fd(fd.into_raw_fd()) })
+    })
+    .map_err(|e| e.msg)
+}
+
+fn flows() -> Vec<FlowSpec> {
+    let f = |port: u16, hp: bool| FlowSpec {
+        header: Header::ipv4(
+            PROTO_UDP,
+            u32::from(CLIENT),
+            u32::from(SERVER),
+            port as u32,
+            PORT as u32,
+        ),
+        hp,
+        bw_mbps: 0,
+    };
+    (0..HP_FLOWS)
+        .map(|i| f(5000 + i, true))
+        .chain((0..BE_FLOWS).map(|i| f(6000 + i, false)))
+        .collect()
+}
+
+#[derive(Default, Clone)]
+struct RunResult {
+    hp_rtts_us: Vec<f64>,
+    hp_tps: f64,
+    be_tps: f64,
+    hp_lost: u64,
+    /// HP requests served by the thread on the HP clients' CPU, of all HP requests served.
+    hp_on_hp_cpu: f64,
+}
+
+fn run(bed: &Bed, secs: f64) -> Result<RunResult, String> {
+    let stop = AtomicBool::new(false);
+    let served = [[0u64; 2]; 2].map(|r| r.map(AtomicU64::new)); // [cpu][hp?]
+    let servers: Vec<UdpSocket> = (0..2)
+        .map(|cpu| udp_in(&bed.srv, SocketAddrV4::new(SERVER, PORT), Some(cpu)))
+        .collect::<Result<_, _>>()?;
+    let hp: Vec<UdpSocket> = (0..HP_FLOWS)
+        .map(|i| udp_in(&bed.cli, SocketAddrV4::new(CLIENT, 5000 + i), None))
+        .collect::<Result<_, _>>()?;
+    let be: Vec<UdpSocket> = (0..BE_FLOWS)
+        .map(|i| udp_in(&bed.cli, SocketAddrV4::new(CLIENT, 6000 + i), None))
+        .collect::<Result<_, _>>()?;
+    let dst = SocketAddrV4::new(SERVER, PORT);
+    let (mut rtts, mut hp_done, mut be_done, mut lost) = (Vec::new(), 0u64, 0u64, 0u64);
+    let t0 = Instant::now();
+    let measure = Duration::from_secs_f64(secs);
+    std::thread::scope(|s| {
+        for (cpu, sock) in servers.iter().enumerate() {
+            let (stop, served) = (&stop, &served);
+            s.spawn(move || {
+                pin(cpu);
+                sock.set_read_timeout(Some(Duration::from_millis(50))).ok();
+                let mut buf = [0u8; 2048];
+                while !stop.load(Ordering::Relaxed) {
+                    if let Ok((n, from)) = sock.recv_from(&mut buf) {
+                        let is_hp = from.port() < 6000;
+                        served[cpu][is_hp as usize].fetch_add(1, Ordering::Relaxed);
+                        let _ = sock.send_to(&buf[..n], from);
+                    }
+                }
+            });
+        }
+        let hp_threads: Vec<_> = hp
+            .iter()
+            .map(|sock| {
+                let stop = &stop;
+                s.spawn(move || {
+                    pin(HP_CPU);
+                    sock.set_read_timeout(Some(Duration::from_millis(100))).ok();
+                    let (mut rtts, mut lost) = (Vec::new(), 0u64);
+                    let mut buf = [0u8; 2048];
+                    let mut req = [0u8; PAYLOAD];
+                    let mut seq = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        seq += 1;
+                        req[..8].copy_from_slice(&seq.to_ne_bytes());
+                        let t = Instant::now();
+                        if sock.send_to(&req, dst).is_err() {
+                            lost += 1;
+                            continue;
+                        }
+                        loop {
+                            match sock.recv_from(&mut buf) {
+                                Ok((n, _)) if n >= 8 && buf[..8] == seq.to_ne_bytes() => {
+                                    rtts.push(t.elapsed().as_secs_f64() * 1e6);
+                                    break;
+                                }
+                                Ok(_) => continue, // a late reply to an earlier request
+                                Err(_) => {
+                                    lost += 1;
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                    (rtts, lost)
+                })
+            })
+            .collect();
+        let be_threads: Vec<_> = be
+            .iter()
+            .map(|sock| {
+                let stop = &stop;
+                s.spawn(move || {
+                    pin(BE_CPU);
+                    sock.set_read_timeout(Some(Duration::from_millis(50))).ok();
+                    let req = [0u8; PAYLOAD];
+                    let mut buf = [0u8; 2048];
+                    let mut done = 0u64;
+                    let fill = |n: usize| {
+                        for _ in 0..n {
+                            let _ = sock.send_to(&req, dst);
+                        }
+                    };
+                    fill(BE_WINDOW);
+                    while !stop.load(Ordering::Relaxed) {
+                        match sock.recv_from(&mut buf) {
+                            Ok(_) => {
+                                done += 1;
+                                fill(1);
+                            }
+                            Err(_) => fill(BE_WINDOW), // lost: refill the window
+                        }
+                    }
+                    done
+                })
+            })
+            .collect();
+        std::thread::sleep(measure);
+        stop.store(true, Ordering::Relaxed);
+        for h in hp_threads {
+            let (r, l) = h.join().expect("HP client");
+            hp_done += r.len() as u64;
+            rtts.extend(r);
+            lost += l;
+        }
+        for h in be_threads {
+            be_done += h.join().expect("BE client");
+        }
+    });
+    let took = t0.elapsed().as_secs_f64();
+    if std::env::var("ISO_DEBUG").is_ok() {
+        let m: Vec<Vec<u64>> = served
+            .iter()
+            .map(|r| r.iter().map(|x| x.load(Ordering::Relaxed)).collect())
+            .collect();
+        eprintln!("served [cpu][be, hp]: {m:?}; HP replies {hp_done}, BE replies {be_done}, HP lost {lost}");
+        for cmd in [
+            vec!["ip", "-n", &bed.srv, "-s", "link", "show", "is"],
+            vec![
+                "ip",
+                "netns",
+                "exec",
+                &bed.srv,
+                "nstat",
+                "-az",
+                "UdpInDatagrams",
+                "UdpInErrors",
+                "UdpInCsumErrors",
+                "UdpNoPorts",
+                "IpInReceives",
+                "IpInHdrErrors",
+                "IpInAddrErrors",
+            ],
+            vec!["ip", "netns", "exec", &bed.cli, "ethtool", "-k", "ic"],
+        ] {
+            eprintln!("{}", sh(&cmd).unwrap_or_else(|e| e));
+        }
+    }
+    let hp_served: u64 = (0..2).map(|c| served[c][1].load(Ordering::Relaxed)).sum();
+    Ok(RunResult {
+        hp_rtts_us: rtts,
+        hp_tps: hp_done as f64 / took,
+        be_tps: be_done as f64 / took,
+        hp_lost: lost,
+        hp_on_hp_cpu: served[HP_CPU][1].load(Ordering::Relaxed) as f64 / hp_served.max(1) as f64,
+    })
+}
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    pct(&mut v, 0.5)
+}
+
+fn main() -> ExitCode {
+    let quick = std::env::args().any(|a| a == "--quick");
+    match experiment(quick) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("planner-isolation: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn experiment(quick: bool) -> Result<(), String> {
+    if let Some(why) = bessemer_planner::testbed::unavailable() {
+        return Err(why);
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("needs root (network namespaces, veth, BPF)".into());
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cpus < 2 {
+        return Err(format!("needs 2 CPUs, this process may use {cpus}"));
+    }
+    let (reps, secs) = if quick { (2, 2.0) } else { (3, 3.0) };
+    let bed = bed()?;
+    let nic = Intel82599 { queues: 2 };
+    let fl = flows();
+    let policies: [(&str, Box<dyn CostFn>); 2] = [
+        ("balance", Box::new(Balance)),
+        ("isolation", Box::new(Isolation { k: 1 })),
+    ];
+    let mut plans = Vec::new();
+    for (name, cost) in &policies {
+        let p = full_search(&nic, cost.as_ref(), FlowMapMode::Incremental, &fl, 100)
+            .map_err(|e| e.to_string())?;
+        let hp_q: Vec<String> = p
+            .flows()
+            .filter(|(_, f)| f.hp)
+            .map(|(id, _)| format!("{:?}", p.qmap.flow_dest[id]))
+            .collect();
+        println!(
+            "{name}: {:?}; HP flows on {}; per queue {:?} flows",
+            p.verdict(),
+            hp_q.join(", "),
+            p.qmap.loads.iter().map(|l| l.flows).collect::<Vec<_>>()
+        );
+        plans.push((*name, tables(&nic, &p.cfg).map_err(|e| e.to_string())?));
+    }
+    // The queue decides the CPU, as with a queue per core on a NIC.
+    let _cpus = QueueCpus::attach("is", &bed.srv, &QUEUE_CPU).map_err(|e| e.to_string())?;
+    let steer = Steering::attach("ic", &bed.cli, false).map_err(|e| e.to_string())?;
+    let mut results: Vec<Vec<RunResult>> = vec![Vec::new(); plans.len()];
+    for _ in 0..reps {
+        // Alternate the policies, so a slow spell of the shared machine hits both.
+        for (i, (_, t)) in plans.iter().enumerate() {
+            steer.apply(t).map_err(|e| e.to_string())?;
+            results[i].push(run(&bed, secs)?);
+        }
+    }
+    steer.detach().map_err(|e| e.to_string())?;
+    println!();
+    println!(
+        "isolation on the veth testbed: 82599 model, 2 queues (Q0 -> CPU1, Q1 -> CPU0), {HP_FLOWS} HP clients on CPU1 (1 in flight), {BE_FLOWS} BE clients on CPU0 ({BE_WINDOW} in flight), {PAYLOAD}-byte UDP echo; median [min..max] of {reps} runs of {secs} s"
+    );
+    println!(
+        "| policy | HP p50 µs | HP p99 µs | HP TPS | BE TPS | HP served on the HP CPU | HP lost |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    let mut summary = Vec::new();
+    for (i, (name, _)) in plans.iter().enumerate() {
+        let rs = &results[i];
+        let col = |f: &dyn Fn(&RunResult) -> f64| {
+            let v: Vec<f64> = rs.iter().map(f).collect();
+            let (lo, hi) = v
+                .iter()
+                .fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(*x), b.max(*x)));
+            (median(v), lo, hi)
+        };
+        let p50 = col(&|r| pct(&mut r.hp_rtts_us.clone(), 0.5));
+        let p99 = col(&|r| pct(&mut r.hp_rtts_us.clone(), 0.99));
+        let hp = col(&|r| r.hp_tps);
+        let be = col(&|r| r.be_tps);
+        let on = col(&|r| r.hp_on_hp_cpu * 100.0);
+        let lost: u64 = rs.iter().map(|r| r.hp_lost).sum();
+        println!(
+            "| {name} | {:.0} [{:.0}..{:.0}] | {:.0} [{:.0}..{:.0}] | {:.0} [{:.0}..{:.0}] | {:.0} [{:.0}..{:.0}] | {:.0} % | {lost} |",
+            p50.0, p50.1, p50.2, p99.0, p99.1, p99.2, hp.0, hp.1, hp.2, be.0, be.1, be.2, on.0
+        );
+        summary.push((p50.0, p99.0, hp.0, be.0));
+    }
+    let (b, s) = (summary[0], summary[1]);
+    println!(
+        "isolation vs balance: HP p50 latency x{:.2}, HP p99 x{:.2}, HP TPS x{:.2}, BE TPS x{:.2}",
+        s.0 / b.0,
+        s.1 / b.1,
+        s.2 / b.2,
+        s.3 / b.3
+    );
+    let r3 = |x: f64| (x * 1000.0).round() / 1000.0;
+    println!(
+        "{}",
+        serde_json::json!({
+            "bench": "planner-isolation",
+            "isolation_hp_p50_us": {"balance": r3(b.0), "isolation": r3(s.0)},
+            "isolation_hp_p99_us": {"balance": r3(b.1), "isolation": r3(s.1)},
+            "isolation_hp_tps": {"balance": r3(b.2), "isolation": r3(s.2)},
+            "isolation_be_tps": {"balance": r3(b.3), "isolation": r3(s.3)},
+            "isolation_hp_p50_ratio": r3(s.0 / b.0),
+            "isolation_hp_tps_ratio": r3(s.2 / b.2),
+        })
+    );
+    Ok(())
+}
