@@ -383,13 +383,26 @@ const SLOT_MASK: u64 = (1 << SLOT_BITS) - 1;
 /// Passes are rebased (all lowered by the global pass) before any reaches this.
 const REBASE_AT: u64 = 1 << (63 - SLOT_BITS);
 
-/// The runnable set of a weighted-fair class: a tournament (winner) tree over child slots.
+/// The runnable set of a weighted-fair class: a sorted FIFO beside a tournament (winner)
+/// tree over child slots.
 ///
-/// Each child owns a slot whose key is `pass << SLOT_BITS | slot` (BLOCKED_KEY when the
-/// child is blocked). Node `i` of the tree holds the lowest key below it (slot `s` is node
-/// `cap + s`), so the runnable child with the lowest pass is the slot of `key[1]`. Changing
-/// one key recomputes the minimum along its path to the root: log2(slots) steps with no
-/// data-dependent branches or addresses, unlike a heap's sift-down.
+/// Each runnable child owns a slot and a key `pass << SLOT_BITS | slot` (unique, so ties go
+/// to the lower slot), held in exactly one of two places:
+///
+/// * the **tree**: node `i` holds the lowest key below it (slot `s` is node `cap + s`, with
+///   BLOCKED_KEY when its key is not in the tree), so `key[1]` is the tree's lowest key.
+///   Changing one key recomputes the minimum along its path to the root: log2(slots) steps
+///   with no data-dependent branches or addresses, unlike a heap's sift-down;
+/// * the **FIFO**: a ring of keys in increasing order. A key larger than every key in it
+///   is appended in O(1), and its first key is its lowest.
+///
+/// The lowest runnable key is the lower of the tree's and the FIFO's first. After a child
+/// runs its key grows; when it is then larger than the FIFO's last key (always, when the
+/// shares are equal: the child that ran goes behind all others) it moves to the FIFO's end
+/// without touching the tree, otherwise into the tree. A round thus costs at most one
+/// tree path, and none in the common case where the children take turns. Operations away
+/// from the lowest key (a child leaving from the middle of the FIFO, a rebase, growing)
+/// first move the FIFO's keys into the tree.
 #[derive(Clone, Debug)]
 struct Tourney {
     /// Number of slots (a power of two, at least 2).
@@ -402,6 +415,17 @@ struct Tourney {
     free: Vec<u32>,
     /// Runnable children.
     nrun: u32,
+    /// The FIFO's ring (`cap` long; each runnable slot is in the tree or here, not both).
+    fifo: Vec<u64>,
+    /// Ring index of the FIFO's first key.
+    head: u32,
+    /// Keys in the FIFO.
+    len: u32,
+    /// The FIFO's first key (BLOCKED_KEY if empty), kept beside the ring so that finding the
+    /// lowest key is one comparison of two loads.
+    front: u64,
+    /// The FIFO's last key (0 if empty: any key may then be appended).
+    back: u64,
 }
 
 impl Tourney {
@@ -413,6 +437,11 @@ impl Tourney {
             child: vec![NONE; 2],
             free: vec![1, 0],
             nrun: 0,
+            fifo: vec![0; 2],
+            head: 0,
+            len: 0,
+            front: BLOCKED_KEY,
+            back: 0,
         }
     }
 
@@ -425,7 +454,7 @@ impl Tourney {
     /// The lowest key: the runnable slot with the lowest pass, and that pass.
     #[inline(always)]
     fn top_key(&self) -> u64 {
-        *at(&self.key, 1)
+        self.front.min(*at(&self.key, 1))
     }
 
     /// The child in the runnable slot with the lowest pass (one must be runnable).
@@ -434,13 +463,7 @@ impl Tourney {
         *at(&self.child, self.top())
     }
 
-    /// The pass of a runnable slot.
-    #[inline(always)]
-    fn pass(&self, slot: usize) -> u64 {
-        self.key[self.cap + slot] >> SLOT_BITS
-    }
-
-    /// Sets a slot's key and recomputes the minima on its path to the root.
+    /// Sets a slot's key in the tree and recomputes the minima on its path to the root.
     #[inline]
     fn set_key(&mut self, slot: usize, key: u64) {
         assert!(slot < self.cap);
@@ -459,9 +482,100 @@ impl Tourney {
         }
     }
 
+    /// Removes the FIFO's first key (the FIFO must not be empty).
     #[inline(always)]
-    fn set_pass(&mut self, slot: usize, pass: u64) {
-        self.set_key(slot, (pass << SLOT_BITS) | slot as u64);
+    fn pop_front(&mut self) {
+        debug_assert!(self.len > 0);
+        self.head = (self.head + 1) & (self.cap as u32 - 1);
+        self.len -= 1;
+        if self.len == 0 {
+            self.front = BLOCKED_KEY;
+            self.back = 0;
+        } else {
+            self.front = *at(&self.fifo, self.head as usize);
+        }
+    }
+
+    /// Appends a key larger than every key in the FIFO.
+    #[inline(always)]
+    fn push_back(&mut self, key: u64) {
+        debug_assert!(key > self.back || self.len == 0);
+        let i = (self.head + self.len) & (self.cap as u32 - 1);
+        *at_mut(&mut self.fifo, i as usize) = key;
+        if self.len == 0 {
+            self.front = key;
+        }
+        self.len += 1;
+        self.back = key;
+    }
+
+    /// Puts a runnable slot's key where it is cheapest: the FIFO's end if it is larger than
+    /// every key there, else the tree (whose leaf for the slot must be BLOCKED_KEY).
+    #[inline(always)]
+    fn insert(&mut self, slot: usize, key: u64) {
+        if key >= self.back {
+            self.push_back(key);
+        } else {
+            self.set_key(slot, key);
+        }
+    }
+
+    /// Replaces the lowest key `top` (of `slot`) with the larger `key`.
+    #[inline(always)]
+    fn requeue_top(&mut self, slot: usize, top: u64, key: u64) {
+        if top == self.front {
+            self.pop_front();
+            self.insert(slot, key);
+        } else if key >= self.back {
+            self.set_key(slot, BLOCKED_KEY);
+            self.push_back(key);
+        } else {
+            self.set_key(slot, key);
+        }
+    }
+
+    /// Removes the lowest key `top` (of `slot`).
+    #[inline(always)]
+    fn remove_top(&mut self, slot: usize, top: u64) {
+        if top == self.front {
+            self.pop_front();
+        } else {
+            self.set_key(slot, BLOCKED_KEY);
+        }
+    }
+
+    /// The child holding the lowest key `top` ran: the global pass becomes its pass, and its
+    /// pass grows by `inc`, or it leaves the set if it is now `blocked`.
+    #[inline(always)]
+    fn ran(&mut self, top: u64, inc: u64, blocked: bool, vtime: &mut u64) {
+        let slot = (top & SLOT_MASK) as usize;
+        let pass = top >> SLOT_BITS;
+        *vtime = pass;
+        if blocked {
+            self.nrun -= 1;
+            self.remove_top(slot, top);
+        } else if pass + inc < REBASE_AT {
+            self.requeue_top(slot, top, top + (inc << SLOT_BITS));
+        } else {
+            // Moves every key into the tree and lowers them by `pass` (to 0 for this one).
+            self.rebase(vtime);
+            self.set_key(slot, (inc << SLOT_BITS) | slot as u64);
+        }
+    }
+
+    /// Moves every key of the FIFO into the tree.
+    #[cold]
+    fn flush(&mut self) {
+        let mask = self.cap - 1;
+        for j in 0..self.len as usize {
+            let k = self.fifo[(self.head as usize + j) & mask];
+            self.key[self.cap + (k & SLOT_MASK) as usize] = k;
+        }
+        self.head = 0;
+        self.len = 0;
+        self.front = BLOCKED_KEY;
+        self.back = 0;
+        self.rebuild();
     }
 
     fn rebuild(&mut self) {
@@ -473,6 +587,7 @@ impl Tourney {
     /// Gives `child` a (blocked) slot.
     fn alloc(&mut self, child: u32, stride: u32) -> u32 {
         if self.free.is_empty() {
+            self.flush();
             let old = self.cap;
             self.cap *= 2;
             let mut key = vec![BLOCKED_KEY; 2 * self.cap];
@@ -481,6 +596,7 @@ impl Tourney {
             self.rebuild();
             self.stride.resize(self.cap, 0);
             self.child.resize(self.cap, NONE);
+            self.fifo.resize(self.cap, 0);
             self.free.extend((old as u32..self.cap as u32).rev());
         }
         let s = self.free.pop().expect("free slot");
@@ -499,6 +615,7 @@ impl Tourney {
     /// Lowers every runnable pass and the global pass by `vtime` (keeps all orders).
     #[cold]
     fn rebase(&mut self, vtime: &mut u64) {
+        self.flush();
         let m = *vtime << SLOT_BITS;
         for k in &mut self.key[1..] {
             if *k != BLOCKED_KEY {
@@ -511,7 +628,7 @@ impl Tourney {
     /// Makes a blocked slot runnable `remain` ahead of the lowest runnable pass.
     fn join(&mut self, slot: usize, remain: u64, vtime: &mut u64) {
         let base = if self.nrun > 0 {
-            self.pass(self.top())
+            self.top_key() >> SLOT_BITS
         } else {
             *vtime
         };
@@ -521,12 +638,16 @@ impl Tourney {
             self.rebase(vtime);
         }
         self.nrun += 1;
-        self.set_pass(slot, p);
+        self.insert(slot, (p << SLOT_BITS) | slot as u64);
     }
 
     /// Makes a runnable slot blocked; returns how far ahead of the global pass it was.
     fn leave(&mut self, slot: usize, vtime: u64) -> u64 {
-        let remain = self.pass(slot).saturating_sub(vtime);
+        if self.key[self.cap + slot] == BLOCKED_KEY {
+            // In the FIFO, perhaps in its middle.
+            self.flush();
+        }
+        let remain = (self.key[self.cap + slot] >> SLOT_BITS).saturating_sub(vtime);
         self.nrun -= 1;
         self.set_key(slot, BLOCKED_KEY);
         remain
@@ -1573,12 +1694,10 @@ impl ClassTree {
                     vtime,
                     ..
                 } => {
-                    // The child that ran holds the lowest key: its slot and pass.
+                    // The child that ran holds the lowest key.
                     let key = ready.top_key();
                     let slot = (key & SLOT_MASK) as usize;
                     debug_assert_eq!(ready.child[slot] as usize, c);
-                    let pass = key >> SLOT_BITS;
-                    *vtime = pass;
                     let stride = *at(&ready.stride, slot);
                     // Counting runs (the usual resource) needs no multiplication.
                     let inc = if *resource == Resource::Count {
@@ -1586,18 +1705,10 @@ impl ClassTree {
                     } else {
                         pass_inc(stride, resource.of(&u))
                     };
+                    ready.ran(key, inc, c_blocked, vtime);
                     if c_blocked {
                         at_mut(cold, c).remain = inc;
-                        ready.nrun -= 1;
-                        ready.set_key(slot, BLOCKED_KEY);
                         now_blocked = ready.nrun == 0;
-                    } else {
-                        let mut next = pass + inc;
-                        if next >= REBASE_AT {
-                            ready.rebase(vtime);
-                            next -= pass;
-                        }
-                        ready.set_pass(slot, next);
                     }
                 }
                 Kind::Priority { ready, .. } => {
@@ -1887,8 +1998,16 @@ mod tests {
                     let mut runnable: Vec<u32> =
                         children.iter().copied().filter(|&x| !blocked(x)).collect();
                     assert_eq!(ready.nrun as usize, runnable.len(), "nrun of {}", c.name);
+                    // The FIFO: increasing keys, its first and last kept beside it.
+                    let fifo: Vec<u64> = (0..ready.len as usize)
+                        .map(|j| ready.fifo[(ready.head as usize + j) % ready.cap])
+                        .collect();
+                    assert!(fifo.windows(2).all(|w| w[0] < w[1]), "FIFO order");
+                    assert_eq!(ready.front, fifo.first().copied().unwrap_or(BLOCKED_KEY));
+                    assert_eq!(ready.back, fifo.last().copied().unwrap_or(0));
                     let mut inset: Vec<u32> = (0..ready.cap)
                         .filter(|&s| ready.key[ready.cap + s] != BLOCKED_KEY)
+                        .chain(fifo.iter().map(|&k| (k & SLOT_MASK) as usize))
                         .map(|s| ready.child[s])
                         .collect();
                     inset.sort();
@@ -2847,6 +2966,156 @@ mod tests {
             check(&t);
         }
         assert!(t.len() > 5, "the random walk built a tree");
+    }
+
+    /// An operation on a weighted-fair runnable set (indices pick among eligible slots).
+    #[derive(Debug, Clone)]
+    enum SetOp {
+        Alloc(u32),
+        Release(usize),
+        Join(usize, u64),
+        Leave(usize),
+        Run(u64, bool),
+    }
+
+    fn set_op() -> impl proptest::strategy::Strategy<Value = SetOp> {
+        use proptest::prelude::*;
+        let consumed = prop_oneof![4 => 0u64..4, 1 => (1u64 << 36)..(1u64 << 40)];
+        prop_oneof![
+            2 => (1u32..=8).prop_map(|share| SetOp::Alloc(share * share)),
+            1 => any::<usize>().prop_map(SetOp::Release),
+            3 => (any::<usize>(), prop_oneof![0u64..2048, any::<u64>()])
+                .prop_map(|(i, r)| SetOp::Join(i, r)),
+            1 => any::<usize>().prop_map(SetOp::Leave),
+            8 => (consumed, proptest::bool::weighted(0.1)).prop_map(|(c, b)| SetOp::Run(c, b)),
+        ]
+    }
+
+    /// The reference: `key[slot]` (None: blocked or free), the global pass, used slots.
+    #[derive(Default)]
+    struct RefSet {
+        key: Vec<Option<u64>>,
+        stride: Vec<u32>,
+        used: Vec<bool>,
+        vtime: u64,
+    }
+
+    impl RefSet {
+        fn top(&self) -> Option<u64> {
+            self.key.iter().flatten().copied().min()
+        }
+
+        fn rebase(&mut self) {
+            let m = self.vtime << SLOT_BITS;
+            for k in self.key.iter_mut().flatten() {
+                *k -= m.min(*k & !SLOT_MASK);
+            }
+            self.vtime = 0;
+        }
+    }
+
+    proptest::proptest! {
+        /// The weighted-fair runnable set (tree + FIFO) against a plain reference: one key
+        /// per slot, the lowest key runs (ties to the lower slot, the key's low bits). The
+        /// same joins, leaves, runs (with increments small or large enough to force
+        /// rebases) and slot frees are applied to both; after each, every key, the lowest
+        /// key and the global pass must agree, and the set's own invariants hold.
+        #[test]
+        fn sched_weighted_fair_set_matches_reference(
+            ops in proptest::collection::vec(set_op(), 1..400)
+        ) {
+            let mut t = Tourney::new();
+            let mut vtime = 0u64;
+            let mut r = RefSet::default();
+            for op in ops {
+                let slots: Vec<usize> = (0..r.used.len()).filter(|&s| r.used[s]).collect();
+                let blocked: Vec<usize> =
+                    slots.iter().copied().filter(|&s| r.key[s].is_none()).collect();
+                let runnable: Vec<usize> =
+                    slots.iter().copied().filter(|&s| r.key[s].is_some()).collect();
+                match op {
+                    SetOp::Alloc(share) if slots.len() < 300 => {
+                        let stride = (STRIDE1 / share as u64) as u32;
+                        let s = t.alloc(7, stride) as usize;
+                        if r.used.len() <= s {
+                            r.used.resize(s + 1, false);
+                            r.key.resize(s + 1, None);
+                            r.stride.resize(s + 1, 0);
+                        }
+                        assert!(!r.used[s]);
+                        r.used[s] = true;
+                        r.stride[s] = stride;
+                    }
+                    SetOp::Release(i) if !blocked.is_empty() => {
+                        let s = blocked[i % blocked.len()];
+                        t.release(s as u32);
+                        r.used[s] = false;
+                    }
+                    SetOp::Join(i, remain) if !blocked.is_empty() => {
+                        let s = blocked[i % blocked.len()];
+                        t.join(s, remain, &mut vtime);
+                        let base = r.top().map_or(r.vtime, |k| k >> SLOT_BITS);
+                        let mut p = base + remain.min(MAX_PASS_INC);
+                        if p >= REBASE_AT {
+                            p -= r.vtime;
+                            r.rebase();
+                        }
+                        r.key[s] = Some((p << SLOT_BITS) | s as u64);
+                    }
+                    SetOp::Leave(i) if !runnable.is_empty() => {
+                        let s = runnable[i % runnable.len()];
+                        let got = t.leave(s, vtime);
+                        let k = r.key[s].take().unwrap();
+                        assert_eq!(got, (k >> SLOT_BITS).saturating_sub(r.vtime), "remain");
+                    }
+                    SetOp::Run(consumed, block) if !runnable.is_empty() => {
+                        let top = t.top_key();
+                        let s = (top & SLOT_MASK) as usize;
+                        let inc = pass_inc(r.stride[s], consumed);
+                        t.ran(top, inc, block, &mut vtime);
+                        let k = r.top().unwrap();
+                        assert_eq!(k, top, "lowest key");
+                        let pass = k >> SLOT_BITS;
+                        r.vtime = pass;
+                        if block {
+                            r.key[s] = None;
+                        } else if pass + inc < REBASE_AT {
+                            r.key[s] = Some(k + (inc << SLOT_BITS));
+                        } else {
+                            r.rebase();
+                            r.key[s] = Some((inc << SLOT_BITS) | s as u64);
+                        }
+                    }
+                    _ => {}
+                }
+                // Every key where it should be, and nowhere else.
+                let fifo: Vec<u64> = (0..t.len as usize)
+                    .map(|j| t.fifo[(t.head as usize + j) % t.cap])
+                    .collect();
+                assert!(fifo.windows(2).all(|w| w[0] < w[1]), "FIFO order");
+                assert_eq!(t.front, fifo.first().copied().unwrap_or(BLOCKED_KEY));
+                assert_eq!(t.back, fifo.last().copied().unwrap_or(0));
+                let mut got: Vec<Option<u64>> = (0..t.cap)
+                    .map(|s| Some(t.key[t.cap + s]).filter(|&k| k != BLOCKED_KEY))
+                    .collect();
+                for &k in &fifo {
+                    let s = (k & SLOT_MASK) as usize;
+                    assert_eq!(got[s], None, "slot {s} in both tree and FIFO");
+                    got[s] = Some(k);
+                }
+                let mut want = r.key.clone();
+                want.resize(t.cap, None);
+                assert_eq!(got, want, "keys");
+                let mut copy = t.clone();
+                copy.rebuild();
+                assert_eq!(copy.key, t.key, "tree minima");
+                assert_eq!(t.nrun as usize, r.key.iter().flatten().count());
+                assert_eq!(vtime, r.vtime, "global pass");
+                if t.nrun > 0 {
+                    assert_eq!(t.top_key(), r.top().unwrap());
+                }
+            }
+        }
     }
 
     /// `cargo test --release -p bessemer-core --lib sched -- --ignored --nocapture`
