@@ -13,12 +13,14 @@
 //!   over the priority-sorted child list, so the pick is O(1).
 //! * `weighted_fair` on `count` | `cycle` | `packet` | `bit`: stride scheduling. stride =
 //!   2^20 / share; after a child runs, its pass grows by stride × consumed / 2^10 (u128
-//!   product). Runnable children sit in a tournament tree keyed by (pass, slot), so the
-//!   lowest pass is at the root and an update is log2(children) branch-free steps; passes
-//!   are rebased (lowered together) long before they could overflow. A child that blocks
-//!   leaves the set keeping `remain = pass - global_pass` (its last increment; the global
-//!   pass is the pass of the last child served) and rejoins at `min pass + remain`, so idle
-//!   time is not banked as credit.
+//!   product). Runnable children are keyed by (pass, slot) and sit either in a tournament
+//!   tree (lowest pass at the root, an update is log2(children) branch-free steps) or, if
+//!   the key is larger than every key of a sorted FIFO, at that FIFO's end (O(1); with
+//!   equal shares the child that ran always goes there); the lower of the two minima runs.
+//!   Passes are rebased (lowered together) long before they could overflow. A child that
+//!   blocks leaves the set keeping `remain = pass - global_pass` (its last increment; the
+//!   global pass is the pass of the last child served) and rejoins at `min pass + remain`,
+//!   so idle time is not banked as credit.
 //! * `round_robin`: an intrusive circular list of runnable children with a cursor; a child
 //!   that becomes runnable joins just before the cursor (the end of the current cycle).
 //! * `rate_limit` on a resource, `limit` units/s (0 = unlimited), `max_burst` units: one
