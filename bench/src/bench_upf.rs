@@ -545,6 +545,8 @@ struct Opts {
     base: common::Base,
     sessions: Vec<u64>,
     no_stages: bool,
+    /// Directions run (`--dir up|down`; both by default).
+    dirs: Vec<Dir>,
 }
 
 fn parse_opts() -> Opts {
@@ -552,6 +554,7 @@ fn parse_opts() -> Opts {
         base: common::Base::new(5, 0.25),
         sessions: vec![1_000, 5_000, 100_000],
         no_stages: false,
+        dirs: vec![Dir::Up, Dir::Down],
     };
     let mut a = common::Args::new(PROG);
     while let Some(opt) = a.next_opt() {
@@ -567,16 +570,24 @@ fn parse_opts() -> Opts {
                     .collect()
             }
             "--no-stages" => o.no_stages = true,
+            "--dir" => {
+                o.dirs = match a.value(&opt).as_str() {
+                    "up" => vec![Dir::Up],
+                    "down" => vec![Dir::Down],
+                    _ => panic!("--dir up|down"),
+                }
+            }
             "-h" | "--help" => {
                 println!(
-                    "usage: bench-upf [--runs N] [--secs S] [--core C] [--quick] [--sessions N,N,...] [--no-stages]\n\
+                    "usage: bench-upf [--runs N] [--secs S] [--core C] [--quick] [--sessions N,N,...] [--no-stages] [--dir up|down]\n\
                      \n\
                      --runs N        runs per figure (default 5; the median is reported)\n\
                      --secs S        seconds per run (default 0.25)\n\
                      --core C        core to pin to (default: the last one)\n\
                      --quick         3 runs x 0.1 s, sessions 1000 and 5000\n\
                      --sessions L    session counts (default 1000,5000,100000)\n\
-                     --no-stages     skip the per-stage costs"
+                     --no-stages     skip the per-stage costs\n\
+                     --dir D         one direction only (up or down; for profiling)"
                 );
                 std::process::exit(0)
             }
@@ -635,7 +646,7 @@ fn main() {
         let t0 = Instant::now();
         let mut u = build(&pool, n, true);
         eprintln!("# {n} sessions: set-up {:.1} s", t0.elapsed().as_secs_f64());
-        for dir in [Dir::Up, Dir::Down] {
+        for dir in o.dirs.clone() {
             let (name, key, omec) = match dir {
                 Dir::Up => ("uplink", "uplink", OMEC_UL_MPPS),
                 Dir::Down => ("downlink", "downlink", OMEC_DL_MPPS),

@@ -134,6 +134,24 @@ impl Context {
         self.now
     }
 
+    /// True if tasks of more than one worker reach the module being run (`Node::multi`), so
+    /// that another thread may run it at the same time; false means this worker is the only
+    /// one until the workers are next paused.
+    ///
+    /// Why a module may skip its locks on false: the engine recomputes the flag only inside
+    /// `Engine::paused`, with every worker stopped at a task boundary, and a worker's pause
+    /// and resume go through its pause mutex, so the write happens before the worker's next
+    /// read. A module that becomes shared (a second worker attached) is therefore never run
+    /// by the new worker while a call that read false is still running, and the call after
+    /// the resume reads true. Read it once per call and keep it for the call. It says nothing
+    /// about thread-safe commands (`mt_safe` entries of a `SharedModule`), which run on the
+    /// control thread beside the workers: a module must exclude those by its own means (and
+    /// in a command handler the flag has no meaning).
+    #[inline(always)]
+    pub fn shared(&self) -> bool {
+        self.node().multi
+    }
+
     /// Name of the module being run.
     pub fn module_name(&self) -> &str {
         &self.node().name

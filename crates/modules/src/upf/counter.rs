@@ -1,6 +1,7 @@
 //! Counter (omec-project fork): per-session packet and byte counts, indexed by a metadata
 //! attribute the PDR lookup writes.
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use bessemer_core::sched::TaskResult;
 use bessemer_core::{
@@ -16,9 +17,17 @@ const MAX_TOTAL: u64 = 1 << 24;
 /// Counts packets and bytes per counter id (the `name_id` attribute, a native 32-bit
 /// integer as the PDR lookup writes it); ids at or above `total` are not counted. Every
 /// packet goes on out of gate 0. Several workers may run one instance: the counts are
-/// atomics.
+/// atomics, added to with a locked instruction only while more than one worker runs it.
 pub struct Counter {
+    /// Packets and bytes counted per id since the module was made. Only packets write them,
+    /// so that a module run by one worker has one writer and adds without a locked
+    /// instruction (`process_batch`).
     ctrs: Vec<[AtomicU64; 2]>,
+    /// What each counter held when it was last zeroed (`remove`, `removeAll`): a counter
+    /// reads `ctrs - base`. Zeroing `ctrs` itself from a command, which runs beside the
+    /// workers, could be undone by a worker's plain add (it would store its old value plus
+    /// one). Zero-filled, so its pages are not touched until used.
+    base: Mutex<Vec<[u64; 2]>>,
     /// Counters added and not removed (the fork's `curr_count`, what `desc` shows).
     sessions: AtomicU64,
 }
@@ -31,6 +40,17 @@ fn ctr_id(arg: &Value, msg: &str) -> Result<u32> {
 }
 
 impl Counter {
+    fn base(&self) -> std::sync::MutexGuard<'_, Vec<[u64; 2]>> {
+        self.base.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Zeroes counter `i` (see `base`).
+    fn zero(&self, base: &mut [[u64; 2]], i: usize) {
+        if let (Some(c), Some(b)) = (self.ctrs.get(i), base.get_mut(i)) {
+            *b = [c[0].load(Ordering::Relaxed), c[1].load(Ordering::Relaxed)];
+        }
+    }
+
     /// The `add` command: a session starts (its counter is not reset: `remove` did that).
     fn cmd_add(&self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
         ctr_id(arg, "CounterAddArg")?;
@@ -41,10 +61,7 @@ impl Counter {
     /// The `remove` command: zeroes the counter and ends its session.
     fn cmd_remove(&self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
         let id = ctr_id(arg, "CounterRemoveArg")? as usize;
-        if let Some(c) = self.ctrs.get(id) {
-            c[0].store(0, Ordering::Relaxed);
-            c[1].store(0, Ordering::Relaxed);
-        }
+        self.zero(&mut self.base(), id);
         // The fork decrements below zero; a count of sessions stays at zero here.
         let _ = self
             .sessions
@@ -55,9 +72,9 @@ impl Counter {
     /// The `removeAll` command.
     fn cmd_remove_all(&self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
         Args::new(arg, "EmptyArg")?.finish()?;
-        for c in &self.ctrs {
-            c[0].store(0, Ordering::Relaxed);
-            c[1].store(0, Ordering::Relaxed);
+        let mut base = self.base();
+        for i in 0..self.ctrs.len() {
+            self.zero(&mut base, i);
         }
         self.sessions.store(0, Ordering::Relaxed);
         Ok(Value::Null)
@@ -67,11 +84,27 @@ impl Counter {
 impl SharedModule for Counter {
     fn process_batch(&self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         let off = ctx.attr(0);
-        for p in batch.pkts() {
-            let id = u32::from_le_bytes(p.get_attr(off)) as usize;
-            if let Some(c) = self.ctrs.get(id) {
-                c[0].fetch_add(1, Ordering::Relaxed);
-                c[1].fetch_add(p.len() as u64, Ordering::Relaxed);
+        if ctx.shared() {
+            for p in batch.pkts() {
+                let id = u32::from_le_bytes(p.get_attr(off)) as usize;
+                if let Some(c) = self.ctrs.get(id) {
+                    c[0].fetch_add(1, Ordering::Relaxed);
+                    c[1].fetch_add(p.len() as u64, Ordering::Relaxed);
+                }
+            }
+        } else {
+            // This worker is the counters' only writer until the workers are next paused
+            // (`Context::shared`; commands never write `ctrs`), so a load and a store add
+            // exactly, without the locked instruction (which also waits for the stores before
+            // it). The pause that makes the module shared orders these stores before the
+            // other workers' first adds.
+            for p in batch.pkts() {
+                let id = u32::from_le_bytes(p.get_attr(off)) as usize;
+                if let Some(c) = self.ctrs.get(id) {
+                    c[0].store(c[0].load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+                    let bytes = c[1].load(Ordering::Relaxed) + p.len() as u64;
+                    c[1].store(bytes, Ordering::Relaxed);
+                }
             }
         }
         ctx.forward(0, batch);
@@ -86,16 +119,23 @@ impl SharedModule for Counter {
     }
 
     fn info(&self) -> Value {
+        let base = self.base();
         let counters = self
             .ctrs
             .iter()
+            .zip(base.iter())
             .enumerate()
-            .filter(|(_, c)| c[0].load(Ordering::Relaxed) != 0)
-            .map(|(i, c)| {
+            .map(|(i, (c, b))| {
+                let pkts = c[0].load(Ordering::Relaxed).wrapping_sub(b[0]);
+                let bytes = c[1].load(Ordering::Relaxed).wrapping_sub(b[1]);
+                (i, pkts, bytes)
+            })
+            .filter(|&(_, pkts, _)| pkts != 0)
+            .map(|(i, pkts, bytes)| {
                 Value::map()
                     .with("ctr_id", i)
-                    .with("pkts", c[0].load(Ordering::Relaxed))
-                    .with("bytes", c[1].load(Ordering::Relaxed))
+                    .with("pkts", pkts)
+                    .with("bytes", bytes)
             })
             .collect::<Vec<_>>();
         Value::map()
@@ -162,6 +202,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         add_attrs(init, &[(&name, 4, AccessMode::Read)])?;
         Ok(Instance::Shared(Box::new(Counter {
             ctrs: (0..total).map(|_| Default::default()).collect(),
+            base: Mutex::new(vec![[0; 2]; total as usize]),
             sessions: AtomicU64::new(0),
         })))
     },

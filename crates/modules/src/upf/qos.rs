@@ -192,7 +192,7 @@ struct BigMeter {
     meter: UnsafeCell<TrTcm>,
 }
 
-// SAFETY: `meter` is read and written only while its rule's `lock` is held.
+// SAFETY: `meter` is read and written only as its rule's marker is (`Rule::locked_if`).
 unsafe impl Sync for BigMeter {}
 
 /// One rule: where its packets go and, for a metered rule, its marker, in one aligned cache
@@ -202,10 +202,11 @@ unsafe impl Sync for BigMeter {}
 /// cache.
 #[repr(C, align(64))]
 struct Rule {
-    /// Guards the marker: 0 free, 1 held. A spin lock taken with one locked instruction and
-    /// released with a plain store (a `Mutex` takes one locked instruction for each, and
-    /// each drains the store buffer in the middle of a batch's overlapped misses); held for
-    /// a few dozen instructions, contended only when two workers meter one rule at once.
+    /// Guards the marker when several workers run the module: 0 free, 1 held. A spin lock
+    /// taken with one locked instruction and released with a plain store (a `Mutex` takes
+    /// one locked instruction for each, and each drains the store buffer in the middle of a
+    /// batch's overlapped misses); held for a few dozen instructions, contended only when
+    /// two workers meter one rule at once.
     lock: AtomicU32,
     deduct_len: i32,
     gate: u16,
@@ -216,8 +217,9 @@ struct Rule {
 const _: () = assert!(std::mem::size_of::<Rule>() == 64);
 
 // SAFETY: `meter`, the only state mutated through a shared reference, is read and written
-// only while `lock` is held (`Rule::locked`); everything else changes only through `&mut`
-// (commands hold the table's write lock).
+// only by a worker holding `lock`, or by the only worker that runs the module
+// (`Rule::locked_if`); everything else changes only through `&mut` (commands hold the
+// table's write lock).
 unsafe impl Sync for Rule {}
 
 impl Rule {
@@ -254,6 +256,24 @@ impl Rule {
             meter: UnsafeCell::new(small.filter(|_| kind == MeterKind::Small).unwrap_or(idle)),
         };
         (rule, big)
+    }
+
+    /// Runs `f` holding the rule's lock when `shared`, else without it.
+    ///
+    /// Only packets touch a marker while workers run (commands replace rules under the
+    /// table's write lock, which `process_batch` excludes by holding the read lock), so the
+    /// lock only keeps workers apart. When `Context::shared` says no other worker runs the
+    /// module, none can until the workers are next paused, and a pause is a task boundary:
+    /// the locked instruction (which also waits for every store before it) is skipped. A
+    /// rule's lock is never held across batches, so a module that becomes shared starts
+    /// with every lock free.
+    #[inline(always)]
+    fn locked_if<R>(&self, shared: bool, f: impl FnOnce() -> R) -> R {
+        if shared {
+            self.locked(f)
+        } else {
+            f()
+        }
     }
 
     /// Runs `f` holding the rule's lock.
@@ -365,7 +385,7 @@ const NO_RULE: u32 = u32::MAX;
 /// any other rule out of its gate; a hit writes the rule's `values`. A miss goes to the
 /// default gate (initially DROP_GATE: dropped). One instance may be run by every worker and
 /// its commands run while they do: rules sit behind a read-write lock, each meter behind its
-/// own lock.
+/// own lock, taken only while more than one worker runs the module.
 pub struct Qos {
     fields: Vec<MatchField>,
     /// Key words the fields fill (the rest are zero).
@@ -496,6 +516,7 @@ impl Qos {
         slot: u32,
         voffs: &[AttrOffset],
         now: u64,
+        shared: bool,
     ) -> Verdict<QosDrop> {
         if slot == NO_RULE {
             return match t.default_gate {
@@ -509,14 +530,17 @@ impl Qos {
             MeterKind::None => None,
             MeterKind::Small => {
                 let len = (p.len() as i64 - rule.deduct_len as i64).max(0) as u64;
-                // SAFETY: the lock is held, so no other thread touches the marker.
-                Some(rule.locked(|| unsafe { (*rule.meter.get()).color(now, len, self.hz) }))
+                // SAFETY: only this thread touches the marker: the lock is held, or no other
+                // worker runs the module (see `Rule::locked_if`).
+                Some(rule.locked_if(shared, || unsafe {
+                    (*rule.meter.get()).color(now, len, self.hz)
+                }))
             }
             MeterKind::Big => {
                 let b = t.big[s].as_deref().expect("a big marker for a Big rule");
                 let len = (p.len() as i64).saturating_sub(b.deduct_len).max(0) as u64;
                 // SAFETY: as above; the rule's lock guards its big marker too.
-                Some(rule.locked(|| unsafe { (*b.meter.get()).color(now, len) }))
+                Some(rule.locked_if(shared, || unsafe { (*b.meter.get()).color(now, len) }))
             }
         };
         let gate = match color {
@@ -549,6 +573,8 @@ impl Qos {
         }
         let voffs = self.values.offsets(ctx);
         let now = ctx.refresh_now();
+        // Read once: it changes only while the workers are paused (`Context::shared`).
+        let shared = ctx.shared();
         let w = self.words;
         let n = batch.len();
         let mut keys = [[0u64; W]; MAX_BURST];
@@ -587,7 +613,7 @@ impl Qos {
             if short[j] {
                 return Verdict::Drop(QosDrop::TooShort);
             }
-            self.decide(t, p, slots[j], &voffs, now)
+            self.decide(t, p, slots[j], &voffs, now, shared)
         });
     }
 }
