@@ -61,6 +61,7 @@ fn offload_program() {
 /// Compiles `src` into OUT_DIR/`obj`; on failure writes an empty object and says why.
 fn compile(clang: &str, src: &str, obj: &str) -> Option<String> {
     println!("cargo:rerun-if-changed={src}");
+    println!("cargo:rerun-if-changed=bpf/bessemer_bpf.h");
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR")).join(obj);
     let result = Command::new(clang)
         .args(["-O2", "-Wall", "-target", "bpf", "-c", src, "-o"])

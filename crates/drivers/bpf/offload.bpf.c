@@ -15,49 +15,17 @@
 //     XSKMAP, which the loader reuses): the user-space pipeline then does the rest.
 //
 // Compiled by crates/drivers/build.rs with `clang -O2 -target bpf`; loaded by
-// crates/drivers/src/bpf_elf.rs. Self-contained on purpose (no kernel or libbpf headers):
-// the constants below are the kernel's stable UAPI values, so the build needs clang only.
+// crates/drivers/src/bpf_elf.rs. No kernel or libbpf headers (bessemer_bpf.h says why).
 
-typedef unsigned char __u8;
-typedef unsigned short __u16;
-typedef unsigned int __u32;
-typedef unsigned long long __u64;
-
-#define SEC(name) __attribute__((section(name), used))
+#include "bessemer_bpf.h"
 
 // UAPI values (include/uapi/linux/bpf.h).
-#define BPF_MAP_TYPE_HASH 1
-#define BPF_MAP_TYPE_ARRAY 2
 #define BPF_MAP_TYPE_PERCPU_ARRAY 6
 #define BPF_MAP_TYPE_DEVMAP 14
 #define BPF_MAP_TYPE_XSKMAP 17
-#define XDP_DROP 1
-#define XDP_PASS 2
 #define XDP_TX 3
 
-struct xdp_md {
-	__u32 data;
-	__u32 data_end;
-	__u32 data_meta;
-	__u32 ingress_ifindex;
-	__u32 rx_queue_index;
-	__u32 egress_ifindex;
-};
-
-// Helpers by number (the kernel's stable helper ids).
-static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
-static long (*bpf_redirect_map)(void *map, __u64 key, __u64 flags) = (void *)51;
 static int (*bpf_xdp_get_buff_len)(struct xdp_md *ctx) = (void *)188;
-
-// A map definition in the legacy `maps` section layout, which Bessemer's own loader reads
-// (it needs no BTF): type, key size, value size, entries, flags.
-struct map_def {
-	__u32 type;
-	__u32 key_size;
-	__u32 value_size;
-	__u32 max_entries;
-	__u32 map_flags;
-};
 
 #define KEY_MAX 32
 

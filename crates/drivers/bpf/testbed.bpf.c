@@ -30,22 +30,13 @@
 // with one queue per core does: veth itself processes a packet on the sender's CPU.
 //
 // Built by crates/drivers/build.rs with `clang -O2 -target bpf`, loaded by
-// crates/drivers/src/bpf_elf.rs; no kernel or libbpf headers (the constants are UAPI).
+// crates/drivers/src/bpf_elf.rs; no kernel or libbpf headers (bessemer_bpf.h says why).
 
-typedef unsigned char __u8;
-typedef unsigned short __u16;
-typedef unsigned int __u32;
-typedef unsigned long long __u64;
+#include "bessemer_bpf.h"
 
-#define SEC(name) __attribute__((section(name), used))
-
-#define BPF_MAP_TYPE_HASH 1
-#define BPF_MAP_TYPE_ARRAY 2
 #define BPF_MAP_TYPE_CPUMAP 16
-#define XDP_PASS 2
 #define BPF_ANY 0
 #define BPF_NOEXIST 1
-#define XDP_DROP 1
 #define TCX_NEXT -1
 #define TCX_DROP 2
 
@@ -57,29 +48,10 @@ struct __sk_buff {
 	// (the rest is not used)
 };
 
-struct xdp_md {
-	__u32 data;
-	__u32 data_end;
-	__u32 data_meta;
-	__u32 ingress_ifindex;
-	__u32 rx_queue_index;
-	__u32 egress_ifindex;
-};
-
-static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
 static long (*bpf_map_update_elem)(void *map, const void *key, const void *value,
 				   __u64 flags) = (void *)2;
-static long (*bpf_redirect_map)(void *map, __u64 key, __u64 flags) = (void *)51;
 static long (*bpf_skb_load_bytes)(const void *skb, __u32 offset, void *to, __u32 len) =
 	(void *)26;
-
-struct map_def {
-	__u32 type;
-	__u32 key_size;
-	__u32 value_size;
-	__u32 max_entries;
-	__u32 map_flags;
-};
 
 // Keep the layouts below in step with crates/planner/src/testbed.rs.
 

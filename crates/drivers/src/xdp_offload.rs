@@ -11,7 +11,7 @@ use std::sync::{Arc, Weak};
 use bessemer_core::{Error, Result};
 
 use crate::af_xdp_port::{OffloadTarget, Restorer};
-use crate::bpf::{self, Attr, BPF_F_XDP_HAS_FRAGS, BPF_MAP_LOOKUP_ELEM, BPF_MAP_UPDATE_ELEM};
+use crate::bpf::{self, map_update, Attr, BPF_F_XDP_HAS_FRAGS};
 use crate::bpf_elf::{self, Loaded, Object};
 use crate::netns;
 
@@ -26,8 +26,6 @@ pub const CONFIG_BYTES: usize = 120;
 pub const MAX_RULES: u32 = 65536;
 pub const COUNTER_SLOTS: u32 = 65540;
 pub const DEV_SLOTS: u32 = 64;
-
-const BPF_MAP_DELETE_ELEM: i32 = 3;
 
 /// Why the offload cannot be used in this build, if it cannot.
 pub fn unavailable() -> Option<String> {
@@ -48,18 +46,6 @@ pub struct XdpOffload {
     /// program lives on (another AFXDPPort on the same interface).
     restorer: Option<Restorer>,
     installed: bool,
-}
-
-fn map_update(map: RawFd, key: &[u8], value: &[u8], what: &str) -> Result<()> {
-    let r = Attr::new()
-        .u32(0, map as u32)
-        .u64(8, key.as_ptr() as u64)
-        .u64(16, value.as_ptr() as u64)
-        .call(BPF_MAP_UPDATE_ELEM);
-    if r < 0 {
-        return Err(netns::os_error(what));
-    }
-    Ok(())
 }
 
 impl XdpOffload {
@@ -141,14 +127,7 @@ impl XdpOffload {
 
     /// Removes a rule (absent: nothing to do).
     pub fn delete_rule(&self, key: &[u8; KEY_BYTES]) -> Result<()> {
-        let r = Attr::new()
-            .u32(0, self.loaded.map("rules")? as u32)
-            .u64(8, key.as_ptr() as u64)
-            .call(BPF_MAP_DELETE_ELEM);
-        if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOENT) {
-            return Err(netns::os_error("cannot delete an offload rule"));
-        }
-        Ok(())
+        bpf::map_delete(self.loaded.map("rules")?, key)
     }
 
     /// Points devmap slot `slot` at interface `ifindex` of namespace `ns` (the kernel
@@ -168,31 +147,22 @@ impl XdpOffload {
     /// Counter slot `slot`: (packets, bytes), summed over CPUs.
     pub fn counter(&self, slot: u32) -> Result<(u64, u64)> {
         let n = bpf::possible_cpus();
-        let mut v = vec![0u64; 2 * n];
-        let r = Attr::new()
-            .u32(0, self.loaded.map("counters")? as u32)
-            .u64(8, &slot as *const u32 as u64)
-            .u64(16, v.as_mut_ptr() as u64)
-            .call(BPF_MAP_LOOKUP_ELEM);
-        if r < 0 {
-            return Err(netns::os_error("cannot read the offload counters"));
-        }
-        Ok(v.chunks_exact(2)
-            .fold((0, 0), |(p, b), c| (p + c[0], b + c[1])))
+        // Per-CPU values: (packets, bytes) for each possible CPU.
+        let mut v = vec![0u8; 16 * n];
+        bpf::map_lookup(self.loaded.map("counters")?, &slot.to_ne_bytes(), &mut v)?;
+        let word = |c: &[u8]| u64::from_ne_bytes(c.try_into().expect("8 bytes"));
+        Ok(v.chunks_exact(16)
+            .fold((0, 0), |(p, b), c| (p + word(&c[..8]), b + word(&c[8..]))))
     }
 
     /// Zeroes counter slot `slot` (before it is given to a new rule).
     pub fn reset_counter(&self, slot: u32) -> Result<()> {
-        let v = vec![0u64; 2 * bpf::possible_cpus()];
-        let r = Attr::new()
-            .u32(0, self.loaded.map("counters")? as u32)
-            .u64(8, &slot as *const u32 as u64)
-            .u64(16, v.as_ptr() as u64)
-            .call(BPF_MAP_UPDATE_ELEM);
-        if r < 0 {
-            return Err(netns::os_error("cannot reset an offload counter"));
-        }
-        Ok(())
+        map_update(
+            self.loaded.map("counters")?,
+            &slot.to_ne_bytes(),
+            &vec![0u8; 16 * bpf::possible_cpus()],
+            "cannot reset an offload counter",
+        )
     }
 
     /// Runs the program once on `frame` (BPF_PROG_TEST_RUN): the verdict and the frame as
