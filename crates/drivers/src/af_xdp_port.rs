@@ -646,6 +646,7 @@ impl Xsk {
     fn kick_tx(&self, prod: u32) {
         let mut cons = self.tx.cons().load(Ordering::Acquire);
         let mut kicks = 0;
+        let mut busy = true;
         while cons != prod && kicks < MAX_TX_KICKS {
             kicks += 1;
             // SAFETY: a wake-up call with no buffer.
@@ -662,19 +663,26 @@ impl Xsk {
             if self.mode == Mode::ZeroCopy {
                 return;
             }
+            // Another call helps only if this one moved the ring and failed for a reason
+            // that passes (budget spent, device busy); a call that moved nothing, or a link
+            // that is down (ENETDOWN, ENXIO: the ring fills and later packets stay in the
+            // batch, counted as drops by the caller), ends the loop.
+            let retryable = r >= 0
+                || matches!(
+                    std::io::Error::last_os_error().raw_os_error(),
+                    Some(libc::EAGAIN | libc::EBUSY | libc::EINTR)
+                );
             let now = self.tx.cons().load(Ordering::Acquire);
             let progress = now != cons;
             cons = now;
-            if r < 0 {
-                let e = std::io::Error::last_os_error().raw_os_error();
-                // A link that is down (ENETDOWN, ENXIO) fails here: the ring fills and later
-                // packets stay in the batch, counted as drops by the caller.
-                if !matches!(e, Some(libc::EAGAIN | libc::EBUSY | libc::EINTR)) || !progress {
-                    break;
-                }
+            if !progress || !retryable {
+                // A busy device drains: the receive side kicks again. A failing link would
+                // only fail again on every poll.
+                busy = retryable;
+                break;
             }
         }
-        self.tx_backlog.store(cons != prod, Ordering::Relaxed);
+        self.tx_backlog.store(cons != prod && busy, Ordering::Relaxed);
     }
 
     /// Kicks a TX ring left with descriptors (see `kick_tx`), from the receive side.
