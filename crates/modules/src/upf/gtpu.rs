@@ -261,3 +261,37 @@ pub fn plain_gpdu(d: &[u8]) -> bool {
         && h[43] == MSG_GPDU
         && HEADER_LEN + be16(44) <= udp_len - 8
 }
+
+/// Frames the GTP-U short-path property tests share.
+#[cfg(test)]
+pub(crate) mod test_frames {
+    /// A plain G-PDU with `inner` bytes of zeroed payload: Ethernet, IPv4 without options,
+    /// UDP from and to 2152, GTP-U without optional fields, every length consistent.
+    pub(crate) fn plain_gpdu(inner: usize) -> Vec<u8> {
+        let mut f = vec![0u8; 50 + inner];
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f[14] = 0x45;
+        f[16..18].copy_from_slice(&(36 + inner as u16).to_be_bytes());
+        f[23] = 17;
+        f[34..36].copy_from_slice(&2152u16.to_be_bytes());
+        f[36..38].copy_from_slice(&2152u16.to_be_bytes());
+        f[38..40].copy_from_slice(&(16 + inner as u16).to_be_bytes());
+        f[42] = 0x30;
+        f[43] = 0xff;
+        f[44..46].copy_from_slice(&(inner as u16).to_be_bytes());
+        f
+    }
+
+    /// Applies `(offset, value, kind)` edits: kind 0 sets the byte, 1 and 2 step it up or
+    /// down (small changes keep lengths near the edges that matter), 3 flips one bit.
+    pub(crate) fn mutate(f: &mut [u8], edits: &[(usize, u8, u8)]) {
+        for &(at, v, kind) in edits {
+            f[at] = match kind {
+                0 => v,
+                1 => f[at].wrapping_add(1),
+                2 => f[at].wrapping_sub(1),
+                _ => f[at] ^ (1 << (v % 8)),
+            };
+        }
+    }
+}

@@ -86,17 +86,7 @@ mod tests {
     /// A plain G-PDU: Ethernet, IPv4 without options, UDP to 2152, GTP-U without optional
     /// fields, a 20-byte inner packet.
     fn gpdu() -> Vec<u8> {
-        let mut f = vec![0u8; 70];
-        f[12..14].copy_from_slice(&[0x08, 0x00]);
-        f[14] = 0x45;
-        f[16..18].copy_from_slice(&56u16.to_be_bytes());
-        f[23] = 17;
-        f[34..36].copy_from_slice(&2152u16.to_be_bytes());
-        f[36..38].copy_from_slice(&2152u16.to_be_bytes());
-        f[38..40].copy_from_slice(&36u16.to_be_bytes());
-        f[42] = 0x30;
-        f[43] = 0xff;
-        f[44..46].copy_from_slice(&20u16.to_be_bytes());
+        let mut f = gtpu::test_frames::plain_gpdu(20);
         for (i, b) in f[50..].iter_mut().enumerate() {
             *b = i as u8;
         }
@@ -112,15 +102,7 @@ mod tests {
             len in prop_oneof![Just(70usize), 0usize..90],
         ) {
             let mut f = gpdu();
-            for (at, v, kind) in edits {
-                // Small changes to lengths keep them near the edges that matter.
-                f[at] = match kind {
-                    0 => v,
-                    1 => f[at].wrapping_add(1),
-                    2 => f[at].wrapping_sub(1),
-                    _ => f[at] ^ (1 << (v % 8)),
-                };
-            }
+            gtpu::test_frames::mutate(&mut f, &edits);
             f.resize(len, 0xee);
             let pool = PacketPool::new("decap-test", 64, PagePolicy::Plain).unwrap();
             let mut cache = pool.cache();

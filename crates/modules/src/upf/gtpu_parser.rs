@@ -244,18 +244,8 @@ mod tests {
 
     /// A plain G-PDU carrying IPv4/UDP (ports 1000 -> 2000) in 96 bytes.
     fn gpdu() -> Vec<u8> {
-        let mut f = vec![0u8; 96];
-        f[12..14].copy_from_slice(&[0x08, 0x00]);
-        f[14] = 0x45;
-        f[16..18].copy_from_slice(&82u16.to_be_bytes());
-        f[23] = 17;
+        let mut f = crate::upf::gtpu::test_frames::plain_gpdu(46);
         f[26..34].copy_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
-        f[34..36].copy_from_slice(&2152u16.to_be_bytes());
-        f[36..38].copy_from_slice(&2152u16.to_be_bytes());
-        f[38..40].copy_from_slice(&62u16.to_be_bytes());
-        f[42] = 0x30;
-        f[43] = 0xff;
-        f[44..46].copy_from_slice(&46u16.to_be_bytes());
         f[46..50].copy_from_slice(&[0, 0, 1, 0]);
         f[50] = 0x45;
         f[52..54].copy_from_slice(&46u16.to_be_bytes());
@@ -281,14 +271,7 @@ mod tests {
             len in prop_oneof![Just(96usize), 0usize..110],
         ) {
             let mut f = gpdu();
-            for (at, v, kind) in edits {
-                f[at] = match kind {
-                    0 => v,
-                    1 => f[at].wrapping_add(1),
-                    2 => f[at].wrapping_sub(1),
-                    _ => f[at] ^ (1 << (v % 8)),
-                };
-            }
+            crate::upf::gtpu::test_frames::mutate(&mut f, &edits);
             f.resize(len, 0xee);
             prop_assert_eq!(classify(&f), classify_full(&f));
         }
