@@ -682,7 +682,8 @@ impl Xsk {
                 break;
             }
         }
-        self.tx_backlog.store(cons != prod && busy, Ordering::Relaxed);
+        self.tx_backlog
+            .store(cons != prod && busy, Ordering::Relaxed);
     }
 
     /// Kicks a TX ring left with descriptors (see `kick_tx`), from the receive side.
