@@ -68,61 +68,35 @@ pub fn parse_rss_table(text: &str) -> Vec<u16> {
     table
 }
 
-fn run_ethtool(netns: Option<&str>, args: &[&str]) -> Result<String, String> {
-    let mut cmd = match netns {
-        Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns, "ethtool"]);
-            c
+/// One change to the interface: an ethtool invocation (arguments after `ethtool`) or a
+/// TX queue's rate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// `ethtool ARGS`.
+    Ethtool(Vec<String>),
+    /// Write Mb/s (0: unlimited) to `queues/tx-Q/tx_maxrate`.
+    TxMaxrate { queue: u16, mbps: u32 },
+}
+
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Step::Ethtool(a) => write!(f, "ethtool {}", a.join(" ")),
+            Step::TxMaxrate { queue, mbps } => write!(f, "tx-{queue} tx_maxrate {mbps}"),
         }
-        None => Command::new("ethtool"),
-    };
-    let out = cmd
-        .args(args)
-        .output()
-        .map_err(|e| format!("cannot run ethtool: {e}"))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
     }
 }
 
-/// Reads an interface's capabilities (optionally inside a network namespace).
-pub fn read_interface(iface: &str, netns: Option<&str>) -> Result<EthtoolNic, ModelError> {
-    let valid = |s: &str| {
-        !s.is_empty()
-            && s.len() < 16
-            && s.chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c))
-    };
-    if !valid(iface) || !netns.is_none_or(valid) {
-        return Err(ModelError::Input(format!("bad interface name {iface:?}")));
-    }
-    let channels = run_ethtool(netns, &["-l", iface])
-        .map_err(|e| ModelError::Input(format!("ethtool -l {iface}: {e}")))?;
-    let queues = parse_channels(&channels)?;
-    let ntuple = run_ethtool(netns, &["-k", iface])
-        .map(|t| parse_ntuple(&t))
-        .unwrap_or(false);
-    // No indirection table ("Operation not supported") means no RSS to model.
-    let rss = run_ethtool(netns, &["-x", iface])
-        .map(|t| parse_rss_table(&t))
-        .unwrap_or_default();
-    Ok(EthtoolNic {
-        iface: iface.into(),
-        queues,
-        rss_size: rss.len(),
-        ntuple,
-        ntuple_rules: if ntuple { ASSUMED_NTUPLE_RULES } else { 0 },
-    })
+fn args(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
 }
 
-/// The ethtool commands that would put a configuration on the interface (printed, not
-/// run). ethtool's `m` masks are inverted (set bits are ignored), unlike ours.
-pub fn commands(nic: &EthtoolNic, cfg: &NicConfig) -> Result<Vec<String>, ModelError> {
+/// The steps that put a configuration on the interface, in order: RSS table, ntuple rules
+/// by location, TX rates. ethtool's `m` masks are inverted (set bits are ignored), unlike
+/// ours.
+pub fn steps(nic: &EthtoolNic, cfg: &NicConfig) -> Result<Vec<Step>, ModelError> {
     use crate::pred::{ip_str, Field, PROTO_TCP, PROTO_UDP};
-    let iface = &nic.iface;
+    let iface = nic.iface.as_str();
     let mut out = Vec::new();
     if !cfg.rss.is_empty() {
         let mut weights = vec![0usize; nic.queues as usize];
@@ -132,25 +106,30 @@ pub fn commands(nic: &EthtoolNic, cfg: &NicConfig) -> Result<Vec<String>, ModelE
         let spread: Vec<u16> = (0..cfg.rss.len())
             .map(|i| (i % nic.queues as usize) as u16)
             .collect();
+        let mut a = args(&["-X", iface]);
         if cfg.rss == spread {
-            out.push(format!("ethtool -X {iface} equal {}", nic.queues));
+            a.extend(["equal".into(), nic.queues.to_string()]);
         } else {
-            let w: Vec<String> = weights.iter().map(|w| w.to_string()).collect();
             // ethtool sets weights, not entry order: the share per queue is exact.
-            out.push(format!("ethtool -X {iface} weight {}", w.join(" ")));
+            a.push("weight".into());
+            a.extend(weights.iter().map(|w| w.to_string()));
         }
+        out.push(Step::Ethtool(a));
+    } else if nic.rss_size > 0 {
+        // The model's "RSS off": whatever no rule takes lands on queue 0.
+        out.push(Step::Ethtool(args(&["-X", iface, "equal", "1"])));
     }
     for (loc, f) in cfg.filters.iter().enumerate() {
         let c = &f.matcher;
         let m = |fl: Field| c.m[fl.index()];
         let v = |fl: Field| c.v[fl.index()];
         let ports = m(Field::SrcPort) != 0 || m(Field::DstPort) != 0;
-        let mut cmd = format!("ethtool -N {iface} flow-type ");
+        let mut a = args(&["-N", iface, "flow-type"]);
         match (m(Field::IpProto), v(Field::IpProto)) {
-            (0xff, PROTO_TCP) => cmd.push_str("tcp4"),
-            (0xff, PROTO_UDP) => cmd.push_str("udp4"),
-            (0xff, p) if !ports => cmd.push_str(&format!("ip4 l4proto {p}")),
-            (0, _) if !ports => cmd.push_str("ip4"),
+            (0xff, PROTO_TCP) => a.push("tcp4".into()),
+            (0xff, PROTO_UDP) => a.push("udp4".into()),
+            (0xff, p) if !ports => a.extend(["ip4".into(), "l4proto".into(), p.to_string()]),
+            (0, _) if !ports => a.push("ip4".into()),
             _ => {
                 return Err(ModelError::Constraint(format!(
                     "rule {loc} ({f}): ethtool matches ports only with tcp4/udp4 and the protocol whole"
@@ -172,9 +151,9 @@ pub fn commands(nic: &EthtoolNic, cfg: &NicConfig) -> Result<Vec<String>, ModelE
             } else {
                 (v(fl).to_string(), format!("{ignore:#x}"))
             };
-            cmd.push_str(&format!(" {name} {val}"));
+            a.extend([name.into(), val]);
             if ignore != 0 {
-                cmd.push_str(&format!(" m {mask}"));
+                a.extend(["m".into(), mask]);
             }
         }
         let action = match f.dest {
@@ -186,17 +165,313 @@ pub fn commands(nic: &EthtoolNic, cfg: &NicConfig) -> Result<Vec<String>, ModelE
                 )))
             }
         };
-        cmd.push_str(&format!(" action {action} loc {loc}"));
-        out.push(cmd);
+        a.extend(["action".into(), action, "loc".into(), loc.to_string()]);
+        out.push(Step::Ethtool(a));
     }
     for (q, l) in cfg.limits.iter().enumerate() {
-        if let Some(r) = l {
-            out.push(format!(
-                "# Q{q}: {r} Mb/s needs a software token bucket (tc); not emitted"
-            ));
+        if let Some(mbps) = l {
+            if !nic.tx_maxrate {
+                return Err(ModelError::Constraint(format!(
+                    "Q{q}: {mbps} Mb/s, but {iface} takes no tx_maxrate (use a software limiter)"
+                )));
+            }
+            out.push(Step::TxMaxrate {
+                queue: q as u16,
+                mbps: *mbps,
+            });
         }
     }
     Ok(out)
+}
+
+/// The commands that would put a configuration on the interface, as a user would type
+/// them (printed, not run).
+pub fn commands(nic: &EthtoolNic, cfg: &NicConfig) -> Result<Vec<String>, ModelError> {
+    Ok(steps(nic, cfg)?
+        .into_iter()
+        .map(|s| match s {
+            Step::Ethtool(_) => s.to_string(),
+            Step::TxMaxrate { queue, mbps } => format!(
+                "echo {mbps} > /sys/class/net/{}/queues/tx-{queue}/tx_maxrate",
+                nic.iface
+            ),
+        })
+        .collect())
+}
+
+/// Locations of the ntuple rules installed, from `ethtool -n` output ("Filter: 5" lines).
+pub fn parse_rule_locations(text: &str) -> Vec<u32> {
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix("Filter:")?.trim().parse().ok())
+        .collect()
+}
+
+/// Runs a program, inside a network namespace when given one.
+fn run_in(netns: Option<&str>, program: &str, args: &[String]) -> Result<String, String> {
+    let mut cmd = match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, program]);
+            c
+        }
+        None => Command::new(program),
+    };
+    let out = cmd.args(args).output().map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            format!("{program} not found (apt-get install -y ethtool iproute2)")
+        } else {
+            format!("cannot run {program}: {e}")
+        }
+    })?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
+
+fn run_ethtool(netns: Option<&str>, a: &[&str]) -> Result<String, String> {
+    run_in(netns, "ethtool", &args(a))
+}
+
+fn tx_maxrate_path(iface: &str, queue: u16) -> String {
+    format!("/sys/class/net/{iface}/queues/tx-{queue}/tx_maxrate")
+}
+
+/// A TX queue's rate in Mb/s (0: unlimited); `None` when the file is not there.
+fn read_tx_maxrate(iface: &str, netns: Option<&str>, queue: u16) -> Option<u32> {
+    run_in(netns, "cat", &[tx_maxrate_path(iface, queue)])
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+fn write_tx_maxrate(iface: &str, netns: Option<&str>, queue: u16, mbps: u32) -> Result<(), String> {
+    // `sh -c` so that the redirection happens inside the namespace, where its /sys is.
+    let script = format!("echo {mbps} > {}", tx_maxrate_path(iface, queue));
+    run_in(netns, "sh", &["-c".into(), script])
+        .map(|_| ())
+        .map_err(|e| {
+            if e.contains("not supported") {
+                format!("{iface} takes no tx_maxrate (the driver has no per-queue TX rate)")
+            } else {
+                e
+            }
+        })
+}
+
+/// Whether the driver takes per-queue TX rates: queue 0's rate written back unchanged
+/// (the kernel refuses the write before anything else when the driver has no such hook).
+fn probe_tx_maxrate(iface: &str, netns: Option<&str>) -> bool {
+    match read_tx_maxrate(iface, netns, 0) {
+        Some(cur) => write_tx_maxrate(iface, netns, 0, cur).is_ok(),
+        None => false,
+    }
+}
+
+fn valid_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() < 16
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c))
+}
+
+/// Reads an interface's capabilities (optionally inside a network namespace).
+pub fn read_interface(iface: &str, netns: Option<&str>) -> Result<EthtoolNic, ModelError> {
+    if !valid_name(iface) || !netns.is_none_or(valid_name) {
+        return Err(ModelError::Input(format!("bad interface name {iface:?}")));
+    }
+    let channels = run_ethtool(netns, &["-l", iface])
+        .map_err(|e| ModelError::Input(format!("ethtool -l {iface}: {e}")))?;
+    let queues = parse_channels(&channels)?;
+    let ntuple = run_ethtool(netns, &["-k", iface])
+        .map(|t| parse_ntuple(&t))
+        .unwrap_or(false);
+    // No indirection table ("Operation not supported") means no RSS to model.
+    let rss = run_ethtool(netns, &["-x", iface])
+        .map(|t| parse_rss_table(&t))
+        .unwrap_or_default();
+    Ok(EthtoolNic {
+        iface: iface.into(),
+        queues,
+        rss_size: rss.len(),
+        ntuple,
+        ntuple_rules: if ntuple { ASSUMED_NTUPLE_RULES } else { 0 },
+        tx_maxrate: probe_tx_maxrate(iface, netns),
+    })
+}
+
+/// Sets the number of channels (queue pairs): `combined` first, then separate RX and TX
+/// (veth and some drivers have no combined channels).
+pub fn set_channels(iface: &str, netns: Option<&str>, n: u16) -> Result<(), ModelError> {
+    if !valid_name(iface) || !netns.is_none_or(valid_name) {
+        return Err(ModelError::Input(format!("bad interface name {iface:?}")));
+    }
+    let n = n.to_string();
+    run_ethtool(netns, &["-L", iface, "combined", &n])
+        .or_else(|_| run_ethtool(netns, &["-L", iface, "rx", &n, "tx", &n]))
+        .map(|_| ())
+        .map_err(|e| ModelError::Input(format!("ethtool -L {iface} {n} channels: {e}")))
+}
+
+/// What [`apply`] did.
+#[derive(Debug, Default)]
+pub struct Applied {
+    /// Steps run, in order.
+    pub done: Vec<Step>,
+    /// ntuple rules of an earlier configuration removed (locations).
+    pub removed: Vec<u32>,
+}
+
+/// What the interface had before, for undoing a failed apply.
+struct Before {
+    rss: Vec<u16>,
+    rules: Vec<u32>,
+    rates: Vec<(u16, u32)>,
+}
+
+/// Puts a configuration on a real interface. The planner owns the interface's ntuple table
+/// (rules at locations it does not use are removed, as the thesis's Dragonet owns the NIC).
+/// A rule being replaced is deleted just before its new one is inserted, so its flow
+/// meanwhile follows RSS: steered elsewhere for a moment, not dropped. On a failure the
+/// steps already run are undone as far as ethtool allows (rules deleted, the RSS table back
+/// to an equal spread or the driver's default, rates restored) and the error names the
+/// step that failed and what could not be undone.
+pub fn apply(
+    nic: &EthtoolNic,
+    netns: Option<&str>,
+    cfg: &NicConfig,
+) -> Result<Applied, ModelError> {
+    let iface = nic.iface.as_str();
+    let plan = steps(nic, cfg)?;
+    let rules_out = run_ethtool(netns, &["-n", iface]).unwrap_or_default();
+    let before = Before {
+        rss: run_ethtool(netns, &["-x", iface])
+            .map(|t| parse_rss_table(&t))
+            .unwrap_or_default(),
+        rules: parse_rule_locations(&rules_out),
+        rates: (0..nic.queues)
+            .filter_map(|q| Some((q, read_tx_maxrate(iface, netns, q)?)))
+            .collect(),
+    };
+    let mut applied = Applied::default();
+    let used: Vec<u32> = (0..cfg.filters.len() as u32).collect();
+    let mut result = Ok(());
+    for step in &plan {
+        if let Step::Ethtool(a) = step {
+            if a[0] == "-N" {
+                let loc: u32 = a[a.len() - 1].parse().unwrap_or(u32::MAX);
+                if before.rules.contains(&loc) && !applied.removed.contains(&loc) {
+                    if let Err(e) = run_ethtool(netns, &["-N", iface, "delete", &loc.to_string()]) {
+                        result = Err(format!("ethtool -N {iface} delete {loc}: {e}"));
+                        break;
+                    }
+                    applied.removed.push(loc);
+                }
+            }
+        }
+        let r = match step {
+            Step::Ethtool(a) => run_in(netns, "ethtool", a).map(|_| ()),
+            Step::TxMaxrate { queue, mbps } => write_tx_maxrate(iface, netns, *queue, *mbps),
+        };
+        if let Err(e) = r {
+            result = Err(format!("{step}: {e}"));
+            break;
+        }
+        applied.done.push(step.clone());
+    }
+    if result.is_ok() {
+        for loc in before.rules.iter().filter(|l| !used.contains(l)) {
+            if let Err(e) = run_ethtool(netns, &["-N", iface, "delete", &loc.to_string()]) {
+                result = Err(format!("ethtool -N {iface} delete {loc}: {e}"));
+                break;
+            }
+            applied.removed.push(*loc);
+        }
+    }
+    match result {
+        Ok(()) => Ok(applied),
+        Err(e) => {
+            let left = undo(nic, netns, &before, &applied);
+            Err(ModelError::Input(format!(
+                "{iface}: {e}; undone{}",
+                if left.is_empty() {
+                    String::new()
+                } else {
+                    format!(" except: {}", left.join("; "))
+                }
+            )))
+        }
+    }
+}
+
+/// Undoes what a failed [`apply`] ran; returns what could not be undone.
+fn undo(nic: &EthtoolNic, netns: Option<&str>, before: &Before, applied: &Applied) -> Vec<String> {
+    let iface = nic.iface.as_str();
+    let mut left = Vec::new();
+    for step in applied.done.iter().rev() {
+        let r = match step {
+            Step::Ethtool(a) if a[0] == "-N" => {
+                let loc = a[a.len() - 1].clone();
+                run_ethtool(netns, &["-N", iface, "delete", &loc])
+            }
+            Step::Ethtool(_) => {
+                let n = before.rss.iter().max().map_or(0, |m| *m as usize + 1);
+                let spread = (0..before.rss.len()).all(|i| before.rss[i] as usize == i % n.max(1));
+                if spread && n > 0 {
+                    run_ethtool(netns, &["-X", iface, "equal", &n.to_string()])
+                } else {
+                    run_ethtool(netns, &["-X", iface, "default"])
+                }
+            }
+            Step::TxMaxrate { queue, .. } => {
+                let old = before
+                    .rates
+                    .iter()
+                    .find(|(q, _)| q == queue)
+                    .map_or(0, |(_, r)| *r);
+                write_tx_maxrate(iface, netns, *queue, old).map(|_| String::new())
+            }
+        };
+        if let Err(e) = r {
+            left.push(format!("undo of {step}: {e}"));
+        }
+    }
+    if !applied.removed.is_empty() {
+        left.push(format!(
+            "earlier rules at locations {:?} were removed",
+            applied.removed
+        ));
+    }
+    left
+}
+
+/// Removes what [`apply`] put on the interface: every ntuple rule, the driver's default
+/// RSS table, TX queues unlimited. Returns what it did.
+pub fn reset(iface: &str, netns: Option<&str>) -> Result<Vec<String>, ModelError> {
+    let nic = read_interface(iface, netns)?;
+    let mut done = Vec::new();
+    let rules = parse_rule_locations(&run_ethtool(netns, &["-n", iface]).unwrap_or_default());
+    for loc in rules {
+        run_ethtool(netns, &["-N", iface, "delete", &loc.to_string()])
+            .map_err(|e| ModelError::Input(format!("ethtool -N {iface} delete {loc}: {e}")))?;
+        done.push(format!("ntuple rule {loc} deleted"));
+    }
+    if nic.rss_size > 0 {
+        run_ethtool(netns, &["-X", iface, "default"])
+            .map_err(|e| ModelError::Input(format!("ethtool -X {iface} default: {e}")))?;
+        done.push("RSS table back to the driver's default".into());
+    }
+    if nic.tx_maxrate {
+        for q in 0..nic.queues {
+            if read_tx_maxrate(iface, netns, q).unwrap_or(0) != 0 {
+                write_tx_maxrate(iface, netns, q, 0).map_err(ModelError::Input)?;
+                done.push(format!("tx-{q} unlimited"));
+            }
+        }
+    }
+    Ok(done)
 }
 
 #[cfg(test)]
@@ -229,6 +504,7 @@ mod tests {
             rss_size: 8,
             ntuple: true,
             ntuple_rules: 16,
+            tx_maxrate: false,
         };
         let mut cfg = crate::nic::NicModel::initial_config(&nic);
         let dns = Conj::eq(Field::IpProto, PROTO_UDP)

@@ -744,7 +744,7 @@ impl NicModel for Sfc9020 {
 }
 
 /// A generic NIC described by its ethtool capabilities: RSS plus ordered ntuple rules with
-/// arbitrary masks, no hardware rate limiters modelled.
+/// arbitrary masks, and per-TX-queue rate limiters where the driver takes `tx_maxrate`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EthtoolNic {
     /// Interface name.
@@ -757,6 +757,8 @@ pub struct EthtoolNic {
     pub ntuple: bool,
     /// ntuple rule slots assumed.
     pub ntuple_rules: usize,
+    /// The driver sets per-TX-queue rates (sysfs `queues/tx-N/tx_maxrate`).
+    pub tx_maxrate: bool,
 }
 
 impl NicModel for EthtoolNic {
@@ -767,7 +769,7 @@ impl NicModel for EthtoolNic {
         self.queues
     }
     fn hw_rate_limiters(&self) -> bool {
-        false
+        self.tx_maxrate
     }
     fn initial_config(&self) -> NicConfig {
         NicConfig {
@@ -786,7 +788,7 @@ impl NicModel for EthtoolNic {
             &format!("ethtoolPRG:{}", self.iface),
             self.queues,
             tables,
-            false,
+            self.tx_maxrate,
         )
     }
     fn table_of(&self, kind: FilterKind) -> Result<&'static str, ModelError> {
@@ -830,15 +832,20 @@ impl NicModel for EthtoolNic {
         if !self.ntuple || cfg.filters.len() >= self.ntuple_rules {
             return vec![];
         }
-        (0..self.queues)
-            .map(|q| {
-                vec![Action::AddFilter(Filter {
-                    kind: FilterKind::Ntuple,
-                    matcher: exact_match(&flow.header),
-                    dest: Dest::Queue(q),
-                })]
-            })
-            .collect()
+        let mut out = Vec::new();
+        for q in 0..self.queues {
+            let base = vec![Action::AddFilter(Filter {
+                kind: FilterKind::Ntuple,
+                matcher: exact_match(&flow.header),
+                dest: Dest::Queue(q),
+            })];
+            if self.tx_maxrate {
+                out.extend(limit_changes(cfg, flow, q, base));
+            } else {
+                out.push(base);
+            }
+        }
+        out
     }
     fn config_space(&self) -> Vec<String> {
         vec![
@@ -852,6 +859,11 @@ impl NicModel for EthtoolNic {
                 }
             ),
             format!("CRSS: {}-entry indirection table -> queue", self.rss_size),
+            if self.tx_maxrate {
+                "CTxRate: per TX queue rate (tx_maxrate, Mb/s)".into()
+            } else {
+                "rate limits: none in hardware (the driver takes no tx_maxrate)".into()
+            },
         ]
     }
 }

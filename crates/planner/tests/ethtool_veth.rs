@@ -73,3 +73,81 @@ fn reads_channels_and_features_of_a_veth() {
         "{missing}"
     );
 }
+
+#[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
+fn apply_sets_channels_on_a_veth_and_finds_no_tx_rates() {
+    let ns = Netns(format!("plna{}", std::process::id()));
+    ip(&["netns", "add", &ns.0]);
+    ip(&[
+        "-n",
+        &ns.0,
+        "link",
+        "add",
+        "pa",
+        "numtxqueues",
+        "4",
+        "numrxqueues",
+        "4",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "pb",
+        "numtxqueues",
+        "4",
+        "numrxqueues",
+        "4",
+    ]);
+    let planner = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_bessemer-planner"))
+            .args(args)
+            .output()
+            .expect("run bessemer-planner");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let before = bessemer_planner::ethtool::read_interface("pb", Some(&ns.0)).unwrap();
+    assert!(!before.tx_maxrate, "veth has no per-queue TX rate");
+    let (ok, out) = planner(&[
+        "apply",
+        "--nic",
+        "ethtool",
+        "--iface",
+        "pb",
+        "--netns",
+        &ns.0,
+        "--channels",
+        "3",
+        "--generate",
+        "10",
+    ]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("pb: 3 channels") && out.contains("with 3 queues"),
+        "{out}"
+    );
+    let after = bessemer_planner::ethtool::read_interface("pb", Some(&ns.0)).unwrap();
+    assert_eq!(after.queues, 3);
+    let (ok, out) = planner(&[
+        "apply",
+        "--nic",
+        "ethtool",
+        "--iface",
+        "pb",
+        "--netns",
+        &ns.0,
+        "--channels",
+        "9",
+        "--generate",
+        "10",
+    ]);
+    assert!(!ok && out.contains("ethtool -L pb 9 channels"), "{out}");
+    let (ok, out) = planner(&[
+        "unapply", "--nic", "ethtool", "--iface", "pb", "--netns", &ns.0,
+    ]);
+    assert!(ok && out.contains("nothing to undo"), "{out}");
+}

@@ -45,24 +45,33 @@ enum Cmd {
         #[arg(long)]
         ethtool_commands: bool,
     },
-    /// Plan, then apply the configuration to a veth testbed: a TCX program on the sending
-    /// veth end (--iface, --netns) steers each packet to the RX queue of the peer that the
-    /// 82599 or SFC9020 would choose. Applying again updates it in place.
+    /// Plan, then apply the configuration. With --nic ethtool, to the interface itself
+    /// (RSS table, ntuple rules, TX queue rates; --channels first). With --nic 82599 or
+    /// sfc9020, to a veth testbed: a TCX program on the sending veth end (--iface, --netns)
+    /// steers each packet to the RX queue of the peer that the NIC would choose. Applying
+    /// again updates it in place.
     Apply {
         #[command(flatten)]
         nic: NicArgs,
         #[command(flatten)]
         plan: PlanArgs,
+        /// With --nic ethtool: set this many channels (queue pairs) before planning.
+        #[arg(long)]
+        channels: Option<u16>,
     },
-    /// Remove the testbed's steering program from an interface (the veth picks its queues
-    /// as before).
+    /// Undo apply: remove the testbed's steering program from a veth end, or with --nic
+    /// ethtool delete the interface's ntuple rules, restore the driver's default RSS table
+    /// and lift TX queue rates.
     Unapply {
-        /// Sending veth end.
+        /// Interface (for the testbed, the sending veth end).
         #[arg(long)]
         iface: String,
         /// Its network namespace.
         #[arg(long)]
         netns: Option<String>,
+        /// What apply configured: the testbed (default) or a NIC through ethtool.
+        #[arg(long, value_enum, default_value = "testbed")]
+        nic: UnapplyKind,
     },
 }
 
@@ -127,6 +136,12 @@ enum NicKind {
     I82599,
     Sfc9020,
     Xdp,
+    Ethtool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum UnapplyKind {
+    Testbed,
     Ethtool,
 }
 
@@ -374,8 +389,37 @@ fn run(cli: Cli) -> Result<(), ModelError> {
                 print!("{}", q.pipeline.to_text());
             }
         }
-        Cmd::Apply { nic, plan } => apply(&nic, &plan)?,
-        Cmd::Unapply { iface, netns } => {
+        Cmd::Apply {
+            nic,
+            plan,
+            channels,
+        } => {
+            if matches!(nic.nic, NicKind::Ethtool) {
+                apply_ethtool(&nic, &plan, channels)?
+            } else if channels.is_some() {
+                return Err(ModelError::Input("--channels needs --nic ethtool".into()));
+            } else {
+                apply(&nic, &plan)?
+            }
+        }
+        Cmd::Unapply {
+            iface,
+            netns,
+            nic: UnapplyKind::Ethtool,
+        } => {
+            let done = bessemer_planner::ethtool::reset(&iface, netns.as_deref())?;
+            if done.is_empty() {
+                println!("{iface}: nothing to undo");
+            }
+            for d in done {
+                println!("{iface}: {d}");
+            }
+        }
+        Cmd::Unapply {
+            iface,
+            netns,
+            nic: UnapplyKind::Testbed,
+        } => {
             let ns = netns.as_deref().unwrap_or("");
             match Steering::find(&iface, ns)? {
                 Some(s) => {
@@ -501,6 +545,62 @@ fn apply(nic: &NicArgs, plan: &PlanArgs) -> Result<(), ModelError> {
             .as_deref()
             .map(|n| format!(" --netns {n}"))
             .unwrap_or_default()
+    );
+    Ok(())
+}
+
+/// `apply --nic ethtool`: channels first (the queues the plan may use), then the plan
+/// on the interface itself.
+fn apply_ethtool(nic: &NicArgs, plan: &PlanArgs, channels: Option<u16>) -> Result<(), ModelError> {
+    let iface = nic
+        .iface
+        .as_deref()
+        .ok_or_else(|| ModelError::Input("--nic ethtool needs --iface".into()))?;
+    let netns = nic.netns.as_deref();
+    if let Some(n) = channels {
+        if n == 0 || n > 256 {
+            return Err(ModelError::Input(format!("--channels {n}: 1 to 256")));
+        }
+        bessemer_planner::ethtool::set_channels(iface, netns, n)?;
+        println!("{iface}: {n} channels");
+    }
+    let caps = bessemer_planner::ethtool::read_interface(iface, netns)?;
+    let (flows, cost, mode) = search_inputs(plan)?;
+    let p = search(&caps, cost.as_ref(), mode, plan, &flows)?;
+    let done = bessemer_planner::ethtool::apply(&caps, netns, &p.cfg)?;
+    for s in &done.done {
+        println!("{iface}: {s}");
+    }
+    if !done.removed.is_empty() {
+        println!(
+            "{iface}: earlier ntuple rules removed at locations {:?}",
+            done.removed
+        );
+    }
+    println!(
+        "{iface}: {} with {} queues: {} ntuple rule(s), RSS {}, {} TX rate(s); verdict {:?}",
+        caps.name(),
+        caps.queues,
+        p.cfg.filters.len(),
+        if p.cfg.rss.is_empty() && caps.rss_size > 0 {
+            "off (unmatched traffic to Q0)".to_string()
+        } else if p.cfg.rss.is_empty() {
+            "none (the driver reports no table)".to_string()
+        } else {
+            format!("over {} entries", p.cfg.rss.len())
+        },
+        p.cfg.limits.iter().flatten().count(),
+        p.verdict()
+    );
+    for (i, l) in p.qmap.loads.iter().enumerate() {
+        println!(
+            "  Q{i}: {} flows ({} high-priority, {} best-effort)",
+            l.flows, l.hp, l.be
+        );
+    }
+    println!(
+        "remove it with: bessemer-planner unapply --nic ethtool --iface {iface}{}",
+        netns.map(|n| format!(" --netns {n}")).unwrap_or_default()
     );
     Ok(())
 }
