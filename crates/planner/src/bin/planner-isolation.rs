@@ -18,7 +18,7 @@
 //! server namespace's UDP counters.
 
 use bessemer_drivers::netns;
-use bessemer_planner::nic::{FlowSpec, Intel82599};
+use bessemer_planner::nic::{FlowSpec, Intel82599, NicModel, Sfc9020};
 use bessemer_planner::pred::{Header, PROTO_UDP};
 use bessemer_planner::search::{full_search, Balance, CostFn, FlowMapMode, Isolation};
 use bessemer_planner::testbed::{tables, QueueCpus, Steering};
@@ -239,8 +239,29 @@ struct RunResult {
 }
 
 fn run(bed: &Bed, secs: f64) -> Result<RunResult, String> {
+    let all: Vec<u16> = (0..BE_FLOWS).collect();
+    let mut r = run_phases(bed, secs, &[all], &mut |_| Ok(()))?;
+    Ok(r.remove(0))
+}
+
+/// Runs the clients through phases of `secs` each: in phase i the BE clients of
+/// `be_active[i]` send (the others are idle), HP clients run throughout. Between phases,
+/// with the traffic still running, `change(i)` makes phase i's configuration (joins and
+/// leaves are re-planned and applied live). One result per phase.
+fn run_phases(
+    bed: &Bed,
+    secs: f64,
+    be_active: &[Vec<u16>],
+    change: &mut dyn FnMut(usize) -> Result<(), String>,
+) -> Result<Vec<RunResult>, String> {
+    let phases = be_active.len();
     let stop = AtomicBool::new(false);
+    let phase = std::sync::atomic::AtomicUsize::new(0);
     let served = [[0u64; 2]; 2].map(|r| r.map(AtomicU64::new)); // [cpu][hp?]
+    let be_done: Vec<AtomicU64> = (0..phases).map(|_| AtomicU64::new(0)).collect();
+    let active: Vec<AtomicBool> = (0..BE_FLOWS)
+        .map(|i| AtomicBool::new(be_active[0].contains(&i)))
+        .collect();
     let servers: Vec<UdpSocket> = (0..2)
         .map(|cpu| udp_in(&bed.srv, SocketAddrV4::new(SERVER, PORT), Some(cpu)))
         .collect::<Result<_, _>>()?;
@@ -251,9 +272,11 @@ fn run(bed: &Bed, secs: f64) -> Result<RunResult, String> {
         .map(|i| udp_in(&bed.cli, SocketAddrV4::new(CLIENT, 6000 + i), None))
         .collect::<Result<_, _>>()?;
     let dst = SocketAddrV4::new(SERVER, PORT);
-    let (mut rtts, mut hp_done, mut be_done, mut lost) = (Vec::new(), 0u64, 0u64, 0u64);
-    let t0 = Instant::now();
-    let measure = Duration::from_secs_f64(secs);
+    // Per phase: HP round trips, HP lost.
+    let mut rtts: Vec<Vec<f64>> = vec![Vec::new(); phases];
+    let mut lost = vec![0u64; phases];
+    let mut took = vec![0f64; phases];
+    let mut change_err = Ok(());
     std::thread::scope(|s| {
         for (cpu, sock) in servers.iter().enumerate() {
             let (stop, served) = (&stop, &served);
@@ -273,31 +296,35 @@ fn run(bed: &Bed, secs: f64) -> Result<RunResult, String> {
         let hp_threads: Vec<_> = hp
             .iter()
             .map(|sock| {
-                let stop = &stop;
+                let (stop, phase) = (&stop, &phase);
                 s.spawn(move || {
                     pin(HP_CPU);
                     sock.set_read_timeout(Some(Duration::from_millis(100))).ok();
-                    let (mut rtts, mut lost) = (Vec::new(), 0u64);
+                    let (mut rtts, mut lost) = (vec![Vec::new(); phases], vec![0u64; phases]);
                     let mut buf = [0u8; 2048];
                     let mut req = [0u8; PAYLOAD];
                     let mut seq = 0u64;
                     while !stop.load(Ordering::Relaxed) {
+                        let ph = phase.load(Ordering::Relaxed);
                         seq += 1;
                         req[..8].copy_from_slice(&seq.to_ne_bytes());
                         let t = Instant::now();
                         if sock.send_to(&req, dst).is_err() {
-                            lost += 1;
+                            lost[ph] += 1;
                             continue;
                         }
                         loop {
                             match sock.recv_from(&mut buf) {
                                 Ok((n, _)) if n >= 8 && buf[..8] == seq.to_ne_bytes() => {
-                                    rtts.push(t.elapsed().as_secs_f64() * 1e6);
+                                    rtts[ph].push(t.elapsed().as_secs_f64() * 1e6);
                                     break;
                                 }
                                 Ok(_) => continue, // a late reply to an earlier request
                                 Err(_) => {
-                                    lost += 1;
+                                    // At the end the servers stop first: not a loss.
+                                    if !stop.load(Ordering::Relaxed) {
+                                        lost[ph] += 1;
+                                    }
                                     break;
                                 }
                             }
@@ -309,52 +336,77 @@ fn run(bed: &Bed, secs: f64) -> Result<RunResult, String> {
             .collect();
         let be_threads: Vec<_> = be
             .iter()
-            .map(|sock| {
-                let stop = &stop;
+            .enumerate()
+            .map(|(i, sock)| {
+                let (stop, phase, be_done, on) = (&stop, &phase, &be_done, &active[i]);
                 s.spawn(move || {
                     pin(BE_CPU);
                     sock.set_read_timeout(Some(Duration::from_millis(50))).ok();
                     let req = [0u8; PAYLOAD];
                     let mut buf = [0u8; 2048];
-                    let mut done = 0u64;
                     let fill = |n: usize| {
                         for _ in 0..n {
                             let _ = sock.send_to(&req, dst);
                         }
                     };
-                    fill(BE_WINDOW);
+                    let mut sending = false;
                     while !stop.load(Ordering::Relaxed) {
+                        if !on.load(Ordering::Relaxed) {
+                            // Idle (not joined yet, or left): let replies in flight drain.
+                            sending = false;
+                            let _ = sock.recv_from(&mut buf);
+                            continue;
+                        }
+                        if !sending {
+                            fill(BE_WINDOW);
+                            sending = true;
+                        }
                         match sock.recv_from(&mut buf) {
                             Ok(_) => {
-                                done += 1;
+                                be_done[phase.load(Ordering::Relaxed)]
+                                    .fetch_add(1, Ordering::Relaxed);
                                 fill(1);
                             }
                             Err(_) => fill(BE_WINDOW), // lost: refill the window
                         }
                     }
-                    done
                 })
             })
             .collect();
-        std::thread::sleep(measure);
+        for ph in 0..phases {
+            let t = Instant::now();
+            if ph > 0 {
+                if let Err(e) = change(ph) {
+                    change_err = Err(e);
+                    break;
+                }
+                for (i, a) in active.iter().enumerate() {
+                    a.store(be_active[ph].contains(&(i as u16)), Ordering::Relaxed);
+                }
+                phase.store(ph, Ordering::Relaxed);
+            }
+            std::thread::sleep(Duration::from_secs_f64(secs).saturating_sub(t.elapsed()));
+            took[ph] = t.elapsed().as_secs_f64();
+        }
         stop.store(true, Ordering::Relaxed);
         for h in hp_threads {
             let (r, l) = h.join().expect("HP client");
-            hp_done += r.len() as u64;
-            rtts.extend(r);
-            lost += l;
+            for ph in 0..phases {
+                rtts[ph].extend_from_slice(&r[ph]);
+                lost[ph] += l[ph];
+            }
         }
         for h in be_threads {
-            be_done += h.join().expect("BE client");
+            h.join().expect("BE client");
         }
     });
-    let took = t0.elapsed().as_secs_f64();
+    change_err?;
     if std::env::var("ISO_DEBUG").is_ok() {
         let m: Vec<Vec<u64>> = served
             .iter()
             .map(|r| r.iter().map(|x| x.load(Ordering::Relaxed)).collect())
             .collect();
-        eprintln!("served [cpu][be, hp]: {m:?}; HP replies {hp_done}, BE replies {be_done}, HP lost {lost}");
+        eprintln!("served [cpu][be, hp]: {m:?}; HP lost {lost:?}");
         for cmd in [
             vec!["ip", "-n", &bed.srv, "-s", "link", "show", "is"],
             vec![
@@ -378,13 +430,117 @@ fn run(bed: &Bed, secs: f64) -> Result<RunResult, String> {
         }
     }
     let hp_served: u64 = (0..2).map(|c| served[c][1].load(Ordering::Relaxed)).sum();
-    Ok(RunResult {
-        hp_rtts_us: rtts,
-        hp_tps: hp_done as f64 / took,
-        be_tps: be_done as f64 / took,
-        hp_lost: lost,
-        hp_on_hp_cpu: served[HP_CPU][1].load(Ordering::Relaxed) as f64 / hp_served.max(1) as f64,
-    })
+    let on_hp_cpu = served[HP_CPU][1].load(Ordering::Relaxed) as f64 / hp_served.max(1) as f64;
+    Ok((0..phases)
+        .map(|ph| RunResult {
+            hp_tps: rtts[ph].len() as f64 / took[ph].max(1e-9),
+            hp_rtts_us: std::mem::take(&mut rtts[ph]),
+            be_tps: be_done[ph].load(Ordering::Relaxed) as f64 / took[ph].max(1e-9),
+            hp_lost: lost[ph],
+            hp_on_hp_cpu: on_hp_cpu,
+        })
+        .collect())
+}
+
+/// BE clients active in each phase of the timeline: 2, 3 join, 3 more join, 4 leave.
+fn timeline_phases() -> Vec<Vec<u16>> {
+    vec![
+        (0..2).collect(),
+        (0..5).collect(),
+        (0..8).collect(),
+        (4..8).collect(),
+    ]
+}
+
+/// Seed 003 §5.6.4 scaled down: BE clients join and leave while the HP clients run; at each
+/// change the planner adds or removes the flows incrementally (82599 model) and the new
+/// configuration goes to the steering program with the traffic running. Prints a table per
+/// policy and returns the figures for the JSON line.
+fn timeline(bed: &Bed, steer: &Steering, secs: f64) -> Result<serde_json::Value, String> {
+    let nic = Intel82599 { queues: 2 };
+    let phases = timeline_phases();
+    let all = flows();
+    let hp: Vec<FlowSpec> = all.iter().filter(|f| f.hp).copied().collect();
+    let be: Vec<FlowSpec> = all.iter().filter(|f| !f.hp).copied().collect();
+    let policies: [(&str, Box<dyn CostFn>); 2] = [
+        ("balance", Box::new(Balance)),
+        ("isolation", Box::new(Isolation { k: 1 })),
+    ];
+    let mut out = serde_json::Map::new();
+    println!();
+    println!(
+        "timeline (82599 model): BE clients join and leave while {HP_FLOWS} HP clients run; the planner adds and removes their flows incrementally and the configuration is applied live; {secs} s per phase"
+    );
+    println!("| policy | phase | BE clients | HP p50 µs | HP p99 µs | HP TPS | BE TPS | HP lost | re-plan ms |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for (name, cost) in &policies {
+        let first: Vec<FlowSpec> = hp
+            .iter()
+            .chain(phases[0].iter().map(|i| &be[*i as usize]))
+            .copied()
+            .collect();
+        let mut p = full_search(&nic, cost.as_ref(), FlowMapMode::Incremental, &first, 100)
+            .map_err(|e| e.to_string())?;
+        // Planner flow id of each BE client that is in.
+        let mut ids: std::collections::HashMap<u16, usize> = p
+            .flows()
+            .filter(|(_, f)| !f.hp)
+            .map(|(id, f)| {
+                (
+                    (f.header.get(bessemer_planner::pred::Field::SrcPort) - 6000) as u16,
+                    id,
+                )
+            })
+            .collect();
+        steer
+            .apply(&tables(&nic, &p.cfg).map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+        let mut replan_ms = vec![0f64; phases.len()];
+        let rs = run_phases(bed, secs, &phases, &mut |ph| {
+            let t = Instant::now();
+            for c in &phases[ph - 1] {
+                if !phases[ph].contains(c) {
+                    let id = ids.remove(c).expect("client in");
+                    p.remove_flow(id).map_err(|e| e.to_string())?;
+                }
+            }
+            for c in &phases[ph] {
+                if !ids.contains_key(c) {
+                    let id = p.add_flow(be[*c as usize]).map_err(|e| e.to_string())?;
+                    ids.insert(*c, id);
+                }
+            }
+            let t2 = tables(&nic, &p.cfg).map_err(|e| e.to_string())?;
+            replan_ms[ph] = t.elapsed().as_secs_f64() * 1e3;
+            steer.apply(&t2).map_err(|e| e.to_string())
+        })?;
+        let mut rows = Vec::new();
+        for (ph, r) in rs.iter().enumerate() {
+            let (p50, p99) = (
+                pct(&mut r.hp_rtts_us.clone(), 0.5),
+                pct(&mut r.hp_rtts_us.clone(), 0.99),
+            );
+            println!(
+                "| {name} | {ph} | {} | {p50:.0} | {p99:.0} | {:.0} | {:.0} | {} | {:.3} |",
+                phases[ph].len(),
+                r.hp_tps,
+                r.be_tps,
+                r.hp_lost,
+                replan_ms[ph]
+            );
+            rows.push(serde_json::json!({
+                "be_clients": phases[ph].len(),
+                "hp_p50_us": (p50 * 10.0).round() / 10.0,
+                "hp_p99_us": (p99 * 10.0).round() / 10.0,
+                "hp_tps": r.hp_tps.round(),
+                "be_tps": r.be_tps.round(),
+                "hp_lost": r.hp_lost,
+                "replan_ms": (replan_ms[ph] * 1000.0).round() / 1000.0,
+            }));
+        }
+        out.insert(name.to_string(), serde_json::Value::Array(rows));
+    }
+    Ok(serde_json::Value::Object(out))
 }
 
 fn pct(v: &mut [f64], p: f64) -> f64 {
@@ -424,28 +580,44 @@ fn experiment(quick: bool) -> Result<(), String> {
     }
     let (reps, secs) = if quick { (2, 2.0) } else { (3, 3.0) };
     let bed = bed()?;
-    let nic = Intel82599 { queues: 2 };
+    // The same policies on both models (the thesis's portability claim, measured).
+    let models: [Box<dyn NicModel>; 2] = [
+        Box::new(Intel82599 { queues: 2 }),
+        Box::new(Sfc9020 { queues: 2 }),
+    ];
     let fl = flows();
     let policies: [(&str, Box<dyn CostFn>); 2] = [
         ("balance", Box::new(Balance)),
         ("isolation", Box::new(Isolation { k: 1 })),
     ];
     let mut plans = Vec::new();
-    for (name, cost) in &policies {
-        let p = full_search(&nic, cost.as_ref(), FlowMapMode::Incremental, &fl, 100)
+    for nic in &models {
+        for (name, cost) in &policies {
+            let p = full_search(
+                nic.as_ref(),
+                cost.as_ref(),
+                FlowMapMode::Incremental,
+                &fl,
+                100,
+            )
             .map_err(|e| e.to_string())?;
-        let hp_q: Vec<String> = p
-            .flows()
-            .filter(|(_, f)| f.hp)
-            .map(|(id, _)| format!("{:?}", p.qmap.flow_dest[id]))
-            .collect();
-        println!(
-            "{name}: {:?}; HP flows on {}; per queue {:?} flows",
-            p.verdict(),
-            hp_q.join(", "),
-            p.qmap.loads.iter().map(|l| l.flows).collect::<Vec<_>>()
-        );
-        plans.push((*name, tables(&nic, &p.cfg).map_err(|e| e.to_string())?));
+            let hp_q: Vec<String> = p
+                .flows()
+                .filter(|(_, f)| f.hp)
+                .map(|(id, _)| format!("{:?}", p.qmap.flow_dest[id]))
+                .collect();
+            println!(
+                "{} {name}: {:?}; HP flows on {}; per queue {:?} flows",
+                nic.name(),
+                p.verdict(),
+                hp_q.join(", "),
+                p.qmap.loads.iter().map(|l| l.flows).collect::<Vec<_>>()
+            );
+            plans.push((
+                format!("{} {name}", nic.name()),
+                tables(nic.as_ref(), &p.cfg).map_err(|e| e.to_string())?,
+            ));
+        }
     }
     // The queue decides the CPU, as with a queue per core on a NIC.
     let _cpus = QueueCpus::attach("is", &bed.srv, &QUEUE_CPU).map_err(|e| e.to_string())?;
@@ -458,13 +630,14 @@ fn experiment(quick: bool) -> Result<(), String> {
             results[i].push(run(&bed, secs)?);
         }
     }
+    let timeline = timeline(&bed, &steer, secs.min(2.0))?;
     steer.detach().map_err(|e| e.to_string())?;
     println!();
     println!(
-        "isolation on the veth testbed: 82599 model, 2 queues (Q0 -> CPU1, Q1 -> CPU0), {HP_FLOWS} HP clients on CPU1 (1 in flight), {BE_FLOWS} BE clients on CPU0 ({BE_WINDOW} in flight), {PAYLOAD}-byte UDP echo; median [min..max] of {reps} runs of {secs} s"
+        "isolation on the veth testbed: 82599 and SFC9020 models, 2 queues (Q0 -> CPU1, Q1 -> CPU0), {HP_FLOWS} HP clients on CPU1 (1 in flight), {BE_FLOWS} BE clients on CPU0 ({BE_WINDOW} in flight), {PAYLOAD}-byte UDP echo; median [min..max] of {reps} runs of {secs} s"
     );
     println!(
-        "| policy | HP p50 µs | HP p99 µs | HP TPS | BE TPS | HP served on the HP CPU | HP lost |"
+        "| model and policy | HP p50 µs | HP p99 µs | HP TPS | BE TPS | HP served on the HP CPU | HP lost |"
     );
     println!("|---|---|---|---|---|---|---|");
     let mut summary = Vec::new();
@@ -489,26 +662,36 @@ fn experiment(quick: bool) -> Result<(), String> {
         );
         summary.push((p50.0, p99.0, hp.0, be.0));
     }
-    let (b, s) = (summary[0], summary[1]);
-    println!(
-        "isolation vs balance: HP p50 latency x{:.2}, HP p99 x{:.2}, HP TPS x{:.2}, BE TPS x{:.2}",
-        s.0 / b.0,
-        s.1 / b.1,
-        s.2 / b.2,
-        s.3 / b.3
-    );
     let r3 = |x: f64| (x * 1000.0).round() / 1000.0;
-    println!(
-        "{}",
-        serde_json::json!({
-            "bench": "planner-isolation",
+    let mut json = serde_json::json!({"bench": "planner-isolation"});
+    for (m, pair) in summary.chunks(2).enumerate() {
+        let (b, s) = (pair[0], pair[1]);
+        let model = models[m].name();
+        println!(
+            "{model}: isolation vs balance: HP p50 latency x{:.2}, HP p99 x{:.2}, HP TPS x{:.2}, BE TPS x{:.2}",
+            s.0 / b.0,
+            s.1 / b.1,
+            s.2 / b.2,
+            s.3 / b.3
+        );
+        let figures = serde_json::json!({
             "isolation_hp_p50_us": {"balance": r3(b.0), "isolation": r3(s.0)},
             "isolation_hp_p99_us": {"balance": r3(b.1), "isolation": r3(s.1)},
             "isolation_hp_tps": {"balance": r3(b.2), "isolation": r3(s.2)},
             "isolation_be_tps": {"balance": r3(b.3), "isolation": r3(s.3)},
             "isolation_hp_p50_ratio": r3(s.0 / b.0),
             "isolation_hp_tps_ratio": r3(s.2 / b.2),
-        })
-    );
+        });
+        if m == 0 {
+            // The 82599's figures keep the top-level keys of earlier runs.
+            for (k, v) in figures.as_object().expect("object") {
+                json[k] = v.clone();
+            }
+        } else {
+            json[format!("isolation_{}", model.to_lowercase())] = figures;
+        }
+    }
+    json["isolation_timeline"] = timeline;
+    println!("{json}");
     Ok(())
 }
