@@ -9,5 +9,6 @@ pub mod graph;
 pub mod nic;
 pub mod offload;
 pub mod pred;
+pub mod request;
 pub mod search;
 pub mod testbed;

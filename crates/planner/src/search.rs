@@ -299,6 +299,11 @@ impl<'a> Planner<'a> {
         })
     }
 
+    /// How flow maps are computed.
+    pub fn mode(&self) -> FlowMapMode {
+        self.mode
+    }
+
     /// The current configured PRG.
     pub fn graph(&self) -> &Graph {
         &self.graph

@@ -1,13 +1,10 @@
 //! `bessemer-planner`: shows a NIC model's PRG, runs a policy over a flow list and prints
 //! the chosen configuration and the per-queue specialised pipelines (text or Graphviz).
 
-use bessemer_planner::embed::{demo_pipeline, specialise};
-use bessemer_planner::graph::{Dest, ModelError};
-use bessemer_planner::nic::{configured_prg, FlowSpec, Intel82599, NicModel, Sfc9020, XdpPort};
-use bessemer_planner::pred::{ip_str, proto_name, Header, PROTO_TCP, PROTO_UDP};
-use bessemer_planner::search::{
-    full_search_from, generate_flows, Balance, Bandwidth, CostFn, FlowMapMode, Isolation, Planner,
-};
+use bessemer_planner::graph::ModelError;
+use bessemer_planner::nic::NicModel;
+use bessemer_planner::request::{self, SearchOptions};
+use bessemer_planner::search::{CostFn, Planner};
 use bessemer_planner::testbed::{self, Steering};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::process::ExitCode;
@@ -152,105 +149,27 @@ enum Policy {
     Bandwidth,
 }
 
+fn nic_name(k: NicKind) -> &'static str {
+    match k {
+        NicKind::I82599 => "82599",
+        NicKind::Sfc9020 => "sfc9020",
+        NicKind::Xdp => "xdp",
+        NicKind::Ethtool => "ethtool",
+    }
+}
+
 fn model(a: &NicArgs) -> Result<Box<dyn NicModel>, ModelError> {
-    if a.queues == 0 || a.queues > 256 {
-        return Err(ModelError::Input(format!(
-            "--queues {}: 1 to 256",
-            a.queues
-        )));
-    }
-    Ok(match a.nic {
-        NicKind::I82599 => Box::new(Intel82599 { queues: a.queues }),
-        NicKind::Sfc9020 => Box::new(Sfc9020 { queues: a.queues }),
-        NicKind::Xdp => Box::new(XdpPort {
-            queues: a.queues,
-            map_entries: 1024,
-        }),
-        NicKind::Ethtool => {
-            let iface = a
-                .iface
-                .as_deref()
-                .ok_or_else(|| ModelError::Input("--nic ethtool needs --iface".into()))?;
-            Box::new(bessemer_planner::ethtool::read_interface(
-                iface,
-                a.netns.as_deref(),
-            )?)
-        }
-    })
-}
-
-fn parse_endpoint(s: &str) -> Option<(u32, u32)> {
-    let (ip, port) = s.rsplit_once(':')?;
-    let ip: std::net::Ipv4Addr = ip.parse().ok()?;
-    let port: u16 = port.parse().ok()?;
-    Some((u32::from(ip), port as u32))
-}
-
-/// Parses a flow file: "PROTO SRC:PORT DST:PORT [hp] [bw=MBPS]" per line, # comments.
-fn parse_flows(path: &std::path::Path) -> Result<Vec<FlowSpec>, ModelError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| ModelError::Input(format!("{}: {e}", path.display())))?;
-    let mut flows = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        let line = line.split('#').next().unwrap_or("").trim();
-        if line.is_empty() {
-            continue;
-        }
-        let err =
-            |what: String| ModelError::Input(format!("{} line {}: {what}", path.display(), n + 1));
-        let words: Vec<&str> = line.split_whitespace().collect();
-        if words.len() < 3 {
-            return Err(err(format!(
-                "expected 'PROTO SRC:PORT DST:PORT', got {line:?}"
-            )));
-        }
-        let proto = match words[0] {
-            "udp" => PROTO_UDP,
-            "tcp" => PROTO_TCP,
-            p => return Err(err(format!("protocol {p:?} (udp or tcp)"))),
-        };
-        let (sip, sport) =
-            parse_endpoint(words[1]).ok_or_else(|| err(format!("bad endpoint {:?}", words[1])))?;
-        let (dip, dport) =
-            parse_endpoint(words[2]).ok_or_else(|| err(format!("bad endpoint {:?}", words[2])))?;
-        let mut f = FlowSpec {
-            header: Header::ipv4(proto, sip, dip, sport, dport),
-            hp: false,
-            bw_mbps: 0,
-        };
-        for w in &words[3..] {
-            if *w == "hp" {
-                f.hp = true;
-            } else if let Some(v) = w.strip_prefix("bw=") {
-                f.bw_mbps = v.parse().map_err(|_| err(format!("bad bandwidth {v:?}")))?;
-            } else {
-                return Err(err(format!("unknown attribute {w:?} (hp, bw=MBPS)")));
-            }
-        }
-        flows.push(f);
-    }
-    if flows.is_empty() {
-        return Err(ModelError::Input(format!("{}: no flows", path.display())));
-    }
-    Ok(flows)
+    request::model(
+        nic_name(a.nic),
+        a.queues,
+        a.iface.as_deref(),
+        a.netns.as_deref(),
+    )
 }
 
 fn run(cli: Cli) -> Result<(), ModelError> {
     match cli.cmd {
-        Cmd::Show { nic, dot } => {
-            let m = model(&nic)?;
-            let g = m.unconfigured();
-            if dot {
-                print!("{}", g.to_dot());
-            } else {
-                println!("NIC model {} ({} queues)", m.name(), m.queues());
-                println!("configuration space:");
-                for c in m.config_space() {
-                    println!("  {c}");
-                }
-                print!("{}", g.to_text());
-            }
-        }
+        Cmd::Show { nic, dot } => print!("{}", request::show(model(&nic)?.as_ref(), dot)),
         Cmd::Plan {
             nic,
             plan,
@@ -258,11 +177,10 @@ fn run(cli: Cli) -> Result<(), ModelError> {
             ethtool_commands,
         } => {
             let m = model(&nic)?;
-            let (flows, cost, mode) = search_inputs(&plan)?;
+            let (flows, cost, o) = search_inputs(&plan)?;
             let t = std::time::Instant::now();
-            let p = search(m.as_ref(), cost.as_ref(), mode, &plan, &flows)?;
+            let p = request::search(m.as_ref(), cost.as_ref(), &flows, &o)?;
             let took = t.elapsed();
-            let prg = configured_prg(m.as_ref(), &p.cfg)?;
             if ethtool_commands {
                 let NicKind::Ethtool = nic.nic else {
                     return Err(ModelError::Input(
@@ -278,115 +196,21 @@ fn run(cli: Cli) -> Result<(), ModelError> {
                 }
                 return Ok(());
             }
-            let mut services: Vec<(u32, u32, u32)> = flows
-                .iter()
-                .map(|f| {
-                    let h = &f.header;
-                    (
-                        h.get(bessemer_planner::pred::Field::IpProto),
-                        h.get(bessemer_planner::pred::Field::DstIp),
-                        h.get(bessemer_planner::pred::Field::DstPort),
-                    )
-                })
-                .collect();
-            services.sort_unstable();
-            services.dedup();
-            let lpg = demo_pipeline(&services, &[(0x0a00_0000, 8), (0xc0a8_0000, 16)]);
-            let queues = specialise(&prg, &lpg);
+            let lpg = request::demo_for(&flows);
             if dot {
-                let g = prg.to_dot();
-                let mut s = g.trim_end().trim_end_matches('}').to_string();
-                for q in &queues {
-                    s.push_str(&q.pipeline.to_dot(
-                        &format!("q{}", dest_index(q.dest)),
-                        &format!("pipeline on {}", q.dest),
-                    ));
-                }
-                s.push_str("}\n");
-                print!("{s}");
-                return Ok(());
-            }
-            println!(
-                "NIC {} ({} queues), policy {}, {} flows, {:?} flow maps, search took {:.3} ms",
-                m.name(),
-                m.queues(),
-                cost.name(),
-                flows.len(),
-                mode,
-                took.as_secs_f64() * 1e3
-            );
-            println!(
-                "verdict: {:?}; {} candidate changes scored, {} local-search moves",
-                p.verdict(),
-                p.stats.evaluations,
-                p.stats.local_moves
-            );
-            println!("configuration ({} filters):", p.cfg.filters.len());
-            for f in &p.cfg.filters {
-                println!("  {f}");
-            }
-            if !p.cfg.rss.is_empty() {
-                println!("  RSS: {}-entry indirection table", p.cfg.rss.len());
-            }
-            for (q, l) in p.cfg.limits.iter().enumerate() {
-                if let Some(r) = l {
-                    let how = if m.hw_rate_limiters() {
-                        "hardware TX limiter"
-                    } else {
-                        "software token bucket"
-                    };
-                    println!("  Q{q}: rate limit {r} Mb/s ({how})");
-                }
-            }
-            println!("flow map:");
-            for (i, l) in p.qmap.loads.iter().enumerate() {
-                println!(
-                    "  Q{i}: {} flows ({} high-priority, {} best-effort), {} Mb/s requested",
-                    l.flows, l.hp, l.be, l.bw
+                print!("{}", request::plan_dot(m.as_ref(), &p, &lpg)?);
+            } else {
+                print!(
+                    "{}",
+                    request::plan_text(
+                        m.as_ref(),
+                        cost.as_ref(),
+                        &p,
+                        &flows,
+                        &lpg,
+                        took.as_secs_f64() * 1e3
+                    )?
                 );
-            }
-            if flows.len() <= 20 {
-                for (id, f) in p.flows() {
-                    let d = p.qmap.flow_dest[id]
-                        .map(|d| d.to_string())
-                        .unwrap_or_default();
-                    println!(
-                        "    {} {}:{} -> {}:{}{} => {d}",
-                        proto_name(f.header.get(bessemer_planner::pred::Field::IpProto)),
-                        ip_str(f.header.get(bessemer_planner::pred::Field::SrcIp)),
-                        f.header.get(bessemer_planner::pred::Field::SrcPort),
-                        ip_str(f.header.get(bessemer_planner::pred::Field::DstIp)),
-                        f.header.get(bessemer_planner::pred::Field::DstPort),
-                        if f.hp { " hp" } else { "" }
-                    );
-                }
-            }
-            println!("per-queue pipelines:");
-            for q in &queues {
-                let g = &q.guard;
-                let shown: Vec<String> = g.terms.iter().take(2).map(|t| t.to_string()).collect();
-                println!(
-                    "queue {}: guarantee has {} term(s){}{}",
-                    q.dest,
-                    g.terms.len(),
-                    if shown.is_empty() {
-                        String::new()
-                    } else {
-                        format!(": {}", shown.join(" | "))
-                    },
-                    if g.terms.len() > 2 { " | ..." } else { "" }
-                );
-                println!(
-                    "  pruned: {} rules, {} modules removed{}",
-                    q.stats.rules_removed,
-                    q.stats.modules_removed,
-                    if q.dest == Dest::Queue(0) {
-                        " (default queue: never pruned)"
-                    } else {
-                        ""
-                    }
-                );
-                print!("{}", q.pipeline.to_text());
             }
         }
         Cmd::Apply {
@@ -437,47 +261,49 @@ fn run(cli: Cli) -> Result<(), ModelError> {
     Ok(())
 }
 
-type SearchInputs = (Vec<FlowSpec>, Box<dyn CostFn>, FlowMapMode);
+type SearchInputs = (
+    Vec<bessemer_planner::nic::FlowSpec>,
+    Box<dyn CostFn>,
+    SearchOptions,
+);
 
 fn search_inputs(a: &PlanArgs) -> Result<SearchInputs, ModelError> {
-    let flows = match (&a.flows, a.generate) {
-        (Some(p), _) => parse_flows(p)?,
-        (None, Some(n)) if n > 0 && n <= 100_000 => generate_flows(n, a.seed, a.hp_every, a.bw),
-        (None, Some(n)) => return Err(ModelError::Input(format!("--generate {n}: 1 to 100000"))),
-        (None, None) => {
-            return Err(ModelError::Input(
-                "give --flows FILE or --generate N".into(),
-            ))
-        }
+    let text = match &a.flows {
+        Some(p) => Some(
+            std::fs::read_to_string(p)
+                .map_err(|e| ModelError::Input(format!("{}: {e}", p.display())))?,
+        ),
+        None => None,
     };
-    let cost: Box<dyn CostFn> = match a.policy {
-        Policy::Balance => Box::new(Balance),
-        Policy::Isolation => Box::new(Isolation { k: a.hp_queues }),
-        Policy::Bandwidth => Box::new(Bandwidth {
-            k: a.hp_queues,
-            hp_penalty: a.hp_penalty,
-        }),
+    let origin = a.flows.as_ref().map(|p| p.display().to_string());
+    let flows = request::flows(
+        text.as_deref().zip(origin.as_deref()),
+        a.generate,
+        a.seed,
+        a.hp_every,
+        a.bw,
+    )?;
+    let policy = match a.policy {
+        Policy::Balance => "balance",
+        Policy::Isolation => "isolation",
+        Policy::Bandwidth => "bandwidth",
     };
-    let mode = if a.basic {
-        FlowMapMode::Basic
-    } else {
-        FlowMapMode::Incremental
+    let cost = request::policy(policy, a.hp_queues, a.hp_penalty)?;
+    let o = SearchOptions {
+        local_moves: a.local_moves,
+        basic: a.basic,
+        rss_off: a.rss_off,
     };
-    Ok((flows, cost, mode))
+    Ok((flows, cost, o))
 }
 
 fn search<'a>(
     m: &'a dyn NicModel,
     cost: &'a dyn CostFn,
-    mode: FlowMapMode,
-    a: &PlanArgs,
-    flows: &[FlowSpec],
+    o: &SearchOptions,
+    flows: &[bessemer_planner::nic::FlowSpec],
 ) -> Result<Planner<'a>, ModelError> {
-    let mut initial = m.initial_config();
-    if a.rss_off {
-        initial.rss.clear();
-    }
-    full_search_from(m, cost, mode, initial, flows, a.local_moves)
+    request::search(m, cost, flows, o)
 }
 
 /// `apply`: checks what can be checked before touching anything (the programs were built,
@@ -505,8 +331,8 @@ fn apply(nic: &NicArgs, plan: &PlanArgs) -> Result<(), ModelError> {
         )));
     }
     let m = model(nic)?;
-    let (flows, cost, mode) = search_inputs(plan)?;
-    let p = search(m.as_ref(), cost.as_ref(), mode, plan, &flows)?;
+    let (flows, cost, o) = search_inputs(plan)?;
+    let p = search(m.as_ref(), cost.as_ref(), &o, &flows)?;
     let t = testbed::tables(m.as_ref(), &p.cfg)?;
     let (s, how) = match existing {
         Some(s) => (s, "updated"),
@@ -565,8 +391,8 @@ fn apply_ethtool(nic: &NicArgs, plan: &PlanArgs, channels: Option<u16>) -> Resul
         println!("{iface}: {n} channels");
     }
     let caps = bessemer_planner::ethtool::read_interface(iface, netns)?;
-    let (flows, cost, mode) = search_inputs(plan)?;
-    let p = search(&caps, cost.as_ref(), mode, plan, &flows)?;
+    let (flows, cost, o) = search_inputs(plan)?;
+    let p = search(&caps, cost.as_ref(), &o, &flows)?;
     let done = bessemer_planner::ethtool::apply(&caps, netns, &p.cfg)?;
     for s in &done.done {
         println!("{iface}: {s}");
@@ -603,14 +429,6 @@ fn apply_ethtool(nic: &NicArgs, plan: &PlanArgs, channels: Option<u16>) -> Resul
         netns.map(|n| format!(" --netns {n}")).unwrap_or_default()
     );
     Ok(())
-}
-
-fn dest_index(d: Dest) -> String {
-    match d {
-        Dest::Queue(q) => q.to_string(),
-        Dest::Drop => "drop".into(),
-        Dest::Kernel => "kernel".into(),
-    }
 }
 
 fn main() -> ExitCode {
