@@ -433,6 +433,37 @@ def offload(s: Session, args) -> None:
     print(resp.plan, end="" if resp.plan.endswith("\n") else "\n")
 
 
+def plan_nic(s: Session, args) -> None:
+    flows: list[str] = []
+    if args.flows:
+        try:
+            with open(args.flows, encoding="utf-8") as f:
+                flows = f.read().splitlines()
+        except OSError as exc:
+            raise CliError(f"{args.flows}: {exc.strerror}") from None
+    fmt = args.format
+    if args.action == "show":
+        fmt = "show-dot" if args.dot else "show"
+    elif args.dot:
+        fmt = "dot"
+    opts = {
+        k: v
+        for k, v in (
+            ("queues", args.queues),
+            ("iface", args.iface),
+            ("netns", args.netns),
+            ("hp_queues", args.hp_queues),
+            ("hp_every", args.hp_every),
+            ("bw", args.bw),
+            ("seed", args.seed),
+            ("rss_off", args.rss_off),
+        )
+        if v
+    }
+    text = s.bess.plan_nic(args.nic, flows, args.generate or 0, args.policy, fmt, **opts)
+    print(text, end="" if text.endswith("\n") else "\n")
+
+
 def show_errors(s: Session, args) -> None:
     resp = s.bess.show_errors(args.names, include_zero=args.all)
     print(render.errors(resp, args.sort))
@@ -757,6 +788,33 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("port_name", metavar="PORT")
     c.add_argument("action", nargs="?", default="show", choices=["on", "off", "show"])
     c.set_defaults(func=offload)
+
+    c = top.add_parser(
+        "plan-nic",
+        help="the NIC planner: a model's PRG, or the configuration a policy chooses",
+        description="show: a NIC model's PRG and configuration space. plan: run a policy "
+        "over flows (--flows FILE, lines like 'udp 10.0.0.1:1234 10.1.0.1:53 [hp] "
+        "[bw=MBPS]', or --generate N) and print the chosen configuration, the flow map and "
+        "each queue's specialised pipeline (--dot: Graphviz; --format ethtool: the ethtool "
+        "commands that would apply it). docs/planner.md.",
+        exit_on_error=False,
+    )
+    c.add_argument("action", choices=["show", "plan"])
+    c.add_argument("--nic", default="82599", choices=["82599", "sfc9020", "xdp", "ethtool"])
+    c.add_argument("--queues", type=int, default=0, help="RX queues (default 4)")
+    c.add_argument("--iface", default="", help="--nic ethtool: the interface")
+    c.add_argument("--netns", default="", help="--nic ethtool: its network namespace")
+    c.add_argument("--policy", default="balance", choices=["balance", "isolation", "bandwidth"])
+    c.add_argument("--hp-queues", type=int, default=0, help="queues for high-priority flows")
+    c.add_argument("--flows", help="flow file")
+    c.add_argument("--generate", type=int, help="generate N flows instead")
+    c.add_argument("--hp-every", type=int, default=0, help="with --generate: every Mth is hp")
+    c.add_argument("--bw", type=int, default=0, help="with --generate: Mb/s per flow")
+    c.add_argument("--seed", type=int, default=0, help="with --generate: seed")
+    c.add_argument("--rss-off", action="store_true", help="unmatched traffic stays on Q0")
+    c.add_argument("--dot", action="store_true", help="Graphviz instead of text")
+    c.add_argument("--format", default="text", choices=["text", "ethtool"])
+    c.set_defaults(func=plan_nic)
 
     c = top.add_parser(
         "duplicate",

@@ -340,6 +340,42 @@ class BESS:
                 ) from None
             raise
 
+    def plan_nic(
+        self,
+        nic: str = "82599",
+        flows: list[str] | None = None,
+        generate: int = 0,
+        policy: str = "balance",
+        fmt: str = "text",
+        **opts,
+    ) -> str:
+        """The NIC planner (Bessemer's own RPC): `fmt` "show"/"show-dot" gives the model's
+        PRG; "text"/"dot" the configuration `policy` chooses for `flows` (lines like
+        "udp 10.0.0.1:1234 10.1.0.1:53 [hp] [bw=MBPS]") or `generate` N flows, with each
+        queue's pipeline; "ethtool" the commands that would apply it. Other options are
+        PlanNicRequest's fields (queues, iface, netns, hp_queues, hp_penalty, hp_every, bw,
+        seed, rss_off)."""
+        req = self._msg(
+            "ext_service",
+            "PlanNicRequest",
+            {
+                "nic": nic,
+                "flows": list(flows or []),
+                "generate": generate,
+                "policy": policy,
+                "format": fmt,
+                **opts,
+            },
+        )
+        try:
+            return self._call("PlanNic", req, self.ext_stub).text
+        except BESS.Error as exc:
+            if "UNIMPLEMENTED" in exc.errmsg:
+                raise BESS.Error(
+                    95, "this daemon has no PlanNic (BESS itself lacks it; bessemerd has it)"
+                ) from None
+            raise
+
     def connect_modules(self, m1: str, m2: str, ogate: int = 0, igate: int = 0) -> None:
         """Connects output gate `ogate` of `m1` to input gate `igate` of `m2`."""
         req = self._msg(

@@ -10,6 +10,7 @@
 
 pub mod convert;
 pub mod memory;
+pub mod nic_plan;
 pub mod observe;
 pub mod offload;
 pub mod server;

@@ -55,6 +55,26 @@ impl BessemerControl for Control {
             .await;
         answer("Offload", res)
     }
+
+    async fn plan_nic(
+        &self,
+        r: Request<ext::PlanNicRequest>,
+    ) -> std::result::Result<Response<ext::PlanNicResponse>, Status> {
+        let req = r.into_inner();
+        let res = self
+            .run(move |e| {
+                crate::nic_plan::plan(e, &req)
+                    .map(|text| ext::PlanNicResponse { error: None, text })
+            })
+            .await;
+        answer("PlanNic", res)
+    }
+}
+
+impl super::Reply for ext::PlanNicResponse {
+    fn set_error(&mut self, e: crate::pb::Error) {
+        self.error = Some(e);
+    }
 }
 
 impl super::Reply for ext::OffloadResponse {
