@@ -22,7 +22,7 @@
 //! app can still write into frames it handed over: that changes those packets' bytes only,
 //! as the length, offset and everything else the daemon relies on are private.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use bessemer_core::port::{
     LinkStatus, NewPort, Port, PortConf, PortDriver, PortParams, RxQueue, TxQueue,
@@ -54,10 +54,30 @@ struct SlicePool {
 /// until those are freed (any port's tick drops them then).
 static ORPHANS: Mutex<Vec<Arc<SlicePool>>> = Mutex::new(Vec::new());
 
-/// True if nothing else holds `p` and no packet of it lives: dropping it is safe.
-fn idle(p: &Arc<SlicePool>) -> bool {
-    // Only this list holds it, so no queue can adopt a new packet; live then only falls.
-    Arc::strong_count(p) == 1 && p.pool.live() == 0
+/// Drops a retired pool if no packet of it lives (unmapping its frames unless a queue
+/// still maps the session); gives it back otherwise.
+fn release(p: Arc<SlicePool>) -> Option<Arc<SlicePool>> {
+    if p.pool.live() > 0 {
+        return Some(p);
+    }
+    // Queues hold the pool weakly and upgrade it for one call at a time: taking it out of
+    // its Arc succeeds only while no call has it, and then none ever will again, so the
+    // live count read after that is final.
+    match Arc::try_unwrap(p) {
+        Ok(inner) if inner.pool.live() == 0 => None,
+        Ok(inner) => Some(Arc::new(inner)),
+        Err(p) => Some(p),
+    }
+}
+
+/// Drops the idle pools of `list`; returns how many.
+fn release_idle(list: &mut Vec<Arc<SlicePool>>) -> usize {
+    let before = list.len();
+    *list = std::mem::take(list)
+        .into_iter()
+        .filter_map(release)
+        .collect();
+    before - list.len()
 }
 
 /// The driver's part in the port's sessions: makes each one's pool, retires it when the
@@ -71,18 +91,14 @@ struct Hooks {
 impl Hooks {
     /// Drops every retired pool that is idle, unmapping its area.
     fn reap(&self) {
-        let mut r = self.retired.lock().unwrap_or_else(|p| p.into_inner());
-        let before = r.len();
-        r.retain(|p| !idle(p));
-        let released = before - r.len();
-        drop(r);
+        let released = release_idle(&mut self.retired.lock().unwrap_or_else(|p| p.into_inner()));
         if released > 0 {
             self.counters
                 .regions_released
                 .fetch_add(released as u64, Ordering::Relaxed);
         }
         if let Ok(mut o) = ORPHANS.try_lock() {
-            o.retain(|p| !idle(p));
+            release_idle(&mut o);
         }
     }
 }
@@ -147,8 +163,8 @@ impl Drop for Hooks {
     fn drop(&mut self) {
         // The port is going; packets that still point into a departed app's area keep it
         // mapped until they are freed.
-        let r = std::mem::take(self.retired.get_mut().unwrap_or_else(|p| p.into_inner()));
-        let busy: Vec<_> = r.into_iter().filter(|p| !idle(p)).collect();
+        let mut busy = std::mem::take(self.retired.get_mut().unwrap_or_else(|p| p.into_inner()));
+        release_idle(&mut busy);
         if !busy.is_empty() {
             ORPHANS
                 .lock()
@@ -160,6 +176,12 @@ impl Drop for Hooks {
 
 fn pool_of(s: &Session) -> Option<Arc<SlicePool>> {
     s.ext().and_then(|e| e.downcast::<SlicePool>().ok())
+}
+
+/// What a queue keeps of its session's pool: weakly, so a departed app's pool can go as
+/// soon as its last packet is freed, whether or not the queue runs again.
+fn weak_pool_of(s: &Session) -> Option<Weak<SlicePool>> {
+    pool_of(s).map(|p| Arc::downgrade(&p))
 }
 
 fn create(params: &PortParams, arg: &Value) -> Result<NewPort> {
@@ -362,7 +384,7 @@ pub fn slice_counters(port: &dyn Port) -> Option<bessemer_slice::CounterSnapshot
 struct SliceRx {
     shared: Arc<ServerShared>,
     generation: u64,
-    end: Option<(FromApp, Option<Arc<SlicePool>>)>,
+    end: Option<(FromApp, Option<Weak<SlicePool>>)>,
 }
 
 impl RxQueue for SliceRx {
@@ -372,7 +394,7 @@ impl RxQueue for SliceRx {
             let (g, s) = self.shared.session();
             self.generation = g;
             self.end = s.map(|s| {
-                let zc = pool_of(&s);
+                let zc = weak_pool_of(&s);
                 (FromApp::new(s, self.shared.counters.clone()), zc)
             });
         }
@@ -380,6 +402,14 @@ impl RxQueue for SliceRx {
             return 0;
         };
         let max = max.min(batch.room());
+        let zc = match zc {
+            None => None,
+            Some(w) => match w.upgrade() {
+                Some(zc) => Some(zc),
+                // The app left and its pool is gone: the generation moves on shortly.
+                None => return 0,
+            },
+        };
         let Some(zc) = zc else {
             // No pool of its own (see Hooks::attach): copy into the daemon's pool.
             return end.recv(max, |f| {
@@ -419,7 +449,7 @@ impl RxQueue for SliceRx {
 struct SliceTx {
     shared: Arc<ServerShared>,
     generation: u64,
-    end: Option<(ToApp, Option<Arc<SlicePool>>)>,
+    end: Option<(ToApp, Option<Weak<SlicePool>>)>,
     /// Send frames the app received without a copy and released (scratch).
     released: Vec<u32>,
 }
@@ -430,7 +460,7 @@ impl TxQueue for SliceTx {
             let (g, s) = self.shared.session();
             self.generation = g;
             self.end = s.map(|s| {
-                let zc = pool_of(&s);
+                let zc = weak_pool_of(&s);
                 (ToApp::new(s, self.shared.counters.clone()), zc)
             });
         }
@@ -443,14 +473,16 @@ impl TxQueue for SliceTx {
         if n == 0 {
             return 0;
         }
+        // Held for this call only; None once a departed app's pool is gone.
+        let zc = zc.as_ref().and_then(Weak::upgrade);
+        let zc: Option<&SlicePool> = zc.as_deref();
         self.released.clear();
         end.begin(&mut self.released);
-        if let (Some(zc), false) = (zc.as_ref(), self.released.is_empty()) {
+        if let (Some(zc), false) = (zc, self.released.is_empty()) {
             // SAFETY: each frame was lent to the app (by `lend` below) and named once by
             // `begin`, which checked the app held it.
             unsafe { zc.pool.give_back(&self.released) };
         }
-        let zc: Option<&SlicePool> = zc.as_deref();
         let zc_id = zc.map(|z| z.pool.id());
         let mut all = PacketBatch::new();
         all.append(batch);
