@@ -509,3 +509,18 @@ fn misusing_a_frame_received_without_a_copy_is_counted() {
     assert_eq!(h.in_use(), 0);
     assert_eq!(gauge(&h, "pipeline_frames"), 0);
 }
+
+#[test]
+fn packets_longer_than_the_room_after_the_headroom_use_the_whole_frame() {
+    let path = temp_path();
+    let mut h = pipeline(&path, 64);
+    // 4000 bytes do not fit after the 256 bytes of headroom: the library writes them from
+    // the frame's start, and they still go round without a copy.
+    let out = run_until_exit(&mut h, app(&["roundtrip", &path, "200", "4000"]));
+    assert_eq!(out.trim(), "ok rx=200 tx=200");
+    let c = counters(&h);
+    assert_eq!((c.from_app_zero_copy, c.to_app_zero_copy), (200, 200));
+    assert_eq!(c.to_app_bytes, 200 * 4000);
+    assert_eq!(c.invalid_length + c.invalid_offset, 0);
+    assert_eq!(h.in_use(), 0);
+}
