@@ -101,9 +101,7 @@ impl Hooks {
             release_idle(&mut o);
         }
     }
-}
 
-impl Hooks {
     /// Retired regions still mapped, and the pipeline packets that point into them.
     fn retired_state(&self) -> (usize, usize) {
         let r = self.retired.lock().unwrap_or_else(|p| p.into_inner());
