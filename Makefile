@@ -101,8 +101,9 @@ bench-ports: deps
 bench-netslice: deps
 	bench/netslice.sh $(ARGS)
 
-# Slice library: Mpps between a SlicePort and an application thread, each direction, batches
-# of 32; a table and one JSON line (make bench-slice-lib ARGS=--quick).
+# Slice library: Mpps between a SlicePort and an application thread, batches of 32: app ->
+# daemon and the round trip with zero copy, daemon -> app copying another pool's packets; a
+# table and one JSON line (make bench-slice-lib ARGS=--quick).
 .PHONY: bench-slice-lib
 bench-slice-lib: deps
 	$(CARGO) run --release -q -p bessemer-bench --bin bench-slice-lib -- $(ARGS)

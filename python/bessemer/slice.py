@@ -119,6 +119,9 @@ class Slice:
         n = self._lib.bslice_alloc_tx(h, ds, k)
         for i in range(n):
             data = frames[i][: self.frame_size]
+            if len(data) > ds[i].len:
+                # Too long for the place after the headroom: from the frame's start.
+                ds[i].offset -= ds[i].offset % self.frame_size
             ctypes.memmove(self._lib.bslice_frame(h, ds[i]), data, len(data))
             ds[i].len = len(data)
         sent = self._lib.bslice_send_batch(h, ds, n)

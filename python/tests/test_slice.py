@@ -66,6 +66,27 @@ def test_python_app_round_trip_through_slice_port(daemon, tmp_path):
     assert st.inc.packets == 200 and st.out.packets == 200 and st.inc.dropped == 0
 
 
+def test_python_frames_up_to_a_whole_frame_round_trip(daemon, tmp_path):
+    """Frames longer than the room after the send headroom go from the frame's start."""
+    path = str(tmp_path / "big.sock")
+    b = daemon.client
+    _pipeline(b, path)
+    frames = [
+        bytes([1] * 6 + [2] * 6 + [0x08, 0x00]) + os.urandom(n - 14) for n in (60, 3840, 4000, 4096)
+    ]
+    got: list[bytes] = []
+    with Slice.attach(path) as s:
+        assert s.frame_size == 4096
+        sent = 0
+        deadline = time.monotonic() + 20
+        while len(got) < len(frames) and time.monotonic() < deadline:
+            if sent < len(frames):
+                sent += s.send_batch(frames[sent:])
+            if s.wait(spin_us=50, timeout_ms=10):
+                got += s.recv_batch()
+    assert got == [f[6:12] + f[0:6] + f[12:] for f in frames]
+
+
 def test_attach_to_a_missing_slice_names_the_path(tmp_path):
     path = str(tmp_path / "nothing.sock")
     with pytest.raises(SliceError, match="nothing.sock"):

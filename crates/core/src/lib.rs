@@ -33,6 +33,6 @@ pub use module::{
     SharedModule,
 };
 pub use packet::Packet;
-pub use pool::{PacketPool, PoolCache};
+pub use pool::{PacketPool, PoolCache, PoolKind};
 pub use sched::TaskResult;
 pub use value::{Args, Value};

@@ -1,4 +1,13 @@
 //! Packet pools: fixed-size frames in one region, with lock-free per-worker caches.
+//!
+//! An ordinary pool owns its frames. A *lent* pool ([`PacketPool::lent`]) has its frames in
+//! memory someone else maps (a slice's shared packet area) while its descriptors stay in the
+//! daemon's private memory like any pool's: its buffers are lent out to that owner and come
+//! back as packets through [`PacketPool::adopt`], and a freed one waits on the pool's free
+//! list for the owner to take it back ([`PacketPool::take_returned`]) instead of being
+//! allocated again. Workers never cache a lent pool's buffers: they are always foreign to
+//! a worker's cache, so the only place that knows about the kind is the cold path that
+//! already sends a foreign buffer home.
 
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -32,11 +41,61 @@ struct FramePtr(*mut PacketDesc);
 // SAFETY: frame pointers are indices into a region shared by all workers.
 unsafe impl Send for FramePtr {}
 
+/// What a pool's frames are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolKind {
+    /// Frames in the pool's own region; a freed buffer is allocated again.
+    Ordinary,
+    /// Frames in memory the pool does not own (see [`PacketPool::lent`]); a freed buffer
+    /// waits for its owner to take it back.
+    Lent,
+}
+
+/// Where the frames live.
+enum Frames {
+    Own(Region),
+    /// Memory of `len` bytes at `base` that `_owner` keeps mapped while the pool lives.
+    Lent {
+        base: *mut u8,
+        len: usize,
+        _owner: Arc<dyn Send + Sync>,
+    },
+}
+
+// SAFETY: the lent memory is plain shared memory kept alive by its owner; the pool's users
+// synchronise its contents as they do an own region's.
+unsafe impl Send for Frames {}
+unsafe impl Sync for Frames {}
+
+impl Frames {
+    fn base(&self) -> *mut u8 {
+        match self {
+            Frames::Own(r) => r.base(),
+            Frames::Lent { base, .. } => *base,
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Frames::Own(r) => r.len(),
+            Frames::Lent { len, .. } => *len,
+        }
+    }
+
+    fn kind(&self) -> PageKind {
+        match self {
+            Frames::Own(r) => r.kind(),
+            Frames::Lent { .. } => PageKind::Plain,
+        }
+    }
+}
+
 struct PoolShared {
     id: u16,
     name: String,
+    kind: PoolKind,
     descs: Region,
-    region: Region,
+    region: Frames,
     nframes: usize,
     frame_shift: u32,
     policy: PagePolicy,
@@ -44,6 +103,8 @@ struct PoolShared {
     free: Mutex<Vec<FramePtr>>,
     caches: Mutex<Vec<Arc<AtomicUsize>>>,
     alloc_failures: AtomicU64,
+    /// Lent pools: buffers live as packets (adopted and not yet freed or lent out again).
+    live: AtomicUsize,
 }
 
 /// Statistics of one pool.
@@ -132,6 +193,69 @@ impl PacketPool {
             "packet memory on {}",
             region.kind()
         );
+        Self::build(
+            name,
+            nframes,
+            frame_size,
+            policy,
+            descs,
+            Frames::Own(region),
+            PoolKind::Ordinary,
+        )
+    }
+
+    /// A pool of `nframes` buffers of `frame_size` bytes (a power of two,
+    /// FRAME_SIZE..=MAX_FRAME_SIZE) whose frames are the `len` bytes at `base`, which
+    /// `owner` keeps mapped; the pool holds `owner` until it is dropped. Descriptors live in
+    /// private memory. Every buffer starts lent out to the owner (the free list is empty):
+    /// the owner turns a frame into a packet with [`adopt`](Self::adopt), and a packet the
+    /// pipeline frees waits for [`take_returned`](Self::take_returned). Never make a cache
+    /// of a lent pool.
+    ///
+    /// # Safety
+    /// `base` is page aligned and `len` bytes there stay mapped, readable and writable, for
+    /// as long as `owner` lives.
+    pub unsafe fn lent(
+        name: &str,
+        nframes: usize,
+        frame_size: usize,
+        base: *mut u8,
+        len: usize,
+        owner: Arc<dyn Send + Sync>,
+    ) -> Result<PacketPool, PoolError> {
+        if nframes == 0 || nframes > 1 << 24 || nframes * frame_size > len {
+            return Err(PoolError::BadSize(nframes));
+        }
+        if !frame_size.is_power_of_two() || !(FRAME_SIZE..=MAX_FRAME_SIZE).contains(&frame_size) {
+            return Err(PoolError::BadFrameSize(frame_size));
+        }
+        let descs = Region::new(nframes * DESC_SIZE, PagePolicy::Plain).map_err(PoolError::Map)?;
+        let p = Self::build(
+            name,
+            nframes,
+            frame_size,
+            PagePolicy::Plain,
+            descs,
+            Frames::Lent {
+                base,
+                len,
+                _owner: owner,
+            },
+            PoolKind::Lent,
+        )?;
+        p.shared.free.lock().unwrap().clear();
+        Ok(p)
+    }
+
+    fn build(
+        name: &str,
+        nframes: usize,
+        frame_size: usize,
+        policy: PagePolicy,
+        descs: Region,
+        region: Frames,
+        kind: PoolKind,
+    ) -> Result<PacketPool, PoolError> {
         let mut free = Vec::with_capacity(nframes);
         // Hand out low frames last so a fresh pool touches few pages.
         for i in (0..nframes).rev() {
@@ -141,7 +265,12 @@ impl PacketPool {
                 (*d).frame_idx = i as u32;
                 (*d).frame_size = frame_size as u32;
                 (*d).buf = region.base().add(i * frame_size);
-                (*d).home_off = home_offset(i) as u16;
+                // The owner of lent frames writes packets where it likes; the default offset
+                // only matters to `set_data`, so it is plain headroom, not staggered.
+                (*d).home_off = match kind {
+                    PoolKind::Ordinary => home_offset(i),
+                    PoolKind::Lent => crate::packet::HEADROOM,
+                } as u16;
                 #[cfg(debug_assertions)]
                 {
                     (*d).state = crate::packet::STATE_FREE;
@@ -152,6 +281,7 @@ impl PacketPool {
         let mut shared = Arc::new(PoolShared {
             id: 0,
             name: name.to_string(),
+            kind,
             descs,
             region,
             nframes,
@@ -161,6 +291,7 @@ impl PacketPool {
             free: Mutex::new(free),
             caches: Mutex::new(Vec::new()),
             alloc_failures: AtomicU64::new(0),
+            live: AtomicUsize::new(0),
         });
         let ptr = Arc::as_ptr(&shared) as *mut PoolShared;
         let id = POOLS
@@ -182,6 +313,97 @@ impl PacketPool {
             unsafe { (*f.0).pool_id = id as u16 };
         }
         Ok(PacketPool { shared })
+    }
+
+    /// What the pool's frames are.
+    pub fn kind(&self) -> PoolKind {
+        self.shared.kind
+    }
+
+    /// Lent pools: packets that live now (adopted, not yet freed nor lent out again).
+    pub fn live(&self) -> usize {
+        self.shared.live.load(Ordering::Acquire)
+    }
+
+    /// Lent pools: makes lent-out buffer `idx` a packet of `len` bytes at offset `off` of its
+    /// frame (refcount 1, metadata as the frame's previous packet left it); None if `idx`,
+    /// `off` or `len` is out of range or the pool is not lent.
+    ///
+    /// # Safety
+    /// The buffer is lent out: no packet, free list or other adoption holds it.
+    #[inline]
+    pub unsafe fn adopt(&self, idx: u32, off: usize, len: usize) -> Option<Packet> {
+        let s = &*self.shared;
+        if s.kind != PoolKind::Lent || idx as usize >= s.nframes || off + len > 1 << s.frame_shift {
+            return None;
+        }
+        let d = s.descs.base().add(idx as usize * DESC_SIZE) as *mut PacketDesc;
+        // One store sets data_off, refcnt = 1 and data_len (see PacketDesc's layout).
+        (d as *mut u64).write(off as u64 | (1u64 << 16) | ((len as u64) << 32));
+        #[cfg(debug_assertions)]
+        {
+            assert_eq!(
+                (*d).state,
+                crate::packet::STATE_FREE,
+                "lent buffer adopted twice"
+            );
+            (*d).state = crate::packet::STATE_LIVE;
+        }
+        s.live.fetch_add(1, Ordering::Relaxed);
+        Some(Packet::from_raw(d))
+    }
+
+    /// Lent pools: ends a packet held once without freeing its buffer, which is lent out
+    /// again (its owner now holds the frame); returns (buffer index, data offset, length).
+    /// The packet comes back if it is of another pool or shared.
+    #[inline]
+    pub fn lend(&self, pkt: Packet) -> Result<(u32, usize, usize), Packet> {
+        if pkt.pool_id() != self.shared.id
+            || self.shared.kind != PoolKind::Lent
+            || pkt.refcnt() != 1
+        {
+            return Err(pkt);
+        }
+        let r = (pkt.frame_index(), pkt.data_offset(), pkt.len());
+        let d = pkt.into_raw();
+        #[cfg(debug_assertions)]
+        // SAFETY: d was live and this was its only reference.
+        unsafe {
+            (*d).state = crate::packet::STATE_FREE;
+        }
+        let _ = d;
+        self.shared.live.fetch_sub(1, Ordering::Release);
+        Ok(r)
+    }
+
+    /// Lent pools: takes up to `max` buffers the pipeline freed, calling `f` with each one's
+    /// index; they are lent out again. Returns how many.
+    pub fn take_returned(&self, max: usize, mut f: impl FnMut(u32)) -> usize {
+        let mut g = self.shared.free.lock().unwrap();
+        let n = max.min(g.len());
+        let start = g.len() - n;
+        for fp in &g[start..] {
+            // SAFETY: a buffer on the free list has a valid descriptor.
+            f(unsafe { (*fp.0).frame_idx });
+        }
+        g.truncate(start);
+        n
+    }
+
+    /// Lent pools: puts lent-out buffers (their owner gave them up) where freed ones wait.
+    ///
+    /// # Safety
+    /// Each buffer is lent out and named once; none is live.
+    pub unsafe fn give_back(&self, idxs: &[u32]) {
+        let s = &*self.shared;
+        let mut g = s.free.lock().unwrap();
+        for &i in idxs {
+            if (i as usize) < s.nframes {
+                g.push(FramePtr(
+                    s.descs.base().add(i as usize * DESC_SIZE) as *mut PacketDesc
+                ));
+            }
+        }
     }
 
     /// The pool's index, stored in every descriptor.
@@ -299,8 +521,9 @@ impl PacketPool {
         }
     }
 
-    /// A new per-worker cache drawing from this pool.
+    /// A new per-worker cache drawing from this pool (an ordinary one).
     pub fn cache(&self) -> PoolCache {
+        debug_assert_eq!(self.kind(), PoolKind::Ordinary, "cache of a lent pool");
         let count = Arc::new(AtomicUsize::new(0));
         self.shared.caches.lock().unwrap().push(count.clone());
         PoolCache {
@@ -524,6 +747,11 @@ impl PoolCache {
         let p = POOLS[(*d).pool_id as usize].load(Ordering::Acquire);
         assert!(!p.is_null(), "packet freed after its pool was destroyed");
         (*p).free.lock().unwrap().push(FramePtr(d));
+        // Last, and with release ordering: whoever sees a lent pool with no live packet may
+        // drop it (and unmap its frames), so nothing of it may be touched after this.
+        if (*p).kind == PoolKind::Lent {
+            (*p).live.fetch_sub(1, Ordering::Release);
+        }
     }
 
     /// True if dropping this reference to the live frame `d` leaves none: a buffer held once
@@ -878,6 +1106,102 @@ mod tests {
         c.free(a);
         let ghost = std::mem::ManuallyDrop::new(unsafe { Packet::from_raw(raw) });
         let _ = ghost.len();
+    }
+
+    /// A lent pool over 8 frames of an ordinary region that stands in for shared memory.
+    fn lent_pool() -> (PacketPool, Arc<Region>) {
+        let mem = Arc::new(Region::new(8 * FRAME_SIZE, PagePolicy::Plain).unwrap());
+        // SAFETY: the region is 8 frames long and lives as long as the pool holds it.
+        let p =
+            unsafe { PacketPool::lent("lent", 8, FRAME_SIZE, mem.base(), mem.len(), mem.clone()) }
+                .unwrap();
+        (p, mem)
+    }
+
+    #[test]
+    fn lent_pool_adopts_frames_in_place_and_frees_them_back_to_the_owner() {
+        let (lp, mem) = lent_pool();
+        assert_eq!(lp.kind(), PoolKind::Lent);
+        assert_eq!(lp.free_count(), 0, "every buffer starts lent out");
+        let p = pool(64);
+        let mut c = p.cache();
+        // The owner wrote a packet at offset 256 of frame 3.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                b"hello".as_ptr(),
+                mem.base().add(3 * FRAME_SIZE + 256),
+                5,
+            )
+        };
+        let a = unsafe { lp.adopt(3, 256, 5) }.unwrap();
+        assert_eq!(a.data(), b"hello");
+        assert_eq!(
+            a.data().as_ptr(),
+            unsafe { mem.base().add(3 * FRAME_SIZE + 256) } as *const u8
+        );
+        assert_eq!(
+            (a.pool_id(), a.frame_index(), a.headroom()),
+            (lp.id(), 3, 256)
+        );
+        assert_eq!(lp.live(), 1);
+        assert!(unsafe { lp.adopt(8, 0, 1) }.is_none());
+        assert!(unsafe { lp.adopt(2, FRAME_SIZE - 4, 5) }.is_none());
+        assert!(
+            unsafe { p.adopt(0, 0, 1) }.is_none(),
+            "ordinary pools adopt nothing"
+        );
+        // A worker's cache of another pool frees it home, where the owner takes it back.
+        let b = unsafe { lp.adopt(5, 0, 60) }.unwrap();
+        let mut batch = PacketBatch::new();
+        batch.push(a).ok().unwrap();
+        batch.push(c.alloc(60).unwrap()).ok().unwrap();
+        batch.push(b).ok().unwrap();
+        c.free_bulk(&mut batch);
+        assert_eq!(lp.live(), 0);
+        assert_eq!(p.free_count(), 64);
+        let mut back = Vec::new();
+        assert_eq!(lp.take_returned(1, |i| back.push(i)), 1);
+        assert_eq!(lp.take_returned(10, |i| back.push(i)), 1);
+        back.sort();
+        assert_eq!(back, [3, 5]);
+        assert_eq!(lp.take_returned(10, |_| panic!("nothing left")), 0);
+    }
+
+    #[test]
+    fn lent_pool_lends_held_once_packets_and_keeps_shared_ones() {
+        let (lp, _mem) = lent_pool();
+        let p = pool(8);
+        let mut c = p.cache();
+        let a = unsafe { lp.adopt(1, 64, 100) }.unwrap();
+        let second = c.clone_packet(&a);
+        let a = lp.lend(a).expect_err("shared: not lent");
+        c.free(second);
+        assert_eq!(lp.live(), 1);
+        assert_eq!(lp.lend(a).ok(), Some((1, 64, 100)));
+        assert_eq!(lp.live(), 0);
+        let other = c.alloc(10).unwrap();
+        let other = lp.lend(other).expect_err("another pool's packet");
+        c.free(other);
+        // A lent-out buffer can be adopted again, or given back to wait with freed ones.
+        let a = unsafe { lp.adopt(1, 0, 10) }.unwrap();
+        assert!(lp.lend(a).is_ok());
+        unsafe { lp.give_back(&[1, 99]) };
+        let mut back = Vec::new();
+        lp.take_returned(8, |i| back.push(i));
+        assert_eq!(back, [1]);
+    }
+
+    #[test]
+    fn lent_pool_keeps_its_owner_alive_until_dropped() {
+        let (lp, mem) = lent_pool();
+        let weak = Arc::downgrade(&mem);
+        drop(mem);
+        assert!(weak.upgrade().is_some(), "the pool holds the owner");
+        drop(lp);
+        assert!(
+            weak.upgrade().is_none(),
+            "dropping the pool releases the owner"
+        );
     }
 
     #[test]

@@ -1,5 +1,7 @@
 /* slice_roundtrip: sends N frames on a slice and expects each back with its Ethernet
- * addresses swapped (the daemon runs PortInc -> MACSwap -> PortOut). Prints "ok N".
+ * addresses swapped (the daemon runs PortInc -> MACSwap -> PortOut). Prints "ok N ...";
+ * same=K counts the frames that came back in the very frame they were sent from (the
+ * daemon passed them through its pipeline without a copy).
  *   cc -I crates/slice/include slice_roundtrip.c -L target/debug -lbessemer_slice
  *   ./a.out /tmp/bessemer_slice_s0 1000 */
 #include <stdio.h>
@@ -24,6 +26,8 @@ int main(int argc, char **argv) {
     if (!s) { fprintf(stderr, "attach: %s\n", bslice_last_error()); return 1; }
     uint8_t want[64], tmp[64];
     bslice_desc d[32];
+    uint32_t *sent_at = calloc(n ? n : 1, sizeof *sent_at), same = 0;
+    if (!sent_at) { fprintf(stderr, "out of memory\n"); return 1; }
     time_t start = time(NULL);
     while (got < n) {
         if (time(NULL) - start > 20) { fprintf(stderr, "timed out at %u\n", got); return 1; }
@@ -32,6 +36,7 @@ int main(int argc, char **argv) {
             k = bslice_alloc_tx(s, d, k);
             for (uint32_t i = 0; i < k; i++) { fill(bslice_frame(s, d[i]), sent + i, size); d[i].len = size; }
             uint32_t q = bslice_send_batch(s, d, k);
+            for (uint32_t i = 0; i < q; i++) sent_at[sent + i] = d[i].offset;
             bslice_free_tx(s, d + q, k - q);
             sent += q;
         }
@@ -43,12 +48,15 @@ int main(int argc, char **argv) {
             if (d[i].len != size || memcmp(bslice_frame(s, d[i]), want, size) != 0) {
                 fprintf(stderr, "frame %u came back wrong\n", got); return 1;
             }
+            if (d[i].offset == sent_at[got]) same++;
         }
         bslice_release(s, d, r);
     }
     bslice_stats c;
     bslice_counters(s, &c);
-    printf("ok %u rx=%llu tx=%llu\n", n, (unsigned long long)c.rx_packets, (unsigned long long)c.tx_packets);
+    printf("ok %u rx=%llu tx=%llu same=%u\n", n, (unsigned long long)c.rx_packets,
+           (unsigned long long)c.tx_packets, same);
+    free(sent_at);
     bslice_detach(s);
     return 0;
 }

@@ -1,7 +1,8 @@
 //! The application's side: [`Slice::attach`] connects to a slice port's socket, receives the
 //! shared region and its eventfd, and then moves frames with no system call on the fast
 //! path: received frames are read in place in the shared packet area and frames to send are
-//! written in place there (zero copy between the app and the slice).
+//! written in place there (zero copy between the app and the slice; the daemon takes a sent
+//! frame into its pipeline in place too, and may hand it back on the receive ring).
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -12,13 +13,14 @@ use crate::daemon::connect;
 use crate::layout::{self, hdr, Consumer, Layout, Producer, RingId, RingPtrs};
 use crate::sys::{self, Mapping};
 
-/// One frame in the shared packet area: its offset from the area's start and its length.
+/// One packet in the shared packet area: the offset of its first byte from the area's
+/// start and its length. It lies inside one frame, not necessarily at the frame's start.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Desc {
-    /// Byte offset of the frame in the packet area.
+    /// Byte offset of the packet in the packet area.
     pub offset: u32,
-    /// Bytes of packet data (for a frame from `alloc_tx`: the frame's capacity).
+    /// Bytes of packet data (for a frame from `alloc_tx`: the room up to the frame's end).
     pub len: u32,
 }
 
@@ -140,10 +142,22 @@ impl Slice {
         !matches!(sys::poll_in(self.sock.as_raw_fd(), 0), Ok(true))
     }
 
-    fn valid(&self, off: u32, len: u32, half: u32) -> bool {
+    /// A free send frame's descriptor from the daemon: the start of a send frame.
+    fn valid_send_frame(&self, off: u32) -> bool {
         let fs = self.layout.frame_size;
-        let f = self.layout.frames_per_dir;
-        off.is_multiple_of(fs) && off / fs >= half * f && off / fs < (half + 1) * f && len <= fs
+        off.is_multiple_of(fs)
+            && self
+                .layout
+                .frame_of(off, 0)
+                .is_some_and(|i| i >= self.layout.frames_per_dir)
+    }
+
+    /// Byte range in the area of the packet `d` names, clamped to the frame it starts in.
+    fn range(&self, d: Desc) -> (usize, usize) {
+        let fs = self.frame_size();
+        let off = (d.offset as usize).min(self.layout.area_len() - 1);
+        let end = (off / fs + 1) * fs;
+        (off, end)
     }
 
     /// Receives up to `out.len()` frames; returns how many. Read each with
@@ -156,7 +170,8 @@ impl Slice {
         let mut got = 0;
         for _ in 0..n {
             let (offset, len) = layout::undesc(self.rx.pop());
-            if !self.valid(offset, len, 0) {
+            // Copy frames and, without a copy, the app's own send frames come this way.
+            if self.layout.frame_of(offset, len).is_none() {
                 self.counters.rx_invalid += 1;
                 continue;
             }
@@ -171,22 +186,23 @@ impl Slice {
         got
     }
 
-    /// The bytes of a frame (`d.len` of them, at most a frame).
+    /// The bytes of a packet (`d.len` of them, at most up to its frame's end).
     pub fn data(&self, d: Desc) -> &[u8] {
-        let off = (d.offset as usize).min(self.layout.area_len() - self.frame_size());
-        let len = (d.len as usize).min(self.frame_size());
+        let (off, end) = self.range(d);
+        let len = (d.len as usize).min(end - off);
         // SAFETY: clamped inside the area.
         unsafe { std::slice::from_raw_parts(self.map.base().add(self.layout.area_off + off), len) }
     }
 
-    /// The whole frame `d` names, writable (its first `d.len` bytes are the packet).
+    /// The bytes from `d`'s offset to its frame's end, writable (its first `d.len` bytes are
+    /// the packet; for a frame from `alloc_tx` that is all of them).
     pub fn frame_mut(&mut self, d: Desc) -> &mut [u8] {
-        let off = (d.offset as usize).min(self.layout.area_len() - self.frame_size());
+        let (off, end) = self.range(d);
         // SAFETY: clamped inside the area; &mut self keeps this the only view through self.
         unsafe {
             std::slice::from_raw_parts_mut(
                 self.map.base().add(self.layout.area_off + off),
-                self.frame_size(),
+                end - off,
             )
         }
     }
@@ -204,16 +220,20 @@ impl Slice {
         self.rx_free.publish();
     }
 
-    /// Takes up to `out.len()` empty send frames (their `len` is the frame size); returns
-    /// how many. Fill them with [`frame_mut`](Self::frame_mut), set `len` and pass them to
-    /// [`send_batch`](Self::send_batch).
+    /// Takes up to `out.len()` empty send frames; returns how many. Each starts
+    /// [`TX_HEADROOM`](layout::TX_HEADROOM) bytes into its frame (room for headers the
+    /// pipeline may prepend) and its `len` is the room left to the frame's end. Fill them
+    /// with [`frame_mut`](Self::frame_mut), set `len` and pass them to
+    /// [`send_batch`](Self::send_batch). A packet may also start elsewhere in its frame, on
+    /// a multiple of [`TX_ALIGN`](layout::TX_ALIGN) bytes (the frame's start, for the
+    /// largest packets).
     pub fn alloc_tx(&mut self, out: &mut [Desc]) -> usize {
         if self.spare.len() < out.len() {
             let _ = self.tx_free.refresh();
             let n = self.tx_free.avail();
             for _ in 0..n {
                 let (off, _) = layout::undesc(self.tx_free.pop());
-                if self.valid(off, 0, 1) {
+                if self.valid_send_frame(off) {
                     self.spare.push(off);
                 } else {
                     self.counters.rx_invalid += 1;
@@ -224,10 +244,11 @@ impl Slice {
             }
         }
         let n = self.spare.len().min(out.len());
+        let h = self.layout.tx_headroom;
         for d in out.iter_mut().take(n) {
             *d = Desc {
-                offset: self.spare.pop().expect("counted"),
-                len: self.layout.frame_size,
+                offset: self.spare.pop().expect("counted") + h,
+                len: self.layout.frame_size - h,
             };
         }
         n
@@ -254,19 +275,31 @@ impl Slice {
 
     /// Returns unsent send frames to the app's spare list.
     pub fn free_tx(&mut self, ds: &[Desc]) {
-        self.spare.extend(ds.iter().map(|d| d.offset));
+        let fs = self.layout.frame_size;
+        self.spare
+            .extend(ds.iter().map(|d| d.offset - d.offset % fs));
     }
 
     /// Copies `frames` into send frames and queues them; returns how many were sent.
     pub fn send_copy(&mut self, frames: &[&[u8]]) -> usize {
         let mut ds = vec![Desc::default(); frames.len()];
         let n = self.alloc_tx(&mut ds);
+        let fs = self.layout.frame_size;
         let mut ok = Vec::with_capacity(n);
         for (d, f) in ds[..n].iter().zip(frames) {
             let len = f.len().min(self.frame_size());
-            self.frame_mut(*d)[..len].copy_from_slice(&f[..len]);
+            // A packet too long for the headroom's place starts at the frame's start.
+            let at = if len > d.len as usize {
+                Desc {
+                    offset: d.offset - d.offset % fs,
+                    len: fs,
+                }
+            } else {
+                *d
+            };
+            self.frame_mut(at)[..len].copy_from_slice(&f[..len]);
             ok.push(Desc {
-                offset: d.offset,
+                offset: at.offset,
                 len: len as u32,
             });
         }

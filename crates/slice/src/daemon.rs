@@ -5,8 +5,16 @@
 //! validated before use; a bad value is counted under a named reason and skipped, so the
 //! daemon never touches memory outside the region nor trusts a frame it did not hand out.
 //! Each attach gets a new region: what a departed (or hung) app left behind is dropped with
-//! the old one, so its frames are reclaimed at once however it left.
+//! the old one, so its frames are reclaimed at once however it left, except that the
+//! mapping lives on while the daemon's packets still point into it (see [`SessionHooks`]).
+//!
+//! Frames move without a copy when the port's driver allows it: a send frame the app
+//! filled may become a pipeline packet in place ([`Taken::Adopted`]), and such a frame may
+//! come back to the app on its receive ring ([`ToApp::push_frame`]); when the pipeline is
+//! done with it, the driver hands it back ([`FromApp::give_back`]) and it returns to the
+//! app's free-send ring. Packets from elsewhere are still copied into the copy frames.
 
+use std::any::Any;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileTypeExt;
@@ -45,6 +53,10 @@ counters! {
     to_app_packets,
     /// Bytes handed to the app.
     to_app_bytes,
+    /// Packets handed to the app without a copy (their frame was the app's own send frame).
+    to_app_zero_copy,
+    /// Packets handed to the app by copying them into a copy frame (from another pool).
+    to_app_copied,
     /// Packets not handed over: the app's receive ring was full (it stopped consuming).
     to_app_ring_full,
     /// Packets not handed over: every daemon→app frame was still held by the app.
@@ -57,6 +69,10 @@ counters! {
     from_app_packets,
     /// Bytes taken from the app.
     from_app_bytes,
+    /// Packets taken from the app without a copy (the frame became a pipeline packet).
+    from_app_zero_copy,
+    /// Packets taken from the app by copying them into the daemon's pool.
+    from_app_copied,
     /// Packets taken from the app but dropped: the daemon's packet pool was empty.
     from_app_no_pool_buffer,
     /// Descriptors with an offset outside the app's half of the packet area or not on a
@@ -74,6 +90,11 @@ counters! {
     detaches,
     /// Frames the departed apps still held, reclaimed when they left.
     reclaimed_frames,
+    /// Departed apps' regions kept mapped after they left because pipeline packets still
+    /// pointed into them.
+    regions_deferred,
+    /// Departed apps' regions unmapped by the daemon after their last packet was freed.
+    regions_released,
     /// Eventfd wake-ups sent to a sleeping app.
     wakeups,
 }
@@ -81,14 +102,30 @@ counters! {
 /// Most descriptors taken from the app in one call.
 const MAX_BATCH: usize = 64;
 
+/// What the port's driver attaches to a session (its packet pool over the send frames).
+pub type Ext = Arc<dyn Any + Send + Sync>;
+
+/// The port driver's part in a session's life, called by the listener thread.
+pub trait SessionHooks: Send + Sync {
+    /// A new session, before the app sees it: what its ring ends carry ([`Session::ext`]).
+    fn attach(&self, _s: &Session) -> Option<Ext> {
+        None
+    }
+    /// The app left (or the port closes): what [`attach`](Self::attach) returned for it.
+    fn detach(&self, _ext: Ext) {}
+    /// About every 100 ms while the port lives.
+    fn tick(&self) {}
+}
+
 /// One attached app's shared region.
 pub struct Session {
-    map: Mapping,
+    map: Arc<Mapping>,
     layout: Layout,
     rx_kick: OwnedFd,
     memfd: OwnedFd,
-    /// Daemon→app frames the app holds (kept by [`ToApp`], read when the app leaves).
+    /// Frames the app holds as received ones (kept by [`ToApp`], read when the app leaves).
     to_app_held: AtomicU32,
+    ext: Mutex<Option<Ext>>,
 }
 
 impl Session {
@@ -114,17 +151,34 @@ impl Session {
             free.publish();
         }
         Ok(Session {
-            map,
+            map: Arc::new(map),
             layout,
             rx_kick,
             memfd,
             to_app_held: AtomicU32::new(0),
+            ext: Mutex::new(None),
         })
     }
 
     /// The region's geometry.
     pub fn layout(&self) -> &Layout {
         &self.layout
+    }
+
+    /// The shared mapping (an owner to keep it mapped beyond the session).
+    pub fn mapping(&self) -> Arc<Mapping> {
+        self.map.clone()
+    }
+
+    /// First byte of the send frames (frame F of the packet area); `frames_per_dir` frames
+    /// of `frame_size` bytes follow.
+    pub fn send_frames(&self) -> *mut u8 {
+        self.frame_ptr(self.layout.frames_per_dir)
+    }
+
+    /// What the driver's [`SessionHooks::attach`] gave this session.
+    pub fn ext(&self) -> Option<Ext> {
+        self.ext.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     fn ring(&self, id: RingId) -> RingPtrs {
@@ -140,19 +194,10 @@ impl Session {
                 .add(self.layout.area_off + idx as usize * self.layout.frame_size as usize)
         }
     }
-
-    /// Validates an app-written descriptor against `half` (0: daemon→app frames, 1:
-    /// app→daemon): the frame index, or the reason it is bad.
-    fn check_offset(&self, off: u32, half: u32) -> Option<u32> {
-        let fs = self.layout.frame_size;
-        let f = self.layout.frames_per_dir;
-        if !off.is_multiple_of(fs) {
-            return None;
-        }
-        let idx = off / fs;
-        (idx >= half * f && idx < (half + 1) * f).then_some(idx)
-    }
 }
+
+/// Marks a frame the app does not hold as a received one.
+const NOT_HELD: u32 = u32::MAX;
 
 /// The daemon→app direction (driven by the port's outgoing queue).
 pub struct ToApp {
@@ -160,8 +205,14 @@ pub struct ToApp {
     counters: Arc<SliceCounters>,
     rx: Producer,
     rx_free: Consumer,
+    /// Copy frames the app does not hold.
     free: Vec<u32>,
-    held: Vec<bool>,
+    /// Per frame of the area: the offset handed to the app on the receive ring while it
+    /// holds the frame, else NOT_HELD.
+    held: Vec<u32>,
+    /// Frames the app holds as received ones, of both halves: never more than a ring's
+    /// worth, so its releases always fit the receive-free ring.
+    nheld: u32,
 }
 
 /// Why a packet could not be handed to the app.
@@ -169,7 +220,8 @@ pub struct ToApp {
 pub enum ToAppError {
     /// The app's receive ring is full.
     RingFull,
-    /// Every frame is held by the app.
+    /// The app holds as many received frames as the ring has entries (or every copy
+    /// frame).
     NoFrame,
     /// Longer than a frame.
     TooLong,
@@ -183,33 +235,47 @@ impl ToApp {
             rx: Producer::new(session.ring(RingId::Rx), 0),
             rx_free: Consumer::new(session.ring(RingId::RxFree), 0),
             free: (0..f).rev().collect(),
-            held: vec![false; f as usize],
+            held: vec![NOT_HELD; 2 * f as usize],
+            nheld: 0,
             session,
             counters,
         }
     }
 
-    /// Takes back the frames the app returned, then reads the free room of its ring.
-    /// Returns how many packets may be pushed.
-    pub fn begin(&mut self) -> u32 {
+    /// Takes back the frames the app returned (send frames that came to it without a copy
+    /// are appended to `released`, as indices in the send half, for the driver to give
+    /// back), then reads the free room of its ring. Returns how many packets may be pushed.
+    pub fn begin(&mut self, released: &mut Vec<u32>) -> u32 {
         let c = &self.counters;
         if self.rx_free.refresh().is_err() {
             c.invalid_ring_index.fetch_add(1, Ordering::Relaxed);
         }
         let n = self.rx_free.avail();
+        let l = &self.session.layout;
+        let (f, fs) = (l.frames_per_dir, l.frame_size);
         for _ in 0..n {
             let (off, _) = layout::undesc(self.rx_free.pop());
-            match self.session.check_offset(off, 0) {
-                None => c.invalid_offset.fetch_add(1, Ordering::Relaxed),
-                Some(i) if !self.held[i as usize] => {
-                    c.invalid_frame_not_held.fetch_add(1, Ordering::Relaxed)
+            let idx = off / fs;
+            match self.held.get(idx as usize) {
+                // Exactly the offset handed out: the app is done with the frame.
+                Some(&h) if h == off => {
+                    self.held[idx as usize] = NOT_HELD;
+                    self.nheld -= 1;
+                    if idx < f {
+                        self.free.push(idx);
+                    } else {
+                        released.push(idx - f);
+                    }
                 }
-                Some(i) => {
-                    self.held[i as usize] = false;
-                    self.free.push(i);
-                    continue;
+                Some(&NOT_HELD) if idx < f && off.is_multiple_of(fs) => {
+                    c.invalid_frame_not_held.fetch_add(1, Ordering::Relaxed);
                 }
-            };
+                // Outside the area, inside a frame but not where its packet started, or a
+                // send frame the app never received.
+                _ => {
+                    c.invalid_offset.fetch_add(1, Ordering::Relaxed);
+                }
+            }
         }
         if n > 0 {
             self.rx_free.release();
@@ -221,15 +287,29 @@ impl ToApp {
         self.rx.room()
     }
 
-    /// Copies one packet into a free frame and queues it (visible after `finish`).
+    /// Free entries on the app's receive ring (as of `begin`).
+    pub fn room(&self) -> u32 {
+        self.rx.room()
+    }
+
+    /// Whether one more packet can be handed over now.
+    pub fn ready(&self) -> Result<(), ToAppError> {
+        if self.rx.room() == 0 {
+            Err(ToAppError::RingFull)
+        } else if self.nheld >= self.session.layout.frames_per_dir {
+            Err(ToAppError::NoFrame)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Copies one packet into a free copy frame and queues it (visible after `finish`).
     pub fn push(&mut self, data: &[u8]) -> Result<(), ToAppError> {
         let l = &self.session.layout;
         if data.len() > l.frame_size as usize {
             return Err(ToAppError::TooLong);
         }
-        if self.rx.room() == 0 {
-            return Err(ToAppError::RingFull);
-        }
+        self.ready()?;
         let Some(i) = self.free.pop() else {
             return Err(ToAppError::NoFrame);
         };
@@ -237,17 +317,34 @@ impl ToApp {
         unsafe {
             std::ptr::copy_nonoverlapping(data.as_ptr(), self.session.frame_ptr(i), data.len())
         };
-        self.held[i as usize] = true;
-        self.rx
-            .push(layout::desc(i * l.frame_size, data.len() as u32));
+        let off = i * l.frame_size;
+        self.held[i as usize] = off;
+        self.nheld += 1;
+        self.rx.push(layout::desc(off, data.len() as u32));
+        Ok(())
+    }
+
+    /// Queues send frame `frame` (an index in the send half, which the daemon holds: the
+    /// driver took it from its pipeline packet), whose packet is `len` bytes at `off` in
+    /// the frame, without a copy (visible after `finish`). Fails, changing nothing, as
+    /// [`ready`](Self::ready) does.
+    pub fn push_frame(&mut self, frame: u32, off: u32, len: u32) -> Result<(), ToAppError> {
+        self.ready()?;
+        let l = &self.session.layout;
+        let idx = l.frames_per_dir + frame;
+        debug_assert!(frame < l.frames_per_dir && off + len <= l.frame_size);
+        debug_assert_eq!(self.held[idx as usize], NOT_HELD, "send frame given twice");
+        let at = idx * l.frame_size + off;
+        self.held[idx as usize] = at;
+        self.nheld += 1;
+        self.rx.push(layout::desc(at, len));
         Ok(())
     }
 
     fn publish_held(&self) {
-        self.session.to_app_held.store(
-            self.session.layout.frames_per_dir - self.free.len() as u32,
-            Ordering::Relaxed,
-        );
+        self.session
+            .to_app_held
+            .store(self.nheld, Ordering::Relaxed);
     }
 
     /// Publishes what was pushed and wakes the app if it sleeps.
@@ -282,7 +379,32 @@ pub struct FromApp {
     counters: Arc<SliceCounters>,
     tx: Consumer,
     tx_free: Producer,
+    /// Per send frame: the app holds it (free to fill, filled, or on the send ring).
     held: Vec<bool>,
+    /// Send frames given back while the app's free-send ring had no room.
+    pending: Vec<u32>,
+}
+
+/// A packet the app sent, as [`FromApp::recv`] shows it to the driver.
+pub struct SentFrame<'a> {
+    /// The frame's index in the send half (0..frames_per_dir).
+    pub frame: u32,
+    /// Where the packet starts in the frame.
+    pub offset: u32,
+    /// The packet's bytes (the app may still write them; they are only bytes).
+    pub data: &'a [u8],
+}
+
+/// What the driver did with a [`SentFrame`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Taken {
+    /// Copied out: the frame goes back to the app at once.
+    Copied,
+    /// Became a pipeline packet in place: the daemon holds the frame until the driver
+    /// gives it back ([`FromApp::give_back`]) or hands it to the app on the receive ring.
+    Adopted,
+    /// Not kept (no buffer): the frame goes back to the app at once.
+    Dropped,
 }
 
 impl FromApp {
@@ -293,75 +415,128 @@ impl FromApp {
             tx: Consumer::new(session.ring(RingId::Tx), 0),
             tx_free: Producer::new(session.ring(RingId::TxFree), f),
             held: vec![true; f as usize],
+            pending: Vec::new(),
             session,
             counters,
         }
     }
 
-    /// Takes up to `max` packets the app sent, calling `take` with each one's bytes (it
-    /// returns false if it could not keep the packet: counted as `from_app_no_pool_buffer`),
-    /// and gives the frames back at once. Returns how many `take` kept.
-    pub fn recv(&mut self, max: usize, mut take: impl FnMut(&[u8]) -> bool) -> usize {
-        let c = &self.counters;
-        if self.tx.refresh().is_err() {
-            c.invalid_ring_index.fetch_add(1, Ordering::Relaxed);
-            return 0;
+    /// Gives send frame `frame` (an index in the send half that the daemon holds: adopted,
+    /// then freed by the pipeline or released by the app after it received it) back to the
+    /// app; it goes onto the app's free-send ring with the next `recv`.
+    pub fn give_back(&mut self, frame: u32) {
+        match self.held.get(frame as usize) {
+            Some(false) => self.pending.push(frame),
+            // A daemon bug, not the app's doing; never hand a frame out twice.
+            _ => debug_assert!(false, "send frame {frame} given back but not the daemon's"),
         }
+    }
+
+    /// Takes up to `max` packets the app sent, calling `take` with each one (see
+    /// [`Taken`]); frames not adopted go back to the app at once. Returns how many `take`
+    /// kept (copied or adopted).
+    pub fn recv(&mut self, max: usize, mut take: impl FnMut(SentFrame<'_>) -> Taken) -> usize {
+        let c = &self.counters;
+        let l = self.session.layout;
+        let (f, fs) = (l.frames_per_dir, l.frame_size);
         if self.tx_free.refresh().is_err() {
             c.invalid_ring_index.fetch_add(1, Ordering::Relaxed);
         }
-        // Never take more than can be given back, so no frame is lost between the rings.
+        let mut pushed = false;
+        while self.tx_free.room() > 0 {
+            let Some(i) = self.pending.pop() else { break };
+            self.held[i as usize] = true;
+            self.tx_free.push(layout::desc((f + i) * fs, 0));
+            pushed = true;
+        }
+        if self.tx.refresh().is_err() {
+            c.invalid_ring_index.fetch_add(1, Ordering::Relaxed);
+            if pushed {
+                self.tx_free.publish();
+            }
+            return 0;
+        }
+        // Never take more than could be given back at once, so no frame is lost between
+        // the rings.
         let n = (self.tx.avail() as usize)
             .min(max)
             .min(self.tx_free.room() as usize)
             .min(MAX_BATCH);
-        let f = self.session.layout.frames_per_dir;
-        let fs = self.session.layout.frame_size;
-        let mut kept = 0;
+        let (mut kept, mut adopted) = (0, 0);
         let mut bytes = 0u64;
         // Frames go back after the batch, so a frame named twice in one batch is caught.
         let mut back = [0u32; MAX_BATCH];
         let mut nback = 0;
         for _ in 0..n {
             let (off, len) = layout::undesc(self.tx.pop());
-            let Some(i) = self.session.check_offset(off, 1) else {
+            let in_frame = off % fs;
+            let Some(slot) = l
+                .frame_of(off, 0)
+                .filter(|&i| i >= f && in_frame.is_multiple_of(layout::TX_ALIGN))
+                .map(|i| i - f)
+            else {
                 c.invalid_offset.fetch_add(1, Ordering::Relaxed);
                 continue;
             };
-            let slot = (i - f) as usize;
-            if !self.held[slot] {
+            if !self.held[slot as usize] {
                 c.invalid_frame_not_held.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
-            self.held[slot] = false;
-            back[nback] = off;
-            nback += 1;
-            if len == 0 || len > fs {
+            self.held[slot as usize] = false;
+            if len == 0 || len > fs - in_frame {
                 c.invalid_length.fetch_add(1, Ordering::Relaxed);
+                back[nback] = slot;
+                nback += 1;
                 continue;
             }
-            // SAFETY: i is inside the app→daemon half; len ≤ frame size. The app may
-            // scribble on the frame meanwhile: that changes the bytes, not our memory.
-            let data =
-                unsafe { std::slice::from_raw_parts(self.session.frame_ptr(i), len as usize) };
-            if take(data) {
-                kept += 1;
-                bytes += len as u64;
-            } else {
-                c.from_app_no_pool_buffer.fetch_add(1, Ordering::Relaxed);
+            // SAFETY: the packet lies inside send frame `slot` (checked above). The app
+            // may scribble on it meanwhile: that changes the bytes, never our memory.
+            let data = unsafe {
+                std::slice::from_raw_parts(
+                    self.session.frame_ptr(f + slot).add(in_frame as usize),
+                    len as usize,
+                )
+            };
+            let t = take(SentFrame {
+                frame: slot,
+                offset: in_frame,
+                data,
+            });
+            match t {
+                Taken::Adopted => adopted += 1,
+                Taken::Copied => {}
+                Taken::Dropped => {
+                    c.from_app_no_pool_buffer.fetch_add(1, Ordering::Relaxed);
+                    back[nback] = slot;
+                    nback += 1;
+                    continue;
+                }
             }
+            if t == Taken::Copied {
+                back[nback] = slot;
+                nback += 1;
+            }
+            kept += 1;
+            bytes += len as u64;
         }
-        // The frames go straight back: their packets were copied into daemon memory.
-        for &off in &back[..nback] {
-            self.held[(off / fs - f) as usize] = true;
-            self.tx_free.push(layout::desc(off, 0));
+        for &slot in &back[..nback] {
+            self.held[slot as usize] = true;
+            self.tx_free.push(layout::desc((f + slot) * fs, 0));
         }
         if n > 0 {
             self.tx.release();
+        }
+        if n > 0 || pushed {
             self.tx_free.publish();
         }
-        c.from_app_packets.fetch_add(kept as u64, Ordering::Relaxed);
-        c.from_app_bytes.fetch_add(bytes, Ordering::Relaxed);
+        if kept > 0 {
+            c.from_app_packets.fetch_add(kept as u64, Ordering::Relaxed);
+            c.from_app_bytes.fetch_add(bytes, Ordering::Relaxed);
+            c.from_app_zero_copy
+                .fetch_add(adopted as u64, Ordering::Relaxed);
+            c.from_app_copied
+                .fetch_add((kept - adopted) as u64, Ordering::Relaxed);
+        }
         kept
     }
 }
@@ -477,6 +652,18 @@ impl Server {
     /// replaced, any other existing file refused) for apps, giving each a region with rings of
     /// `ring_size` entries.
     pub fn bind(name: &str, path: &str, ring_size: u32) -> io::Result<Server> {
+        Self::bind_with(name, path, ring_size, Arc::default(), None)
+    }
+
+    /// As [`bind`](Self::bind), counting in `counters`, with the driver's `hooks` called at
+    /// each attach, detach and tick.
+    pub fn bind_with(
+        name: &str,
+        path: &str,
+        ring_size: u32,
+        counters: Arc<SliceCounters>,
+        hooks: Option<Arc<dyn SessionHooks>>,
+    ) -> io::Result<Server> {
         Layout::new(ring_size).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let (a, len) = sockaddr(path)?;
         let abstract_name = path.starts_with('@');
@@ -515,7 +702,7 @@ impl Server {
         }
         let stop = sys::eventfd()?;
         let shared = Arc::new(ServerShared {
-            counters: Arc::default(),
+            counters,
             session: Mutex::new(None),
             generation: AtomicU64::new(0),
             attached: AtomicBool::new(false),
@@ -526,6 +713,7 @@ impl Server {
             stop: stop.as_raw_fd(),
             name: name.to_string(),
             ring_size,
+            hooks,
         };
         let thread = std::thread::Builder::new()
             .name(format!("slice:{name}"))
@@ -568,10 +756,15 @@ struct Listener {
     stop: RawFd,
     name: String,
     ring_size: u32,
+    hooks: Option<Arc<dyn SessionHooks>>,
 }
 
+/// How often the listener calls [`SessionHooks::tick`].
+const TICK_MS: i32 = 100;
+
 impl Listener {
-    /// Waits on `fd` and the stop eventfd; true if `fd` became ready (false: stop).
+    /// Waits on `fd` and the stop eventfd, ticking the hooks meanwhile; true if `fd` became
+    /// ready (false: stop).
     fn wait(&self, fd: RawFd) -> bool {
         loop {
             let mut p = [
@@ -587,8 +780,11 @@ impl Listener {
                 },
             ];
             // SAFETY: two valid pollfds.
-            let r = unsafe { libc::poll(p.as_mut_ptr(), 2, -1) };
-            if r < 0 {
+            let r = unsafe { libc::poll(p.as_mut_ptr(), 2, TICK_MS) };
+            if r <= 0 {
+                if let Some(h) = &self.hooks {
+                    h.tick();
+                }
                 continue;
             }
             if p[0].revents != 0 {
@@ -597,6 +793,14 @@ impl Listener {
             if p[1].revents != 0 {
                 return true;
             }
+        }
+    }
+
+    /// Hands the session's driver part back to the driver.
+    fn detach(&self, session: &Session) {
+        let ext = session.ext.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let (Some(h), Some(e)) = (&self.hooks, ext) {
+            h.detach(e);
         }
     }
 
@@ -619,11 +823,15 @@ impl Listener {
             let Ok(session) = Session::new(&self.name, self.ring_size) else {
                 continue;
             };
+            if let Some(h) = &self.hooks {
+                *session.ext.lock().unwrap_or_else(|p| p.into_inner()) = h.attach(&session);
+            }
             let mut hello = Vec::with_capacity(16);
             hello.extend_from_slice(&layout::MAGIC.to_le_bytes());
             hello.extend_from_slice(&(session.layout.region_len as u64).to_le_bytes());
             let fds = [session.memfd.as_raw_fd(), session.rx_kick.as_raw_fd()];
             if sys::send_fds(client.as_raw_fd(), &hello, &fds).is_err() {
+                self.detach(&session);
                 continue;
             }
             let session = Arc::new(session);
@@ -638,6 +846,7 @@ impl Listener {
                 session.to_app_held.load(Ordering::Relaxed) as u64,
                 Ordering::Relaxed,
             );
+            self.detach(&session);
             if stopping {
                 return;
             }

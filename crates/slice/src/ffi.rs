@@ -68,7 +68,8 @@ pub unsafe extern "C" fn bslice_recv_batch(s: *mut Slice, out: *mut Desc, n: u32
     s.recv_batch(std::slice::from_raw_parts_mut(out, n as usize)) as u32
 }
 
-/// The first byte of frame `d` (valid while attached; `frame_size` bytes writable).
+/// The first byte of the packet `d` names (valid while attached; writable up to its frame's
+/// end).
 ///
 /// # Safety
 /// `s` is a live handle.
@@ -91,7 +92,7 @@ pub unsafe extern "C" fn bslice_release(s: *mut Slice, ds: *const Desc, n: u32) 
     }
 }
 
-/// Takes up to `n` empty send frames into `out`; returns how many.
+/// Takes up to `n` empty send frames into `out` (after the headroom); returns how many.
 ///
 /// # Safety
 /// `s` is a live handle, `out` has room for `n` descriptors.

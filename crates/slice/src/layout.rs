@@ -5,10 +5,14 @@
 //! ring_off(r)       one page-aligned block per ring: producer index (own cache line),
 //!                   consumer index (own cache line), then `ring_size` u64 descriptors
 //! area_off          packet area: 2 × frames_per_dir frames of frame_size bytes;
-//!                   frames [0, F) carry daemon→app packets, [F, 2F) app→daemon ones
+//!                   frames [0, F) are the daemon's copy frames, [F, 2F) the app's send
+//!                   frames, which the daemon passes through its pipeline and may hand
+//!                   back to the app on the receive ring without a copy
 //! ```
 //!
-//! A descriptor is `offset | len << 32`, the offset counted from the packet area's start.
+//! A descriptor is `offset | len << 32`, the offset counted from the packet area's start;
+//! since version 2 it names the packet's first byte, which need not start its frame (a send
+//! frame comes with [`TX_HEADROOM`] bytes in front, and the pipeline may move the start).
 //! Each side keeps its own copies of the indices it writes and never reads them back from
 //! the shared memory: the peer can overwrite anything there, so only the peer's index and
 //! the descriptors are ever read, and both are validated before use.
@@ -17,12 +21,18 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 /// "BSSLICE1" as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"BSSLICE1");
-/// Protocol version.
-pub const VERSION: u32 = 1;
+/// Protocol version: 2 = zero copy both ways (frames of 4096 bytes, send frames with
+/// headroom, send frames may come back on the receive ring at any offset in their frame).
+pub const VERSION: u32 = 2;
 /// Page size the layout aligns to.
 pub const PAGE: usize = 4096;
-/// Bytes per frame.
-pub const FRAME_SIZE: u32 = 2048;
+/// Bytes per frame (the daemon's packet frame size, so an app's frame is a pipeline buffer).
+pub const FRAME_SIZE: u32 = 4096;
+/// Bytes in front of the packet in a fresh send frame, for headers the pipeline prepends
+/// (encapsulation): 3840 bytes remain for the packet.
+pub const TX_HEADROOM: u32 = 256;
+/// Packets the app sends start on a multiple of this in their frame.
+pub const TX_ALIGN: u32 = 64;
 /// Largest ring (and frames per direction) a slice may have.
 pub const MAX_RING_SIZE: u32 = 1 << 15;
 /// Smallest ring.
@@ -60,6 +70,8 @@ pub mod hdr {
     pub const AREA_OFF: usize = 32;
     /// 4 × u64 ring offsets.
     pub const RING_OFF: usize = 40;
+    /// u32 headroom of a fresh send frame (version 2).
+    pub const TX_HEADROOM: usize = 72;
     /// u32 set by the app while it sleeps on the rx eventfd (own cache line).
     pub const APP_WAITING: usize = 128;
 }
@@ -73,6 +85,8 @@ pub struct Layout {
     pub frames_per_dir: u32,
     /// Frame size in bytes.
     pub frame_size: u32,
+    /// Headroom of a fresh send frame.
+    pub tx_headroom: u32,
     /// Offsets of the four rings.
     pub ring_off: [usize; 4],
     /// Offset of the packet area.
@@ -102,6 +116,7 @@ impl Layout {
             ring_size,
             frames_per_dir: ring_size,
             frame_size: FRAME_SIZE,
+            tx_headroom: TX_HEADROOM,
             ring_off,
             area_off,
             region_len,
@@ -111,6 +126,14 @@ impl Layout {
     /// Size of the packet area.
     pub fn area_len(&self) -> usize {
         2 * self.frames_per_dir as usize * self.frame_size as usize
+    }
+
+    /// The frame a packet at area offset `off` of `len` bytes lies in, if it lies wholly
+    /// inside one frame of the area.
+    pub fn frame_of(&self, off: u32, len: u32) -> Option<u32> {
+        let fs = self.frame_size;
+        let idx = off / fs;
+        (idx < 2 * self.frames_per_dir && off % fs + len <= fs).then_some(idx)
     }
 
     /// Writes the header (daemon side, before the app sees the region).
@@ -131,6 +154,9 @@ impl Layout {
         base.add(hdr::FRAME_SIZE)
             .cast::<u32>()
             .write_unaligned(self.frame_size);
+        base.add(hdr::TX_HEADROOM)
+            .cast::<u32>()
+            .write_unaligned(self.tx_headroom);
         base.add(hdr::REGION_LEN)
             .cast::<u64>()
             .write_unaligned(self.region_len as u64);
@@ -166,7 +192,13 @@ impl Layout {
         let l = Layout::new(base.add(hdr::RING_SIZE).cast::<u32>().read_unaligned())?;
         let region_len = base.add(hdr::REGION_LEN).cast::<u64>().read_unaligned();
         let area_off = base.add(hdr::AREA_OFF).cast::<u64>().read_unaligned();
-        if region_len != l.region_len as u64 || area_off != l.area_off as u64 || len < l.region_len
+        let frame_size = base.add(hdr::FRAME_SIZE).cast::<u32>().read_unaligned();
+        let headroom = base.add(hdr::TX_HEADROOM).cast::<u32>().read_unaligned();
+        if region_len != l.region_len as u64
+            || area_off != l.area_off as u64
+            || frame_size != l.frame_size
+            || headroom != l.tx_headroom
+            || len < l.region_len
         {
             return Err("slice header geometry is inconsistent".into());
         }

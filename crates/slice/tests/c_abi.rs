@@ -104,9 +104,10 @@ fn c_example_round_trips_through_slice_port() {
     );
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
-        "ok 2000 rx=2000 tx=2000"
+        "ok 2000 rx=2000 tx=2000 same=2000"
     );
     let c = slice_counters(h.graph.ports().get("s0").unwrap().port()).unwrap();
     assert_eq!((c.from_app_packets, c.to_app_packets), (2000, 2000));
+    assert_eq!((c.from_app_zero_copy, c.to_app_zero_copy), (2000, 2000));
     assert_eq!(h.in_use(), 0);
 }

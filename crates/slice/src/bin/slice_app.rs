@@ -7,6 +7,11 @@
 //! slice-app hold PATH K             round-trip K frames but keep (never release) them
 //! slice-app echo PATH               return every frame received, until the daemon leaves
 //! slice-app random PATH SEED        write random words into every ring and index (2000 rounds)
+//! slice-app zerocopy PATH N SIZE    as roundtrip, writing in place, and count the frames that
+//!                                   come back in the very frame they were sent in
+//! slice-app copies PATH N           receive N frames, check each is in a copy frame
+//! slice-app send PATH N             send frames 0..N once, print "sent N", then hold on
+//! slice-app zcgarbage PATH          misuse a frame received without a copy, then round-trip 8
 //! ```
 //! Prints "ok ..." and exits 0 on success; prints the problem and exits 1 otherwise.
 
@@ -70,6 +75,50 @@ fn roundtrip(s: &mut Slice, first: usize, n: usize, size: usize, keep: bool) {
             s.release(&got[..r]);
         }
     }
+}
+
+/// Sends frames `first..first+n` written in place and checks each comes back swapped,
+/// within 20 s; returns how many came back at the very offset they were sent from.
+fn roundtrip_in_place(s: &mut Slice, first: usize, n: usize, size: usize) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (mut next_send, mut next_recv, mut same) = (first, first, 0);
+    let mut sent_at = std::collections::VecDeque::new();
+    let mut d = [Desc::default(); 32];
+    while next_recv < first + n {
+        if Instant::now() > deadline {
+            die(format!(
+                "timed out: sent {}, received {}",
+                next_send - first,
+                next_recv - first
+            ));
+        }
+        if next_send < first + n {
+            let want = (first + n - next_send).min(32);
+            let k = s.alloc_tx(&mut d[..want]);
+            for (j, x) in d[..k].iter_mut().enumerate() {
+                let f = frame(next_send + j, size);
+                s.frame_mut(*x)[..size].copy_from_slice(&f);
+                x.len = size as u32;
+            }
+            let q = s.send_batch(&d[..k]);
+            s.free_tx(&d[q..k]);
+            sent_at.extend(d[..q].iter().map(|x| x.offset));
+            next_send += q;
+        }
+        let _ = s.wait(Duration::from_micros(50), Some(Duration::from_millis(10)));
+        let r = s.recv_batch(&mut d);
+        for x in &d[..r] {
+            if s.data(*x) != swapped(&frame(next_recv, size)).as_slice() {
+                die(format!("frame {next_recv} came back wrong"));
+            }
+            if sent_at.pop_front() == Some(x.offset) {
+                same += 1;
+            }
+            next_recv += 1;
+        }
+        s.release(&d[..r]);
+    }
+    same
 }
 
 fn main() {
@@ -197,6 +246,79 @@ fn main() {
                     std::thread::sleep(Duration::from_millis(1));
                 }
             }
+            println!("ok");
+        }
+        "zerocopy" => {
+            let (n, size) = (num(3, 1000), num(4, 60));
+            let same = roundtrip_in_place(&mut s, 0, n, size);
+            let c = s.counters();
+            println!(
+                "ok rx={} tx={} same_frame={same}",
+                c.rx_packets, c.tx_packets
+            );
+        }
+        "copies" => {
+            let n = num(3, 100);
+            let copy_half = (s.ring_size() * s.frame_size()) as u32;
+            let deadline = Instant::now() + Duration::from_secs(20);
+            let (mut got, mut in_copy_frames) = (0, 0);
+            let mut d = [Desc::default(); 32];
+            while got < n {
+                if Instant::now() > deadline {
+                    die(format!("timed out after {got} frames"));
+                }
+                let _ = s.wait(Duration::from_micros(50), Some(Duration::from_millis(10)));
+                let r = s.recv_batch(&mut d);
+                in_copy_frames += d[..r].iter().filter(|x| x.offset < copy_half).count();
+                got += r;
+                s.release(&d[..r]);
+            }
+            println!("ok rx={got} copy_frames={in_copy_frames}");
+        }
+        "send" => {
+            let n = num(3, 10);
+            let mut d = vec![Desc::default(); n];
+            if s.alloc_tx(&mut d) != n {
+                die("not enough send frames".into());
+            }
+            for (i, x) in d.iter_mut().enumerate() {
+                s.frame_mut(*x)[..60].copy_from_slice(&frame(i, 60));
+                x.len = 60;
+            }
+            if s.send_batch(&d) != n {
+                die("send ring full".into());
+            }
+            println!("sent {n}");
+            let _ = out.lock().flush();
+            std::thread::sleep(Duration::from_secs(60));
+        }
+        "zcgarbage" => {
+            // One frame there and back without a copy.
+            let mut d = [Desc::default(); 1];
+            if s.alloc_tx(&mut d) != 1 {
+                die("no send frame".into());
+            }
+            s.frame_mut(d[0])[..60].copy_from_slice(&frame(0, 60));
+            d[0].len = 60;
+            if s.send_batch(&d) != 1 {
+                die("send ring full".into());
+            }
+            let t0 = Instant::now();
+            let mut got = [Desc::default(); 1];
+            while s.recv_batch(&mut got) == 0 {
+                if t0.elapsed() > Duration::from_secs(20) {
+                    die("the frame did not come back".into());
+                }
+                let _ = s.wait(Duration::ZERO, Some(Duration::from_millis(10)));
+            }
+            let g = got[0];
+            // Send it again while holding it as a received frame, release it at the wrong
+            // offset, then properly.
+            s.push_raw(RingId::Tx, &[desc(g.offset, 60)]);
+            s.push_raw(RingId::RxFree, &[desc(g.offset + 64, 0)]);
+            std::thread::sleep(Duration::from_millis(200));
+            s.release(&got);
+            roundtrip(&mut s, 1, 8, 60, false);
             println!("ok");
         }
         m => die(format!("unknown mode '{m}'")),
