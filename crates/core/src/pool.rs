@@ -744,13 +744,22 @@ impl PoolCache {
 
     #[cold]
     unsafe fn put_foreign(d: *mut PacketDesc) {
-        let p = POOLS[(*d).pool_id as usize].load(Ordering::Acquire);
+        Self::put_foreign_run(&[d]);
+    }
+
+    /// Sends frames of one other pool home under one lock. Caller: owns the last reference
+    /// to each, all of one pool.
+    unsafe fn put_foreign_run(ds: &[*mut PacketDesc]) {
+        let p = POOLS[(*ds[0]).pool_id as usize].load(Ordering::Acquire);
         assert!(!p.is_null(), "packet freed after its pool was destroyed");
-        (*p).free.lock().unwrap().push(FramePtr(d));
+        (*p).free
+            .lock()
+            .unwrap()
+            .extend(ds.iter().map(|d| FramePtr(*d)));
         // Last, and with release ordering: whoever sees a lent pool with no live packet may
         // drop it (and unmap its frames), so nothing of it may be touched after this.
         if (*p).kind == PoolKind::Lent {
-            (*p).live.fetch_sub(1, Ordering::Release);
+            (*p).live.fetch_sub(ds.len(), Ordering::Release);
         }
     }
 
@@ -812,15 +821,47 @@ impl PoolCache {
                 }
                 self.n += n;
             } else {
-                for i in 0..n {
-                    let d = *slots.add(i);
-                    if Self::last_reference(d) {
-                        self.put_with_room(d);
-                    }
-                }
+                self.free_mixed(slots, n);
             }
         }
         self.publish();
+    }
+
+    /// `free_bulk` when some buffer is shared or from another pool. Buffers of other pools
+    /// go home in runs, one lock per run of one pool rather than one per packet (a slice's
+    /// or a port's pool gets whole batches back).
+    ///
+    /// # Safety
+    /// As `free_bulk`'s: `slots` holds `n` (at most a batch) live packets given up by the
+    /// caller, and the cache has room for `n` more.
+    #[cold]
+    #[inline(never)]
+    unsafe fn free_mixed(&mut self, slots: *const *mut PacketDesc, n: usize) {
+        let mut run = [std::ptr::null_mut::<PacketDesc>(); crate::batch::MAX_BURST];
+        let (mut len, mut run_pool) = (0usize, u16::MAX);
+        for i in 0..n {
+            let d = *slots.add(i);
+            if !Self::last_reference(d) {
+                continue;
+            }
+            let pid = (*d).pool_id;
+            if pid == self.pool_id {
+                self.put_with_room(d);
+                continue;
+            }
+            #[cfg(debug_assertions)]
+            Self::mark_free(d);
+            if pid != run_pool && len > 0 {
+                Self::put_foreign_run(&run[..len]);
+                len = 0;
+            }
+            run_pool = pid;
+            run[len] = d;
+            len += 1;
+        }
+        if len > 0 {
+            Self::put_foreign_run(&run[..len]);
+        }
     }
 
     /// The eight bytes from the reference count to the pool id (`OWNER_WORD_MASK` selects
