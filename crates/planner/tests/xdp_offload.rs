@@ -1,9 +1,13 @@
 //! The XDP offload program against the user-space pipeline it replaces, packet by packet,
-//! with BPF_PROG_TEST_RUN (no interfaces needed): an ExactMatch on the IPv4 5-tuple whose
-//! gates lead to MACSwap -> PortOut(other AF_XDP port), Sink, PortOut(same port), a module
-//! the program cannot do, and a drop rule. For random, matching and malformed packets the
-//! program's verdict, output bytes and counters must be what the user-space modules do.
-//! Needs root (bpf) and clang at build time; reported as ignored otherwise.
+//! with BPF_PROG_TEST_RUN (no interfaces needed). First an ExactMatch on the IPv4 5-tuple
+//! whose gates lead to MACSwap -> PortOut(other AF_XDP port), Sink, PortOut(same port), a
+//! module the program cannot do, and a drop rule; then IPLookup and WildcardMatch whose
+//! gates lead to rewrite chains (Update -> VLANPush, VLANPop -> MACSwap), Sink, a module the
+//! program cannot do and an unconnected gate. For random, matching and malformed packets
+//! (short, non-IPv4, bad IPv4 headers, VLAN-tagged) the program's verdict, output bytes and
+//! counters must be what the user-space modules do, and rules changed by module commands
+//! after the offload is on must reach the maps. Needs root (bpf) and clang at build time;
+//! reported as ignored otherwise.
 
 use std::collections::{BTreeMap, HashMap};
 
