@@ -712,6 +712,19 @@ impl View {
                     return plan;
                 }
             };
+        if plan.cls != Cls::Exact && rules.len() > MAX_RULES {
+            // A route or rule missing from the map would not just miss: a shorter prefix or
+            // a lower priority would match instead, so nothing of the table is offloaded.
+            plan.none_why = Some(format!(
+                "{} '{root}' has {} rules; the kernel map holds {MAX_RULES}",
+                m.class,
+                rules.len()
+            ));
+            plan.cls = Cls::Exact;
+            plan.key.clear();
+            plan.wmasks.clear();
+            return plan;
+        }
         plan.classifier = Some(root.clone());
         let gate_plan = |g: u16, devs: &mut Vec<(String, u32, String)>| {
             if g == DROP_RULE {
@@ -1811,6 +1824,29 @@ mod tests {
         }
         let why = chain_view(n, "WildcardMatch").plan().none_why.unwrap();
         assert!(why.contains("values"), "{why}");
+    }
+
+    #[test]
+    fn an_overflowing_lpm_or_wildcard_table_is_not_offloaded() {
+        // A missing /32 would let its /8 match instead: the whole table stays up.
+        let routes = (0..MAX_RULES as u32 + 1)
+            .map(|i| Route {
+                prefix: 0x0a00_0000 | i,
+                len: 32,
+                gate: Some(0),
+            })
+            .collect();
+        let v = chain_view(
+            Node::IpLookup {
+                routes,
+                default_gate: None,
+            },
+            "IPLookup",
+        );
+        let p = v.plan();
+        let why = p.none_why.unwrap();
+        assert!(why.contains("65537 rules"), "{why}");
+        assert!(p.rules.is_empty() && p.classifier.is_none());
     }
 
     #[test]

@@ -1185,3 +1185,52 @@ fn wildcard_match_with_rewrite_chains_equals_user_space() {
         wildcard_differential(seed);
     }
 }
+
+#[test]
+#[cfg_attr(not(root), ignore = "needs root: bpf(2) and BPF_PROG_TEST_RUN")]
+#[cfg_attr(
+    all(root, not(bpf_clang)),
+    ignore = "needs clang at build time: the XDP offload program is compiled with clang"
+)]
+fn rewrite_chains_without_classifier_equal_user_space() {
+    // The port feeds the chain itself: every packet takes Update -> VLANPush -> out1, or
+    // (second run) VLANPop -> MACSwap -> out0, through the configuration's default action.
+    for (entry, cap, verdict, min) in [
+        ("upd", 0usize, XDP_REDIRECT, CHAIN0_MIN),
+        ("pop", 1, XDP_TX, CHAIN1_MIN),
+    ] {
+        let mut h = Harness::new();
+        h.add(class("IPLookup"), "cls", &Value::map()).unwrap();
+        let caps = add_chains(&mut h);
+        let node = read_ip_lookup(&mut h);
+        let mut v = chain_view(&mut h, "IPLookup", node);
+        v.entries = vec![entry.into()];
+        let xdp = XdpOffload::load(None).unwrap();
+        let mut st = OffloadState::new();
+        let plan = sync(&xdp, &mut st, &v);
+        assert!(plan.classifier.is_none());
+        assert!(!plan.default.action.rewrite.is_empty());
+        let mut rng = Rng(0x77 + cap as u64);
+        let (mut kernel, mut up) = (0u64, 0u64);
+        let start = std::time::Instant::now();
+        for _ in 0..PACKETS {
+            assert!(start.elapsed() < RUN_LIMIT, "the run takes too long");
+            let p = random_packet(&mut rng);
+            h.inject(entry, 0, std::slice::from_ref(&p));
+            let user = caps[cap].1.take_data().into_iter().next();
+            let (got, bytes) = xdp.test_run(&p).unwrap();
+            if got == XDP_PASS {
+                assert_eq!(bytes, p);
+                assert!(p.len() < min, "sent up a frame of {} bytes", p.len());
+                up += 1;
+            } else {
+                assert_eq!(got, verdict, "{p:02x?}");
+                assert_eq!(Some(bytes), user, "{p:02x?}");
+                kernel += 1;
+            }
+        }
+        assert_eq!(xdp.counter(SLOT_DEFAULT).unwrap().0, kernel);
+        assert_eq!(xdp.counter(SLOT_SHORT).unwrap().0, up);
+        assert!(kernel > 0 && up > 0, "{kernel} {up}");
+    }
+}
