@@ -442,10 +442,17 @@ impl View {
         // Chains are short; the bound keeps a cycle of rewrites from looping.
         for _ in 0..(PROG_OPS + 8) {
             let Some(name) = at.take() else {
-                // Unconnected gate: user space drops the packet (deadend).
-                chain.last_mut().expect("chain").1 = None;
+                // Unconnected gate: user space drops the packet, counted as the module's
+                // `deadend`.
+                let last = chain.last_mut().expect("chain");
+                last.1 = None;
+                let module = last.0.clone();
                 path.push("(unconnected gate)".to_string());
-                return done(action, ops, chain, path.join(" -> "));
+                let mut p = done(action, ops, chain, path.join(" -> "));
+                if p.action.kind == Kind::Drop {
+                    p.drop = Some((module, "deadend".into()));
+                }
+                return p;
             };
             let Some(m) = self.modules.get(&name) else {
                 return user(
@@ -1414,6 +1421,10 @@ mod tests {
         assert_eq!(p.gate(3).action.kind, Kind::Tx);
         assert_eq!(p.gate(4).action.kind, Kind::Drop);
         assert_eq!(p.gate(4).chain, vec![("em".to_string(), None)]);
+        assert_eq!(
+            p.gate(4).drop,
+            Some(("em".to_string(), "deadend".to_string()))
+        );
         assert_eq!(p.gate(DROP_RULE).action.kind, Kind::Drop);
         assert_eq!(p.default.action.kind, Kind::User);
         assert_eq!(p.rules.len(), 6);
