@@ -360,6 +360,9 @@ def test_ip_lookup_with_update_offloaded_agrees_and_follows_commands(offload_net
     assert user_b and all(d in delta(d1, d0) for d in ("rule_drop", "no_match", "not_ipv4"))
     report = b.offload("pa").plan
     assert "rt ogate 0" in report and "rt drop no_match" in report, report
+    # ShowErrors counts the kernel's drops too.
+    shown = {d.reason: d.count for m in b.show_errors(["rt"]).modules for d in m.drops}
+    assert shown == {k: v for k, v in rt_state(b)[1].items() if v}, shown
 
     # 11.0.0.1 has no route (no_match); a route added now sends it to B from the kernel.
     one = [ip_frame(bytes([11, 0, 0, 1]), 100)] * 5

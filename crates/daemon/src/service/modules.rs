@@ -301,13 +301,8 @@ fn module_info(e: &Engine, name: &str, rates: &DropRates) -> Result<pb::GetModul
             offset: offset_value(off),
         })
         .collect();
-    let mut drops = drop_counts(e, name, rates, true)?;
-    // And packets it dropped for this module, under the reason user space would give.
-    for d in &mut drops {
-        if let Some(p) = kdrops.get(&(name.to_string(), d.reason.clone())) {
-            d.count += p;
-        }
-    }
+    // With the packets the kernel dropped for this module.
+    let drops = drop_counts(e, name, rates, true, &kdrops)?;
     let deadends = drops
         .iter()
         .find(|d| d.reason == "deadend")
