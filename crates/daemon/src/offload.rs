@@ -277,6 +277,7 @@ fn view(e: &mut Engine, port: &str) -> Result<View> {
                 }
             }
             "VLANPop" => Node::VlanPop,
+            "VLANSplit" => Node::VlanSplit,
             "MACSwap" => Node::MacSwap,
             "Sink" => Node::Sink,
             "PortOut" => Node::PortOut {

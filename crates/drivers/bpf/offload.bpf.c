@@ -16,6 +16,8 @@
 //       `wrules`; the entry of highest priority wins. The planner refuses tables where two
 //       rules of equal priority under different masks can match one packet, so there are
 //       no ties to break here.
+//     - VLANSplit: the gate is the outer tag's VID (0 untagged), looked up in `rules` as a
+//       2-byte key; every gate's rewrite program starts with the pop VLANSplit does.
 //     A packet too short for a key byte goes up to user space, where the classifier decides
 //     what a short packet does. A miss takes the configured default action.
 //  2. Count the packet and its bytes in the entry's slot of the per-CPU `counters`.
@@ -72,6 +74,7 @@ struct action {
 #define C_EXACT 0	// ExactMatch (or none when key_len is 0)
 #define C_LPM 1	// IPLookup
 #define C_WILD 2	// WildcardMatch
+#define C_VLAN 3	// VLANSplit
 
 struct config {
 	__u32 key_len;	// 0 (ExactMatch): no classifier, every packet takes the default action
@@ -260,6 +263,19 @@ int bessemer_offload(struct xdp_md *ctx)
 			return to_user(ctx);
 		}
 		a = bpf_map_lookup_elem(&lpm, &lk);
+	} else if (cfg->cls == C_VLAN) {
+		// The gate: the outer tag's VID, 0 when untagged. The rule's program pops the tag.
+		__u8 *p = data;
+		__u8 key[KEY_MAX] = {};
+		if ((void *)(p + 18) > data_end) {
+			count(C_SHORT, len);
+			return to_user(ctx);
+		}
+		if ((p[12] == 0x81 && p[13] == 0x00) || (p[12] == 0x88 && p[13] == 0xa8)) {
+			key[0] = p[14] & 0x0f;
+			key[1] = p[15];
+		}
+		a = bpf_map_lookup_elem(&rules, key);
 	} else {
 		__u8 key[KEY_MAX] = {};
 		__u32 n = cfg->key_len;

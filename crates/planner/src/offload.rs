@@ -2,8 +2,9 @@
 //! (`crates/drivers/bpf/offload.bpf.c`) can do, and the contents of its maps.
 //!
 //! The XDP "NIC" here is the model's `XdpPort` made concrete: one classifier (an ExactMatch
-//! by byte-gather key and hash map, an IPLookup by LPM trie on the IPv4 destination, or a
-//! WildcardMatch by tuple-space search over at most [`WM_MASKS`] masks), and per rule one
+//! by byte-gather key and hash map, an IPLookup by LPM trie on the IPv4 destination, a
+//! WildcardMatch by tuple-space search over at most [`WM_MASKS`] masks, or a VLANSplit by
+//! VID), and per rule one
 //! action: drop, XDP_TX, XDP_REDIRECT through a devmap, or up to the port's AF_XDP socket,
 //! after the chain's rewrites (MACSwap, Update, VLANPush, VLANPop, in order). The embedding
 //! is a walk from the port's PortInc: a gate is offloaded when the chain behind it is made
@@ -233,6 +234,8 @@ pub enum Node {
         rules: Vec<WildRule>,
         default_gate: Option<u16>,
     },
+    /// VLANSplit: gate = the outer tag's VID (0 untagged), the tag popped.
+    VlanSplit,
     MacSwap,
     /// Update's fields: (offset, size, value written big-endian), in order.
     Update {
@@ -310,6 +313,8 @@ pub enum Cls {
     Lpm,
     /// WildcardMatch: tuple-space search.
     Wild,
+    /// VLANSplit: the VID as a 2-byte key in the ExactMatch map.
+    Vlan,
 }
 
 /// A map entry's key.
@@ -401,16 +406,18 @@ pub fn biased(priority: i32) -> u32 {
 impl View {
     /// Follows the chain from `to` (the module a gate of `from` leads to; None: the gate is
     /// unconnected, which drops in BESS) and says what the program can do with it.
+    /// `pre`: rewrites the classifier itself does first (VLANSplit's pop).
     fn follow(
         &self,
         from: (&str, u16),
         to: Option<&str>,
+        pre: &[Op],
         devs: &mut Vec<(String, u32, String)>,
     ) -> GatePlan {
         let mut chain: Chain = vec![(from.0.to_string(), Some(from.1))];
         let mut path = Vec::new();
         let mut action = Action::of(Kind::Drop);
-        let mut ops: Vec<Op> = Vec::new();
+        let mut ops: Vec<Op> = pre.to_vec();
         let mut at = to.map(str::to_string);
         let ingress = self.ports.get(&self.port);
         let done = |mut action: Action, ops: Vec<Op>, chain: Chain, path: String| {
@@ -561,6 +568,7 @@ impl View {
                 Node::ExactMatch { .. }
                 | Node::IpLookup { .. }
                 | Node::WildcardMatch { .. }
+                | Node::VlanSplit
                 | Node::Other { .. } => {
                     path.push(format!("{name} ({})", m.class));
                     return user(
@@ -699,6 +707,22 @@ impl View {
                         }
                     }
                 }
+                Node::VlanSplit => {
+                    plan.cls = Cls::Vlan;
+                    // One rule per connected gate a VID can name; the others are
+                    // unconnected: the miss, dropped as `deadend`.
+                    let keys = m
+                        .ogates
+                        .keys()
+                        .filter(|g| **g < 4096)
+                        .map(|g| {
+                            let mut key = [0u8; KEY_MAX];
+                            key[..2].copy_from_slice(&g.to_be_bytes());
+                            (RuleKey::Exact(key), Some(*g), 0)
+                        })
+                        .collect();
+                    (keys, None, "deadend")
+                }
                 Node::MacSwap
                 | Node::Update { .. }
                 | Node::VlanPush { .. }
@@ -706,7 +730,7 @@ impl View {
                 | Node::PortOut { .. }
                 | Node::Sink => {
                     // No classifier: every packet takes the chain from the port.
-                    let mut p = self.follow(("(port)", 0), Some(&root), &mut devs);
+                    let mut p = self.follow(("(port)", 0), Some(&root), &[], &mut devs);
                     p.chain.remove(0);
                     plan.default = p;
                     plan.devs = devs;
@@ -733,6 +757,11 @@ impl View {
             return plan;
         }
         plan.classifier = Some(root.clone());
+        let pre = if plan.cls == Cls::Vlan {
+            vec![Op::Pop]
+        } else {
+            Vec::new()
+        };
         let gate_plan = |g: u16, devs: &mut Vec<(String, u32, String)>| {
             if g == DROP_RULE {
                 GatePlan {
@@ -743,13 +772,17 @@ impl View {
                     drop: Some((root.clone(), "rule_drop".into())),
                 }
             } else {
-                self.follow((&root, g), m.ogates.get(&g).map(String::as_str), devs)
+                self.follow((&root, g), m.ogates.get(&g).map(String::as_str), &pre, devs)
             }
         };
         plan.default = match default_gate {
             None => {
                 let mut p = gate_plan(DROP_RULE, &mut devs);
-                p.path = "no default gate".into();
+                p.path = if plan.cls == Cls::Vlan {
+                    "(unconnected gate)".into()
+                } else {
+                    "no default gate".into()
+                };
                 p.drop = Some((root.clone(), no_match.into()));
                 p
             }
@@ -944,6 +977,7 @@ impl Plan {
             Cls::Exact => 0,
             Cls::Lpm => 1,
             Cls::Wild => 2,
+            Cls::Vlan => 3,
         };
         b[128..132].copy_from_slice(&cls.to_ne_bytes());
         b[132..136].copy_from_slice(&(self.wmasks.len() as u32).to_ne_bytes());
@@ -1003,6 +1037,11 @@ impl Plan {
                     s,
                     "  classifier: {c} (IPLookup), LPM trie on the IPv4 destination; frames \
                      IPLookup would not route (not IPv4, bad header) go up"
+                ),
+                Cls::Vlan => writeln!(
+                    s,
+                    "  classifier: {c} (VLANSplit), gate = the outer tag's VID (0 untagged), \
+                     the tag popped"
                 ),
                 Cls::Wild => writeln!(
                     s,
@@ -1835,6 +1874,39 @@ mod tests {
         }
         let why = chain_view(n, "WildcardMatch").plan().none_why.unwrap();
         assert!(why.contains("values"), "{why}");
+    }
+
+    #[test]
+    fn vlan_split_gates_are_vid_keys_with_the_pop_first() {
+        let mut v = chain_view(Node::VlanSplit, "VLANSplit");
+        v.modules
+            .get_mut("cls")
+            .unwrap()
+            .ogates
+            .insert(100, "swap".into());
+        let p = v.plan();
+        assert_eq!(p.none_why, None);
+        assert_eq!(p.cls, Cls::Vlan);
+        assert_eq!(&p.config_bytes(0)[128..132], &3u32.to_ne_bytes());
+        // Gates 0, 1, 2 (nat), 100.
+        assert_eq!(p.rules.len(), 4);
+        let mut k = [0u8; KEY_MAX];
+        k[1] = 100;
+        assert!(p.rules.contains(&(RuleKey::Exact(k), 100, 0)));
+        assert_eq!(p.gate(100).action.rewrite, vec![Op::Pop, Op::MacSwap]);
+        assert_eq!(
+            p.gate(1).action.rewrite,
+            vec![Op::Pop, Op::Pop, Op::MacSwap]
+        );
+        assert_eq!(prog_min_len(&p.gate(1).action.rewrite), 26);
+        assert_eq!(p.gate(2).action.kind, Kind::User);
+        // Another VID: its gate is unconnected, a deadend drop.
+        assert_eq!(p.default.action.kind, Kind::Drop);
+        assert_eq!(
+            p.default.drop,
+            Some(("cls".to_string(), "deadend".to_string()))
+        );
+        assert!(p.text().contains("VLANSplit"));
     }
 
     #[test]

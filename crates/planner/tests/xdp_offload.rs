@@ -675,7 +675,12 @@ fn random_packet(rng: &mut Rng) -> Vec<u8> {
                 } else {
                     [0x88, 0xa8]
                 };
-                let tci = (rng.next() as u16).to_be_bytes();
+                // Half the VIDs small, for VLANSplit's connected gates.
+                let tci = match rng.below(2) {
+                    0 => rng.next() as u16 & 0xf000 | rng.below(6) as u16,
+                    _ => rng.next() as u16,
+                }
+                .to_be_bytes();
                 f.splice(12..12, [tpid[0], tpid[1], tci[0], tci[1]]);
             }
         }
@@ -774,6 +779,8 @@ fn user_fate(h: &mut Harness, caps: &Caps, p: &[u8]) -> Fate {
 /// Tallies of what the program did, to compare with its counters.
 #[derive(Default, Debug)]
 struct Tally {
+    /// Per gate 0, 1, 2: the shortest frame its chain's program runs on (shorter: up).
+    mins: [usize; 3],
     /// Packets the kernel handled per classifier gate (sent up excluded).
     kernel_gate: HashMap<u16, u64>,
     /// Packets the kernel dropped per classifier drop reason.
@@ -784,6 +791,18 @@ struct Tally {
     planned_up: u64,
     /// Packets taking each gate in user space (whoever handled them).
     user_gate: HashMap<u16, u64>,
+}
+
+/// The bounds of the chains behind a classifier (gate 2, the Sink, has no program).
+const CHAIN_MINS: [usize; 3] = [CHAIN0_MIN, CHAIN1_MIN, 0];
+
+impl Tally {
+    fn new(mins: [usize; 3]) -> Tally {
+        Tally {
+            mins,
+            ..Tally::default()
+        }
+    }
 }
 
 /// Runs `p` through both and checks they agree.
@@ -798,9 +817,9 @@ fn check_packet(h: &mut Harness, caps: &Caps, xdp: &XdpOffload, p: &[u8], t: &mu
         Fate::Gate(g, b) => {
             *t.user_gate.entry(*g).or_default() += 1;
             let (want, min) = match g {
-                0 => (XDP_REDIRECT, CHAIN0_MIN),
-                1 => (XDP_TX, CHAIN1_MIN),
-                2 => (XDP_DROP, 0),
+                0 => (XDP_REDIRECT, t.mins[0]),
+                1 => (XDP_TX, t.mins[1]),
+                2 => (XDP_DROP, t.mins[2]),
                 _ => (XDP_PASS, 0),
             };
             if *g == 3 {
@@ -935,7 +954,7 @@ fn ip_lookup_differential(default: Option<u64>) {
     let plan = sync(&xdp, &mut st, &v);
     assert_eq!(plan.gate(0).action.kind, Kind::Redirect(0));
     assert_eq!(plan.gate(1).action.kind, Kind::Tx);
-    let mut t = Tally::default();
+    let mut t = Tally::new(CHAIN_MINS);
     run_random(
         &mut h,
         &caps,
@@ -973,7 +992,7 @@ fn ip_lookup_differential(default: Option<u64>) {
     // (gate 3, up); a /32 sends it to gate 0 in the kernel, and its deletion back up.
     let mut p = frame(1, 1000, 80);
     p[30..34].copy_from_slice(&[10, 1, 2, 200]);
-    let mut t = Tally::default();
+    let mut t = Tally::new(CHAIN_MINS);
     check_packet(&mut h, &caps, &xdp, &p, &mut t);
     assert_eq!(t.planned_up, 1);
     h.command("cls", "add", &route("10.1.2.200", 32, 0))
@@ -1113,7 +1132,7 @@ fn wildcard_differential(seed: u64) {
     let mut st = OffloadState::new();
     let plan = sync(&xdp, &mut st, &v);
     assert_eq!(plan.wmasks.len(), WM_MASKS.len());
-    let mut t = Tally::default();
+    let mut t = Tally::new(CHAIN_MINS);
     run_random(&mut h, &caps, &xdp, seed ^ 0xfeed, &mut t);
     check_counters(&xdp, &st, &t);
     assert!(t.kernel_gate.get(&0).copied().unwrap_or(0) > 0, "{t:?}");
@@ -1138,7 +1157,7 @@ fn wildcard_differential(seed: u64) {
         vec![10, 1, 2, 130],
         53u16.to_be_bytes().to_vec(),
     ];
-    let mut before = Tally::default();
+    let mut before = Tally::new(CHAIN_MINS);
     check_packet(&mut h, &caps, &xdp, &p, &mut before);
     let g = if before.user_gate.contains_key(&1) {
         0
@@ -1149,7 +1168,7 @@ fn wildcard_differential(seed: u64) {
         .unwrap();
     let node = read_wildcard(&mut h);
     sync(&xdp, &mut st, &chain_view(&mut h, "WildcardMatch", node));
-    let mut t = Tally::default();
+    let mut t = Tally::new(CHAIN_MINS);
     check_packet(&mut h, &caps, &xdp, &p, &mut t);
     assert_eq!(
         t.kernel_gate.get(&g),
@@ -1168,7 +1187,7 @@ fn wildcard_differential(seed: u64) {
     .unwrap();
     let node = read_wildcard(&mut h);
     sync(&xdp, &mut st, &chain_view(&mut h, "WildcardMatch", node));
-    let mut after = Tally::default();
+    let mut after = Tally::new(CHAIN_MINS);
     check_packet(&mut h, &caps, &xdp, &p, &mut after);
     assert_eq!(
         (after.kernel_gate, after.kernel_drop, after.user_gate),
@@ -1236,4 +1255,50 @@ fn rewrite_chains_without_classifier_equal_user_space() {
         assert_eq!(xdp.counter(SLOT_SHORT).unwrap().0, up);
         assert!(kernel > 0 && up > 0, "{kernel} {up}");
     }
+}
+
+#[test]
+#[cfg_attr(not(root), ignore = "needs root: bpf(2) and BPF_PROG_TEST_RUN")]
+#[cfg_attr(
+    all(root, not(bpf_clang)),
+    ignore = "needs clang at build time: the XDP offload program is compiled with clang"
+)]
+fn vlan_split_with_rewrite_chains_equals_user_space() {
+    // VLANSplit's gates as the other classifiers': VID 0 (and untagged frames) -> Update ->
+    // VLANPush, VID 1 -> VLANPop -> MACSwap, VID 2 -> Sink, VID 3 -> user, other VIDs
+    // unconnected. Every chain starts with VLANSplit's pop, which moves the bounds.
+    let mut h = Harness::new();
+    h.add(class("VLANSplit"), "cls", &Value::map()).unwrap();
+    let caps = add_chains(&mut h);
+    let v = chain_view(&mut h, "VLANSplit", Node::VlanSplit);
+    let xdp = XdpOffload::load(None).unwrap();
+    let mut st = OffloadState::new();
+    let plan = sync(&xdp, &mut st, &v);
+    let mins = [46, 26, 18];
+    for (g, min) in mins.iter().enumerate() {
+        assert_eq!(
+            bessemer_planner::offload::prog_min_len(&plan.gate(g as u16).action.rewrite),
+            *min
+        );
+    }
+    let mut t = Tally::new(mins);
+    let start = std::time::Instant::now();
+    let mut rng = Rng(0x5eed_0f_71a9);
+    for _ in 0..PACKETS {
+        assert!(start.elapsed() < RUN_LIMIT, "the run takes too long");
+        let p = random_packet(&mut rng);
+        check_packet(&mut h, &caps, &xdp, &p, &mut t);
+    }
+    check_counters(&xdp, &st, &t);
+    for g in 0..3u16 {
+        assert!(
+            t.kernel_gate.get(&g).copied().unwrap_or(0) > 0,
+            "gate {g}: {t:?}"
+        );
+    }
+    assert!(t.planned_up > 0, "{t:?}");
+    assert!(
+        t.kernel_drop.get("deadend").copied().unwrap_or(0) > 0,
+        "{t:?}"
+    );
 }
