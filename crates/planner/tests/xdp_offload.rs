@@ -1283,7 +1283,7 @@ fn vlan_split_with_rewrite_chains_equals_user_space() {
     }
     let mut t = Tally::new(mins);
     let start = std::time::Instant::now();
-    let mut rng = Rng(0x5eed_0f_71a9);
+    let mut rng = Rng(0x005e_ed0f_71a9);
     for _ in 0..PACKETS {
         assert!(start.elapsed() < RUN_LIMIT, "the run takes too long");
         let p = random_packet(&mut rng);
