@@ -9,9 +9,9 @@
 //! interface. After every change to the pipeline (module commands such as ExactMatch's
 //! add/delete/clear, connections, module or port destruction) the plan is recomputed and
 //! only the difference is written to the maps. Packets the kernel handled are added back to
-//! the modules' gate counters in `GetModuleInfo`, and packets it dropped for the classifier
-//! (rule drop, no match) to that module's drop reasons, so `show pipeline`/`show module`
-//! still count per module.
+//! the modules' gate counters in `GetModuleInfo`, and packets it dropped to the drop reasons
+//! user space would have counted them under (`rule_drop`, `no_match`, `deadend`), there and
+//! in `ShowErrors`, so `show pipeline`/`show module`/`show errors` still count per module.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
