@@ -1152,6 +1152,14 @@ fn kernel_counted(p: &GatePlan) -> Counted {
 /// classifier, its (module, drop reason).
 pub type Counted = (Chain, Option<(String, String)>);
 
+/// Whether `p` needs a rewrite program that got no slot (its packets then go up, and the
+/// modules count them).
+fn progless(p: &GatePlan, progs: &HashMap<Vec<Op>, u32>) -> bool {
+    p.action.kind != Kind::User
+        && !p.action.rewrite.is_empty()
+        && !progs.contains_key(&p.action.rewrite)
+}
+
 /// What is installed in the maps, for incremental syncs.
 #[derive(Clone, Debug, Default)]
 pub struct OffloadState {
@@ -1249,7 +1257,11 @@ impl OffloadState {
         }
         for (k, g, prio) in &plan.rules {
             let gp = plan.gate(*g);
-            let counted = kernel_counted(gp);
+            let counted = if progless(gp, &self.progs) {
+                (Vec::new(), None)
+            } else {
+                kernel_counted(gp)
+            };
             match self.rules.get_mut(k) {
                 Some((slot, bytes, old)) => {
                     let nb = bytes_of(gp, *slot, *prio);
@@ -1294,7 +1306,11 @@ impl OffloadState {
             ops.push(MapOp::Config(cfg));
             self.config = Some(cfg);
         }
-        self.default_counted = kernel_counted(&plan.default);
+        self.default_counted = if progless(&plan.default, &self.progs) {
+            (Vec::new(), None)
+        } else {
+            kernel_counted(&plan.default)
+        };
         ops
     }
 
@@ -2009,6 +2025,45 @@ mod tests {
                 .count(),
             1,
             "{ops:?}"
+        );
+    }
+
+    #[test]
+    fn chains_beyond_the_program_slots_go_up_and_are_not_counted_twice() {
+        // 300 gates, each VLANPush with its own TCI: 255 programs fit.
+        let mut v = view(vec![]);
+        v.entries = vec!["vs".into()];
+        let mut ogates = Vec::new();
+        for g in 0..300u16 {
+            let name = format!("push{g}");
+            v.modules.insert(
+                name.clone(),
+                module("VLANPush", Node::VlanPush { tci: g }, &[(0, "out1")]),
+            );
+            ogates.push((g, name));
+        }
+        let og: Vec<(u16, &str)> = ogates.iter().map(|(g, n)| (*g, n.as_str())).collect();
+        v.modules
+            .insert("vs".into(), module("VLANSplit", Node::VlanSplit, &og));
+        let p = v.plan();
+        assert_eq!(p.rules.len(), 300);
+        let mut st = OffloadState::new();
+        let ops = st.sync(&p);
+        let progs = ops
+            .iter()
+            .filter(|o| matches!(o, MapOp::Prog { .. }))
+            .count();
+        assert_eq!(progs, PROG_SLOTS - 1);
+        let up = ops
+            .iter()
+            .filter(|o| matches!(o, MapOp::Put { action, .. } if action[0] == 0))
+            .count();
+        assert_eq!(up, 300 - (PROG_SLOTS - 1));
+        let counted = st.counted();
+        assert_eq!(
+            counted.iter().filter(|(_, (c, _))| c.is_empty()).count(),
+            300 - (PROG_SLOTS - 1),
+            "the kernel counts only what it does"
         );
     }
 
