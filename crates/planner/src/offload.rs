@@ -222,11 +222,13 @@ pub enum Node {
         /// None: misses are dropped.
         default_gate: Option<u16>,
     },
+    /// IPLookup: its routes (the /0 route is the default gate).
     IpLookup {
         routes: Vec<Route>,
         /// None: misses are dropped (no /0 route).
         default_gate: Option<u16>,
     },
+    /// WildcardMatch: fields (masks all ones: each rule has its own) and rules.
     WildcardMatch {
         fields: Vec<Field>,
         /// The fork's `valuesv` (rewrites on a hit): not offloadable.
