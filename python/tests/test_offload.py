@@ -284,3 +284,199 @@ def test_offload_refuses_what_it_cannot_do(daemon, offload_net):
     assert r.returncode == 0 and "classifier: em (ExactMatch)" in r.stdout, r.stderr
     r = cli(daemon.port, "offload", "pcap", "on")
     assert r.returncode != 0 and "needs an AFXDPPort" in r.stderr, (r.stdout, r.stderr)
+
+
+def ip_frame(dst: bytes, length: int) -> bytes:
+    f = bytearray(udp_frame(1, 3000, max(length, 42)))
+    f[30:34] = dst
+    return bytes(f[:length])
+
+
+def rt_state(b: BESS) -> tuple[dict[int, int], dict[str, int]]:
+    info = b.get_module_info("rt")
+    return {og.ogate: og.pkts for og in info.ogates}, {d.reason: d.count for d in info.drops}
+
+
+def test_ip_lookup_with_update_offloaded_agrees_and_follows_commands(offload_net):
+    """in_a -> rt (IPLookup): 10.1.0.0/16 -> upd (Update: destination MAC) -> out_b,
+    10.1.2.0/24 -> drop, 10.2.0.0/16 -> sink, no /0 route (misses: no_match). The same
+    frames with the offload off, then on: B receives the same frames, and rt's gate counters
+    and drop reasons (rule_drop, no_match, not_ipv4, too_short) move by the same amounts.
+    A route added by `add` with the offload on reaches the kernel, and `delete` removes it."""
+    b, ns, hosts, _ = offload_net
+    b.pause_all()
+    b.disconnect_modules("in_a", 0)
+    b.create_module("IPLookup", "rt", {})
+    upd = {"fields": [{"offset": 0, "size": 6, "value": int.from_bytes(DST, "big")}]}
+    b.create_module("Update", "upd", upd)
+    for m1, og, m2 in [("in_a", 0, "rt"), ("rt", 0, "upd"), ("upd", 0, "out_b"), ("rt", 1, "sink")]:
+        b.connect_modules(m1, m2, og)
+    for prefix, plen, gate in [
+        ("10.1.0.0", 16, 0),
+        ("10.1.2.0", 24, DROP_GATE),
+        ("10.2.0.0", 16, 1),
+    ]:
+        b.run_module_command(
+            "rt",
+            "add",
+            "IPLookupCommandAddArg",
+            {"prefix": prefix, "prefix_len": plen, "gate": gate},
+        )
+    b.resume_all()
+
+    rng = random.Random(1616)
+    dsts = [bytes([10, 1, 0, 9]), bytes([10, 1, 2, 3]), bytes([10, 2, 7, 7]), bytes([11, 0, 0, 1])]
+    frames = []
+    for n in range(200):
+        f = ip_frame(rng.choice(dsts), rng.randrange(60, 400))
+        kind = n % 8
+        if kind == 5:
+            f = f[:12] + b"\x86\xdd" + f[14:]  # not IPv4: up, not_ipv4
+        elif kind == 6:
+            f = f[: rng.randrange(14, 34)]  # truncated: up, too_short
+        frames.append(f)
+
+    g0, d0 = rt_state(b)
+    user_b, _ = both_sides(ns, hosts, frames, 5)
+    g1, d1 = rt_state(b)
+    try:
+        plan = b.offload("pa", "on")
+    except BESS.Error as exc:
+        if "XDP offload unavailable" in exc.errmsg:
+            pytest.skip(exc.errmsg)
+        raise
+    assert plan.enabled, plan.plan
+    assert "classifier: rt (IPLookup)" in plan.plan, plan.plan
+    assert "after rewrites" in plan.plan and "XDP_DROP" in plan.plan, plan.plan
+    off_b, _ = both_sides(ns, hosts, frames, 5)
+    g2, d2 = rt_state(b)
+
+    def delta(new, old):
+        return {k: v - old.get(k, 0) for k, v in new.items() if v - old.get(k, 0)}
+
+    assert delta(g1, g0) == delta(g2, g1), (g0, g1, g2, b.offload("pa").plan)
+    assert delta(d1, d0) == delta(d2, d1), (d0, d1, d2, b.offload("pa").plan)
+    assert off_b == user_b, (len(off_b), len(user_b))
+    assert user_b and all(d in delta(d1, d0) for d in ("rule_drop", "no_match", "not_ipv4"))
+    report = b.offload("pa").plan
+    assert "rt ogate 0" in report and "rt drop no_match" in report, report
+    # ShowErrors counts the kernel's drops too.
+    shown = {d.reason: d.count for m in b.show_errors(["rt"]).modules for d in m.drops}
+    assert shown == {k: v for k, v in rt_state(b)[1].items() if v}, shown
+
+    # 11.0.0.1 has no route (no_match); a route added now sends it to B from the kernel.
+    one = [ip_frame(bytes([11, 0, 0, 1]), 100)] * 5
+    route = {"prefix": "11.0.0.0", "prefix_len": 8}
+    b.run_module_command("rt", "add", "IPLookupCommandAddArg", {**route, "gate": 0})
+    _, before = rt_state(b)
+    got = send_and_capture((ns[0], hosts[0]), one, (ns[1], hosts[1]), MARK, (0, 6), 3)
+    assert len(got) == 5 and all(f[:6] == DST for f in got), got
+    assert "gate 0 (2 rule(s))" in b.offload("pa").plan, b.offload("pa").plan
+    b.run_module_command("rt", "delete", "IPLookupCommandDeleteArg", route)
+    got = send_and_capture((ns[0], hosts[0]), one, (ns[1], hosts[1]), MARK, (0, 6), 2)
+    assert got == []
+    _, after = rt_state(b)
+    assert after["no_match"] - before["no_match"] == 5, (before, after)
+    assert "gate 0 (1 rule(s))" in b.offload("pa").plan
+    assert not b.offload("pa", "off").enabled
+
+
+def wm_rule(ethertype: int, dst: bytes, dst_mask: bytes, priority: int, gate: int) -> dict:
+    vals = [ethertype.to_bytes(2, "big"), bytes(a & m for a, m in zip(dst, dst_mask, strict=True))]
+    masks = [b"\xff\xff", dst_mask]
+    return {
+        "gate": gate,
+        "priority": priority,
+        "values": [{"value_bin": v} for v in vals],
+        "masks": [{"value_bin": m} for m in masks],
+    }
+
+
+def wm_state(b: BESS) -> tuple[dict[int, int], dict[str, int]]:
+    info = b.get_module_info("wm")
+    return {og.ogate: og.pkts for og in info.ogates}, {d.reason: d.count for d in info.drops}
+
+
+def test_wildcard_match_with_vlan_pop_offloaded_agrees_and_follows_commands(offload_net):
+    """in_a -> wm (WildcardMatch on EtherType and IPv4 destination): 10.1/16 -> upd (Update)
+    -> out_b at priority 10, 10.1.2/24 drop at 20, 802.1Q frames -> pop (VLANPop) -> out_b
+    at 5, 10.2/16 -> sink at 7, misses dropped (no_match). The same frames with the offload
+    off, then on: B receives the same frames, and wm's gate counters and drop reasons move
+    by the same amounts. A rule added by `add` with the offload on reaches the kernel, and
+    `delete` removes it."""
+    b, ns, hosts, _ = offload_net
+    b.pause_all()
+    b.disconnect_modules("in_a", 0)
+    fields = [{"offset": 12, "num_bytes": 2}, {"offset": 30, "num_bytes": 4}]
+    b.create_module("WildcardMatch", "wm", {"fields": fields})
+    upd = {"fields": [{"offset": 0, "size": 6, "value": int.from_bytes(DST, "big")}]}
+    b.create_module("Update", "upd", upd)
+    b.create_module("VLANPop", "pop", {})
+    links = [("in_a", 0, "wm"), ("wm", 0, "upd"), ("upd", 0, "out_b")]
+    links += [("wm", 1, "pop"), ("pop", 0, "out_b"), ("wm", 2, "sink")]
+    for m1, og, m2 in links:
+        b.connect_modules(m1, m2, og)
+    any_dst, m16, m24 = bytes(4), b"\xff\xff\x00\x00", b"\xff\xff\xff\x00"
+    for r in [
+        wm_rule(0x0800, bytes([10, 1, 0, 0]), m16, 10, 0),
+        wm_rule(0x0800, bytes([10, 1, 2, 0]), m24, 20, DROP_GATE),
+        wm_rule(0x8100, any_dst, any_dst, 5, 1),
+        wm_rule(0x0800, bytes([10, 2, 0, 0]), m16, 7, 2),
+    ]:
+        b.run_module_command("wm", "add", "WildcardMatchCommandAddArg", r)
+    b.resume_all()
+
+    rng = random.Random(1717)
+    dsts = [bytes([10, 1, 0, 9]), bytes([10, 1, 2, 3]), bytes([10, 2, 7, 7]), bytes([11, 0, 0, 1])]
+    frames = []
+    for n in range(200):
+        f = ip_frame(rng.choice(dsts), rng.randrange(60, 400))
+        kind = n % 6
+        if kind == 4:
+            f = f[:12] + b"\x81\x00\x00\x64" + f[12:]  # 802.1Q: popped, then to B
+        elif kind == 5:
+            f = f[: rng.randrange(14, 34)]  # too short for the key: up, default (drop)
+        frames.append(f)
+
+    g0, d0 = wm_state(b)
+    user_b, _ = both_sides(ns, hosts, frames, 5)
+    g1, d1 = wm_state(b)
+    try:
+        plan = b.offload("pa", "on")
+    except BESS.Error as exc:
+        if "XDP offload unavailable" in exc.errmsg:
+            pytest.skip(exc.errmsg)
+        raise
+    assert plan.enabled, plan.plan
+    assert "classifier: wm (WildcardMatch)" in plan.plan, plan.plan
+    assert "3 mask(s)" in plan.plan, plan.plan
+    off_b, _ = both_sides(ns, hosts, frames, 5)
+    g2, d2 = wm_state(b)
+
+    def delta(new, old):
+        return {k: v - old.get(k, 0) for k, v in new.items() if v - old.get(k, 0)}
+
+    assert delta(g1, g0) == delta(g2, g1), (g0, g1, g2, b.offload("pa").plan)
+    assert delta(d1, d0) == delta(d2, d1), (d0, d1, d2, b.offload("pa").plan)
+    assert off_b == user_b, (len(off_b), len(user_b))
+    assert user_b and all(delta(g1, g0).get(g) for g in (0, 1, 2)), delta(g1, g0)
+    assert all(delta(d1, d0).get(r) for r in ("rule_drop", "no_match")), delta(d1, d0)
+    report = b.offload("pa").plan
+    assert "wm ogate 1" in report and "wm drop rule_drop" in report, report
+
+    # 11.0.0.1 matches no rule; a rule added now sends it to B from the kernel.
+    one = [ip_frame(bytes([11, 0, 0, 1]), 100)] * 5
+    new = wm_rule(0x0800, bytes([11, 0, 0, 0]), b"\xff\x00\x00\x00", 30, 0)
+    b.run_module_command("wm", "add", "WildcardMatchCommandAddArg", new)
+    assert "4 mask(s)" in b.offload("pa").plan
+    got = send_and_capture((ns[0], hosts[0]), one, (ns[1], hosts[1]), MARK, (0, 6), 3)
+    assert len(got) == 5 and all(f[:6] == DST for f in got), got
+    _, before = wm_state(b)
+    gone = {k: new[k] for k in ("values", "masks")}
+    b.run_module_command("wm", "delete", "WildcardMatchCommandDeleteArg", gone)
+    got = send_and_capture((ns[0], hosts[0]), one, (ns[1], hosts[1]), MARK, (0, 6), 2)
+    assert got == []
+    _, after = wm_state(b)
+    assert after["no_match"] - before["no_match"] == 5, (before, after)
+    assert "3 mask(s)" in b.offload("pa").plan
+    assert not b.offload("pa", "off").enabled

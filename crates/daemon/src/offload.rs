@@ -1,15 +1,17 @@
 //! The XDP offload of AFXDPPorts, driven by the planner (docs/planner.md "Offload into XDP").
 //!
 //! `Offload` (the extension service) turns it on per port: the daemon reads the pipeline
-//! (modules, connections, ExactMatch tables through their own `get_initial_arg` and
-//! `get_runtime_config` commands, ports), the planner (`bessemer_planner::offload`) decides
+//! (modules, connections, the fed classifier's table through its own `get_initial_arg` /
+//! `get_runtime_config` commands, the Update and VLANPush modules behind it through theirs,
+//! ports), the planner (`bessemer_planner::offload`) decides
 //! which gates the XDP program handles and what its maps hold, and the program from
 //! `bessemer_drivers::xdp_offload` takes the place of the port's redirect program on the
 //! interface. After every change to the pipeline (module commands such as ExactMatch's
 //! add/delete/clear, connections, module or port destruction) the plan is recomputed and
 //! only the difference is written to the maps. Packets the kernel handled are added back to
-//! the modules' gate counters in `GetModuleInfo`, so `show pipeline`/`show module` still
-//! count per module.
+//! the modules' gate counters in `GetModuleInfo`, and packets it dropped to the drop reasons
+//! user space would have counted them under (`rule_drop`, `no_match`, `deadend`), there and
+//! in `ShowErrors`, so `show pipeline`/`show module`/`show errors` still count per module.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -19,8 +21,15 @@ use bessemer_core::{Engine, Error, Result, Value};
 use bessemer_drivers::af_xdp_port;
 use bessemer_drivers::xdp_offload::XdpOffload;
 use bessemer_planner::offload::{
-    Chain, Field, MapOp, Module, Node, OffloadState, Plan, PortInfo, Rule, View, SLOT_SHORT,
+    Chain, Field, MapOp, Module, Node, OffloadState, Plan, PortInfo, Route, Rule, View, WildRule,
+    SLOT_SHORT,
 };
+
+/// Kernel counts: per (module, ogate) of the chains, and per (module, drop reason).
+pub type Counts = (
+    HashMap<(String, Option<u16>), (u64, u64)>,
+    HashMap<(String, String), u64>,
+);
 
 /// One port's offload.
 struct Offload {
@@ -30,8 +39,9 @@ struct Offload {
     xdp: XdpOffload,
     state: OffloadState,
     plan: Plan,
-    /// Counts of rules since deleted, by (module, ogate) of their chains.
-    retired: HashMap<(String, Option<u16>), (u64, u64)>,
+    /// Counts of rules since deleted, by (module, ogate) of their chains and by (module,
+    /// drop reason).
+    retired: Counts,
     /// The last sync's error, shown by `show`.
     last_error: Option<String>,
 }
@@ -61,10 +71,8 @@ fn bytes_of(v: &Value, size: usize, what: &str) -> Result<Vec<u8>> {
     )))
 }
 
-/// What the planner needs of an ExactMatch, through its own commands.
-fn exact_match(e: &mut Engine, name: &str) -> Result<Node> {
-    let init = e.command(name, "get_initial_arg", &Value::map())?;
-    let rt = e.command(name, "get_runtime_config", &Value::map())?;
+/// A table classifier's fields, from its `get_initial_arg`.
+fn table_fields(init: &Value, name: &str) -> Result<Vec<Field>> {
     let empty: &[Value] = &[];
     let fdesc = init.get("fields").and_then(Value::as_list).unwrap_or(empty);
     let masks = init.get("masks").and_then(Value::as_list);
@@ -82,6 +90,21 @@ fn exact_match(e: &mut Engine, name: &str) -> Result<Node> {
         };
         fields.push(Field { offset, size, mask });
     }
+    Ok(fields)
+}
+
+/// A gate as the planner takes it: None for DROP_GATE.
+fn gate_of(v: &Value, key: &str) -> Option<u16> {
+    let g = v.get(key).and_then(Value::as_i64).unwrap_or(0);
+    (g as u64 != MAX_GATES as u64).then_some(g as u16)
+}
+
+/// What the planner needs of an ExactMatch, through its own commands.
+fn exact_match(e: &mut Engine, name: &str) -> Result<Node> {
+    let init = e.command(name, "get_initial_arg", &Value::map())?;
+    let rt = e.command(name, "get_runtime_config", &Value::map())?;
+    let empty: &[Value] = &[];
+    let fields = table_fields(&init, name)?;
     let drop = |g: i64| (g as u64 != MAX_GATES as u64).then_some(g as u16);
     let mut rules = Vec::new();
     let mut has_values = init.get("values").is_some();
@@ -105,6 +128,85 @@ fn exact_match(e: &mut Engine, name: &str) -> Result<Node> {
         rules,
         default_gate: drop(rt.get("default_gate").and_then(Value::as_i64).unwrap_or(0)),
     })
+}
+
+/// What the planner needs of a WildcardMatch, through its own commands.
+fn wildcard_match(e: &mut Engine, name: &str) -> Result<Node> {
+    let init = e.command(name, "get_initial_arg", &Value::map())?;
+    let rt = e.command(name, "get_runtime_config", &Value::map())?;
+    let empty: &[Value] = &[];
+    let fields = table_fields(&init, name)?;
+    let mut has_values = init.get("values").is_some();
+    let mut rules = Vec::new();
+    for r in rt.get("rules").and_then(Value::as_list).unwrap_or(empty) {
+        if r.get("valuesv").is_some() {
+            has_values = true;
+        }
+        let list = |k: &str| -> Result<Vec<Vec<u8>>> {
+            let vals = r.get(k).and_then(Value::as_list).unwrap_or(empty);
+            vals.iter()
+                .zip(&fields)
+                .map(|(v, f)| bytes_of(v, f.size, &format!("WildcardMatch '{name}' rule {k}")))
+                .collect()
+        };
+        rules.push(WildRule {
+            values: list("values")?,
+            masks: list("masks")?,
+            priority: r.get("priority").and_then(Value::as_i64).unwrap_or(0) as i32,
+            gate: gate_of(r, "gate"),
+        });
+    }
+    Ok(Node::WildcardMatch {
+        fields,
+        has_values,
+        rules,
+        default_gate: gate_of(&rt, "default_gate"),
+    })
+}
+
+/// What the planner needs of an IPLookup, through its `get_runtime_config`.
+fn ip_lookup(e: &mut Engine, name: &str) -> Result<Node> {
+    let rt = e.command(name, "get_runtime_config", &Value::map())?;
+    let empty: &[Value] = &[];
+    let mut routes = Vec::new();
+    for r in rt.get("rules").and_then(Value::as_list).unwrap_or(empty) {
+        let prefix: std::net::Ipv4Addr = r
+            .get("prefix")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .parse()
+            .map_err(|_| Error::invalid(format!("IPLookup '{name}': a route's prefix")))?;
+        routes.push(Route {
+            prefix: u32::from(prefix),
+            len: r.get("prefix_len").and_then(Value::as_i64).unwrap_or(0) as u8,
+            gate: gate_of(r, "gate"),
+        });
+    }
+    Ok(Node::IpLookup {
+        routes,
+        default_gate: gate_of(&rt, "default_gate"),
+    })
+}
+
+/// Update's fields, through its `get_initial_arg`.
+fn update(e: &mut Engine, name: &str) -> Result<Node> {
+    let init = e.command(name, "get_initial_arg", &Value::map())?;
+    let empty: &[Value] = &[];
+    let int = |v: &Value, k: &str| v.get(k).and_then(Value::as_i64).unwrap_or(0);
+    let fields = init
+        .get("fields")
+        .and_then(Value::as_list)
+        .unwrap_or(empty)
+        .iter()
+        .map(|f| {
+            (
+                int(f, "offset") as usize,
+                int(f, "size") as usize,
+                int(f, "value") as u64,
+            )
+        })
+        .collect();
+    Ok(Node::Update { fields })
 }
 
 /// The pipeline as the planner sees it, from port `port`.
@@ -146,6 +248,18 @@ fn view(e: &mut Engine, port: &str) -> Result<View> {
                 .map(|c| c.to.clone())
         })
         .collect();
+    // Update and VLANPush modules the fed ones reach: their settings are read too.
+    let mut reach: Vec<String> = fed.clone();
+    let mut i = 0;
+    while i < reach.len() {
+        let from = reach[i].clone();
+        for c in conns.iter().filter(|c| c.from == from) {
+            if !reach.contains(&c.to) {
+                reach.push(c.to.clone());
+            }
+        }
+        i += 1;
+    }
     for m in &summaries {
         let mut ogates = BTreeMap::new();
         for c in conns.iter().filter(|c| c.from == m.name) {
@@ -153,6 +267,17 @@ fn view(e: &mut Engine, port: &str) -> Result<View> {
         }
         let node = match m.mclass {
             "ExactMatch" if fed.contains(&m.name) => exact_match(e, &m.name)?,
+            "WildcardMatch" if fed.contains(&m.name) => wildcard_match(e, &m.name)?,
+            "IPLookup" if fed.contains(&m.name) => ip_lookup(e, &m.name)?,
+            "Update" if reach.contains(&m.name) => update(e, &m.name)?,
+            "VLANPush" if reach.contains(&m.name) => {
+                let v = e.command(&m.name, "get_initial_arg", &Value::map())?;
+                Node::VlanPush {
+                    tci: v.get("tci").and_then(Value::as_i64).unwrap_or(0) as u16,
+                }
+            }
+            "VLANPop" => Node::VlanPop,
+            "VLANSplit" => Node::VlanSplit,
             "MACSwap" => Node::MacSwap,
             "Sink" => Node::Sink,
             "PortOut" => Node::PortOut {
@@ -197,15 +322,19 @@ impl Offload {
                     netns,
                 } => self.xdp.set_dev(slot, ifindex, &netns)?,
                 MapOp::ResetCounter(s) => self.xdp.reset_counter(s)?,
-                MapOp::Put { key, action } => self.xdp.put_rule(&key, &action)?,
-                MapOp::Delete { key, slot, chain } => {
-                    self.xdp.delete_rule(&key)?;
+                MapOp::Prog { slot, prog } => self.xdp.set_prog(slot, &prog)?,
+                MapOp::Put { key, action } => {
+                    self.xdp.put_rule(key.map(), &key.bytes(), &action)?
+                }
+                MapOp::Delete {
+                    key,
+                    slot,
+                    chain,
+                    drop,
+                } => {
+                    self.xdp.delete_rule(key.map(), &key.bytes())?;
                     let (p, b) = self.xdp.counter(slot)?;
-                    for hop in chain {
-                        let t = self.retired.entry(hop).or_default();
-                        t.0 += p;
-                        t.1 += b;
-                    }
+                    add_chain(&mut self.retired, &chain, &drop, p, b);
                 }
             }
         }
@@ -213,15 +342,16 @@ impl Offload {
         Ok(())
     }
 
-    /// Packets and bytes the kernel handled per (module, ogate) of their chains.
-    fn counts(&self) -> HashMap<(String, Option<u16>), (u64, u64)> {
+    /// Packets and bytes the kernel handled per (module, ogate) of their chains, and
+    /// packets it dropped per (module, drop reason).
+    fn counts(&self) -> Counts {
         let mut out = self.retired.clone();
-        for (slot, chain) in self.state.slots() {
+        for (slot, (chain, drop)) in self.state.counted() {
             let (p, b) = self.xdp.counter(slot).unwrap_or((0, 0));
             if p == 0 {
                 continue;
             }
-            add_chain(&mut out, &chain, p, b);
+            add_chain(&mut out, &chain, &drop, p, b);
         }
         out
     }
@@ -233,21 +363,30 @@ impl Offload {
         }
         let (sp, _) = self.xdp.counter(SLOT_SHORT).unwrap_or((0, 0));
         s += &format!("  kernel counters: {sp} packets too short sent up\n");
-        let mut c: Vec<_> = self.counts().into_iter().collect();
+        let (gates, drops) = self.counts();
+        let mut c: Vec<_> = gates.into_iter().collect();
         c.sort();
         for ((m, g), (p, b)) in c {
             let gate = g.map_or(String::new(), |g| format!(" ogate {g}"));
             s += &format!("    {m}{gate}: {p} packets, {b} bytes in the kernel\n");
         }
+        let mut d: Vec<_> = drops.into_iter().collect();
+        d.sort();
+        for ((m, why), p) in d {
+            s += &format!("    {m} drop {why}: {p} packets in the kernel\n");
+        }
         s
     }
 }
 
-fn add_chain(out: &mut HashMap<(String, Option<u16>), (u64, u64)>, chain: &Chain, p: u64, b: u64) {
+fn add_chain(out: &mut Counts, chain: &Chain, drop: &Option<(String, String)>, p: u64, b: u64) {
     for hop in chain {
-        let t = out.entry(hop.clone()).or_default();
+        let t = out.0.entry(hop.clone()).or_default();
         t.0 += p;
         t.1 += b;
+    }
+    if let Some(d) = drop {
+        *out.1.entry(d.clone()).or_default() += p;
     }
 }
 
@@ -281,7 +420,7 @@ pub fn command(e: &mut Engine, port: &str, action: &str) -> Result<(bool, String
                 xdp: XdpOffload::load(Some(&target))?,
                 state: OffloadState::new(),
                 plan: View::default().plan(),
-                retired: HashMap::new(),
+                retired: Counts::default(),
                 last_error: None,
             };
             // Maps first, then the program: it never runs on half-filled maps.
@@ -344,16 +483,21 @@ pub fn any() -> bool {
 }
 
 /// Packets and bytes the kernel handled for (module, ogate) (ogate None: the module itself,
-/// as the last hop), over every offload of this engine.
-pub fn kernel_counts(e: &Engine) -> HashMap<(String, Option<u16>), (u64, u64)> {
+/// as the last hop), and packets it dropped per (module, drop reason), over every offload of
+/// this engine.
+pub fn kernel_counts(e: &Engine) -> Counts {
     let pool = pool_of(e);
     let all = OFFLOADS.lock().unwrap_or_else(|p| p.into_inner());
-    let mut out = HashMap::new();
+    let mut out = Counts::default();
     for o in all.iter().filter(|o| o.pool == pool) {
-        for (k, (p, b)) in o.counts() {
-            let t: &mut (u64, u64) = out.entry(k).or_default();
+        let (gates, drops) = o.counts();
+        for (k, (p, b)) in gates {
+            let t: &mut (u64, u64) = out.0.entry(k).or_default();
             t.0 += p;
             t.1 += b;
+        }
+        for (k, p) in drops {
+            *out.1.entry(k).or_default() += p;
         }
     }
     out

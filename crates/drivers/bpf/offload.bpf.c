@@ -4,15 +4,31 @@
 // do (crates/planner/src/offload.rs, docs/planner.md "Offload into XDP").
 //
 // Per packet:
-//  1. Gather the classifier's key: key[i] = pkt[off[i]] & mask[i] for i < key_len (ExactMatch
-//     fields are packet bytes at fixed offsets with masks, so a byte-gather covers any of
-//     them, the IPv4 5-tuple included). A packet too short for a key byte goes up to user
-//     space, where ExactMatch decides what a short packet does.
-//  2. Look the key up in `rules`; on a miss take the configured default action.
-//  3. Count the packet and its bytes in the entry's slot of the per-CPU `counters`.
-//  4. Rewrite (MAC swap, destination MAC), then drop, XDP_TX, redirect through `devs`
-//     (a devmap) or redirect to the AF_XDP socket of the RX queue (`xsks`, the port's own
-//     XSKMAP, which the loader reuses): the user-space pipeline then does the rest.
+//  1. Classify, by the configured classifier (`config.cls`):
+//     - ExactMatch: gather the key, key[i] = pkt[off[i]] & mask[i] for i < key_len (fields are
+//       packet bytes at fixed offsets with masks, so a byte-gather covers any of them, the
+//       IPv4 5-tuple included), and look it up in `rules`.
+//     - IPLookup: the IPv4 destination in the LPM trie `lpm`, only for a frame the user-space
+//       module would route (Ethernet + IPv4 header its checks accept); any other frame goes
+//       up, where IPLookup decides which drop reason it gets.
+//     - WildcardMatch: gather the key as for ExactMatch (masks all ones), then tuple-space
+//       search: per distinct rule mask t (at most WM_MASKS) look up (t, key & wmask[t]) in
+//       `wrules`; the entry of highest priority wins. The planner refuses tables where two
+//       rules of equal priority under different masks can match one packet, so there are
+//       no ties to break here.
+//     - VLANSplit: the gate is the outer tag's VID (0 untagged), looked up in `rules` as a
+//       2-byte key; every gate's rewrite program starts with the pop VLANSplit does.
+//     A packet too short for a key byte goes up to user space, where the classifier decides
+//     what a short packet does. A miss takes the configured default action.
+//  2. Count the packet and its bytes in the entry's slot of the per-CPU `counters`.
+//  3. Rewrite: MAC swap / destination MAC (action flags), or a rewrite program from `progs`
+//     (MACSwap, Update, VLANPush, VLANPop of the chain, in order). The program's min_len is
+//     the shortest frame no module of the chain drops as too short (the planner's bound over
+//     every tag the chain may push or pop); a shorter frame, or one without the headroom its
+//     pushes need, goes up untouched, before any byte is changed.
+//  4. Drop, XDP_TX, redirect through `devs` (a devmap) or redirect to the AF_XDP socket of
+//     the RX queue (`xsks`, the port's own XSKMAP, which the loader reuses): the user-space
+//     pipeline then does the rest.
 //
 // Compiled by crates/drivers/build.rs with `clang -O2 -target bpf`; loaded by
 // crates/drivers/src/bpf_elf.rs. No kernel or libbpf headers (bessemer_bpf.h says why).
@@ -21,15 +37,21 @@
 
 // UAPI values (include/uapi/linux/bpf.h).
 #define BPF_MAP_TYPE_PERCPU_ARRAY 6
+#define BPF_MAP_TYPE_LPM_TRIE 11
 #define BPF_MAP_TYPE_DEVMAP 14
 #define BPF_MAP_TYPE_XSKMAP 17
+#define BPF_F_NO_PREALLOC 1
 #define XDP_TX 3
 
 static int (*bpf_xdp_get_buff_len)(struct xdp_md *ctx) = (void *)188;
+static long (*bpf_xdp_adjust_head)(struct xdp_md *ctx, int delta) = (void *)44;
 
 #define KEY_MAX 32
+#define WM_MASKS 8
+#define PROG_OPS 24
 
-// Keep in step with crates/planner/src/offload.rs (Action::to_bytes, KeyLayout).
+// Keep in step with crates/planner/src/offload.rs (Action::to_bytes, Plan::config_bytes,
+// prog_bytes).
 enum kind { K_XSK = 0, K_DROP = 1, K_TX = 2, K_REDIRECT = 3 };
 #define F_MACSWAP 1
 #define F_SET_DMAC 2
@@ -40,18 +62,59 @@ struct action {
 	__u8 dmac[6];
 	__u32 dev;	// slot in `devs` for K_REDIRECT
 	__u32 counter;	// slot in `counters`
+	__u32 prog;	// slot in `progs`; 0: no rewrite program
+	__u32 prio;	// WildcardMatch: the rule's priority ^ 0x80000000 (unsigned order)
 };
 
 // config.layout: how to gather the key.
 #define L_GENERIC 0	// byte by byte from off[]/mask[]
 #define L_5TUPLE 1	// IPv4 proto, addresses and ports at 23, 26..37, unmasked
 
+// config.cls: the classifier.
+#define C_EXACT 0	// ExactMatch (or none when key_len is 0)
+#define C_LPM 1	// IPLookup
+#define C_WILD 2	// WildcardMatch
+#define C_VLAN 3	// VLANSplit
+
 struct config {
-	__u32 key_len;	// 0: no classifier, every packet takes the default action
+	__u32 key_len;	// 0 (ExactMatch): no classifier, every packet takes the default action
 	__u32 layout;	// L_*: the planner's specialisation for a common key
 	struct action def;	// what a miss does
 	__u16 off[KEY_MAX];
 	__u8 mask[KEY_MAX];
+	__u32 cls;
+	__u32 n_masks;	// C_WILD: masks in use
+	__u8 wmask[WM_MASKS][KEY_MAX];
+};
+
+struct lpm_key {
+	__u32 prefixlen;
+	__u8 addr[4];
+};
+
+struct wild_key {
+	__u32 mask;	// index into config.wmask
+	__u8 key[KEY_MAX];
+};
+
+// Rewrite program operations.
+#define OP_MACSWAP 1
+#define OP_WRITE 2	// val[0..size] at off (Update)
+#define OP_PUSH 3	// VLAN tag with TCI val[0..2]
+#define OP_POP 4
+
+struct op {
+	__u8 type;
+	__u8 size;
+	__u16 off;
+	__u8 val[8];
+};
+
+struct prog {
+	__u16 min_len;
+	__u8 n_ops;
+	__u8 pushes;
+	struct op ops[PROG_OPS];
 };
 
 struct counter {
@@ -60,12 +123,20 @@ struct counter {
 };
 
 // Counter slots the program itself uses.
-#define C_SHORT 0	// too short for the key (or for a rewrite): up to user space
+#define C_SHORT 0	// too short for the key or a rewrite, or not a frame the classifier
+			// routes here: up to user space
 
 struct map_def xsks SEC("maps") = { BPF_MAP_TYPE_XSKMAP, 4, 4, 64, 0 };
 struct map_def devs SEC("maps") = { BPF_MAP_TYPE_DEVMAP, 4, 4, 64, 0 };
 struct map_def config SEC("maps") = { BPF_MAP_TYPE_ARRAY, 4, sizeof(struct config), 1, 0 };
 struct map_def rules SEC("maps") = { BPF_MAP_TYPE_HASH, KEY_MAX, sizeof(struct action), 65536, 0 };
+struct map_def lpm SEC("maps") = {
+	BPF_MAP_TYPE_LPM_TRIE, sizeof(struct lpm_key), sizeof(struct action), 65536,
+	BPF_F_NO_PREALLOC };
+struct map_def wrules SEC("maps") = {
+	BPF_MAP_TYPE_HASH, sizeof(struct wild_key), sizeof(struct action), 65536,
+	BPF_F_NO_PREALLOC };
+struct map_def progs SEC("maps") = { BPF_MAP_TYPE_ARRAY, 4, sizeof(struct prog), 256, 0 };
 struct map_def counters SEC("maps") = { BPF_MAP_TYPE_PERCPU_ARRAY, 4, sizeof(struct counter), 65540, 0 };
 
 static __attribute__((always_inline)) void count(__u32 slot, __u64 bytes)
@@ -82,6 +153,97 @@ static __attribute__((always_inline)) int to_user(struct xdp_md *ctx)
 	return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
 }
 
+// What IPLookup would route: the frame passes smoltcp's Ethernet and IPv4 checks and is
+// version 4. Its destination goes to *dst; 0 when the module would drop the frame (the
+// reason is the module's to count) or it is beyond the linear part: up to user space.
+static __attribute__((always_inline)) int routable(void *data, void *data_end, __u64 len,
+						   __u8 *dst)
+{
+	__u8 *p = data;
+	if ((void *)(p + 34) > data_end)
+		return 0;
+	if (p[12] != 0x08 || p[13] != 0x00)
+		return 0;
+	__u32 ihl = (__u32)(p[14] & 15) * 4;
+	__u32 total = ((__u32)p[16] << 8) | p[17];
+	__u64 l3 = len - 14;
+	if ((p[14] >> 4) != 4 || ihl < 20 || ihl > total || total > l3)
+		return 0;
+	__builtin_memcpy(dst, p + 30, 4);
+	return 1;
+}
+
+// Runs rewrite program `pg`: 0 done, 1 nothing changed and the packet must go up (too short,
+// no headroom), -1 the packet changed under a check the planner's bound makes impossible.
+static __attribute__((always_inline)) int rewrite(struct xdp_md *ctx, struct prog *pg)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	if (data + (pg->min_len & 0x1fff) > data_end)
+		return 1;
+	int room = (int)(pg->pushes & 31) * 4;
+	if (room) {
+		// Every push's headroom, reserved up front so that no push fails half-way.
+		if (bpf_xdp_adjust_head(ctx, -room))
+			return 1;
+		bpf_xdp_adjust_head(ctx, room);
+	}
+	for (__u32 i = 0; i < PROG_OPS; i++) {
+		if (i >= pg->n_ops)
+			break;
+		struct op *o = &pg->ops[i];
+		__u8 *d = (void *)(long)ctx->data;
+		data_end = (void *)(long)ctx->data_end;
+		if ((void *)(d + 18) > data_end)
+			return -1;
+		if (o->type == OP_MACSWAP) {
+#pragma unroll
+			for (int k = 0; k < 6; k++) {
+				__u8 t = d[k];
+				d[k] = d[6 + k];
+				d[6 + k] = t;
+			}
+		} else if (o->type == OP_WRITE) {
+			__u32 off = o->off & 4095;
+			for (__u32 k = 0; k < 8; k++) {
+				if (k >= o->size)
+					break;
+				__u8 *b = d + off + k;
+				if ((void *)(b + 1) > data_end)
+					return -1;
+				*b = o->val[k];
+			}
+		} else if (o->type == OP_PUSH) {
+			// 0x88a8 over an existing 802.1Q tag, else 0x8100, as VLANPush.
+			int q = d[12] == 0x81 && d[13] == 0x00;
+			if (bpf_xdp_adjust_head(ctx, -4))
+				return -1;
+			d = (void *)(long)ctx->data;
+			data_end = (void *)(long)ctx->data_end;
+			if ((void *)(d + 18) > data_end)
+				return -1;
+#pragma unroll
+			for (int k = 0; k < 12; k++)
+				d[k] = d[k + 4];
+			d[12] = q ? 0x88 : 0x81;
+			d[13] = q ? 0xa8 : 0x00;
+			d[14] = o->val[0];
+			d[15] = o->val[1];
+		} else if (o->type == OP_POP) {
+			int tagged = (d[12] == 0x81 && d[13] == 0x00) ||
+				     (d[12] == 0x88 && d[13] == 0xa8);
+			if (tagged) {
+#pragma unroll
+				for (int k = 11; k >= 0; k--)
+					d[k + 4] = d[k];
+				if (bpf_xdp_adjust_head(ctx, 4))
+					return -1;
+			}
+		}
+	}
+	return 0;
+}
+
 SEC("xdp")
 int bessemer_offload(struct xdp_md *ctx)
 {
@@ -93,35 +255,70 @@ int bessemer_offload(struct xdp_md *ctx)
 		return to_user(ctx);
 	__u64 len = (__u64)bpf_xdp_get_buff_len(ctx);
 
-	__u8 key[KEY_MAX] = {};
-	__u32 n = cfg->key_len;
-	if (cfg->layout == L_5TUPLE) {
-		// The common case with constant offsets: one bounds check, no per-byte loop.
-		__u8 *p = data;
-		if ((void *)(p + 38) > data_end) {
-			count(C_SHORT, len);
-			return to_user(ctx);
-		}
-		key[0] = p[23];
-		__builtin_memcpy(&key[1], p + 26, 12);
-		n = 0;	// gathered: skip the loop
-	}
-	for (__u32 i = 0; i < KEY_MAX; i++) {
-		if (i >= n)
-			break;
-		// Offsets are below 512 (the loader refuses others), which bounds the pointer
-		// for the verifier; the data_end check covers the byte itself.
-		__u8 *p = (__u8 *)data + (cfg->off[i] & 511);
-		if ((void *)(p + 1) > data_end) {
-			count(C_SHORT, len);
-			return to_user(ctx);
-		}
-		key[i] = *p & cfg->mask[i];
-	}
-
 	struct action *a = 0;
-	if (cfg->key_len)
+	if (cfg->cls == C_LPM) {
+		struct lpm_key lk = { 32, {} };
+		if (!routable(data, data_end, len, lk.addr)) {
+			count(C_SHORT, len);
+			return to_user(ctx);
+		}
+		a = bpf_map_lookup_elem(&lpm, &lk);
+	} else if (cfg->cls == C_VLAN) {
+		// The gate: the outer tag's VID, 0 when untagged. The rule's program pops the tag.
+		__u8 *p = data;
+		__u8 key[KEY_MAX] = {};
+		if ((void *)(p + 18) > data_end) {
+			count(C_SHORT, len);
+			return to_user(ctx);
+		}
+		if ((p[12] == 0x81 && p[13] == 0x00) || (p[12] == 0x88 && p[13] == 0xa8)) {
+			key[0] = p[14] & 0x0f;
+			key[1] = p[15];
+		}
 		a = bpf_map_lookup_elem(&rules, key);
+	} else {
+		__u8 key[KEY_MAX] = {};
+		__u32 n = cfg->key_len;
+		if (cfg->layout == L_5TUPLE) {
+			// The common case with constant offsets: one bounds check, no per-byte loop.
+			__u8 *p = data;
+			if ((void *)(p + 38) > data_end) {
+				count(C_SHORT, len);
+				return to_user(ctx);
+			}
+			key[0] = p[23];
+			__builtin_memcpy(&key[1], p + 26, 12);
+			n = 0;	// gathered: skip the loop
+		}
+		for (__u32 i = 0; i < KEY_MAX; i++) {
+			if (i >= n)
+				break;
+			// Offsets are below 512 (the loader refuses others), which bounds the
+			// pointer for the verifier; the data_end check covers the byte itself.
+			__u8 *p = (__u8 *)data + (cfg->off[i] & 511);
+			if ((void *)(p + 1) > data_end) {
+				count(C_SHORT, len);
+				return to_user(ctx);
+			}
+			key[i] = *p & cfg->mask[i];
+		}
+		if (cfg->cls == C_WILD) {
+			struct wild_key wk;
+			for (__u32 t = 0; t < WM_MASKS; t++) {
+				if (t >= cfg->n_masks)
+					break;
+				wk.mask = t;
+#pragma unroll
+				for (int j = 0; j < KEY_MAX; j++)
+					wk.key[j] = key[j] & cfg->wmask[t][j];
+				struct action *w = bpf_map_lookup_elem(&wrules, &wk);
+				if (w && (!a || w->prio > a->prio))
+					a = w;
+			}
+		} else if (cfg->key_len) {
+			a = bpf_map_lookup_elem(&rules, key);
+		}
+	}
 	if (!a)
 		a = &cfg->def;
 
@@ -130,7 +327,21 @@ int bessemer_offload(struct xdp_md *ctx)
 		count(a->counter, len);
 		return to_user(ctx);
 	}
-	if (a->flags & (F_MACSWAP | F_SET_DMAC)) {
+	if (a->prog) {
+		__u32 slot = a->prog;
+		struct prog *pg = bpf_map_lookup_elem(&progs, &slot);
+		if (!pg) {
+			count(C_SHORT, len);
+			return to_user(ctx);
+		}
+		int r = rewrite(ctx, pg);
+		if (r > 0) {
+			count(C_SHORT, len);
+			return to_user(ctx);
+		}
+		if (r < 0)
+			return XDP_DROP;
+	} else if (a->flags & (F_MACSWAP | F_SET_DMAC)) {
 		__u8 *eth = data;
 		// MACSwap drops frames shorter than an Ethernet header in user space (a drop
 		// reason of its own): leave them to it.

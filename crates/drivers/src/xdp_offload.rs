@@ -18,10 +18,14 @@ use crate::netns;
 /// The clang-built object (empty when clang was missing at build time).
 static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/offload.bpf.o"));
 
-/// Bytes of a rule key, of an action, of the configuration (the C structs' sizes).
+/// Bytes of an ExactMatch rule key, of an action, of the configuration, of a rewrite
+/// program (the C structs' sizes).
 pub const KEY_BYTES: usize = 32;
-pub const ACTION_BYTES: usize = 16;
-pub const CONFIG_BYTES: usize = 120;
+pub const ACTION_BYTES: usize = 24;
+pub const CONFIG_BYTES: usize = 392;
+pub const PROG_BYTES: usize = 292;
+/// The maps holding rules: ExactMatch's, IPLookup's LPM trie, WildcardMatch's.
+pub const RULE_MAPS: [&str; 3] = ["rules", "lpm", "wrules"];
 /// Rules the `rules` map holds; counter slots; devmap slots.
 pub const MAX_RULES: u32 = 65536;
 pub const COUNTER_SLOTS: u32 = 65540;
@@ -115,19 +119,39 @@ impl XdpOffload {
         )
     }
 
-    /// Adds or replaces a rule.
-    pub fn put_rule(&self, key: &[u8; KEY_BYTES], action: &[u8; ACTION_BYTES]) -> Result<()> {
+    /// Adds or replaces a rule of rule map `map` (one of [`RULE_MAPS`]; the key is that
+    /// map's key layout).
+    pub fn put_rule(&self, map: &str, key: &[u8], action: &[u8; ACTION_BYTES]) -> Result<()> {
         map_update(
-            self.loaded.map("rules")?,
+            self.rule_map(map)?,
             key,
             action,
             "cannot write an offload rule (is the map full?)",
         )
     }
 
-    /// Removes a rule (absent: nothing to do).
-    pub fn delete_rule(&self, key: &[u8; KEY_BYTES]) -> Result<()> {
-        bpf::map_delete(self.loaded.map("rules")?, key)
+    /// Removes a rule of rule map `map` (absent: nothing to do).
+    pub fn delete_rule(&self, map: &str, key: &[u8]) -> Result<()> {
+        bpf::map_delete(self.rule_map(map)?, key)
+    }
+
+    fn rule_map(&self, map: &str) -> Result<RawFd> {
+        if !RULE_MAPS.contains(&map) {
+            return Err(Error::invalid(format!(
+                "'{map}' is not an offload rule map"
+            )));
+        }
+        self.loaded.map(map)
+    }
+
+    /// Writes rewrite program slot `slot`.
+    pub fn set_prog(&self, slot: u32, prog: &[u8; PROG_BYTES]) -> Result<()> {
+        map_update(
+            self.loaded.map("progs")?,
+            &slot.to_ne_bytes(),
+            prog,
+            "cannot write an offload rewrite program",
+        )
     }
 
     /// Points devmap slot `slot` at interface `ifindex` of namespace `ns` (the kernel

@@ -1,16 +1,20 @@
 //! Offload into XDP: which part of the pipeline downstream of an AF_XDP port the XDP program
 //! (`crates/drivers/bpf/offload.bpf.c`) can do, and the contents of its maps.
 //!
-//! The XDP "NIC" here is the model's `XdpPort` made concrete: a byte-gather key (any
-//! ExactMatch on packet fields, the IPv4 5-tuple included), a hash map of rules, and per
-//! rule one action: drop, XDP_TX, XDP_REDIRECT through a devmap, or up to the port's AF_XDP
-//! socket; optional MAC swap / destination-MAC rewrite first. The embedding is a walk from
-//! the port's PortInc: a gate is offloaded when the chain behind it is made only of what the
-//! program does (MACSwap, then PortOut to this port or to another AF_XDP port of the same
-//! namespace, or Sink, or an unconnected gate, which drops); anything else, and any packet
-//! the program is unsure of (too short for the key), goes up to user space, which runs the
-//! full pipeline. So the offloaded pipeline and the user-space one agree on every packet by
-//! construction, and the differential tests check it.
+//! The XDP "NIC" here is the model's `XdpPort` made concrete: one classifier (an ExactMatch
+//! by byte-gather key and hash map, an IPLookup by LPM trie on the IPv4 destination, a
+//! WildcardMatch by tuple-space search over at most [`WM_MASKS`] masks, or a VLANSplit by
+//! VID), and per rule one
+//! action: drop, XDP_TX, XDP_REDIRECT through a devmap, or up to the port's AF_XDP socket,
+//! after the chain's rewrites (MACSwap, Update, VLANPush, VLANPop, in order). The embedding
+//! is a walk from the port's PortInc: a gate is offloaded when the chain behind it is made
+//! only of what the program does (rewrites, then PortOut to this port or to another AF_XDP
+//! port of the same namespace, or Sink, or an unconnected gate, which drops); anything else,
+//! and any packet the program is unsure of (too short for the key or a rewrite, a frame
+//! IPLookup would not route), goes up to user space, which runs the full pipeline. So the
+//! offloaded pipeline and the user-space one agree on every packet by construction, and the
+//! differential tests check it. One classifier deep: a classifier behind the first one
+//! stays in user space (its gate goes up).
 //!
 //! [`OffloadState::sync`] turns a new plan into map operations against what is installed:
 //! counter slots stay with their rule across syncs, so counters survive unrelated changes;
@@ -23,14 +27,30 @@ use std::fmt::Write as _;
 pub const KEY_MAX: usize = 32;
 /// Largest packet offset of a key byte (the program bounds offsets by 511).
 pub const MAX_OFFSET: usize = 511;
-/// Rules the kernel map holds.
+/// Rules each kernel map holds.
 pub const MAX_RULES: usize = 65536;
-/// Counter slots: 0 = too short, up to user space; 1 = the default action; rules from 2.
+/// Counter slots: 0 = too short (or unsure), up to user space; 1 = the default action;
+/// rules from 2.
 pub const SLOT_SHORT: u32 = 0;
 pub const SLOT_DEFAULT: u32 = 1;
 const FIRST_RULE_SLOT: u32 = 2;
 /// Devmap slots.
 pub const MAX_DEVS: usize = 64;
+/// Distinct WildcardMatch masks the program searches (its bounded loop).
+pub const WM_MASKS: usize = 8;
+/// Operations of one rewrite program.
+pub const PROG_OPS: usize = 24;
+/// Rewrite program slots (slot 0 means none).
+pub const PROG_SLOTS: usize = 256;
+/// Bytes of the C `struct action`, `struct config`, `struct prog`.
+pub const ACTION_BYTES: usize = 24;
+pub const CONFIG_BYTES: usize = 392;
+pub const PROG_BYTES: usize = 4 + 12 * PROG_OPS;
+/// The shortest frame a rewrite program runs on: every operation reads the Ethernet header
+/// and, for VLANPop, a possible tag.
+const PROG_MIN_LEN: usize = 18;
+/// Largest Update offset the program writes at (the module's own limit).
+const MAX_WRITE_OFFSET: usize = 4095;
 
 /// What the program does with a packet (the C `enum kind`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -43,26 +63,54 @@ pub enum Kind {
     Redirect(u32),
 }
 
+/// One rewrite of a chain, as the program's `struct op` does it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Op {
+    MacSwap,
+    /// Update: these bytes at this offset; `need` is the module's shortest frame (the end of
+    /// its furthest field: it drops shorter frames before writing any field).
+    Write {
+        offset: u16,
+        bytes: Vec<u8>,
+        need: u16,
+    },
+    /// VLANPush with this TCI.
+    Push(u16),
+    /// VLANPop.
+    Pop,
+}
+
 /// The program's action for a rule or for a miss.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Action {
     pub kind: Kind,
     pub mac_swap: bool,
     pub set_dmac: Option<[u8; 6]>,
+    /// Rewrites beyond MAC swaps, in chain order (MAC swaps included then); empty: the flags
+    /// say it all.
+    pub rewrite: Vec<Op>,
 }
 
 impl Action {
+    /// Up to user space.
     pub fn user() -> Action {
+        Action::of(Kind::User)
+    }
+
+    /// `kind` without rewrites.
+    pub fn of(kind: Kind) -> Action {
         Action {
-            kind: Kind::User,
+            kind,
             mac_swap: false,
             set_dmac: None,
+            rewrite: Vec::new(),
         }
     }
 
-    /// The C `struct action` with counter slot `counter`.
-    pub fn to_bytes(&self, counter: u32) -> [u8; 16] {
-        let mut b = [0u8; 16];
+    /// The C `struct action` with counter slot `counter`, rewrite program slot `prog` (0:
+    /// none) and WildcardMatch priority `prio` (biased: unsigned order).
+    pub fn to_bytes(&self, counter: u32, prog: u32, prio: u32) -> [u8; ACTION_BYTES] {
+        let mut b = [0u8; ACTION_BYTES];
         let (kind, dev) = match self.kind {
             Kind::User => (0, 0),
             Kind::Drop => (1, 0),
@@ -76,11 +124,60 @@ impl Action {
         }
         b[8..12].copy_from_slice(&dev.to_ne_bytes());
         b[12..16].copy_from_slice(&counter.to_ne_bytes());
+        b[16..20].copy_from_slice(&prog.to_ne_bytes());
+        b[20..24].copy_from_slice(&prio.to_ne_bytes());
         b
     }
 }
 
-/// A field of an ExactMatch, as its `get_initial_arg` describes it.
+/// The shortest frame on which no operation of `ops` can fail, counted on the frame as it
+/// arrives: each push lengthens it by 4, each pop shortens it by at most 4 (only a tagged
+/// frame loses the tag, so assuming every pop does is the safe bound).
+pub fn prog_min_len(ops: &[Op]) -> usize {
+    let mut need = PROG_MIN_LEN as i64;
+    let mut delta = 0i64;
+    for op in ops {
+        let at = match op {
+            Op::Write { need, .. } => (*need as i64).max(PROG_MIN_LEN as i64),
+            _ => PROG_MIN_LEN as i64,
+        };
+        need = need.max(at - delta);
+        match op {
+            Op::Push(_) => delta += 4,
+            Op::Pop => delta -= 4,
+            _ => {}
+        }
+    }
+    need as usize
+}
+
+/// The C `struct prog` of `ops` (at most PROG_OPS operations).
+pub fn prog_bytes(ops: &[Op]) -> [u8; PROG_BYTES] {
+    let mut b = [0u8; PROG_BYTES];
+    b[0..2].copy_from_slice(&(prog_min_len(ops) as u16).to_ne_bytes());
+    b[2] = ops.len() as u8;
+    b[3] = ops.iter().filter(|o| matches!(o, Op::Push(_))).count() as u8;
+    for (i, op) in ops.iter().take(PROG_OPS).enumerate() {
+        let o = &mut b[4 + 12 * i..16 + 12 * i];
+        match op {
+            Op::MacSwap => o[0] = 1,
+            Op::Write { offset, bytes, .. } => {
+                o[0] = 2;
+                o[1] = bytes.len() as u8;
+                o[2..4].copy_from_slice(&offset.to_ne_bytes());
+                o[4..4 + bytes.len()].copy_from_slice(bytes);
+            }
+            Op::Push(tci) => {
+                o[0] = 3;
+                o[4..6].copy_from_slice(&tci.to_be_bytes());
+            }
+            Op::Pop => o[0] = 4,
+        }
+    }
+    b
+}
+
+/// A field of an ExactMatch or WildcardMatch, as its `get_initial_arg` describes it.
 #[derive(Clone, Debug)]
 pub struct Field {
     /// Packet offset; None for a metadata attribute (not offloadable).
@@ -97,6 +194,23 @@ pub struct Rule {
     pub gate: Option<u16>,
 }
 
+/// A WildcardMatch rule: per field its value and mask bytes, priority and gate (None: drop).
+#[derive(Clone, Debug)]
+pub struct WildRule {
+    pub values: Vec<Vec<u8>>,
+    pub masks: Vec<Vec<u8>>,
+    pub priority: i32,
+    pub gate: Option<u16>,
+}
+
+/// An IPLookup route: prefix (host order), length 1..=32, gate (None: drop).
+#[derive(Clone, Copy, Debug)]
+pub struct Route {
+    pub prefix: u32,
+    pub len: u8,
+    pub gate: Option<u16>,
+}
+
 /// The modules the planner understands; the rest is `Other`.
 #[derive(Clone, Debug)]
 pub enum Node {
@@ -108,7 +222,31 @@ pub enum Node {
         /// None: misses are dropped.
         default_gate: Option<u16>,
     },
+    /// IPLookup: its routes (the /0 route is the default gate).
+    IpLookup {
+        routes: Vec<Route>,
+        /// None: misses are dropped (no /0 route).
+        default_gate: Option<u16>,
+    },
+    /// WildcardMatch: fields (masks all ones: each rule has its own) and rules.
+    WildcardMatch {
+        fields: Vec<Field>,
+        /// The fork's `valuesv` (rewrites on a hit): not offloadable.
+        has_values: bool,
+        rules: Vec<WildRule>,
+        default_gate: Option<u16>,
+    },
+    /// VLANSplit: gate = the outer tag's VID (0 untagged), the tag popped.
+    VlanSplit,
     MacSwap,
+    /// Update's fields: (offset, size, value written big-endian), in order.
+    Update {
+        fields: Vec<(usize, usize, u64)>,
+    },
+    VlanPush {
+        tci: u16,
+    },
+    VlanPop,
     PortOut {
         port: String,
     },
@@ -163,7 +301,66 @@ pub struct GatePlan {
     pub why: String,
     /// Text of the path, e.g. "macswap -> out1 (PortOut p1)".
     pub path: String,
+    /// For a drop by the classifier itself: (module, drop reason) user space counts it
+    /// under.
+    pub drop: Option<(String, String)>,
 }
+
+/// The classifier the program runs (the C `config.cls`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cls {
+    /// ExactMatch, or no classifier when the key is empty.
+    Exact,
+    /// IPLookup: LPM trie on the IPv4 destination.
+    Lpm,
+    /// WildcardMatch: tuple-space search.
+    Wild,
+    /// VLANSplit: the VID as a 2-byte key in the ExactMatch map.
+    Vlan,
+}
+
+/// A map entry's key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RuleKey {
+    /// ExactMatch: the gathered key (map `rules`).
+    Exact([u8; KEY_MAX]),
+    /// IPLookup: prefix and length (map `lpm`).
+    Prefix { addr: u32, len: u8 },
+    /// WildcardMatch: the mask's index and the masked key (map `wrules`).
+    Masked { mask: u32, key: [u8; KEY_MAX] },
+}
+
+impl RuleKey {
+    /// The map the key belongs to.
+    pub fn map(&self) -> &'static str {
+        match self {
+            RuleKey::Exact(_) => "rules",
+            RuleKey::Prefix { .. } => "lpm",
+            RuleKey::Masked { .. } => "wrules",
+        }
+    }
+
+    /// The key as the map stores it (the C `struct lpm_key`, `struct wild_key`).
+    pub fn bytes(&self) -> Vec<u8> {
+        match self {
+            RuleKey::Exact(k) => k.to_vec(),
+            RuleKey::Prefix { addr, len } => {
+                let mut b = (*len as u32).to_ne_bytes().to_vec();
+                b.extend_from_slice(&addr.to_be_bytes());
+                b
+            }
+            RuleKey::Masked { mask, key } => {
+                let mut b = mask.to_ne_bytes().to_vec();
+                b.extend_from_slice(key);
+                b
+            }
+        }
+    }
+}
+
+/// One rule of the plan: its key, gate key in `Plan::gates`, and WildcardMatch priority
+/// (biased; 0 otherwise).
+pub type PlanRule = (RuleKey, u16, u32);
 
 /// The plan for one port.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -171,14 +368,17 @@ pub struct Plan {
     pub port: String,
     /// The classifier module, if the port feeds one that is offloaded.
     pub classifier: Option<String>,
+    /// Which classifier it is.
+    pub cls: Cls,
     /// Key layout: (packet offset, mask) per key byte.
     pub key: Vec<(u16, u8)>,
+    /// WildcardMatch: the distinct rule masks over the key, in the order they are searched.
+    pub wmasks: Vec<[u8; KEY_MAX]>,
     /// Per classifier gate (u16::MAX: the rule-drop gate), its plan.
     pub gates: BTreeMap<u16, GatePlan>,
     /// What a miss does (the default gate, or everything when there is no classifier).
     pub default: GatePlan,
-    /// Rules: key bytes (KEY_MAX) -> gate key in `gates`.
-    pub rules: Vec<([u8; KEY_MAX], u16)>,
+    pub rules: Vec<PlanRule>,
     /// Rules left to user space because the map is full.
     pub overflow: usize,
     /// Devmap slots: slot -> (port, ifindex, netns).
@@ -196,40 +396,72 @@ fn user(why: impl Into<String>, chain: Chain, path: String) -> GatePlan {
         chain,
         why: why.into(),
         path,
+        drop: None,
     }
+}
+
+/// The WildcardMatch priority in the program's unsigned order.
+pub fn biased(priority: i32) -> u32 {
+    (priority as u32) ^ 0x8000_0000
 }
 
 impl View {
     /// Follows the chain from `to` (the module a gate of `from` leads to; None: the gate is
     /// unconnected, which drops in BESS) and says what the program can do with it.
+    /// `pre`: rewrites the classifier itself does first (VLANSplit's pop).
     fn follow(
         &self,
         from: (&str, u16),
         to: Option<&str>,
+        pre: &[Op],
         devs: &mut Vec<(String, u32, String)>,
     ) -> GatePlan {
         let mut chain: Chain = vec![(from.0.to_string(), Some(from.1))];
         let mut path = Vec::new();
-        let mut action = Action {
-            kind: Kind::Drop,
-            mac_swap: false,
-            set_dmac: None,
-        };
+        let mut action = Action::of(Kind::Drop);
+        let mut ops: Vec<Op> = pre.to_vec();
         let mut at = to.map(str::to_string);
         let ingress = self.ports.get(&self.port);
-        // Chains are short; the bound keeps a cycle of MACSwaps from looping.
-        for _ in 0..16 {
+        let done = |mut action: Action, ops: Vec<Op>, chain: Chain, path: String| {
+            if ops.iter().any(|o| *o != Op::MacSwap) {
+                if ops.len() > PROG_OPS {
+                    return user(
+                        format!(
+                            "the chain's rewrites take {} operations; the program runs at most {PROG_OPS}",
+                            ops.len()
+                        ),
+                        chain,
+                        path,
+                    );
+                }
+                if prog_min_len(&ops) > 0x1fff {
+                    return user("the chain writes past the program's reach", chain, path);
+                }
+                action.mac_swap = false;
+                action.rewrite = ops;
+            }
+            GatePlan {
+                action,
+                chain,
+                why: String::new(),
+                path,
+                drop: None,
+            }
+        };
+        // Chains are short; the bound keeps a cycle of rewrites from looping.
+        for _ in 0..(PROG_OPS + 8) {
             let Some(name) = at.take() else {
-                // Unconnected gate: user space drops the packet (deadend).
-                chain.last_mut().expect("chain").1 = None;
+                // Unconnected gate: user space drops the packet, counted as the module's
+                // `deadend`.
+                let last = chain.last_mut().expect("chain");
+                last.1 = None;
+                let module = last.0.clone();
                 path.push("(unconnected gate)".to_string());
-                let p = path.join(" -> ");
-                return GatePlan {
-                    action,
-                    chain,
-                    why: String::new(),
-                    path: p,
-                };
+                let mut p = done(action, ops, chain, path.join(" -> "));
+                if p.action.kind == Kind::Drop {
+                    p.drop = Some((module, "deadend".into()));
+                }
+                return p;
             };
             let Some(m) = self.modules.get(&name) else {
                 return user(
@@ -238,23 +470,56 @@ impl View {
                     path.join(" -> "),
                 );
             };
+            let next = |ops: &mut Vec<Op>, new: Vec<Op>| {
+                ops.extend(new);
+                m.ogates.get(&0).cloned()
+            };
             match &m.node {
                 Node::MacSwap => {
                     path.push(format!("{name} (MACSwap)"));
                     chain.push((name.clone(), Some(0)));
                     action.mac_swap = !action.mac_swap;
-                    at = m.ogates.get(&0).cloned();
+                    at = next(&mut ops, vec![Op::MacSwap]);
+                }
+                Node::Update { fields } => {
+                    path.push(format!("{name} (Update)"));
+                    chain.push((name.clone(), Some(0)));
+                    let need = fields.iter().map(|f| f.0 + f.1).max().unwrap_or(0);
+                    if fields
+                        .iter()
+                        .any(|f| f.0 > MAX_WRITE_OFFSET || f.1 > 8 || f.1 == 0)
+                    {
+                        return user(
+                            format!("Update '{name}' has a field the program cannot write"),
+                            chain,
+                            path.join(" -> "),
+                        );
+                    }
+                    let w = fields
+                        .iter()
+                        .map(|&(o, s, v)| Op::Write {
+                            offset: o as u16,
+                            bytes: v.to_be_bytes()[8 - s..].to_vec(),
+                            need: need as u16,
+                        })
+                        .collect();
+                    at = next(&mut ops, w);
+                }
+                Node::VlanPush { tci } => {
+                    path.push(format!("{name} (VLANPush)"));
+                    chain.push((name.clone(), Some(0)));
+                    at = next(&mut ops, vec![Op::Push(*tci)]);
+                }
+                Node::VlanPop => {
+                    path.push(format!("{name} (VLANPop)"));
+                    chain.push((name.clone(), Some(0)));
+                    at = next(&mut ops, vec![Op::Pop]);
                 }
                 Node::Sink => {
                     path.push(format!("{name} (Sink)"));
                     chain.push((name.clone(), None));
                     action.kind = Kind::Drop;
-                    return GatePlan {
-                        action,
-                        chain,
-                        why: String::new(),
-                        path: path.join(" -> "),
-                    };
+                    return done(action, ops, chain, path.join(" -> "));
                 }
                 Node::PortOut { port } => {
                     chain.push((name.clone(), None));
@@ -300,14 +565,13 @@ impl View {
                         );
                     };
                     action.kind = kind;
-                    return GatePlan {
-                        action,
-                        chain,
-                        why: String::new(),
-                        path: path.join(" -> "),
-                    };
+                    return done(action, ops, chain, path.join(" -> "));
                 }
-                Node::ExactMatch { .. } | Node::Other { .. } => {
+                Node::ExactMatch { .. }
+                | Node::IpLookup { .. }
+                | Node::WildcardMatch { .. }
+                | Node::VlanSplit
+                | Node::Other { .. } => {
                     path.push(format!("{name} ({})", m.class));
                     return user(
                         format!(
@@ -328,7 +592,9 @@ impl View {
         let mut plan = Plan {
             port: self.port.clone(),
             classifier: None,
+            cls: Cls::Exact,
             key: Vec::new(),
+            wmasks: Vec::new(),
             gates: BTreeMap::new(),
             default: user("nothing offloaded", Vec::new(), String::new()),
             rules: Vec::new(),
@@ -359,91 +625,290 @@ impl View {
             return plan;
         };
         let mut devs = Vec::new();
-        match &m.node {
-            Node::ExactMatch {
-                fields,
-                has_values,
-                rules,
-                default_gate,
-            } => {
-                if let Some(why) = key_problem(fields, *has_values) {
-                    plan.none_why = Some(format!("ExactMatch '{root}': {why}"));
+        let (rules, default_gate, no_match): (Vec<(RuleKey, Option<u16>, u32)>, _, _) =
+            match &m.node {
+                Node::ExactMatch {
+                    fields,
+                    has_values,
+                    rules,
+                    default_gate,
+                } => {
+                    if let Some(why) = key_problem(fields, *has_values) {
+                        plan.none_why = Some(format!("ExactMatch '{root}': {why}"));
+                        return plan;
+                    }
+                    plan.key = key_layout(fields);
+                    let keys = rules
+                        .iter()
+                        .map(|r| {
+                            let mut key = [0u8; KEY_MAX];
+                            let mut i = 0;
+                            for (v, f) in r.fields.iter().zip(fields) {
+                                for j in 0..f.size {
+                                    key[i] = v.get(j).copied().unwrap_or(0) & f.mask[j];
+                                    i += 1;
+                                }
+                            }
+                            (RuleKey::Exact(key), r.gate, 0)
+                        })
+                        .collect();
+                    (keys, *default_gate, "no_match")
+                }
+                Node::IpLookup {
+                    routes,
+                    default_gate,
+                } => {
+                    plan.cls = Cls::Lpm;
+                    let keys = routes
+                        .iter()
+                        .map(|r| {
+                            (
+                                RuleKey::Prefix {
+                                    addr: r.prefix,
+                                    len: r.len,
+                                },
+                                r.gate,
+                                0,
+                            )
+                        })
+                        .collect();
+                    (keys, *default_gate, "no_match")
+                }
+                Node::WildcardMatch {
+                    fields,
+                    has_values,
+                    rules,
+                    default_gate,
+                } => {
+                    let masks: Vec<Vec<u8>> = fields.iter().map(|f| vec![0xff; f.size]).collect();
+                    let full: Vec<Field> = fields
+                        .iter()
+                        .zip(masks)
+                        .map(|(f, mask)| Field {
+                            offset: f.offset,
+                            size: f.size,
+                            mask,
+                        })
+                        .collect();
+                    if let Some(why) = key_problem(&full, *has_values) {
+                        plan.none_why = Some(format!("WildcardMatch '{root}': {why}"));
+                        return plan;
+                    }
+                    plan.cls = Cls::Wild;
+                    plan.key = key_layout(&full);
+                    match wild_rules(&full, rules) {
+                        Ok((wmasks, keys)) => {
+                            plan.wmasks = wmasks;
+                            (keys, *default_gate, "no_match")
+                        }
+                        Err(why) => {
+                            plan.none_why = Some(format!("WildcardMatch '{root}': {why}"));
+                            plan.cls = Cls::Exact;
+                            plan.key.clear();
+                            return plan;
+                        }
+                    }
+                }
+                Node::VlanSplit => {
+                    plan.cls = Cls::Vlan;
+                    // One rule per connected gate a VID can name; the others are
+                    // unconnected: the miss, dropped as `deadend`.
+                    let keys = m
+                        .ogates
+                        .keys()
+                        .filter(|g| **g < 4096)
+                        .map(|g| {
+                            let mut key = [0u8; KEY_MAX];
+                            key[..2].copy_from_slice(&g.to_be_bytes());
+                            (RuleKey::Exact(key), Some(*g), 0)
+                        })
+                        .collect();
+                    (keys, None, "deadend")
+                }
+                Node::MacSwap
+                | Node::Update { .. }
+                | Node::VlanPush { .. }
+                | Node::VlanPop
+                | Node::PortOut { .. }
+                | Node::Sink => {
+                    // No classifier: every packet takes the chain from the port.
+                    let mut p = self.follow(("(port)", 0), Some(&root), &[], &mut devs);
+                    p.chain.remove(0);
+                    plan.default = p;
+                    plan.devs = devs;
                     return plan;
                 }
-                plan.classifier = Some(root.clone());
-                for f in fields {
-                    let o = f.offset.expect("checked");
-                    for j in 0..f.size {
-                        plan.key.push(((o + j) as u16, f.mask[j]));
-                    }
+                Node::Other { class } => {
+                    plan.none_why = Some(format!(
+                        "the port feeds {class} '{root}', which the XDP program cannot do"
+                    ));
+                    return plan;
                 }
-                let gate_plan = |g: u16, devs: &mut Vec<(String, u32, String)>| {
-                    if g == DROP_RULE {
-                        GatePlan {
-                            action: Action {
-                                kind: Kind::Drop,
-                                mac_swap: false,
-                                set_dmac: None,
-                            },
-                            chain: vec![(root.clone(), None)],
-                            why: String::new(),
-                            path: "rule drop".into(),
-                        }
-                    } else {
-                        self.follow((&root, g), m.ogates.get(&g).map(String::as_str), devs)
-                    }
+            };
+        if plan.cls != Cls::Exact && rules.len() > MAX_RULES {
+            // A route or rule missing from the map would not just miss: a shorter prefix or
+            // a lower priority would match instead, so nothing of the table is offloaded.
+            plan.none_why = Some(format!(
+                "{} '{root}' has {} rules; the kernel map holds {MAX_RULES}",
+                m.class,
+                rules.len()
+            ));
+            plan.cls = Cls::Exact;
+            plan.key.clear();
+            plan.wmasks.clear();
+            return plan;
+        }
+        plan.classifier = Some(root.clone());
+        let pre = if plan.cls == Cls::Vlan {
+            vec![Op::Pop]
+        } else {
+            Vec::new()
+        };
+        let gate_plan = |g: u16, devs: &mut Vec<(String, u32, String)>| {
+            if g == DROP_RULE {
+                GatePlan {
+                    action: Action::of(Kind::Drop),
+                    chain: vec![(root.clone(), None)],
+                    why: String::new(),
+                    path: "rule drop".into(),
+                    drop: Some((root.clone(), "rule_drop".into())),
+                }
+            } else {
+                self.follow((&root, g), m.ogates.get(&g).map(String::as_str), &pre, devs)
+            }
+        };
+        plan.default = match default_gate {
+            None => {
+                let mut p = gate_plan(DROP_RULE, &mut devs);
+                p.path = if plan.cls == Cls::Vlan {
+                    "(unconnected gate)".into()
+                } else {
+                    "no default gate".into()
                 };
-                plan.default = match default_gate {
-                    None => gate_plan(DROP_RULE, &mut devs),
-                    Some(g) => gate_plan(*g, &mut devs),
-                };
-                for r in rules {
-                    let g = r.gate.unwrap_or(DROP_RULE);
-                    if let std::collections::btree_map::Entry::Vacant(e) = plan.gates.entry(g) {
-                        e.insert(gate_plan(g, &mut devs));
-                    }
-                    if plan.rules.len() >= MAX_RULES {
-                        plan.overflow += 1;
-                        continue;
-                    }
-                    let mut key = [0u8; KEY_MAX];
-                    let mut i = 0;
-                    for (v, f) in r.fields.iter().zip(fields) {
-                        for j in 0..f.size {
-                            key[i] = v.get(j).copied().unwrap_or(0) & f.mask[j];
-                            i += 1;
-                        }
-                    }
-                    plan.rules.push((key, g));
-                }
-                if plan.overflow > 0 {
-                    // A rule missing from the map must not take the default action.
-                    plan.default = user(
-                        format!("{} rules do not fit the kernel map", plan.overflow),
-                        plan.default.chain.clone(),
-                        plan.default.path.clone(),
-                    );
-                }
+                p.drop = Some((root.clone(), no_match.into()));
+                p
             }
-            Node::MacSwap | Node::PortOut { .. } | Node::Sink => {
-                // No classifier: every packet takes the chain from the port.
-                let mut p = self.follow(("(port)", 0), Some(&root), &mut devs);
-                p.chain.remove(0);
-                plan.default = p;
+            Some(g) => gate_plan(g, &mut devs),
+        };
+        for (key, gate, prio) in rules {
+            let g = gate.unwrap_or(DROP_RULE);
+            if let std::collections::btree_map::Entry::Vacant(e) = plan.gates.entry(g) {
+                e.insert(gate_plan(g, &mut devs));
             }
-            Node::Other { class } => {
-                plan.none_why = Some(format!(
-                    "the port feeds {class} '{root}', which the XDP program cannot do"
-                ));
-                return plan;
+            if plan.rules.len() >= MAX_RULES {
+                plan.overflow += 1;
+                continue;
             }
+            plan.rules.push((key, g, prio));
+        }
+        if plan.overflow > 0 {
+            // A rule missing from the map must not take the default action.
+            plan.default = user(
+                format!("{} rules do not fit the kernel map", plan.overflow),
+                plan.default.chain.clone(),
+                plan.default.path.clone(),
+            );
         }
         plan.devs = devs;
         plan
     }
 }
 
-/// Why an ExactMatch's key cannot be gathered by the program, if it cannot.
+/// Key layout of fields the program gathers: (packet offset, mask) per key byte.
+fn key_layout(fields: &[Field]) -> Vec<(u16, u8)> {
+    let mut key = Vec::new();
+    for f in fields {
+        let o = f.offset.expect("checked");
+        for j in 0..f.size {
+            key.push(((o + j) as u16, f.mask[j]));
+        }
+    }
+    key
+}
+
+/// Most pairs of equal-priority rules under different masks checked for overlap.
+const MAX_TIE_PAIRS: usize = 1 << 22;
+
+/// WildcardMatch rules as the program's masks and map keys; or why they cannot be.
+#[allow(clippy::type_complexity)]
+fn wild_rules(
+    fields: &[Field],
+    rules: &[WildRule],
+) -> Result<(Vec<[u8; KEY_MAX]>, Vec<(RuleKey, Option<u16>, u32)>), String> {
+    let mut masks: Vec<[u8; KEY_MAX]> = Vec::new();
+    let mut out = Vec::new();
+    // (priority, mask index, masked key) for the tie check.
+    let mut rows: Vec<(i32, usize, [u8; KEY_MAX])> = Vec::new();
+    for r in rules {
+        let (mut k, mut m) = ([0u8; KEY_MAX], [0u8; KEY_MAX]);
+        let mut i = 0;
+        for (fi, f) in fields.iter().enumerate() {
+            for j in 0..f.size {
+                let mb = r.masks.get(fi).and_then(|x| x.get(j)).copied().unwrap_or(0);
+                let vb = r
+                    .values
+                    .get(fi)
+                    .and_then(|x| x.get(j))
+                    .copied()
+                    .unwrap_or(0);
+                m[i] = mb;
+                k[i] = vb & mb;
+                i += 1;
+            }
+        }
+        let t = match masks.iter().position(|x| *x == m) {
+            Some(t) => t,
+            None => {
+                masks.push(m);
+                masks.len() - 1
+            }
+        };
+        rows.push((r.priority, t, k));
+        out.push((
+            RuleKey::Masked {
+                mask: t as u32,
+                key: k,
+            },
+            r.gate,
+            biased(r.priority),
+        ));
+    }
+    if masks.len() > WM_MASKS {
+        return Err(format!(
+            "its rules have {} distinct masks; the program searches at most {WM_MASKS}",
+            masks.len()
+        ));
+    }
+    // Equal priorities under different masks: the module takes the rule of the mask added
+    // later, an order its commands do not report. Refused when two such rules can match one
+    // packet (their values agree under both masks).
+    rows.sort_by_key(|r| r.0);
+    let mut pairs = 0usize;
+    for group in rows.chunk_by(|a, b| a.0 == b.0) {
+        for (i, a) in group.iter().enumerate() {
+            for b in &group[i + 1..] {
+                if a.1 == b.1 {
+                    continue;
+                }
+                pairs += 1;
+                if pairs > MAX_TIE_PAIRS {
+                    return Err("too many rules of equal priority to check for ties".into());
+                }
+                let (ma, mb) = (&masks[a.1], &masks[b.1]);
+                if (0..KEY_MAX).all(|j| (a.2[j] ^ b.2[j]) & ma[j] & mb[j] == 0) {
+                    return Err(format!(
+                        "two rules of priority {} under different masks can match one packet; \
+                         the module breaks the tie by the masks' creation order, which it does \
+                         not report",
+                        a.0
+                    ));
+                }
+            }
+        }
+    }
+    Ok((masks, out))
+}
+/// Why a classifier's key cannot be gathered by the program, if it cannot.
 fn key_problem(fields: &[Field], has_values: bool) -> Option<String> {
     if has_values {
         return Some(
@@ -500,15 +965,26 @@ impl Plan {
                 .all(|(i, k)| *k == (26 + i as u16, 0xff))
     }
 
-    /// The C `struct config`.
-    pub fn config_bytes(&self) -> [u8; 120] {
-        let mut b = [0u8; 120];
+    /// The C `struct config`, the default action's rewrite program in slot `def_prog`.
+    pub fn config_bytes(&self, def_prog: u32) -> [u8; CONFIG_BYTES] {
+        let mut b = [0u8; CONFIG_BYTES];
         b[0..4].copy_from_slice(&(self.key.len() as u32).to_ne_bytes());
         b[4..8].copy_from_slice(&u32::from(self.is_5tuple()).to_ne_bytes());
-        b[8..24].copy_from_slice(&self.default.action.to_bytes(SLOT_DEFAULT));
+        b[8..32].copy_from_slice(&self.default.action.to_bytes(SLOT_DEFAULT, def_prog, 0));
         for (i, (o, m)) in self.key.iter().enumerate() {
-            b[24 + 2 * i..26 + 2 * i].copy_from_slice(&o.to_ne_bytes());
-            b[88 + i] = *m;
+            b[32 + 2 * i..34 + 2 * i].copy_from_slice(&o.to_ne_bytes());
+            b[96 + i] = *m;
+        }
+        let cls: u32 = match self.cls {
+            Cls::Exact => 0,
+            Cls::Lpm => 1,
+            Cls::Wild => 2,
+            Cls::Vlan => 3,
+        };
+        b[128..132].copy_from_slice(&cls.to_ne_bytes());
+        b[132..136].copy_from_slice(&(self.wmasks.len() as u32).to_ne_bytes());
+        for (t, mask) in self.wmasks.iter().take(WM_MASKS).enumerate() {
+            b[136 + KEY_MAX * t..136 + KEY_MAX * (t + 1)].copy_from_slice(mask);
         }
         b
     }
@@ -524,10 +1000,18 @@ impl Plan {
                 self.devs.get(d as usize).map_or("?", |x| x.0.as_str())
             ),
         };
-        let rw = if p.action.mac_swap && p.action.kind != Kind::User {
-            " after a MAC swap"
+        let rw = if p.action.kind == Kind::User {
+            String::new()
+        } else if !p.action.rewrite.is_empty() {
+            format!(
+                " after rewrites ({} operations; frames under {} bytes go up)",
+                p.action.rewrite.len(),
+                prog_min_len(&p.action.rewrite)
+            )
+        } else if p.action.mac_swap {
+            " after a MAC swap".into()
         } else {
-            ""
+            String::new()
         };
         if p.path.is_empty() {
             format!("{what}{rw}")
@@ -544,12 +1028,31 @@ impl Plan {
             return s;
         }
         if let Some(c) = &self.classifier {
-            let _ = writeln!(
-                s,
-                "  classifier: {c} (ExactMatch), key {} bytes gathered at packet offsets {}",
-                self.key.len(),
-                ranges(&self.key.iter().map(|k| k.0 as usize).collect::<Vec<_>>())
-            );
+            let offs = ranges(&self.key.iter().map(|k| k.0 as usize).collect::<Vec<_>>());
+            let _ = match self.cls {
+                Cls::Exact => writeln!(
+                    s,
+                    "  classifier: {c} (ExactMatch), key {} bytes gathered at packet offsets {offs}",
+                    self.key.len(),
+                ),
+                Cls::Lpm => writeln!(
+                    s,
+                    "  classifier: {c} (IPLookup), LPM trie on the IPv4 destination; frames \
+                     IPLookup would not route (not IPv4, bad header) go up"
+                ),
+                Cls::Vlan => writeln!(
+                    s,
+                    "  classifier: {c} (VLANSplit), gate = the outer tag's VID (0 untagged), \
+                     the tag popped"
+                ),
+                Cls::Wild => writeln!(
+                    s,
+                    "  classifier: {c} (WildcardMatch), key {} bytes at packet offsets {offs}, \
+                     {} mask(s) searched",
+                    self.key.len(),
+                    self.wmasks.len()
+                ),
+            };
             for (g, p) in &self.gates {
                 let gname = if *g == DROP_RULE {
                     "drop".to_string()
@@ -610,7 +1113,12 @@ fn ranges(v: &[usize]) -> String {
 /// One change to the program's maps.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MapOp {
-    Config([u8; 120]),
+    Config([u8; CONFIG_BYTES]),
+    /// Write rewrite program slot `slot` (the C `struct prog`).
+    Prog {
+        slot: u32,
+        prog: [u8; PROG_BYTES],
+    },
     Dev {
         slot: u32,
         ifindex: u32,
@@ -619,38 +1127,54 @@ pub enum MapOp {
     /// Zero a counter slot before a new rule takes it.
     ResetCounter(u32),
     Put {
-        key: [u8; KEY_MAX],
-        action: [u8; 16],
+        key: RuleKey,
+        action: [u8; ACTION_BYTES],
     },
-    /// Remove a rule; the caller retires its counter slot's counts into `chain` first.
+    /// Remove a rule; the caller retires its counter slot's counts into `chain` (and the
+    /// drop reason, if the rule's packets were dropped by the classifier) first.
     Delete {
-        key: [u8; KEY_MAX],
+        key: RuleKey,
         slot: u32,
         chain: Chain,
+        drop: Option<(String, String)>,
     },
 }
 
-/// The chain the kernel's counts of `p` belong to: none when the packets go up to user
-/// space, where the modules count them (adding them again would count them twice).
-fn kernel_chain(p: &GatePlan) -> Chain {
+/// What the kernel's counts of `p` belong to: nothing when the packets go up to user space,
+/// where the modules count them (adding them again would count them twice).
+fn kernel_counted(p: &GatePlan) -> Counted {
     if p.action.kind == Kind::User {
-        Vec::new()
+        (Vec::new(), None)
     } else {
-        p.chain.clone()
+        (p.chain.clone(), p.drop.clone())
     }
+}
+
+/// What a counter slot's packets stand for: the chain they took and, for a drop by the
+/// classifier, its (module, drop reason).
+pub type Counted = (Chain, Option<(String, String)>);
+
+/// Whether `p` needs a rewrite program that got no slot (its packets then go up, and the
+/// modules count them).
+fn progless(p: &GatePlan, progs: &HashMap<Vec<Op>, u32>) -> bool {
+    p.action.kind != Kind::User
+        && !p.action.rewrite.is_empty()
+        && !progs.contains_key(&p.action.rewrite)
 }
 
 /// What is installed in the maps, for incremental syncs.
 #[derive(Clone, Debug, Default)]
 pub struct OffloadState {
-    /// Rule key -> (counter slot, action bytes, chain).
-    rules: HashMap<[u8; KEY_MAX], (u32, [u8; 16], Chain)>,
+    /// Rule key -> (counter slot, action bytes, what its packets count as).
+    rules: HashMap<RuleKey, (u32, [u8; ACTION_BYTES], Counted)>,
     free: Vec<u32>,
     next: u32,
-    config: Option<[u8; 120]>,
+    config: Option<[u8; CONFIG_BYTES]>,
     devs: Vec<(String, u32, String)>,
+    /// Rewrite programs installed: program -> slot (from 1).
+    progs: HashMap<Vec<Op>, u32>,
     /// The default action's chain (slot SLOT_DEFAULT).
-    default_chain: Chain,
+    default_counted: Counted,
 }
 
 impl OffloadState {
@@ -676,8 +1200,47 @@ impl OffloadState {
             }
         }
         self.devs = plan.devs.clone();
-        let want: HashMap<[u8; KEY_MAX], u16> = plan.rules.iter().copied().collect();
-        let mut gone: Vec<[u8; KEY_MAX]> = self
+        // Rewrite programs keep their slots while in use; new ones take free slots before
+        // any rule names them. A plan with more distinct programs than slots sends the rest
+        // up (their actions become K_XSK below).
+        let mut wanted: Vec<&Vec<Op>> = std::iter::once(&plan.default)
+            .chain(plan.gates.values())
+            .filter(|g| g.action.kind != Kind::User && !g.action.rewrite.is_empty())
+            .map(|g| &g.action.rewrite)
+            .collect();
+        wanted.sort();
+        wanted.dedup();
+        // A slot freed here is not reused in the same sync: rules still naming it are only
+        // rewritten after the new programs are in, and a packet must not see another
+        // chain's program through them meanwhile.
+        let mut used: Vec<u32> = self.progs.values().copied().collect();
+        self.progs.retain(|p, _| wanted.contains(&p));
+        for p in wanted {
+            if self.progs.contains_key(p) {
+                continue;
+            }
+            let Some(slot) = (1..PROG_SLOTS as u32).find(|s| !used.contains(s)) else {
+                break;
+            };
+            used.push(slot);
+            self.progs.insert(p.clone(), slot);
+            ops.push(MapOp::Prog {
+                slot,
+                prog: prog_bytes(p),
+            });
+        }
+        let progs = &self.progs;
+        let bytes_of = |gp: &GatePlan, counter: u32, prio: u32| {
+            if gp.action.rewrite.is_empty() || gp.action.kind == Kind::User {
+                return gp.action.to_bytes(counter, 0, prio);
+            }
+            match progs.get(&gp.action.rewrite) {
+                Some(s) => gp.action.to_bytes(counter, *s, prio),
+                None => Action::user().to_bytes(counter, 0, prio),
+            }
+        };
+        let want: HashMap<RuleKey, u16> = plan.rules.iter().map(|r| (r.0, r.1)).collect();
+        let mut gone: Vec<RuleKey> = self
             .rules
             .keys()
             .filter(|k| !want.contains_key(*k))
@@ -685,23 +1248,28 @@ impl OffloadState {
             .collect();
         gone.sort();
         for k in gone {
-            let (slot, _, chain) = self.rules.remove(&k).expect("present");
+            let (slot, _, (chain, drop)) = self.rules.remove(&k).expect("present");
             ops.push(MapOp::Delete {
                 key: k,
                 slot,
                 chain,
+                drop,
             });
             self.free.push(slot);
         }
-        for (k, g) in &plan.rules {
+        for (k, g, prio) in &plan.rules {
             let gp = plan.gate(*g);
-            let chain = kernel_chain(gp);
+            let counted = if progless(gp, &self.progs) {
+                (Vec::new(), None)
+            } else {
+                kernel_counted(gp)
+            };
             match self.rules.get_mut(k) {
                 Some((slot, bytes, old)) => {
-                    let nb = gp.action.to_bytes(*slot);
-                    if *bytes != nb || *old != chain {
+                    let nb = bytes_of(gp, *slot, *prio);
+                    if *bytes != nb || *old != counted {
                         *bytes = nb;
-                        *old = chain;
+                        *old = counted;
                         ops.push(MapOp::Put {
                             key: *k,
                             action: nb,
@@ -713,22 +1281,38 @@ impl OffloadState {
                         self.next += 1;
                         self.next - 1
                     });
-                    let nb = gp.action.to_bytes(slot);
+                    let nb = bytes_of(gp, slot, *prio);
                     ops.push(MapOp::ResetCounter(slot));
                     ops.push(MapOp::Put {
                         key: *k,
                         action: nb,
                     });
-                    self.rules.insert(*k, (slot, nb, chain));
+                    self.rules.insert(*k, (slot, nb, counted));
                 }
             }
         }
-        let cfg = plan.config_bytes();
+        let def_prog = if plan.default.action.rewrite.is_empty() {
+            0
+        } else {
+            self.progs
+                .get(&plan.default.action.rewrite)
+                .copied()
+                .unwrap_or(0)
+        };
+        let mut cfg = plan.config_bytes(def_prog);
+        if def_prog == 0 && !plan.default.action.rewrite.is_empty() {
+            // No program slot was left for it: the default goes up.
+            cfg[8..32].copy_from_slice(&Action::user().to_bytes(SLOT_DEFAULT, 0, 0));
+        }
         if self.config != Some(cfg) {
             ops.push(MapOp::Config(cfg));
             self.config = Some(cfg);
         }
-        self.default_chain = kernel_chain(&plan.default);
+        self.default_counted = if progless(&plan.default, &self.progs) {
+            (Vec::new(), None)
+        } else {
+            kernel_counted(&plan.default)
+        };
         ops
     }
 
@@ -736,7 +1320,16 @@ impl OffloadState {
     /// space: the default slot and each rule's. A slot whose packets go up to user space
     /// has an empty chain: the modules count those packets themselves.
     pub fn slots(&self) -> Vec<(u32, Chain)> {
-        let mut v = vec![(SLOT_DEFAULT, self.default_chain.clone())];
+        self.counted()
+            .into_iter()
+            .map(|(s, (c, _))| (s, c))
+            .collect()
+    }
+
+    /// As [`OffloadState::slots`], with the (module, drop reason) of slots whose packets
+    /// the classifier dropped.
+    pub fn counted(&self) -> Vec<(u32, Counted)> {
+        let mut v = vec![(SLOT_DEFAULT, self.default_counted.clone())];
         v.extend(self.rules.values().map(|(s, _, c)| (*s, c.clone())));
         v
     }
@@ -885,14 +1478,18 @@ mod tests {
         assert_eq!(p.gate(3).action.kind, Kind::Tx);
         assert_eq!(p.gate(4).action.kind, Kind::Drop);
         assert_eq!(p.gate(4).chain, vec![("em".to_string(), None)]);
+        assert_eq!(
+            p.gate(4).drop,
+            Some(("em".to_string(), "deadend".to_string()))
+        );
         assert_eq!(p.gate(DROP_RULE).action.kind, Kind::Drop);
         assert_eq!(p.default.action.kind, Kind::User);
         assert_eq!(p.rules.len(), 6);
         // Rule 1's key: proto, sip, dip, sport, dport, zero padding.
-        assert_eq!(
-            &p.rules[0].0[..14],
-            &[17, 10, 0, 0, 1, 10, 0, 1, 1, 0x10, 1, 0, 53, 0]
-        );
+        let RuleKey::Exact(k) = p.rules[0].0 else {
+            panic!("{:?}", p.rules[0].0)
+        };
+        assert_eq!(&k[..14], &[17, 10, 0, 0, 1, 10, 0, 1, 1, 0x10, 1, 0, 53, 0]);
         let t = p.text();
         assert!(t.contains("XDP_REDIRECT"), "{t}");
         assert!(t.contains("23,26..37"), "{t}");
@@ -960,8 +1557,8 @@ mod tests {
         assert_eq!(p.default.action.kind, Kind::Redirect(0));
         assert!(p.default.action.mac_swap);
         assert_eq!(p.default.chain[0].0, "swap");
-        assert_eq!(&p.config_bytes()[0..4], &0u32.to_ne_bytes());
-        assert_eq!(p.config_bytes()[8], 3); // K_REDIRECT
+        assert_eq!(&p.config_bytes(0)[0..4], &0u32.to_ne_bytes());
+        assert_eq!(p.config_bytes(0)[8], 3); // K_REDIRECT
     }
 
     #[test]
@@ -972,16 +1569,16 @@ mod tests {
         }
         let p = v.plan();
         assert_eq!(p.key[4], (29, 0xf0));
-        assert_eq!(p.rules[0].0[4], 0xf0);
-        let c = p.config_bytes();
+        assert!(matches!(p.rules[0].0, RuleKey::Exact(k) if k[4] == 0xf0));
+        let c = p.config_bytes(0);
         assert_eq!(&c[0..4], &13u32.to_ne_bytes());
         assert_eq!(&c[4..8], &0u32.to_ne_bytes()); // masked: the generic gather
         assert_eq!(
-            &view(vec![]).plan().config_bytes()[4..8],
+            &view(vec![]).plan().config_bytes(0)[4..8],
             &1u32.to_ne_bytes()
         );
-        assert_eq!(&c[24 + 8..26 + 8], &29u16.to_ne_bytes());
-        assert_eq!(c[88 + 4], 0xf0);
+        assert_eq!(&c[32 + 8..34 + 8], &29u16.to_ne_bytes());
+        assert_eq!(c[96 + 4], 0xf0);
     }
 
     #[test]
@@ -1084,18 +1681,409 @@ mod tests {
         assert_eq!(st.slots().len(), 1);
     }
 
+    /// p0 -> `root` (the node given); gate 0 -> upd (Update) -> push (VLANPush) -> out1,
+    /// gate 1 -> pop (VLANPop) -> swap -> out0, gate 2 -> nat (user).
+    fn chain_view(root: Node, class: &str) -> View {
+        let mut v = view(vec![]);
+        v.entries = vec!["cls".into()];
+        for (n, m) in [
+            (
+                "cls",
+                module(class, root, &[(0, "upd"), (1, "pop"), (2, "nat")]),
+            ),
+            (
+                "upd",
+                module(
+                    "Update",
+                    Node::Update {
+                        fields: vec![(30, 4, 0x0a00_0001), (100, 2, 7)],
+                    },
+                    &[(0, "push")],
+                ),
+            ),
+            (
+                "push",
+                module("VLANPush", Node::VlanPush { tci: 0x0064 }, &[(0, "out1")]),
+            ),
+            ("pop", module("VLANPop", Node::VlanPop, &[(0, "swap")])),
+            ("swap", module("MACSwap", Node::MacSwap, &[(0, "out0")])),
+        ] {
+            v.modules.insert(n.into(), m);
+        }
+        v
+    }
+
+    fn routes() -> Node {
+        Node::IpLookup {
+            routes: vec![
+                Route {
+                    prefix: 0x0a00_0000,
+                    len: 8,
+                    gate: Some(0),
+                },
+                Route {
+                    prefix: 0x0a01_0000,
+                    len: 16,
+                    gate: Some(1),
+                },
+                Route {
+                    prefix: 0x0a01_0200,
+                    len: 24,
+                    gate: None,
+                },
+            ],
+            default_gate: None,
+        }
+    }
+
+    #[test]
+    fn ip_lookup_routes_become_lpm_entries_with_rewrite_chains() {
+        let p = chain_view(routes(), "IPLookup").plan();
+        assert_eq!(p.none_why, None);
+        assert_eq!(p.cls, Cls::Lpm);
+        assert!(p.key.is_empty());
+        assert_eq!(p.rules.len(), 3);
+        assert_eq!(
+            p.rules[1].0,
+            RuleKey::Prefix {
+                addr: 0x0a01_0000,
+                len: 16
+            }
+        );
+        // struct lpm_key: prefixlen (host order), then the address in network order.
+        assert_eq!(
+            p.rules[1].0.bytes(),
+            [16u32.to_ne_bytes().as_slice(), &[10, 1, 0, 0]].concat()
+        );
+        assert_eq!(p.rules[1].0.map(), "lpm");
+        let g0 = p.gate(0);
+        assert_eq!(g0.action.kind, Kind::Redirect(0));
+        assert_eq!(
+            g0.action.rewrite,
+            vec![
+                Op::Write {
+                    offset: 30,
+                    bytes: vec![10, 0, 0, 1],
+                    need: 102
+                },
+                Op::Write {
+                    offset: 100,
+                    bytes: vec![0, 7],
+                    need: 102
+                },
+                Op::Push(0x64)
+            ]
+        );
+        assert_eq!(prog_min_len(&g0.action.rewrite), 102);
+        let g1 = p.gate(1);
+        assert_eq!(g1.action.kind, Kind::Tx);
+        assert_eq!(g1.action.rewrite, vec![Op::Pop, Op::MacSwap]);
+        assert!(!g1.action.mac_swap, "the swap is in the program");
+        // After a pop of up to 4 bytes the swap still needs 18.
+        assert_eq!(prog_min_len(&g1.action.rewrite), 22);
+        assert_eq!(p.gate(DROP_RULE).action.kind, Kind::Drop);
+        assert_eq!(
+            p.gate(DROP_RULE).drop,
+            Some(("cls".to_string(), "rule_drop".to_string()))
+        );
+        // No /0 route: a miss is IPLookup's no_match drop, done in the kernel.
+        assert_eq!(p.default.action.kind, Kind::Drop);
+        assert_eq!(
+            p.default.drop,
+            Some(("cls".to_string(), "no_match".to_string()))
+        );
+        let c = p.config_bytes(0);
+        assert_eq!(&c[128..132], &1u32.to_ne_bytes());
+        let t = p.text();
+        assert!(t.contains("IPLookup"), "{t}");
+        assert!(t.contains("after rewrites"), "{t}");
+    }
+
+    fn wild(rules: Vec<(u8, u8, i32, Option<u16>)>) -> Node {
+        // One 4-byte field at 30 (IPv4 destination); rules (value of the first byte, mask of
+        // the first byte, priority, gate).
+        Node::WildcardMatch {
+            fields: vec![Field {
+                offset: Some(30),
+                size: 4,
+                mask: vec![0xff; 4],
+            }],
+            has_values: false,
+            rules: rules
+                .into_iter()
+                .map(|(v, m, priority, gate)| WildRule {
+                    values: vec![vec![v & m, 0, 0, 0]],
+                    masks: vec![vec![m, 0, 0, 0]],
+                    priority,
+                    gate,
+                })
+                .collect(),
+            default_gate: Some(2),
+        }
+    }
+
+    #[test]
+    fn wildcard_rules_go_to_one_tuple_per_mask() {
+        let p = chain_view(
+            wild(vec![
+                (10, 0xff, 5, Some(0)),
+                (11, 0xff, 5, Some(1)),
+                (8, 0xf8, 7, None),
+                (0, 0, -3, Some(1)),
+            ]),
+            "WildcardMatch",
+        )
+        .plan();
+        assert_eq!(p.none_why, None);
+        assert_eq!(p.cls, Cls::Wild);
+        assert_eq!(p.key, vec![(30, 0xff), (31, 0xff), (32, 0xff), (33, 0xff)]);
+        assert_eq!(p.wmasks.len(), 3);
+        assert_eq!(p.wmasks[1][..4], [0xf8, 0, 0, 0]);
+        let mut k = [0u8; KEY_MAX];
+        k[0] = 8;
+        assert_eq!(
+            p.rules[2],
+            (RuleKey::Masked { mask: 1, key: k }, DROP_RULE, biased(7))
+        );
+        assert_eq!(p.rules[3].2, biased(-3));
+        assert!(biased(-3) < biased(5) && biased(5) < biased(7));
+        assert_eq!(p.default.action.kind, Kind::User, "gate 2 is NAT");
+        let c = p.config_bytes(0);
+        assert_eq!(&c[128..132], &2u32.to_ne_bytes());
+        assert_eq!(&c[132..136], &3u32.to_ne_bytes());
+        assert_eq!(c[136 + 32], 0xf8);
+        assert_eq!(p.rules[0].0.bytes().len(), 4 + KEY_MAX);
+    }
+
+    #[test]
+    fn wildcard_tables_the_program_cannot_search_stay_in_user_space() {
+        // Nine masks.
+        let rules = (0..9)
+            .map(|i| (0, (0xff00u16 >> i) as u8, i, Some(0)))
+            .collect();
+        let why = chain_view(wild(rules), "WildcardMatch")
+            .plan()
+            .none_why
+            .unwrap();
+        assert!(why.contains("9 distinct masks"), "{why}");
+
+        // Equal priorities under different masks that can match one packet: the module's
+        // tie order (mask creation) is not known to the planner.
+        let why = chain_view(
+            wild(vec![(10, 0xff, 5, Some(0)), (8, 0xf8, 5, Some(1))]),
+            "WildcardMatch",
+        )
+        .plan()
+        .none_why
+        .unwrap();
+        assert!(why.contains("priority 5"), "{why}");
+        // Equal priorities that cannot overlap are fine.
+        let p = chain_view(
+            wild(vec![(10, 0xff, 5, Some(0)), (16, 0xf8, 5, Some(1))]),
+            "WildcardMatch",
+        )
+        .plan();
+        assert_eq!(p.none_why, None);
+
+        // valuesv (rewrites on a hit) and metadata fields stay in user space.
+        let mut n = wild(vec![]);
+        if let Node::WildcardMatch { has_values, .. } = &mut n {
+            *has_values = true;
+        }
+        let why = chain_view(n, "WildcardMatch").plan().none_why.unwrap();
+        assert!(why.contains("values"), "{why}");
+    }
+
+    #[test]
+    fn vlan_split_gates_are_vid_keys_with_the_pop_first() {
+        let mut v = chain_view(Node::VlanSplit, "VLANSplit");
+        v.modules
+            .get_mut("cls")
+            .unwrap()
+            .ogates
+            .insert(100, "swap".into());
+        let p = v.plan();
+        assert_eq!(p.none_why, None);
+        assert_eq!(p.cls, Cls::Vlan);
+        assert_eq!(&p.config_bytes(0)[128..132], &3u32.to_ne_bytes());
+        // Gates 0, 1, 2 (nat), 100.
+        assert_eq!(p.rules.len(), 4);
+        let mut k = [0u8; KEY_MAX];
+        k[1] = 100;
+        assert!(p.rules.contains(&(RuleKey::Exact(k), 100, 0)));
+        assert_eq!(p.gate(100).action.rewrite, vec![Op::Pop, Op::MacSwap]);
+        assert_eq!(
+            p.gate(1).action.rewrite,
+            vec![Op::Pop, Op::Pop, Op::MacSwap]
+        );
+        assert_eq!(prog_min_len(&p.gate(1).action.rewrite), 26);
+        assert_eq!(p.gate(2).action.kind, Kind::User);
+        // Another VID: its gate is unconnected, a deadend drop.
+        assert_eq!(p.default.action.kind, Kind::Drop);
+        assert_eq!(
+            p.default.drop,
+            Some(("cls".to_string(), "deadend".to_string()))
+        );
+        assert!(p.text().contains("VLANSplit"));
+    }
+
+    #[test]
+    fn an_overflowing_lpm_or_wildcard_table_is_not_offloaded() {
+        // A missing /32 would let its /8 match instead: the whole table stays up.
+        let routes = (0..MAX_RULES as u32 + 1)
+            .map(|i| Route {
+                prefix: 0x0a00_0000 | i,
+                len: 32,
+                gate: Some(0),
+            })
+            .collect();
+        let v = chain_view(
+            Node::IpLookup {
+                routes,
+                default_gate: None,
+            },
+            "IPLookup",
+        );
+        let p = v.plan();
+        let why = p.none_why.unwrap();
+        assert!(why.contains("65537 rules"), "{why}");
+        assert!(p.rules.is_empty() && p.classifier.is_none());
+    }
+
+    #[test]
+    fn rewrite_chains_the_program_cannot_run_go_up() {
+        // 25 operations: more than the program runs.
+        let mut v = chain_view(routes(), "IPLookup");
+        v.modules.get_mut("upd").unwrap().node = Node::Update {
+            fields: (0..24).map(|i| (14 + i, 1, 0)).collect(),
+        };
+        let g = v.plan().gate(0).clone();
+        assert_eq!(g.action.kind, Kind::User);
+        assert!(g.why.contains("25 operations"), "{}", g.why);
+        // A second classifier behind the first.
+        let mut v = chain_view(routes(), "IPLookup");
+        v.modules.get_mut("push").unwrap().node = wild(vec![]);
+        let g = v.plan().gate(0).clone();
+        assert_eq!(g.action.kind, Kind::User);
+        assert!(g.why.contains("after the first module"), "{}", g.why);
+    }
+
+    #[test]
+    fn rewrite_programs_get_stable_slots() {
+        let mut st = OffloadState::new();
+        let v = chain_view(routes(), "IPLookup");
+        let ops = st.sync(&v.plan());
+        let progs: Vec<_> = ops
+            .iter()
+            .filter_map(|o| match o {
+                MapOp::Prog { slot, prog } => Some((*slot, *prog)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(progs.len(), 2);
+        let first_put = ops
+            .iter()
+            .position(|o| matches!(o, MapOp::Put { .. }))
+            .unwrap();
+        let last_prog = ops
+            .iter()
+            .rposition(|o| matches!(o, MapOp::Prog { .. }))
+            .unwrap();
+        assert!(
+            last_prog < first_put,
+            "programs before the rules naming them"
+        );
+        // The /16 route (gate 1: pop, swap) names its program's slot.
+        let p = v.plan();
+        let pop = prog_bytes(&p.gate(1).action.rewrite);
+        let slot = progs.iter().find(|x| x.1 == pop).unwrap().0;
+        let put = ops
+            .iter()
+            .find_map(|o| match o {
+                MapOp::Put {
+                    key: RuleKey::Prefix { len: 16, .. },
+                    action,
+                } => Some(*action),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(&put[16..20], &slot.to_ne_bytes());
+        assert_eq!(pop[2], 2); // two operations
+        assert_eq!(&pop[0..2], &22u16.to_ne_bytes());
+        // Again: nothing to do. A changed TCI: one new program and the gate-0 rule moved.
+        assert!(st.sync(&p).is_empty());
+        let mut v = chain_view(routes(), "IPLookup");
+        v.modules.get_mut("push").unwrap().node = Node::VlanPush { tci: 5 };
+        let ops = st.sync(&v.plan());
+        assert_eq!(
+            ops.iter()
+                .filter(|o| matches!(o, MapOp::Prog { .. }))
+                .count(),
+            1
+        );
+        assert_eq!(
+            ops.iter()
+                .filter(|o| matches!(o, MapOp::Put { .. }))
+                .count(),
+            1,
+            "{ops:?}"
+        );
+    }
+
+    #[test]
+    fn chains_beyond_the_program_slots_go_up_and_are_not_counted_twice() {
+        // 300 gates, each VLANPush with its own TCI: 255 programs fit.
+        let mut v = view(vec![]);
+        v.entries = vec!["vs".into()];
+        let mut ogates = Vec::new();
+        for g in 0..300u16 {
+            let name = format!("push{g}");
+            v.modules.insert(
+                name.clone(),
+                module("VLANPush", Node::VlanPush { tci: g }, &[(0, "out1")]),
+            );
+            ogates.push((g, name));
+        }
+        let og: Vec<(u16, &str)> = ogates.iter().map(|(g, n)| (*g, n.as_str())).collect();
+        v.modules
+            .insert("vs".into(), module("VLANSplit", Node::VlanSplit, &og));
+        let p = v.plan();
+        assert_eq!(p.rules.len(), 300);
+        let mut st = OffloadState::new();
+        let ops = st.sync(&p);
+        let progs = ops
+            .iter()
+            .filter(|o| matches!(o, MapOp::Prog { .. }))
+            .count();
+        assert_eq!(progs, PROG_SLOTS - 1);
+        let up = ops
+            .iter()
+            .filter(|o| matches!(o, MapOp::Put { action, .. } if action[0] == 0))
+            .count();
+        assert_eq!(up, 300 - (PROG_SLOTS - 1));
+        let counted = st.counted();
+        assert_eq!(
+            counted.iter().filter(|(_, (c, _))| c.is_empty()).count(),
+            300 - (PROG_SLOTS - 1),
+            "the kernel counts only what it does"
+        );
+    }
+
     #[test]
     fn action_bytes_match_the_c_layout() {
         let a = Action {
             kind: Kind::Redirect(5),
             mac_swap: true,
             set_dmac: Some([1, 2, 3, 4, 5, 6]),
+            rewrite: Vec::new(),
         };
-        let b = a.to_bytes(77);
+        let b = a.to_bytes(77, 4, 9);
         assert_eq!(b[0], 3);
         assert_eq!(b[1], 3);
         assert_eq!(&b[2..8], &[1, 2, 3, 4, 5, 6]);
         assert_eq!(&b[8..12], &5u32.to_ne_bytes());
         assert_eq!(&b[12..16], &77u32.to_ne_bytes());
+        assert_eq!(&b[16..20], &4u32.to_ne_bytes());
+        assert_eq!(&b[20..24], &9u32.to_ne_bytes());
     }
 }

@@ -231,7 +231,7 @@ fn module_info(e: &Engine, name: &str, rates: &DropRates) -> Result<pb::GetModul
     let mut conns = g.connections();
     // Packets an XDP offload handled in the kernel still count on the gates they would
     // have taken (crate::offload).
-    let kc = if crate::offload::any() {
+    let (kc, kdrops) = if crate::offload::any() {
         crate::offload::kernel_counts(e)
     } else {
         Default::default()
@@ -301,7 +301,8 @@ fn module_info(e: &Engine, name: &str, rates: &DropRates) -> Result<pb::GetModul
             offset: offset_value(off),
         })
         .collect();
-    let drops = drop_counts(e, name, rates, true)?;
+    // With the packets the kernel dropped for this module.
+    let drops = drop_counts(e, name, rates, true, &kdrops)?;
     let deadends = drops
         .iter()
         .find(|d| d.reason == "deadend")

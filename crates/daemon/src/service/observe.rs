@@ -1,5 +1,7 @@
 //! `ShowErrors`: every module's drop counters by reason with their rates.
 
+use std::collections::HashMap;
+
 use bessemer_core::{Engine, Result};
 
 use super::{lookup_name, Reply};
@@ -14,14 +16,24 @@ impl Reply for ext::ShowErrorsResponse {
 }
 
 /// A module's drop counts by reason with their rates; zero rows only if `include_zero`.
+/// `module`'s drop counts by reason, with `kernel`'s (the XDP offload's drops by (module,
+/// reason), `crate::offload::kernel_counts`) added: packets the kernel dropped count where
+/// user space would have counted them.
 pub(super) fn drop_counts(
     e: &Engine,
     module: &str,
     rates: &DropRates,
     include_zero: bool,
+    kernel: &HashMap<(String, String), u64>,
 ) -> Result<Vec<ext::DropCount>> {
     Ok(drops_of(e, module)?
         .into_iter()
+        .map(|mut d| {
+            if let Some(p) = kernel.get(&(module.to_string(), d.reason.clone())) {
+                d.count += p;
+            }
+            d
+        })
         .filter(|d| include_zero || d.count > 0)
         .map(|d| ext::DropCount {
             rate: rates.rate(module, &d.reason),
@@ -48,8 +60,13 @@ pub(super) fn show_errors(
         v
     };
     let mut modules = Vec::new();
+    let kernel = if crate::offload::any() {
+        crate::offload::kernel_counts(e).1
+    } else {
+        HashMap::new()
+    };
     for name in names {
-        let drops = drop_counts(e, &name, rates, req.include_zero)?;
+        let drops = drop_counts(e, &name, rates, req.include_zero, &kernel)?;
         if drops.is_empty() {
             continue;
         }

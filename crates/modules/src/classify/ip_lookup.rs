@@ -273,6 +273,31 @@ impl IPLookup {
         Ok(Value::Null)
     }
 
+    /// The `get_runtime_config` command: the routes (prefix, prefix_len, gate; sorted) and
+    /// the default gate (the XDP offload reads them to fill its LPM trie).
+    fn cmd_get_runtime_config(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        Args::new(arg, "EmptyArg")?.finish()?;
+        let mut routes: Vec<_> = self
+            .lpm
+            .rules
+            .iter()
+            .map(|(&(p, l), &g)| (p, l, g))
+            .collect();
+        routes.sort_unstable();
+        let rules = routes
+            .into_iter()
+            .map(|(p, l, g)| {
+                Value::map()
+                    .with("prefix", Ipv4Addr::from(p).to_string())
+                    .with("prefix_len", l as u64)
+                    .with("gate", g as u64)
+            })
+            .collect();
+        Ok(Value::map()
+            .with("rules", Value::List(rules))
+            .with("default_gate", self.default_gate as u64))
+    }
+
     /// The `clear` command.
     fn cmd_clear(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
         Args::new(arg, "EmptyArg")?.finish()?;
@@ -379,6 +404,13 @@ pub static CLASS: ModuleClass = ModuleClass {
             mt_safe: false,
             handler: handler!(Exclusive IPLookup, IPLookup::cmd_clear),
         },
+        CommandSpec {
+            name: "get_runtime_config",
+            arg_type: "EmptyArg",
+            help: "the routes (prefix, prefix_len, gate) and the default gate",
+            mt_safe: false,
+            handler: handler!(Exclusive IPLookup, IPLookup::cmd_get_runtime_config),
+        },
     ],
     drop_reasons: IpLookupDrop::NAMES,
     mt_safe: true,
@@ -479,6 +511,38 @@ mod tests {
         h.command("ip", "delete", &route_del("0.0.0.0", 0)).unwrap();
         h.inject("ip", 0, std::slice::from_ref(&a));
         assert_eq!(h.drops("ip", "no_match"), 2);
+    }
+
+    #[test]
+    fn runtime_config_lists_routes_and_the_default_gate() {
+        let mut h = Harness::new();
+        h.add(&CLASS, "ip", &Value::map()).unwrap();
+        h.command("ip", "add", &route("10.1.0.0", 16, 2)).unwrap();
+        h.command("ip", "add", &route("10.0.0.0", 8, 8192)).unwrap();
+        let rt = h
+            .command("ip", "get_runtime_config", &Value::map())
+            .unwrap();
+        assert_eq!(rt.get("default_gate").and_then(Value::as_i64), Some(8192));
+        let rules = rt.get("rules").and_then(Value::as_list).unwrap();
+        let got: Vec<_> = rules
+            .iter()
+            .map(|r| {
+                (
+                    r.get("prefix").and_then(Value::as_str).unwrap().to_string(),
+                    r.get("prefix_len").and_then(Value::as_i64).unwrap(),
+                    r.get("gate").and_then(Value::as_i64).unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![("10.0.0.0".into(), 8, 8192), ("10.1.0.0".into(), 16, 2)]
+        );
+        h.command("ip", "add", &route("0.0.0.0", 0, 3)).unwrap();
+        let rt = h
+            .command("ip", "get_runtime_config", &Value::map())
+            .unwrap();
+        assert_eq!(rt.get("default_gate").and_then(Value::as_i64), Some(3));
     }
 
     fn route_del(prefix: &str, len: u64) -> Value {

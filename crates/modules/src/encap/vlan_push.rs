@@ -34,6 +34,13 @@ impl VlanPush {
         self.tci = parse_tci(arg)?;
         Ok(Value::Null)
     }
+
+    /// The `get_initial_arg` command: the TCI (the XDP offload reads it to push the tag in
+    /// the kernel).
+    fn cmd_get_initial_arg(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        Args::new(arg, "EmptyArg")?.finish()?;
+        Ok(Value::map().with("tci", self.tci as u64))
+    }
 }
 
 impl Module for VlanPush {
@@ -71,13 +78,22 @@ pub static CLASS: ModuleClass = ModuleClass {
     ],
     igates: 1,
     ogates: 1,
-    commands: &[CommandSpec {
-        name: "set_tci",
-        arg_type: "VLANPushArg",
-        help: "changes the TCI of pushed tags",
-        mt_safe: false,
-        handler: handler!(Exclusive VlanPush, VlanPush::cmd_set_tci),
-    }],
+    commands: &[
+        CommandSpec {
+            name: "set_tci",
+            arg_type: "VLANPushArg",
+            help: "changes the TCI of pushed tags",
+            mt_safe: false,
+            handler: handler!(Exclusive VlanPush, VlanPush::cmd_set_tci),
+        },
+        CommandSpec {
+            name: "get_initial_arg",
+            arg_type: "EmptyArg",
+            help: "the TCI of pushed tags",
+            mt_safe: false,
+            handler: handler!(Exclusive VlanPush, VlanPush::cmd_get_initial_arg),
+        },
+    ],
     drop_reasons: VlanPushDrop::NAMES,
     mt_safe: true,
     create: |_, arg| {
@@ -94,6 +110,17 @@ mod tests {
     use bessemer_core::testing::Harness;
 
     const MACS: &str = "020000000002 020000000001";
+
+    #[test]
+    fn initial_arg_is_the_tci() {
+        let mut h = Harness::new();
+        h.add(&CLASS, "p", &Value::map().with("tci", 0xa064))
+            .unwrap();
+        h.command("p", "set_tci", &Value::map().with("tci", 7))
+            .unwrap();
+        let v = h.command("p", "get_initial_arg", &Value::map()).unwrap();
+        assert_eq!(v.get("tci").and_then(Value::as_i64), Some(7));
+    }
 
     #[test]
     fn pushes_8021q_then_8021ad_over_an_existing_tag() {

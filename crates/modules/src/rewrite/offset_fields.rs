@@ -32,6 +32,11 @@ impl<S> Default for OffsetFields<S> {
 }
 
 impl<S: Clone> OffsetFields<S> {
+    /// The fields, in the order they are written.
+    pub fn fields(&self) -> &[OffsetField<S>] {
+        &self.fields
+    }
+
     /// How many fields there are.
     pub fn count(&self) -> usize {
         self.fields.len()

@@ -55,6 +55,24 @@ impl Update {
         Ok(Value::Null)
     }
 
+    /// The `get_initial_arg` command: the fields as `add` takes them (the XDP offload reads
+    /// them to do the writes in the kernel).
+    fn cmd_get_initial_arg(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        Args::new(arg, "EmptyArg")?.finish()?;
+        let list = self
+            .fields
+            .fields()
+            .iter()
+            .map(|f| {
+                Value::map()
+                    .with("offset", f.offset as i64)
+                    .with("size", f.size as u64)
+                    .with("value", f.spec)
+            })
+            .collect();
+        Ok(Value::map().with("fields", Value::List(list)))
+    }
+
     /// The `clear` command.
     fn cmd_clear(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
         Args::new(arg, "UpdateCommandClearArg")?.finish()?;
@@ -100,6 +118,13 @@ pub static CLASS: ModuleClass = ModuleClass {
             mt_safe: false,
             handler: handler!(Exclusive Update, Update::cmd_clear),
         },
+        CommandSpec {
+            name: "get_initial_arg",
+            arg_type: "EmptyArg",
+            help: "the fields written, as `add` takes them",
+            mt_safe: false,
+            handler: handler!(Exclusive Update, Update::cmd_get_initial_arg),
+        },
     ],
     drop_reasons: UpdateDrop::NAMES,
     mt_safe: true,
@@ -132,6 +157,23 @@ mod tests {
                     .collect(),
             ),
         )
+    }
+
+    #[test]
+    fn initial_arg_lists_the_fields_in_order() {
+        let mut h = Harness::new();
+        h.add(&CLASS, "u", &fields(&[(12, 2, 0x0800)])).unwrap();
+        h.command("u", "add", &fields(&[(0, 6, 0x0202_0000_0001)]))
+            .unwrap();
+        let v = h.command("u", "get_initial_arg", &Value::map()).unwrap();
+        let got: Vec<_> = v
+            .get("fields")
+            .and_then(Value::as_list)
+            .unwrap()
+            .iter()
+            .map(|f| ["offset", "size", "value"].map(|k| f.get(k).and_then(Value::as_i64).unwrap()))
+            .collect();
+        assert_eq!(got, vec![[12, 2, 0x0800], [0, 6, 0x0202_0000_0001]]);
     }
 
     #[test]
