@@ -457,6 +457,7 @@ def plan_nic(s: Session, args) -> None:
             ("bw", args.bw),
             ("seed", args.seed),
             ("rss_off", args.rss_off),
+            ("port", args.for_port),
         )
         if v
     }
@@ -812,6 +813,12 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--bw", type=int, default=0, help="with --generate: Mb/s per flow")
     c.add_argument("--seed", type=int, default=0, help="with --generate: seed")
     c.add_argument("--rss-off", action="store_true", help="unmatched traffic stays on Q0")
+    c.add_argument(
+        "--for-port",
+        default="",
+        help="specialise the pipeline running behind this port (else a demonstration one); "
+        "with --nic ethtool and no --iface, read the port's interface",
+    )
     c.add_argument("--dot", action="store_true", help="Graphviz instead of text")
     c.add_argument("--format", default="text", choices=["text", "ethtool"])
     c.set_defaults(func=plan_nic)

@@ -91,3 +91,41 @@ def test_a_script_asks_the_planner(daemon, tmp_path):
     r = cli(daemon.port, "run", str(script))
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("verdict:"), r.stdout
+
+
+SAMPLE = ROOT / "conf" / "samples" / "nic_plan.bess"
+
+
+def test_plan_nic_specialises_the_pipeline_behind_a_port(daemon, tmp_path):
+    # The sample builds the pipeline and prints the plan for the capture's flows.
+    r = cli(daemon.port, "run", str(SAMPLE), f"OUT={tmp_path / 'out.pcap'}")
+    assert r.returncode == 0, r.stderr
+    assert "policy isolation" in r.stdout and "queue Q1:" in r.stdout, r.stdout
+    flows = tmp_path / "flows"
+    flows.write_text(
+        "udp 10.0.0.1:1234 10.0.0.2:5678 hp\n"
+        "udp 10.0.0.1:1234 10.0.0.2:5679\n"
+        "udp 10.0.0.1:1234 10.0.0.2:5680\n"
+    )
+    args = ["--flows", str(flows), "--policy", "isolation", "--queues", "2", "--rss-off"]
+    r = cli(daemon.port, "plan-nic", "plan", "--for-port", "nic_plan_p0", *args)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    q0, q1 = out.split("queue Q0:")[1].split("queue Q1:")
+    # The running modules, by their names; Q0 (the HP queue) keeps everything (default
+    # queue); Q1 carries only best-effort flows, so the HP rule and the ExactMatch behind
+    # it are pruned from its copy.
+    assert "(default queue: never pruned)" in q0 and "[1] em ExactMatch" in q0, q0
+    assert "proto=udp & dport=5678 -> em" in q0, q0
+    assert "1 modules removed" in q1 and "[1] (pruned)" in q1 and "5678" not in q1, q1
+    assert "dport=5679 -> drop" in q1, q1
+    # The demonstration pipeline is not what was specialised.
+    assert "services" not in out and "by_port" not in out
+    # Bad input is named and the daemon goes on.
+    bad = cli(daemon.port, "plan-nic", "plan", "--for-port", "nosuch", *args)
+    assert bad.returncode == 1 and "nosuch" in bad.stderr, bad.stderr
+    nic = cli(
+        daemon.port, "plan-nic", "plan", "--for-port", "nic_plan_p0", "--nic", "ethtool", *args
+    )
+    assert nic.returncode == 1 and "has no interface to read" in nic.stderr, nic.stderr
+    assert cli(daemon.port, "show", "status").returncode == 0

@@ -1,6 +1,8 @@
 //! `PlanNic` (the extension service): the NIC planner of `bessemer_planner` served by the
 //! daemon, answering as the `bessemer-planner` CLI does (`bessemer_planner::request`), so a
-//! controller, the `bessemer` CLI and scripts reach it without a second tool.
+//! controller, the `bessemer` CLI and scripts reach it without a second tool. Given a port,
+//! the pipeline specialised per queue is the one running behind it
+//! (`bessemer_planner::pipeline`), not a demonstration.
 
 use bessemer_core::{Engine, Error, Result};
 use bessemer_planner::graph::ModelError;
@@ -22,12 +24,29 @@ fn or<T: PartialEq + Default>(v: T, default: T) -> T {
 
 /// Answers one request: the model's PRG (`show`, `show-dot`) or a plan (`text`, `dot`,
 /// `ethtool`: the commands that would apply it to the interface).
-pub fn plan(_e: &mut Engine, req: &ext::PlanNicRequest) -> Result<String> {
+pub fn plan(e: &mut Engine, req: &ext::PlanNicRequest) -> Result<String> {
     let nic = or(req.nic.as_str(), "82599");
     let queues = u16::try_from(or(req.queues, 4))
         .map_err(|_| Error::invalid(format!("queues {}: 1 to 256", req.queues)))?;
     let opt = |s: &str| (!s.is_empty()).then(|| s.to_string());
-    let (iface, netns) = (opt(&req.iface), opt(&req.netns));
+    let (mut iface, mut netns) = (opt(&req.iface), opt(&req.netns));
+    // The pipeline behind the port, read before planning so that a bad port or a pipeline
+    // the planner cannot model is reported first.
+    let view = match req.port.as_str() {
+        "" => None,
+        port => Some(crate::offload::pipeline_view(e, port)?),
+    };
+    if let (Some(v), "ethtool", None) = (&view, nic, &iface) {
+        let info = &v.ports[&v.port];
+        if info.ifname.is_empty() {
+            return Err(Error::invalid(format!(
+                "port '{}' ({}) has no interface to read; give iface",
+                v.port, info.driver
+            )));
+        }
+        iface = Some(info.ifname.clone());
+        netns = opt(&info.netns);
+    }
     let m = request::model(nic, queues, iface.as_deref(), netns.as_deref()).map_err(invalid)?;
     let format = or(req.format.as_str(), "text");
     match format {
@@ -78,7 +97,10 @@ pub fn plan(_e: &mut Engine, req: &ext::PlanNicRequest) -> Result<String> {
         let cmds = bessemer_planner::ethtool::commands(&caps, &p.cfg).map_err(invalid)?;
         return Ok(cmds.iter().map(|c| format!("{c}\n")).collect());
     }
-    let lpg = request::demo_for(&flows);
+    let lpg = match &view {
+        Some(v) => bessemer_planner::pipeline::lpg(v).map_err(invalid)?,
+        None => request::demo_for(&flows),
+    };
     if format == "dot" {
         request::plan_dot(m.as_ref(), &p, &lpg).map_err(invalid)
     } else {

@@ -209,8 +209,20 @@ fn update(e: &mut Engine, name: &str) -> Result<Node> {
     Ok(Node::Update { fields })
 }
 
-/// The pipeline as the planner sees it, from port `port`.
+/// The pipeline as the offload sees it, from port `port`.
 fn view(e: &mut Engine, port: &str) -> Result<View> {
+    view_reading(e, port, false)
+}
+
+/// The pipeline behind port `port` with the tables of every classifier it reaches (the NIC
+/// planner's LPG), not only of the one the port feeds.
+pub(crate) fn pipeline_view(e: &mut Engine, port: &str) -> Result<View> {
+    e.ports().get(port)?;
+    view_reading(e, port, true)
+}
+
+/// `all_tables`: read every reachable classifier's table, else only the fed one's.
+fn view_reading(e: &mut Engine, port: &str, all_tables: bool) -> Result<View> {
     let pool = e.pool().clone();
     let mut v = View {
         port: port.to_string(),
@@ -265,10 +277,11 @@ fn view(e: &mut Engine, port: &str) -> Result<View> {
         for c in conns.iter().filter(|c| c.from == m.name) {
             ogates.insert(c.ogate, c.to.clone());
         }
+        let table = fed.contains(&m.name) || (all_tables && reach.contains(&m.name));
         let node = match m.mclass {
-            "ExactMatch" if fed.contains(&m.name) => exact_match(e, &m.name)?,
-            "WildcardMatch" if fed.contains(&m.name) => wildcard_match(e, &m.name)?,
-            "IPLookup" if fed.contains(&m.name) => ip_lookup(e, &m.name)?,
+            "ExactMatch" if table => exact_match(e, &m.name)?,
+            "WildcardMatch" if table => wildcard_match(e, &m.name)?,
+            "IPLookup" if table => ip_lookup(e, &m.name)?,
             "Update" if reach.contains(&m.name) => update(e, &m.name)?,
             "VLANPush" if reach.contains(&m.name) => {
                 let v = e.command(&m.name, "get_initial_arg", &Value::map())?;

@@ -8,6 +8,7 @@ pub mod ethtool;
 pub mod graph;
 pub mod nic;
 pub mod offload;
+pub mod pipeline;
 pub mod pred;
 pub mod request;
 pub mod search;
