@@ -79,6 +79,9 @@ figs = {
 }
 targets = {"dup2_scaling": 1.8, "slice_lib_mpps": 20.0, "afxdp_vs_pcap_mmap": 4.0, "esp_gcm_1400_gbps": 10.0}
 met = {k: (figs[k] >= t if isinstance(figs[k], (int, float)) else None) for k, t in targets.items()}
+# A factor from noisy runs is not judged (bench-scaling says which case spread).
+if parts["scaling"].get("noisy"):
+    met["dup2_scaling"] = None
 print()
 print(f"{'issue 11 figure':22} {'value':>8} {'target':>7}  met")
 for k, t in targets.items():

@@ -26,6 +26,8 @@ mod common;
 use common::{thread_cpu_secs, Args, Base};
 
 const PROG: &str = "bench-scaling";
+/// Spread of a case's runs, (max - min) / median, above which its median is not trusted.
+const NOISY_SPREAD: f64 = 0.15;
 /// CPU share below which a case is marked as contended.
 const CONTENDED_SHARE: f64 = 0.9;
 /// Target of issue 11: two duplicated workers ≥ 1.8 × one.
@@ -273,11 +275,27 @@ fn main() {
         .iter()
         .map(|(_, s)| s.median.share)
         .fold(f64::INFINITY, f64::min);
+    // A factor is only as good as its two medians: runs that spread widely mean the
+    // machine was busy during some of them.
+    let spread = |n: &str| {
+        let s = get(n);
+        (s.max - s.min) / s.median.mpps.max(1e-9)
+    };
+    let noisy: Vec<&str> = ["dup1_60", "dup2_60"]
+        .into_iter()
+        .filter(|n| spread(n) > NOISY_SPREAD)
+        .collect();
     println!();
     println!(
         "1→2 workers, 60 B: duplicated ×{dup2:.2} (target ≥ {DUP2_TARGET}: {}), chained ×{chain2:.2}; \
          1500 B: duplicated ×{:.2}, chained ×{:.2}",
-        if dup2 >= DUP2_TARGET { "met" } else { "not met" },
+        if !noisy.is_empty() {
+            "not judged, noisy runs"
+        } else if dup2 >= DUP2_TARGET {
+            "met"
+        } else {
+            "not met"
+        },
         ratio("dup2_1500", "dup1_1500"),
         ratio("chain2_1500", "chain1_1500"),
     );
@@ -293,6 +311,14 @@ fn main() {
              consumer drains at most 2048 per switch and the producer drops the rest (queue drops)"
         );
     }
+    for n in &noisy {
+        println!(
+            "noisy: the runs of {n} spread by {:.0}% of their median (more than {:.0}%): the \
+             machine was busy during some of them; run again for a factor to trust",
+            spread(n) * 100.0,
+            NOISY_SPREAD * 100.0
+        );
+    }
     if min_share < CONTENDED_SHARE {
         println!(
             "contended: the worker threads got as little as {:.0}% of their cores (other load \
@@ -304,12 +330,13 @@ fn main() {
         "{{\"bench\": \"scaling\", \"dup2_scaling\": {dup2:.3}, \"chain2_scaling\": {chain2:.3}, \
          \"dup2_scaling_cpu\": {:.3}, \"chain2_scaling_cpu\": {:.3}, \"dup2_1500_scaling\": {:.3}, \
          \"chain2_1500_scaling\": {:.3}, \"min_worker_cpu_share\": {min_share:.3}, \"contended\": {}, \
-         \"cpus\": {cores}",
+         \"noisy\": {}, \"cpus\": {cores}",
         ratio_cpu("dup2_60", "dup1_60"),
         ratio_cpu("chain2_60", "chain1_60"),
         ratio("dup2_1500", "dup1_1500"),
         ratio("chain2_1500", "chain1_1500"),
         min_share < CONTENDED_SHARE,
+        !noisy.is_empty(),
     );
     for (n, s) in &results {
         json += &format!(
