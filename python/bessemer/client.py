@@ -318,27 +318,13 @@ class BESS:
             "ShowErrorsRequest",
             {"modules": list(modules or []), "include_zero": include_zero},
         )
-        try:
-            return self._call("ShowErrors", req, self.ext_stub)
-        except BESS.Error as exc:
-            if "UNIMPLEMENTED" in exc.errmsg:
-                raise BESS.Error(
-                    95, "this daemon has no ShowErrors (BESS itself lacks it; bessemerd has it)"
-                ) from None
-            raise
+        return self._ext_call("ShowErrors", req)
 
     def offload(self, port: str, action: str = "show"):
         """XDP offload of the pipeline downstream of AFXDPPort `port`: action "on", "off" or
         "show"; the response has `enabled` and the planner's `plan` (Bessemer's own RPC)."""
         req = self._msg("ext_service", "OffloadRequest", {"port": port, "action": action})
-        try:
-            return self._call("Offload", req, self.ext_stub)
-        except BESS.Error as exc:
-            if "UNIMPLEMENTED" in exc.errmsg:
-                raise BESS.Error(
-                    95, "this daemon has no Offload (BESS itself lacks it; bessemerd has it)"
-                ) from None
-            raise
+        return self._ext_call("Offload", req)
 
     def plan_nic(
         self,
@@ -367,12 +353,16 @@ class BESS:
                 **opts,
             },
         )
+        return self._ext_call("PlanNic", req).text
+
+    def _ext_call(self, name: str, req):
+        """A call of Bessemer's own service; BESS answers UNIMPLEMENTED, said plainly."""
         try:
-            return self._call("PlanNic", req, self.ext_stub).text
+            return self._call(name, req, self.ext_stub)
         except BESS.Error as exc:
             if "UNIMPLEMENTED" in exc.errmsg:
                 raise BESS.Error(
-                    95, "this daemon has no PlanNic (BESS itself lacks it; bessemerd has it)"
+                    95, f"this daemon has no {name} (BESS itself lacks it; bessemerd has it)"
                 ) from None
             raise
 

@@ -17,14 +17,11 @@ fn ip(args: &[&str]) {
     assert!(st.success(), "ip {args:?}");
 }
 
-#[test]
-#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
-fn reads_channels_and_features_of_a_veth() {
-    let ns = Netns(format!("plnr{}", std::process::id()));
-    ip(&["netns", "add", &ns.0]);
+/// A veth pair pa/pb with 4 queues each way, in namespace `ns`.
+fn four_queue_veth(ns: &str) {
     ip(&[
         "-n",
-        &ns.0,
+        ns,
         "link",
         "add",
         "pa",
@@ -42,6 +39,14 @@ fn reads_channels_and_features_of_a_veth() {
         "numrxqueues",
         "4",
     ]);
+}
+
+#[test]
+#[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
+fn reads_channels_and_features_of_a_veth() {
+    let ns = Netns(format!("plnr{}", std::process::id()));
+    ip(&["netns", "add", &ns.0]);
+    four_queue_veth(&ns.0);
     // veth activates one queue pair by default; ask for four (kernel >= 5.15).
     let st = Command::new("ip")
         .args([
@@ -79,26 +84,7 @@ fn reads_channels_and_features_of_a_veth() {
 fn apply_sets_channels_on_a_veth_and_finds_no_tx_rates() {
     let ns = Netns(format!("plna{}", std::process::id()));
     ip(&["netns", "add", &ns.0]);
-    ip(&[
-        "-n",
-        &ns.0,
-        "link",
-        "add",
-        "pa",
-        "numtxqueues",
-        "4",
-        "numrxqueues",
-        "4",
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "pb",
-        "numtxqueues",
-        "4",
-        "numrxqueues",
-        "4",
-    ]);
+    four_queue_veth(&ns.0);
     let planner = |args: &[&str]| {
         let out = Command::new(env!("CARGO_BIN_EXE_bessemer-planner"))
             .args(args)
