@@ -93,7 +93,7 @@ def test_a_script_asks_the_planner(daemon, tmp_path):
     assert r.stdout.startswith("verdict:"), r.stdout
 
 
-SAMPLE = ROOT / "conf" / "samples" / "nic_plan.bess"
+SAMPLE = ROOT / "conf" / "planner" / "nic_plan.bess"
 
 
 def test_plan_nic_specialises_the_pipeline_behind_a_port(daemon, tmp_path):
