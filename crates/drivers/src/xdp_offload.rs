@@ -22,8 +22,11 @@ static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/offload.bpf.o")
 /// program (the C structs' sizes).
 pub const KEY_BYTES: usize = 32;
 pub const ACTION_BYTES: usize = 24;
-pub const CONFIG_BYTES: usize = 392;
+pub const CONFIG_BYTES: usize = 404;
 pub const PROG_BYTES: usize = 292;
+/// Bytes of a BPF classifier filter (the C `struct cbpf_prog`); its slots (two banks).
+pub const CBPF_BYTES: usize = 2056;
+pub const CBPF_SLOTS: u32 = 64;
 /// The maps holding rules: ExactMatch's, IPLookup's LPM trie, WildcardMatch's.
 pub const RULE_MAPS: [&str; 3] = ["rules", "lpm", "wrules"];
 /// Rules the `rules` map holds; counter slots; devmap slots.
@@ -151,6 +154,16 @@ impl XdpOffload {
             &slot.to_ne_bytes(),
             prog,
             "cannot write an offload rewrite program",
+        )
+    }
+
+    /// Writes BPF classifier filter slot `slot` (the C `struct cbpf_prog`).
+    pub fn set_filter(&self, slot: u32, filter: &[u8; CBPF_BYTES]) -> Result<()> {
+        map_update(
+            self.loaded.map("cbpf")?,
+            &slot.to_ne_bytes(),
+            filter,
+            "cannot write an offload BPF filter",
         )
     }
 

@@ -92,6 +92,7 @@ fn apply(
             MapOp::Dev { slot, ifindex, .. } => xdp.set_dev(slot, ifindex, "").unwrap(),
             MapOp::ResetCounter(s) => xdp.reset_counter(s).unwrap(),
             MapOp::Prog { slot, prog } => xdp.set_prog(slot, &prog).unwrap(),
+            MapOp::Filter { slot, filter } => xdp.set_filter(slot, &filter).unwrap(),
             MapOp::Put { key, action } => xdp.put_rule(key.map(), &key.bytes(), &action).unwrap(),
             MapOp::Delete {
                 key, slot, chain, ..
