@@ -229,3 +229,31 @@ impl Drop for XdpOffload {
         let _ = self.uninstall();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[cfg_attr(
+        not(bpf_clang),
+        ignore = "needs clang at build time: the XDP offload program is compiled with clang"
+    )]
+    fn the_object_takes_the_address_of_its_bpf_interpreter_step() {
+        let obj = Object::parse(OBJECT).unwrap();
+        // One .text function, the bpf_loop callback; the XDP section takes its address
+        // once, and .text refers to the filters' maps.
+        assert_eq!(obj.text_funcs, vec![("cbpf_step".to_string(), 0)]);
+        let xdp = obj.progs.iter().find(|p| p.name == "xdp").unwrap();
+        assert_eq!(xdp.funcs.len(), 1);
+        assert_eq!(xdp.funcs[0].1, 0);
+        let text = obj.progs.iter().find(|p| p.name == ".text").unwrap();
+        assert!(text.relocs.iter().any(|r| r.1 == "cbpf"));
+        assert!(text.relocs.iter().any(|r| r.1 == "cbpfst"));
+        assert!(text.funcs.is_empty());
+        let def = |n: &str| obj.maps.iter().find(|m| m.name == n).unwrap().clone();
+        assert_eq!(def("cbpf").value as usize, CBPF_BYTES);
+        assert_eq!(def("cbpf").entries, CBPF_SLOTS);
+        assert_eq!(def("config").value as usize, CONFIG_BYTES);
+    }
+}
