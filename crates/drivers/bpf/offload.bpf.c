@@ -98,7 +98,7 @@ struct config {
 	__u32 n_masks;	// C_WILD: masks in use
 	__u8 wmask[WM_MASKS][KEY_MAX];
 	__u32 n_filters;	// C_BPF: filters in use
-	__u32 steps;	// C_BPF: the interpreter's step bound (every filter's length, summed)
+	__u32 steps;	// C_BPF: the interpreter's step bound (each filter's length + 1, summed)
 	__u32 bank;	// C_BPF: which half of `cbpf` holds them (the planner writes the other)
 };
 
@@ -151,7 +151,8 @@ struct cbpf_prog {
 // the step once, not every path through every filter. The state lives in a per-CPU map, not
 // on the stack: values read from a map are unknown to the verifier, so it does not tell the
 // steps apart by pc or filter index (it would walk the callback once per value and give
-// up). Only the context pointer is passed on the stack.
+// up). Only the context pointer is passed on the stack. One state per CPU is enough: XDP runs
+// to completion on its CPU, and nothing else uses the map.
 struct cbpf_state {
 	__u32 len;	// the frame's length (linear: the caller sends other frames up)
 	__u32 base;	// the bank's first slot in `cbpf`
