@@ -480,3 +480,97 @@ def test_wildcard_match_with_vlan_pop_offloaded_agrees_and_follows_commands(offl
     assert after["no_match"] - before["no_match"] == 5, (before, after)
     assert "3 mask(s)" in b.offload("pa").plan
     assert not b.offload("pa", "off").enabled
+
+
+def bpf_state(b: BESS) -> tuple[dict[int, int], dict[str, int]]:
+    info = b.get_module_info("bpf")
+    return {og.ogate: og.pkts for og in info.ogates}, {d.reason: d.count for d in info.drops}
+
+
+def l4_frame(proto: int, dport: int, length: int) -> bytes:
+    f = bytearray(udp_frame(1, 3000, max(length, 42)))
+    f[23] = proto
+    f[36:38] = dport.to_bytes(2, "big")
+    return bytes(f[:length])
+
+
+def test_bpf_offloaded_agrees_and_follows_commands(offload_net):
+    """in_a -> bpf (BPF): `udp dst port 53` (priority 10) -> upd (Update: destination MAC)
+    -> out_b, `tcp` (5) -> sink, `ip proto 47` (5) -> slow (Bypass, user space) -> out_b,
+    `len > 500` (1) -> gate 3, unconnected (deadend); no match: gate 0. The same frames with
+    the offload off, then on: B receives the same frames, and bpf's gate counters and drops
+    move by the same amounts. Filters added and deleted by command with the offload on
+    reach the kernel; get_programs answers over gRPC."""
+    b, ns, hosts, _ = offload_net
+    b.pause_all()
+    b.disconnect_modules("in_a", 0)
+    filters = [
+        {"priority": 10, "filter": "udp dst port 53", "gate": 0},
+        {"priority": 5, "filter": "tcp", "gate": 1},
+        {"priority": 5, "filter": "ip proto 47", "gate": 2},
+        {"priority": 1, "filter": "len > 500", "gate": 3},
+    ]
+    b.create_module("BPF", "bpf", {"filters": filters})
+    upd = {"fields": [{"offset": 0, "size": 6, "value": int.from_bytes(DST, "big")}]}
+    b.create_module("Update", "upd", upd)
+    links = [("in_a", 0, "bpf"), ("bpf", 0, "upd"), ("upd", 0, "out_b")]
+    links += [("bpf", 1, "sink"), ("bpf", 2, "slow")]
+    for m1, og, m2 in links:
+        b.connect_modules(m1, m2, og)
+    b.resume_all()
+    progs = b.run_module_command("bpf", "get_programs", "EmptyArg", {})
+    assert [f.filter for f in progs.filters] == [f["filter"] for f in filters], progs
+    assert all(len(f.program) > 1 for f in progs.filters), progs
+
+    rng = random.Random(1818)
+    frames = []
+    for n in range(200):
+        kind = n % 7
+        proto, dport = [(17, 53), (17, 80), (6, 53), (47, 0), (17, 53), (17, 4789), (6, 80)][kind]
+        f = l4_frame(proto, dport, rng.randrange(60, 700))
+        if n % 11 == 3:
+            f = f[: rng.randrange(14, 40)]  # truncated: loads past the end do not match
+        frames.append(f)
+
+    g0, d0 = bpf_state(b)
+    user_b, _ = both_sides(ns, hosts, frames, 5)
+    g1, d1 = bpf_state(b)
+    try:
+        plan = b.offload("pa", "on")
+    except BESS.Error as exc:
+        if "XDP offload unavailable" in exc.errmsg:
+            pytest.skip(exc.errmsg)
+        raise
+    assert plan.enabled, plan.plan
+    assert "classifier: bpf (BPF), 4 filter(s)" in plan.plan, plan.plan
+    assert "user space (Bypass 'slow'" in plan.plan, plan.plan
+    off_b, _ = both_sides(ns, hosts, frames, 5)
+    g2, d2 = bpf_state(b)
+
+    def delta(new, old):
+        return {k: v - old.get(k, 0) for k, v in new.items() if v - old.get(k, 0)}
+
+    assert delta(g1, g0) == delta(g2, g1), (g0, g1, g2, b.offload("pa").plan)
+    assert delta(d1, d0) == delta(d2, d1), (d0, d1, d2, b.offload("pa").plan)
+    assert off_b == user_b, (len(off_b), len(user_b))
+    assert user_b and all(delta(g1, g0).get(g) for g in (0, 1, 2)), delta(g1, g0)
+    assert delta(d1, d0).get("deadend"), delta(d1, d0)  # gate 3, unconnected
+    report = b.offload("pa").plan
+    assert "bpf ogate 0" in report and "bpf drop deadend" in report, report
+
+    # A DNS query of 100 bytes goes to B from the kernel; a filter added now sends it to
+    # the Sink, and its deletion back to B.
+    one = [l4_frame(17, 53, 100)] * 5
+    got = send_and_capture((ns[0], hosts[0]), one, (ns[1], hosts[1]), MARK, (0, 6), 3)
+    assert len(got) == 5 and all(f[:6] == DST for f in got), got
+    new = {"priority": 20, "filter": "udp and len < 200", "gate": 1}
+    b.run_module_command("bpf", "add", "BPFArg", {"filters": [new]})
+    assert "5 filter(s)" in b.offload("pa").plan
+    got = send_and_capture((ns[0], hosts[0]), one, (ns[1], hosts[1]), MARK, (0, 6), 2)
+    assert got == []
+    b.run_module_command("bpf", "delete", "BPFArg", {"filters": [new]})
+    got = send_and_capture((ns[0], hosts[0]), one, (ns[1], hosts[1]), MARK, (0, 6), 3)
+    assert len(got) == 5, got
+    b.run_module_command("bpf", "clear", "EmptyArg", {})
+    assert "0 filter(s)" in b.offload("pa").plan
+    assert not b.offload("pa", "off").enabled

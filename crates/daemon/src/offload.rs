@@ -2,12 +2,12 @@
 //!
 //! `Offload` (the extension service) turns it on per port: the daemon reads the pipeline
 //! (modules, connections, the fed classifier's table through its own `get_initial_arg` /
-//! `get_runtime_config` commands, the Update and VLANPush modules behind it through theirs,
+//! `get_runtime_config` commands, a BPF module's filters through its `get_programs`, the Update and VLANPush modules behind it through theirs,
 //! ports), the planner (`bessemer_planner::offload`) decides
 //! which gates the XDP program handles and what its maps hold, and the program from
 //! `bessemer_drivers::xdp_offload` takes the place of the port's redirect program on the
 //! interface. After every change to the pipeline (module commands such as ExactMatch's
-//! add/delete/clear, connections, module or port destruction) the plan is recomputed and
+//! or BPF's add/delete/clear, connections, module or port destruction) the plan is recomputed and
 //! only the difference is written to the maps. Packets the kernel handled are added back to
 //! the modules' gate counters in `GetModuleInfo`, and packets it dropped to the drop reasons
 //! user space would have counted them under (`rule_drop`, `no_match`, `deadend`), there and
@@ -21,8 +21,8 @@ use bessemer_core::{Engine, Error, Result, Value};
 use bessemer_drivers::af_xdp_port;
 use bessemer_drivers::xdp_offload::XdpOffload;
 use bessemer_planner::offload::{
-    Chain, Field, MapOp, Module, Node, OffloadState, Plan, PortInfo, Route, Rule, View, WildRule,
-    SLOT_SHORT,
+    BpfFilter, CbpfInsn, Chain, Field, MapOp, Module, Node, OffloadState, Plan, PortInfo, Route,
+    Rule, View, WildRule, SLOT_SHORT,
 };
 
 /// Kernel counts: per (module, ogate) of the chains, and per (module, drop reason).
@@ -188,6 +188,41 @@ fn ip_lookup(e: &mut Engine, name: &str) -> Result<Node> {
     })
 }
 
+/// What the planner needs of a BPF module: its filters in the order it tries them, with
+/// their compiled programs, through its `get_programs`.
+fn bpf(e: &mut Engine, name: &str) -> Result<Node> {
+    let out = e.command(name, "get_programs", &Value::map())?;
+    let empty: &[Value] = &[];
+    let int = |v: &Value, k: &str| v.get(k).and_then(Value::as_i64).unwrap_or(0);
+    let filters = out
+        .get("filters")
+        .and_then(Value::as_list)
+        .unwrap_or(empty)
+        .iter()
+        .map(|f| BpfFilter {
+            expr: f
+                .get("filter")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+            gate: int(f, "gate") as u16,
+            program: f
+                .get("program")
+                .and_then(Value::as_list)
+                .unwrap_or(empty)
+                .iter()
+                .map(|i| CbpfInsn {
+                    code: int(i, "code") as u16,
+                    jt: int(i, "jt") as u8,
+                    jf: int(i, "jf") as u8,
+                    k: int(i, "k") as u32,
+                })
+                .collect(),
+        })
+        .collect();
+    Ok(Node::Bpf { filters })
+}
+
 /// Update's fields, through its `get_initial_arg`.
 fn update(e: &mut Engine, name: &str) -> Result<Node> {
     let init = e.command(name, "get_initial_arg", &Value::map())?;
@@ -282,6 +317,7 @@ fn view_reading(e: &mut Engine, port: &str, all_tables: bool) -> Result<View> {
             "ExactMatch" if table => exact_match(e, &m.name)?,
             "WildcardMatch" if table => wildcard_match(e, &m.name)?,
             "IPLookup" if table => ip_lookup(e, &m.name)?,
+            "BPF" if table => bpf(e, &m.name)?,
             "Update" if reach.contains(&m.name) => update(e, &m.name)?,
             "VLANPush" if reach.contains(&m.name) => {
                 let v = e.command(&m.name, "get_initial_arg", &Value::map())?;
@@ -336,6 +372,7 @@ impl Offload {
                 } => self.xdp.set_dev(slot, ifindex, &netns)?,
                 MapOp::ResetCounter(s) => self.xdp.reset_counter(s)?,
                 MapOp::Prog { slot, prog } => self.xdp.set_prog(slot, &prog)?,
+                MapOp::Filter { slot, filter } => self.xdp.set_filter(slot, &filter)?,
                 MapOp::Put { key, action } => {
                     self.xdp.put_rule(key.map(), &key.bytes(), &action)?
                 }

@@ -18,6 +18,10 @@
 //       no ties to break here.
 //     - VLANSplit: the gate is the outer tag's VID (0 untagged), looked up in `rules` as a
 //       2-byte key; every gate's rewrite program starts with the pop VLANSplit does.
+//     - BPF: the module's classic BPF filters (pcap-filter expressions libpcap compiled), in
+//       the order the module tries them, run by the interpreter below; the first to return
+//       non-zero names the gate, none gives gate 0; the gate is then looked up in `rules` as
+//       a 2-byte key, as VLANSplit's VID.
 //     A packet too short for a key byte goes up to user space, where the classifier decides
 //     what a short packet does. A miss takes the configured default action.
 //  2. Count the packet and its bytes in the entry's slot of the per-CPU `counters`.
@@ -45,10 +49,17 @@
 
 static int (*bpf_xdp_get_buff_len)(struct xdp_md *ctx) = (void *)188;
 static long (*bpf_xdp_adjust_head)(struct xdp_md *ctx, int delta) = (void *)44;
+static long (*bpf_loop)(__u32 nr_loops, void *callback_fn, void *callback_ctx,
+			__u64 flags) = (void *)181;
+static long (*bpf_xdp_load_bytes)(struct xdp_md *ctx, __u32 offset, void *buf,
+				  __u32 len) = (void *)189;
 
 #define KEY_MAX 32
 #define WM_MASKS 8
 #define PROG_OPS 24
+// BPF classifier: filters per bank, instructions per filter (the planner refuses more).
+#define CBPF_FILTERS 32
+#define CBPF_INSNS 256
 
 // Keep in step with crates/planner/src/offload.rs (Action::to_bytes, Plan::config_bytes,
 // prog_bytes).
@@ -75,6 +86,7 @@ struct action {
 #define C_LPM 1	// IPLookup
 #define C_WILD 2	// WildcardMatch
 #define C_VLAN 3	// VLANSplit
+#define C_BPF 4	// BPF: classic BPF filters from `cbpf`
 
 struct config {
 	__u32 key_len;	// 0 (ExactMatch): no classifier, every packet takes the default action
@@ -85,6 +97,9 @@ struct config {
 	__u32 cls;
 	__u32 n_masks;	// C_WILD: masks in use
 	__u8 wmask[WM_MASKS][KEY_MAX];
+	__u32 n_filters;	// C_BPF: filters in use
+	__u32 steps;	// C_BPF: the interpreter's step bound (each filter's length + 1, summed)
+	__u32 bank;	// C_BPF: which half of `cbpf` holds them (the planner writes the other)
 };
 
 struct lpm_key {
@@ -117,6 +132,44 @@ struct prog {
 	struct op ops[PROG_OPS];
 };
 
+// A classic BPF instruction (struct sock_filter / struct bpf_insn of libpcap).
+struct cbpf_insn {
+	__u16 code;
+	__u8 jt;
+	__u8 jf;
+	__u32 k;
+};
+
+struct cbpf_prog {
+	__u32 n;	// instructions
+	__u16 gate;	// the filter's gate
+	__u16 pad;
+	struct cbpf_insn insns[CBPF_INSNS];
+};
+
+// The classic BPF interpreter: one bpf_loop step runs one instruction, so the verifier checks
+// the step once, not every path through every filter. The state lives in a per-CPU map, not
+// on the stack: values read from a map are unknown to the verifier, so it does not tell the
+// steps apart by pc or filter index (it would walk the callback once per value and give
+// up). Only the context pointer is passed on the stack. One state per CPU is enough: XDP runs
+// to completion on its CPU, and nothing else uses the map.
+struct cbpf_state {
+	__u32 len;	// the frame's length (linear: the caller sends other frames up)
+	__u32 base;	// the bank's first slot in `cbpf`
+	__u32 n;	// filters
+	__u32 f;	// the filter running
+	__u32 pc;
+	__u32 a;
+	__u32 x;
+	__u32 matched;	// 1: filter f returned non-zero
+	__u32 gate;
+	__u32 mem[16];
+};
+
+struct cbpf_run {
+	struct xdp_md *ctx;
+};
+
 struct counter {
 	__u64 packets;
 	__u64 bytes;
@@ -137,6 +190,10 @@ struct map_def wrules SEC("maps") = {
 	BPF_MAP_TYPE_HASH, sizeof(struct wild_key), sizeof(struct action), 65536,
 	BPF_F_NO_PREALLOC };
 struct map_def progs SEC("maps") = { BPF_MAP_TYPE_ARRAY, 4, sizeof(struct prog), 256, 0 };
+struct map_def cbpf SEC("maps") = {
+	BPF_MAP_TYPE_ARRAY, 4, sizeof(struct cbpf_prog), 2 * CBPF_FILTERS, 0 };
+struct map_def cbpfst SEC("maps") = {
+	BPF_MAP_TYPE_PERCPU_ARRAY, 4, sizeof(struct cbpf_state), 1, 0 };
 struct map_def counters SEC("maps") = { BPF_MAP_TYPE_PERCPU_ARRAY, 4, sizeof(struct counter), 65540, 0 };
 
 static __attribute__((always_inline)) void count(__u32 slot, __u64 bytes)
@@ -244,6 +301,207 @@ static __attribute__((always_inline)) int rewrite(struct xdp_md *ctx, struct pro
 	return 0;
 }
 
+// Classic BPF opcodes (include/uapi/linux/filter.h; the module's interpreter is the
+// reference: crates/modules/src/classify/bpf.rs).
+#define LD_W_ABS 0x20
+#define LD_H_ABS 0x28
+#define LD_B_ABS 0x30
+#define LD_W_IND 0x40
+#define LD_H_IND 0x48
+#define LD_B_IND 0x50
+#define LD_W_LEN 0x80
+#define LD_IMM 0x00
+#define LD_MEM 0x60
+#define LDX_W_LEN 0x81
+#define LDX_IMM 0x01
+#define LDX_MEM 0x61
+#define LDX_MSH 0xb1
+#define ST_MEM 0x02
+#define STX_MEM 0x03
+#define RET_K 0x06
+#define RET_A 0x16
+#define TAX 0x07
+#define TXA 0x87
+
+// Loads `size` bytes at `off` big-endian into *v; -1 past the end (the filter returns 0, as
+// the module's and the kernel's filters do). bpf_xdp_load_bytes bounds-checks again.
+static __attribute__((always_inline)) int cbpf_load(struct cbpf_run *r, struct cbpf_state *s,
+						    __u64 off, int size, __u32 *v)
+{
+	__u8 b[4] = {};
+	if (off + size > s->len)
+		return -1;
+	if (size == 4) {
+		if (bpf_xdp_load_bytes(r->ctx, (__u32)off, b, 4))
+			return -1;
+		*v = ((__u32)b[0] << 24) | ((__u32)b[1] << 16) | ((__u32)b[2] << 8) | b[3];
+	} else if (size == 2) {
+		if (bpf_xdp_load_bytes(r->ctx, (__u32)off, b, 2))
+			return -1;
+		*v = ((__u32)b[0] << 8) | b[1];
+	} else {
+		if (bpf_xdp_load_bytes(r->ctx, (__u32)off, b, 1))
+			return -1;
+		*v = b[0];
+	}
+	return 0;
+}
+
+// A jump: the next pc, or past the end (the filter then returns 0) when it leaves the
+// program (the planner's check and the module's validator make that impossible).
+static __attribute__((always_inline)) __u32 cbpf_jump(__u32 pc, __u64 off, __u32 n)
+{
+	__u64 t = (__u64)pc + off;
+	return t < n ? (__u32)t : CBPF_INSNS;
+}
+
+static long cbpf_step(__u64 index, void *arg)
+{
+	__u32 zero = 0;
+	struct cbpf_state *r = bpf_map_lookup_elem(&cbpfst, &zero);
+	if (!r)
+		return 1;
+	// The slot is checked by the map (the caller keeps n within a bank), the index by the
+	// mask.
+	if (r->f >= r->n)
+		return 1;
+	__u32 slot = r->base + r->f;
+	struct cbpf_prog *p = bpf_map_lookup_elem(&cbpf, &slot);
+	if (!p)
+		return 1;	// f < n: the caller sends the packet up
+	__u32 n = p->n;
+	__u32 ret = 0;
+	int done = 1;
+	if (r->pc < n) {
+		struct cbpf_insn *in = &p->insns[r->pc & (CBPF_INSNS - 1)];
+		__u32 k = in->k, a = r->a, x = r->x, v = 0;
+		__u16 code = in->code;
+		__u32 pc = r->pc + 1;
+		done = 0;
+		switch (code & 7) {
+		case 0:	// LD
+		case 1:	// LDX
+			switch (code) {
+			case LD_W_ABS:
+			case LD_H_ABS:
+			case LD_B_ABS:
+			case LD_W_IND:
+			case LD_H_IND:
+			case LD_B_IND: {
+				__u64 off = (code & 0x40) ? (__u64)x + k : k;
+				int size = (code & 0x18) == 0 ? 4 : (code & 0x18) == 8 ? 2 : 1;
+				if (cbpf_load(arg, r, off, size, &v))
+					done = 1;
+				else
+					a = v;
+				break;
+			}
+			case LD_W_LEN:
+				a = r->len;
+				break;
+			case LD_IMM:
+				a = k;
+				break;
+			case LD_MEM:
+				a = r->mem[k & 15];
+				break;
+			case LDX_W_LEN:
+				x = r->len;
+				break;
+			case LDX_IMM:
+				x = k;
+				break;
+			case LDX_MEM:
+				x = r->mem[k & 15];
+				break;
+			case LDX_MSH:
+				if (cbpf_load(arg, r, k, 1, &v))
+					done = 1;
+				else
+					x = (v & 15) << 2;
+				break;
+			default:
+				done = 1;
+			}
+			break;
+		case 2:	// ST
+		case 3:	// STX
+			if (code == ST_MEM)
+				r->mem[k & 15] = a;
+			else if (code == STX_MEM)
+				r->mem[k & 15] = x;
+			else
+				done = 1;
+			break;
+		case 4: {	// ALU
+			__u32 s = (code & 8) ? x : k;
+			switch (code & 0xf0) {
+			case 0x00: a += s; break;
+			case 0x10: a -= s; break;
+			case 0x20: a *= s; break;
+			case 0x30: if (s) a /= s; else done = 1; break;
+			case 0x40: a |= s; break;
+			case 0x50: a &= s; break;
+			case 0x60: a = s < 32 ? a << s : 0; break;
+			case 0x70: a = s < 32 ? a >> s : 0; break;
+			case 0x80: a = -a; break;
+			case 0x90: if (s) a %= s; else done = 1; break;
+			case 0xa0: a ^= s; break;
+			default: done = 1;
+			}
+			break;
+		}
+		case 5: {	// JMP
+			__u32 s = (code & 8) ? x : k;
+			int c;
+			switch (code & 0xf0) {
+			case 0x00:
+				pc = cbpf_jump(pc, k, n);
+				goto next;
+			case 0x10: c = a == s; break;
+			case 0x20: c = a > s; break;
+			case 0x30: c = a >= s; break;
+			case 0x40: c = (a & s) != 0; break;
+			default: c = 0; done = 1;
+			}
+			pc = cbpf_jump(pc, c ? in->jt : in->jf, n);
+			break;
+		}
+		case 6:	// RET
+			ret = code == RET_A ? a : code == RET_K ? k : 0;
+			done = 1;
+			break;
+		default:	// MISC
+			if (code == TAX)
+				x = a;
+			else if (code == TXA)
+				a = x;
+			else
+				done = 1;
+		}
+next:
+		r->a = a;
+		r->x = x;
+		r->pc = pc;
+	}
+	if (!done)
+		return 0;
+	if (ret) {
+		r->matched = 1;
+		r->gate = p->gate;
+		return 1;
+	}
+	// This filter did not match: the next one starts from a clean state, as in the module.
+	r->f += 1;
+	r->pc = 0;
+	r->a = 0;
+	r->x = 0;
+#pragma unroll
+	for (int i = 0; i < 16; i++)
+		r->mem[i] = 0;
+	return 0;
+}
+
 SEC("xdp")
 int bessemer_offload(struct xdp_md *ctx)
 {
@@ -263,6 +521,36 @@ int bessemer_offload(struct xdp_md *ctx)
 			return to_user(ctx);
 		}
 		a = bpf_map_lookup_elem(&lpm, &lk);
+	} else if (cfg->cls == C_BPF) {
+		// The filters see the whole frame; a multi-buffer one goes up rather than have
+		// its loads past the linear part differ.
+		if (len != (__u64)(data_end - data)) {
+			count(C_SHORT, len);
+			return to_user(ctx);
+		}
+		struct cbpf_run run = { ctx };
+		struct cbpf_state *r = bpf_map_lookup_elem(&cbpfst, &zero);
+		if (!r) {
+			count(C_SHORT, len);
+			return to_user(ctx);
+		}
+		__builtin_memset(r, 0, sizeof(*r));
+		r->len = (__u32)len;
+		r->base = (cfg->bank & 1) * CBPF_FILTERS;
+		r->n = cfg->n_filters < CBPF_FILTERS ? cfg->n_filters : CBPF_FILTERS;
+		bpf_loop(cfg->steps & 0xffff, cbpf_step, &run, 0);
+		// A lookup failure, or filters left when the step bound ran out (the planner's
+		// bound makes that impossible): unsure, up.
+		if (!r->matched && r->f < r->n) {
+			count(C_SHORT, len);
+			return to_user(ctx);
+		}
+		__u8 key[KEY_MAX] = {};
+		if (r->matched) {
+			key[0] = r->gate >> 8;
+			key[1] = r->gate;
+		}
+		a = bpf_map_lookup_elem(&rules, key);
 	} else if (cfg->cls == C_VLAN) {
 		// The gate: the outer tag's VID, 0 when untagged. The rule's program pops the tag.
 		__u8 *p = data;

@@ -38,6 +38,10 @@ pub const BPF_TCX_EGRESS: u32 = 47;
 pub const BPF_F_XDP_HAS_FRAGS: u32 = 1 << 5;
 /// `src` of a 64-bit immediate load that names a map by fd.
 pub const BPF_PSEUDO_MAP_FD: u8 = 1;
+/// ld_imm64 source register: the immediate is a function (a bpf_loop callback).
+pub const BPF_PSEUDO_FUNC: u8 = 4;
+/// bpf(2) command: load BTF.
+pub const BPF_BTF_LOAD: i32 = 18;
 /// Helpers.
 pub const BPF_FUNC_MAP_LOOKUP_ELEM: i32 = 1;
 pub const BPF_FUNC_REDIRECT: i32 = 23;
@@ -187,6 +191,24 @@ pub fn load_prog(
     name: &str,
     prog_flags: u32,
 ) -> Result<OwnedFd> {
+    load_prog_with(
+        prog_type,
+        expected_attach_type,
+        prog,
+        name,
+        prog_flags,
+        |_| {},
+    )
+}
+
+fn load_prog_with(
+    prog_type: u32,
+    expected_attach_type: u32,
+    prog: &[Insn],
+    name: &str,
+    prog_flags: u32,
+    more: impl FnOnce(&mut Attr),
+) -> Result<OwnedFd> {
     let license = b"GPL\0";
     let mut attr = Attr::new();
     attr.u32(0, prog_type)
@@ -195,6 +217,7 @@ pub fn load_prog(
         .u64(16, license.as_ptr() as u64)
         .u32(44, prog_flags)
         .u32(68, expected_attach_type);
+    more(&mut attr);
     let n = name.len().min(15);
     attr.0[48..48 + n].copy_from_slice(&name.as_bytes()[..n]);
     let what = if prog_type == BPF_PROG_TYPE_XDP {
@@ -225,6 +248,49 @@ pub fn load_prog(
             Err(e)
         }
     }
+}
+
+/// Loads BTF blob `btf` (for a program's `func_info`).
+pub fn btf_load(btf: &[u8]) -> Result<OwnedFd> {
+    let mut log = vec![0u8; 1 << 16];
+    let mut attr = Attr::new();
+    attr.u64(0, btf.as_ptr() as u64)
+        .u64(8, log.as_mut_ptr() as u64)
+        .u32(16, btf.len() as u32)
+        .u32(20, log.len() as u32)
+        .u32(24, 1);
+    attr.fd(BPF_BTF_LOAD, "cannot load the program's BTF (bpf)")
+        .map_err(|mut e| {
+            let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+            e.msg += &format!("; {}", String::from_utf8_lossy(&log[..end]).trim());
+            e
+        })
+}
+
+/// As [`load_prog`], with BTF `btf` and its `func_info` (insn_off, type_id pairs): for a
+/// program with functions whose addresses it takes.
+pub fn load_prog_btf(
+    prog_type: u32,
+    expected_attach_type: u32,
+    prog: &[Insn],
+    name: &str,
+    prog_flags: u32,
+    btf: RawFd,
+    func_info: &[u32],
+) -> Result<OwnedFd> {
+    load_prog_with(
+        prog_type,
+        expected_attach_type,
+        prog,
+        name,
+        prog_flags,
+        |a| {
+            a.u32(72, btf as u32)
+                .u32(76, 8)
+                .u64(80, func_info.as_ptr() as u64)
+                .u32(88, (func_info.len() / 2) as u32);
+        },
+    )
 }
 
 /// Attaches XDP program `prog` to interface `ifindex` of the current namespace with a BPF

@@ -8,15 +8,19 @@
 //! layer [`crate::bpf`] already has, where libbpf-rs would build libbpf and libelf from C
 //! (libbpf-sys) into every build of the drivers crate, and aya would add a large dependency
 //! tree, on a shared 2-core build machine; and neither would make the crate build without
-//! the C toolchain pieces any easier. BTF, CO-RE, global data, subprograms and tail calls are
-//! not supported and are refused with an error naming them.
+//! the C toolchain pieces any easier. One more feature: static functions in `.text` whose
+//! address a program takes (`bpf_loop` callbacks): they are appended to the program, the
+//! address becomes a BPF_PSEUDO_FUNC load, and the BTF the kernel then needs (one FUNC per
+//! function, for `func_info`) is built here. CO-RE, global data, calls to `.text` functions
+//! (clang inlines `always_inline` ones) and tail calls are not supported and are refused
+//! with an error naming them.
 
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use bessemer_core::{Error, Result};
 
-use crate::bpf::{self, Attr, Insn, BPF_MAP_CREATE, BPF_PSEUDO_MAP_FD};
+use crate::bpf::{self, Attr, Insn, BPF_MAP_CREATE, BPF_PSEUDO_FUNC, BPF_PSEUDO_MAP_FD};
 
 const SHT_SYMTAB: u32 = 2;
 const SHT_REL: u32 = 9;
@@ -41,6 +45,9 @@ pub struct ProgSection {
     pub name: String,
     pub insns: Vec<Insn>,
     pub relocs: Vec<(usize, String)>,
+    /// Per 64-bit immediate load of a function's address: its index and the function's byte
+    /// offset in `.text`.
+    pub funcs: Vec<(usize, usize)>,
 }
 
 /// A parsed object.
@@ -48,6 +55,8 @@ pub struct ProgSection {
 pub struct Object {
     pub maps: Vec<MapDef>,
     pub progs: Vec<ProgSection>,
+    /// The functions of `.text`: name and byte offset.
+    pub text_funcs: Vec<(String, usize)>,
 }
 
 fn bad(what: &str) -> Error {
@@ -138,7 +147,7 @@ impl Object {
         let symstr = secs
             .get(symtab.link as usize)
             .ok_or_else(|| bad("bad symbol string table"))?;
-        // Symbols: (name, section index, value).
+        // Symbols: (name, section index, value); and the functions (STT_FUNC).
         let syms: Vec<(String, usize, usize)> = data(symtab)
             .chunks_exact(24)
             .map(|e| {
@@ -148,6 +157,14 @@ impl Object {
                 (cstr(b, symstr.off + name), shndx, value)
             })
             .collect();
+        let text_idx = secs.iter().position(|s| s.name == ".text");
+        let mut text_funcs: Vec<(String, usize)> = data(symtab)
+            .chunks_exact(24)
+            .zip(&syms)
+            .filter(|(e, s)| e[4] & 0x0f == 2 && Some(s.1) == text_idx)
+            .map(|(_, s)| (s.0.clone(), s.2))
+            .collect();
+        text_funcs.sort_by_key(|f| f.1);
         let maps_idx = secs.iter().position(|s| s.name == "maps");
         let mut maps = Vec::new();
         let mut map_at = HashMap::new();
@@ -191,6 +208,7 @@ impl Object {
                 })
                 .collect();
             let mut relocs = Vec::new();
+            let mut funcs = Vec::new();
             for r in secs
                 .iter()
                 .filter(|r| r.ty == SHT_REL && r.info as usize == i)
@@ -202,6 +220,15 @@ impl Object {
                     let (sname, shndx, value) = syms
                         .get(sym)
                         .ok_or_else(|| bad("relocation against a missing symbol"))?;
+                    let at = off / 8;
+                    let ld64 =
+                        off.is_multiple_of(8) && at + 1 < insns.len() && insns[at].code == 0x18;
+                    if ty == R_BPF_64_64 && Some(*shndx) == text_idx && ld64 {
+                        // A function's address (a bpf_loop callback): against the section
+                        // symbol the offset is the load's immediate.
+                        funcs.push((at, *value + insns[at].imm as u32 as usize));
+                        continue;
+                    }
                     if ty != R_BPF_64_64 || Some(*shndx) != maps_idx {
                         return Err(bad(&format!(
                             "section '{}' refers to '{sname}' in section '{}': only maps in \
@@ -213,8 +240,7 @@ impl Object {
                     let map = map_at
                         .get(value)
                         .ok_or_else(|| bad(&format!("'{sname}' is not a map definition")))?;
-                    let at = off / 8;
-                    if !off.is_multiple_of(8) || at + 1 >= insns.len() || insns[at].code != 0x18 {
+                    if !ld64 {
                         return Err(bad(&format!(
                             "relocation of '{sname}' is not on a 64-bit immediate load"
                         )));
@@ -226,9 +252,14 @@ impl Object {
                 name: s.name.clone(),
                 insns,
                 relocs,
+                funcs,
             });
         }
-        Ok(Object { maps, progs })
+        Ok(Object {
+            maps,
+            progs,
+            text_funcs,
+        })
     }
 }
 
@@ -301,10 +332,34 @@ pub fn load(
         .iter()
         .find(|p| p.name == section)
         .ok_or_else(|| bad(&format!("no program section '{section}'")))?;
+    // Functions whose address the program takes: `.text` goes after the program.
+    let text = if prog.funcs.is_empty() {
+        None
+    } else {
+        Some(
+            obj.progs
+                .iter()
+                .find(|p| p.name == ".text")
+                .ok_or_else(|| bad("a function's address is taken but there is no .text"))?,
+        )
+    };
+    if text.is_some_and(|t| !t.funcs.is_empty()) {
+        return Err(bad(
+            ".text functions taking function addresses are not supported",
+        ));
+    }
+    let mut relocs = prog.relocs.clone();
+    if let Some(t) = text {
+        relocs.extend(
+            t.relocs
+                .iter()
+                .map(|(at, m)| (at + prog.insns.len(), m.clone())),
+        );
+    }
     let mut maps = HashMap::new();
     let mut owned = Vec::new();
     for m in &obj.maps {
-        if !prog.relocs.iter().any(|(_, n)| *n == m.name) {
+        if !relocs.iter().any(|(_, n)| *n == m.name) {
             continue;
         }
         if let Some((_, fd)) = reuse.iter().find(|(n, _)| *n == m.name) {
@@ -327,19 +382,89 @@ pub fn load(
         owned.push(fd);
     }
     let mut insns = prog.insns.clone();
-    for (at, map) in &prog.relocs {
+    let base = insns.len();
+    if let Some(t) = text {
+        insns.extend_from_slice(&t.insns);
+    }
+    for &(at, off) in &prog.funcs {
+        if !off.is_multiple_of(8) || !obj.text_funcs.iter().any(|f| f.1 == off) {
+            return Err(bad("a function address that is not a .text function"));
+        }
+        // BPF_PSEUDO_FUNC: imm = the function's first instruction relative to the next one.
+        insns[at].regs = (insns[at].regs & 0x0f) | (BPF_PSEUDO_FUNC << 4);
+        insns[at].imm = (base + off / 8) as i32 - at as i32 - 1;
+        insns[at + 1].imm = 0;
+    }
+    for (at, map) in &relocs {
         let fd = maps[map];
         // The loader's half of the ld_imm64 contract: src = BPF_PSEUDO_MAP_FD, imm = fd.
         insns[*at].regs = (insns[*at].regs & 0x0f) | (BPF_PSEUDO_MAP_FD << 4);
         insns[*at].imm = fd;
         insns[*at + 1].imm = 0;
     }
-    let fd = bpf::load_prog(prog_type, expected_attach_type, &insns, name, prog_flags)?;
+    let fd = match text {
+        None => bpf::load_prog(prog_type, expected_attach_type, &insns, name, prog_flags)?,
+        Some(_) => {
+            // The kernel wants BTF for a program whose function addresses are taken: one
+            // static FUNC per function, and where each starts.
+            let mut funcs = vec![(section.replace(['.', '/'], "_"), 0usize)];
+            funcs.extend(
+                obj.text_funcs
+                    .iter()
+                    .map(|(n, off)| (n.clone(), base + off / 8)),
+            );
+            let btf = bpf::btf_load(&btf_funcs(&funcs))?;
+            let info: Vec<u32> = funcs
+                .iter()
+                .enumerate()
+                .flat_map(|(i, f)| [f.1 as u32, 2 + i as u32])
+                .collect();
+            bpf::load_prog_btf(
+                prog_type,
+                expected_attach_type,
+                &insns,
+                name,
+                prog_flags,
+                btf.as_raw_fd(),
+                &info,
+            )?
+        }
+    };
     Ok(Loaded {
         prog: fd,
         maps,
         _owned: owned,
     })
+}
+
+/// A BTF blob with one static FUNC per (name, _) of `funcs`, types 2.., each of one
+/// prototype (type 1: `void (void)`; the verifier takes a static function's arguments from
+/// the code, not from BTF).
+fn btf_funcs(funcs: &[(String, usize)]) -> Vec<u8> {
+    const FUNC_PROTO: u32 = 13;
+    const FUNC: u32 = 12;
+    let mut strs = vec![0u8];
+    let mut types: Vec<u32> = vec![0, FUNC_PROTO << 24, 0];
+    for (name, _) in funcs {
+        let at = strs.len() as u32;
+        strs.extend_from_slice(name.as_bytes());
+        strs.push(0);
+        // Linkage 0: static.
+        types.extend_from_slice(&[at, FUNC << 24, 1]);
+    }
+    let tbytes: Vec<u8> = types.iter().flat_map(|t| t.to_le_bytes()).collect();
+    let mut b = Vec::new();
+    b.extend_from_slice(&0xeb9fu16.to_le_bytes());
+    b.push(1); // version
+    b.push(0); // flags
+    b.extend_from_slice(&24u32.to_le_bytes()); // header length
+    b.extend_from_slice(&0u32.to_le_bytes()); // types offset
+    b.extend_from_slice(&(tbytes.len() as u32).to_le_bytes());
+    b.extend_from_slice(&(tbytes.len() as u32).to_le_bytes()); // strings offset
+    b.extend_from_slice(&(strs.len() as u32).to_le_bytes());
+    b.extend_from_slice(&tbytes);
+    b.extend_from_slice(&strs);
+    b
 }
 
 #[cfg(test)]

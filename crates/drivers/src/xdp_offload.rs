@@ -22,8 +22,11 @@ static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/offload.bpf.o")
 /// program (the C structs' sizes).
 pub const KEY_BYTES: usize = 32;
 pub const ACTION_BYTES: usize = 24;
-pub const CONFIG_BYTES: usize = 392;
+pub const CONFIG_BYTES: usize = 404;
 pub const PROG_BYTES: usize = 292;
+/// Bytes of a BPF classifier filter (the C `struct cbpf_prog`); its slots (two banks).
+pub const CBPF_BYTES: usize = 2056;
+pub const CBPF_SLOTS: u32 = 64;
 /// The maps holding rules: ExactMatch's, IPLookup's LPM trie, WildcardMatch's.
 pub const RULE_MAPS: [&str; 3] = ["rules", "lpm", "wrules"];
 /// Rules the `rules` map holds; counter slots; devmap slots.
@@ -154,6 +157,16 @@ impl XdpOffload {
         )
     }
 
+    /// Writes BPF classifier filter slot `slot` (the C `struct cbpf_prog`).
+    pub fn set_filter(&self, slot: u32, filter: &[u8; CBPF_BYTES]) -> Result<()> {
+        map_update(
+            self.loaded.map("cbpf")?,
+            &slot.to_ne_bytes(),
+            filter,
+            "cannot write an offload BPF filter",
+        )
+    }
+
     /// Points devmap slot `slot` at interface `ifindex` of namespace `ns` (the kernel
     /// resolves the index in the caller's namespace).
     pub fn set_dev(&self, slot: u32, ifindex: u32, ns: &str) -> Result<()> {
@@ -214,5 +227,33 @@ impl XdpOffload {
 impl Drop for XdpOffload {
     fn drop(&mut self) {
         let _ = self.uninstall();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[cfg_attr(
+        not(bpf_clang),
+        ignore = "needs clang at build time: the XDP offload program is compiled with clang"
+    )]
+    fn the_object_takes_the_address_of_its_bpf_interpreter_step() {
+        let obj = Object::parse(OBJECT).unwrap();
+        // One .text function, the bpf_loop callback; the XDP section takes its address
+        // once, and .text refers to the filters' maps.
+        assert_eq!(obj.text_funcs, vec![("cbpf_step".to_string(), 0)]);
+        let xdp = obj.progs.iter().find(|p| p.name == "xdp").unwrap();
+        assert_eq!(xdp.funcs.len(), 1);
+        assert_eq!(xdp.funcs[0].1, 0);
+        let text = obj.progs.iter().find(|p| p.name == ".text").unwrap();
+        assert!(text.relocs.iter().any(|r| r.1 == "cbpf"));
+        assert!(text.relocs.iter().any(|r| r.1 == "cbpfst"));
+        assert!(text.funcs.is_empty());
+        let def = |n: &str| obj.maps.iter().find(|m| m.name == n).unwrap().clone();
+        assert_eq!(def("cbpf").value as usize, CBPF_BYTES);
+        assert_eq!(def("cbpf").entries, CBPF_SLOTS);
+        assert_eq!(def("config").value as usize, CONFIG_BYTES);
     }
 }

@@ -3,8 +3,9 @@
 //!
 //! The XDP "NIC" here is the model's `XdpPort` made concrete: one classifier (an ExactMatch
 //! by byte-gather key and hash map, an IPLookup by LPM trie on the IPv4 destination, a
-//! WildcardMatch by tuple-space search over at most [`WM_MASKS`] masks, or a VLANSplit by
-//! VID), and per rule one
+//! WildcardMatch by tuple-space search over at most [`WM_MASKS`] masks, a VLANSplit by VID,
+//! or a BPF module's classic BPF filters, at most [`CBPF_FILTERS`] of at most [`CBPF_INSNS`]
+//! instructions, run by the program's interpreter in the module's order), and per rule one
 //! action: drop, XDP_TX, XDP_REDIRECT through a devmap, or up to the port's AF_XDP socket,
 //! after the chain's rewrites (MACSwap, Update, VLANPush, VLANPop, in order). The embedding
 //! is a walk from the port's PortInc: a gate is offloaded when the chain behind it is made
@@ -44,7 +45,13 @@ pub const PROG_OPS: usize = 24;
 pub const PROG_SLOTS: usize = 256;
 /// Bytes of the C `struct action`, `struct config`, `struct prog`.
 pub const ACTION_BYTES: usize = 24;
-pub const CONFIG_BYTES: usize = 392;
+pub const CONFIG_BYTES: usize = 404;
+/// BPF filters the program runs, most (one bank of its `cbpf` map).
+pub const CBPF_FILTERS: usize = 32;
+/// Instructions of one BPF filter, most.
+pub const CBPF_INSNS: usize = 256;
+/// Bytes of the C `struct cbpf_prog`.
+pub const CBPF_BYTES: usize = 8 + 8 * CBPF_INSNS;
 pub const PROG_BYTES: usize = 4 + 12 * PROG_OPS;
 /// The shortest frame a rewrite program runs on: every operation reads the Ethernet header
 /// and, for VLANPop, a possible tag.
@@ -203,6 +210,113 @@ pub struct WildRule {
     pub gate: Option<u16>,
 }
 
+/// A classic BPF instruction (`struct bpf_insn` of libpcap).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CbpfInsn {
+    pub code: u16,
+    pub jt: u8,
+    pub jf: u8,
+    pub k: u32,
+}
+
+/// A BPF module's filter, as its `get_programs` reports it: expression, gate and program.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BpfFilter {
+    pub expr: String,
+    pub gate: u16,
+    pub program: Vec<CbpfInsn>,
+}
+
+impl BpfFilter {
+    /// The C `struct cbpf_prog` (at most CBPF_INSNS instructions).
+    pub fn to_bytes(&self) -> Box<[u8; CBPF_BYTES]> {
+        let mut b = Box::new([0u8; CBPF_BYTES]);
+        let n = self.program.len().min(CBPF_INSNS);
+        b[0..4].copy_from_slice(&(n as u32).to_ne_bytes());
+        b[4..6].copy_from_slice(&self.gate.to_ne_bytes());
+        for (i, insn) in self.program.iter().take(n).enumerate() {
+            let o = &mut b[8 + 8 * i..16 + 8 * i];
+            o[0..2].copy_from_slice(&insn.code.to_ne_bytes());
+            o[2] = insn.jt;
+            o[3] = insn.jf;
+            o[4..8].copy_from_slice(&insn.k.to_ne_bytes());
+        }
+        b
+    }
+}
+
+/// Whether the program's interpreter runs classic BPF opcode `code`: every instruction the
+/// module's validator accepts (libpcap's set: loads absolute, indirect, of the length, of
+/// scratch memory and the IP header length; stores; ALU; jumps; returns; tax/txa).
+pub fn cbpf_supported(code: u16) -> bool {
+    match code {
+        // LD W/H/B ABS and IND, LEN, IMM, MEM; LDX LEN, IMM, MEM, MSH; ST, STX.
+        0x20 | 0x28 | 0x30 | 0x40 | 0x48 | 0x50 | 0x80 | 0x00 | 0x60 => true,
+        0x81 | 0x01 | 0x61 | 0xb1 | 0x02 | 0x03 => true,
+        // ALU with k: add..xor (neg included); with X: all but neg.
+        c if c & 0xff0f == 0x04 => c & 0xf0 <= 0xa0,
+        c if c & 0xff0f == 0x0c => c & 0xf0 <= 0xa0 && c & 0xf0 != 0x80,
+        // JA; JEQ, JGT, JGE, JSET with k or X.
+        0x05 | 0x15 | 0x25 | 0x35 | 0x45 | 0x1d | 0x2d | 0x3d | 0x4d => true,
+        // RET k, RET A; TAX, TXA.
+        0x06 | 0x16 | 0x07 | 0x87 => true,
+        _ => false,
+    }
+}
+
+/// Why the program cannot run a BPF module's filters, if it cannot.
+fn bpf_problem(filters: &[BpfFilter]) -> Option<String> {
+    if filters.len() > CBPF_FILTERS {
+        return Some(format!(
+            "it has {} filters; the program runs at most {CBPF_FILTERS}",
+            filters.len()
+        ));
+    }
+    for f in filters {
+        let n = f.program.len();
+        if n == 0 || n > CBPF_INSNS {
+            return Some(format!(
+                "filter '{}' compiles to {n} instructions; the program runs 1 to {CBPF_INSNS}",
+                f.expr
+            ));
+        }
+        for (pc, i) in f.program.iter().enumerate() {
+            if !cbpf_supported(i.code) {
+                return Some(format!(
+                    "filter '{}': instruction {:#06x} at {pc} is not one the program runs",
+                    f.expr, i.code
+                ));
+            }
+            // Jumps stay inside the program (the module's validator says so too): each
+            // filter then ends within its length in steps, which bounds the program's loop.
+            if i.code & 0x07 != 0x05 {
+                continue;
+            }
+            let (a, b) = if i.code & 0xf0 == 0 {
+                (i.k as usize, 0)
+            } else {
+                (i.jt as usize, i.jf as usize)
+            };
+            if pc + 1 + a.max(b) >= n {
+                return Some(format!(
+                    "filter '{}': instruction {pc} jumps out of the program",
+                    f.expr
+                ));
+            }
+        }
+        if !matches!(f.program[n - 1].code, 0x06 | 0x16) {
+            return Some(format!("filter '{}' does not end with a return", f.expr));
+        }
+        if f.gate as usize >= MAX_GATES {
+            return Some(format!("filter '{}' has gate {}", f.expr, f.gate));
+        }
+    }
+    None
+}
+
+/// Output gates of a module (BPF's gates are below this).
+const MAX_GATES: usize = 8192;
+
 /// An IPLookup route: prefix (host order), length 1..=32, gate (None: drop).
 #[derive(Clone, Copy, Debug)]
 pub struct Route {
@@ -238,6 +352,11 @@ pub enum Node {
     },
     /// VLANSplit: gate = the outer tag's VID (0 untagged), the tag popped.
     VlanSplit,
+    /// BPF: its filters in the order the module tries them (the first to match picks the
+    /// gate; none: gate 0).
+    Bpf {
+        filters: Vec<BpfFilter>,
+    },
     MacSwap,
     /// Update's fields: (offset, size, value written big-endian), in order.
     Update {
@@ -317,6 +436,8 @@ pub enum Cls {
     Wild,
     /// VLANSplit: the VID as a 2-byte key in the ExactMatch map.
     Vlan,
+    /// BPF: the filters' gate (first match, else 0) as a 2-byte key in the ExactMatch map.
+    Bpf,
 }
 
 /// A map entry's key.
@@ -374,6 +495,8 @@ pub struct Plan {
     pub key: Vec<(u16, u8)>,
     /// WildcardMatch: the distinct rule masks over the key, in the order they are searched.
     pub wmasks: Vec<[u8; KEY_MAX]>,
+    /// BPF: the filters, in the order the module tries them.
+    pub filters: Vec<BpfFilter>,
     /// Per classifier gate (u16::MAX: the rule-drop gate), its plan.
     pub gates: BTreeMap<u16, GatePlan>,
     /// What a miss does (the default gate, or everything when there is no classifier).
@@ -571,6 +694,7 @@ impl View {
                 | Node::IpLookup { .. }
                 | Node::WildcardMatch { .. }
                 | Node::VlanSplit
+                | Node::Bpf { .. }
                 | Node::Other { .. } => {
                     path.push(format!("{name} ({})", m.class));
                     return user(
@@ -595,6 +719,7 @@ impl View {
             cls: Cls::Exact,
             key: Vec::new(),
             wmasks: Vec::new(),
+            filters: Vec::new(),
             gates: BTreeMap::new(),
             default: user("nothing offloaded", Vec::new(), String::new()),
             rules: Vec::new(),
@@ -724,6 +849,27 @@ impl View {
                         })
                         .collect();
                     (keys, None, "deadend")
+                }
+                Node::Bpf { filters } => {
+                    if let Some(why) = bpf_problem(filters) {
+                        plan.none_why = Some(format!("BPF '{root}': {why}"));
+                        return plan;
+                    }
+                    plan.cls = Cls::Bpf;
+                    plan.filters = filters.clone();
+                    // One rule per gate a filter names; no match is gate 0, the default.
+                    let mut gates: Vec<u16> = filters.iter().map(|f| f.gate).collect();
+                    gates.sort();
+                    gates.dedup();
+                    let keys = gates
+                        .into_iter()
+                        .map(|g| {
+                            let mut key = [0u8; KEY_MAX];
+                            key[..2].copy_from_slice(&g.to_be_bytes());
+                            (RuleKey::Exact(key), Some(g), 0)
+                        })
+                        .collect();
+                    (keys, Some(0), "no_match")
                 }
                 Node::MacSwap
                 | Node::Update { .. }
@@ -980,13 +1126,26 @@ impl Plan {
             Cls::Lpm => 1,
             Cls::Wild => 2,
             Cls::Vlan => 3,
+            Cls::Bpf => 4,
         };
         b[128..132].copy_from_slice(&cls.to_ne_bytes());
+        b[392..396].copy_from_slice(&(self.filters.len() as u32).to_ne_bytes());
+        b[396..400].copy_from_slice(&self.cbpf_steps().to_ne_bytes());
         b[132..136].copy_from_slice(&(self.wmasks.len() as u32).to_ne_bytes());
         for (t, mask) in self.wmasks.iter().take(WM_MASKS).enumerate() {
             b[136 + KEY_MAX * t..136 + KEY_MAX * (t + 1)].copy_from_slice(mask);
         }
         b
+    }
+
+    /// The interpreter's step bound: every filter runs at most its length in steps (jumps
+    /// go forward), plus one to find it ended.
+    pub fn cbpf_steps(&self) -> u32 {
+        self.filters
+            .iter()
+            .map(|f| f.program.len() as u32 + 1)
+            .sum::<u32>()
+            + 1
     }
 
     /// One gate's chain and what the kernel does with it.
@@ -1044,6 +1203,15 @@ impl Plan {
                     s,
                     "  classifier: {c} (VLANSplit), gate = the outer tag's VID (0 untagged), \
                      the tag popped"
+                ),
+                Cls::Bpf => writeln!(
+                    s,
+                    "  classifier: {c} (BPF), {} filter(s) of {} instruction(s) in all, run in \
+                     the module's order by the program's classic BPF interpreter (at most \
+                     {CBPF_FILTERS} filters of {CBPF_INSNS} instructions); gate = the first \
+                     match, 0 without; multi-buffer frames go up",
+                    self.filters.len(),
+                    self.filters.iter().map(|f| f.program.len()).sum::<usize>()
                 ),
                 Cls::Wild => writeln!(
                     s,
@@ -1124,6 +1292,12 @@ pub enum MapOp {
         ifindex: u32,
         netns: String,
     },
+    /// Write BPF filter slot `slot` (the C `struct cbpf_prog`; the bank the configuration
+    /// does not name yet).
+    Filter {
+        slot: u32,
+        filter: Box<[u8; CBPF_BYTES]>,
+    },
     /// Zero a counter slot before a new rule takes it.
     ResetCounter(u32),
     Put {
@@ -1175,6 +1349,9 @@ pub struct OffloadState {
     progs: HashMap<Vec<Op>, u32>,
     /// The default action's chain (slot SLOT_DEFAULT).
     default_counted: Counted,
+    /// BPF filters installed, and the bank of `cbpf` that holds them.
+    filters: Vec<BpfFilter>,
+    bank: u32,
 }
 
 impl OffloadState {
@@ -1247,9 +1424,17 @@ impl OffloadState {
             .copied()
             .collect();
         gone.sort();
+        // BPF: the old filters run until the configuration names the new bank, and may
+        // still pick a gate whose rule goes: its rule goes after the switch.
+        let mut late = Vec::new();
+        let dels = if plan.cls == Cls::Bpf {
+            &mut late
+        } else {
+            &mut ops
+        };
         for k in gone {
             let (slot, _, (chain, drop)) = self.rules.remove(&k).expect("present");
-            ops.push(MapOp::Delete {
+            dels.push(MapOp::Delete {
                 key: k,
                 slot,
                 chain,
@@ -1299,7 +1484,19 @@ impl OffloadState {
                 .copied()
                 .unwrap_or(0)
         };
+        if plan.cls == Cls::Bpf && plan.filters != self.filters {
+            // The new filters go to the other bank; the configuration switches to it.
+            self.bank ^= 1;
+            for (i, f) in plan.filters.iter().enumerate() {
+                ops.push(MapOp::Filter {
+                    slot: self.bank * CBPF_FILTERS as u32 + i as u32,
+                    filter: f.to_bytes(),
+                });
+            }
+            self.filters = plan.filters.clone();
+        }
         let mut cfg = plan.config_bytes(def_prog);
+        cfg[400..404].copy_from_slice(&self.bank.to_ne_bytes());
         if def_prog == 0 && !plan.default.action.rewrite.is_empty() {
             // No program slot was left for it: the default goes up.
             cfg[8..32].copy_from_slice(&Action::user().to_bytes(SLOT_DEFAULT, 0, 0));
@@ -1308,6 +1505,7 @@ impl OffloadState {
             ops.push(MapOp::Config(cfg));
             self.config = Some(cfg);
         }
+        ops.extend(late);
         self.default_counted = if progless(&plan.default, &self.progs) {
             (Vec::new(), None)
         } else {
@@ -1925,6 +2123,180 @@ mod tests {
             Some(("cls".to_string(), "deadend".to_string()))
         );
         assert!(p.text().contains("VLANSplit"));
+    }
+
+    /// A BPF filter compiled by libpcap, as the module's `get_programs` reports it.
+    fn bpf_filter(expr: &str, gate: u16) -> BpfFilter {
+        let program = bessemer_modules::classify::bpf::compile(expr)
+            .unwrap()
+            .iter()
+            .map(|i| CbpfInsn {
+                code: i.code,
+                jt: i.jt,
+                jf: i.jf,
+                k: i.k,
+            })
+            .collect();
+        BpfFilter {
+            expr: expr.into(),
+            gate,
+            program,
+        }
+    }
+
+    #[test]
+    fn bpf_filters_run_in_the_kernel_with_one_key_per_gate() {
+        let filters = vec![
+            bpf_filter("udp dst port 53", 1),
+            bpf_filter("tcp[tcpflags] & tcp-syn != 0", 0),
+            bpf_filter("vlan and udp", 2),
+            bpf_filter("ip proto 47", 1),
+            bpf_filter("len > 1000", 7),
+        ];
+        let v = chain_view(
+            Node::Bpf {
+                filters: filters.clone(),
+            },
+            "BPF",
+        );
+        let p = v.plan();
+        assert_eq!(p.none_why, None, "{}", p.text());
+        assert_eq!(p.cls, Cls::Bpf);
+        assert_eq!(p.filters, filters);
+        // Gates 0, 1, 2, 7: one key each; no match is gate 0, the default.
+        let key = |g: u16| {
+            let mut k = [0u8; KEY_MAX];
+            k[..2].copy_from_slice(&g.to_be_bytes());
+            RuleKey::Exact(k)
+        };
+        assert_eq!(p.rules.len(), 4);
+        for g in [0u16, 1, 2, 7] {
+            assert!(p.rules.contains(&(key(g), g, 0)), "{:?}", p.rules);
+        }
+        assert_eq!(p.default.chain[0], ("cls".to_string(), Some(0)));
+        assert_eq!(p.gate(1).action.kind, Kind::Tx);
+        assert_eq!(p.gate(2).action.kind, Kind::User);
+        // Gate 7 is unconnected: dropped as the module's deadend.
+        assert_eq!(p.gate(7).action.kind, Kind::Drop);
+        assert_eq!(
+            p.gate(7).drop,
+            Some(("cls".to_string(), "deadend".to_string()))
+        );
+        let n: usize = filters.iter().map(|f| f.program.len()).sum();
+        let c = p.config_bytes(0);
+        assert_eq!(&c[128..132], &4u32.to_ne_bytes());
+        assert_eq!(&c[392..396], &5u32.to_ne_bytes());
+        assert_eq!(&c[396..400], &(n as u32 + 5 + 1).to_ne_bytes());
+        let b = filters[0].to_bytes();
+        assert_eq!(&b[0..4], &(filters[0].program.len() as u32).to_ne_bytes());
+        assert_eq!(&b[4..6], &1u16.to_ne_bytes());
+        assert_eq!(&b[8..10], &filters[0].program[0].code.to_ne_bytes());
+        assert!(p.text().contains("(BPF), 5 filter(s)"), "{}", p.text());
+
+        // Syncs: the filters go to the bank the configuration does not name, then the
+        // configuration switches; unchanged filters are not rewritten.
+        let mut st = OffloadState::new();
+        let ops = st.sync(&p);
+        let slots: Vec<u32> = ops
+            .iter()
+            .filter_map(|o| match o {
+                MapOp::Filter { slot, .. } => Some(*slot),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(slots, (32..37).collect::<Vec<_>>());
+        let cfg_at = ops.iter().position(|o| matches!(o, MapOp::Config(_)));
+        let MapOp::Config(c) = &ops[cfg_at.unwrap()] else {
+            unreachable!()
+        };
+        assert_eq!(&c[400..404], &1u32.to_ne_bytes());
+        assert!(ops
+            .iter()
+            .skip(cfg_at.unwrap())
+            .all(|o| !matches!(o, MapOp::Filter { .. } | MapOp::Put { .. })));
+        assert!(st.sync(&p).is_empty());
+        // A filter deleted: the other bank, and gate 7's key goes after the switch.
+        let mut fewer = filters.clone();
+        fewer.pop();
+        let p2 = chain_view(Node::Bpf { filters: fewer }, "BPF").plan();
+        let ops = st.sync(&p2);
+        let slots: Vec<u32> = ops
+            .iter()
+            .filter_map(|o| match o {
+                MapOp::Filter { slot, .. } => Some(*slot),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(slots, (0..4).collect::<Vec<_>>());
+        let cfg_at = ops
+            .iter()
+            .position(|o| matches!(o, MapOp::Config(_)))
+            .unwrap();
+        let del_at = ops
+            .iter()
+            .position(|o| matches!(o, MapOp::Delete { key: k, .. } if *k == key(7)))
+            .unwrap();
+        assert!(del_at > cfg_at, "{ops:?}");
+    }
+
+    #[test]
+    fn bpf_modules_beyond_the_programs_bounds_say_why() {
+        let plan = |filters: Vec<BpfFilter>| chain_view(Node::Bpf { filters }, "BPF").plan();
+        // No filters: everything leaves by gate 0, in the kernel too.
+        let p = plan(vec![]);
+        assert_eq!(p.none_why, None);
+        assert!(p.rules.is_empty());
+        assert_eq!(p.default.action.kind, Kind::Redirect(0));
+        // 32 filters are run, 33 are not.
+        let many = |n| (0..n).map(|i| bpf_filter("udp", i as u16 % 3)).collect();
+        assert_eq!(plan(many(CBPF_FILTERS)).none_why, None);
+        let p = plan(many(CBPF_FILTERS + 1));
+        let why = p.none_why.clone().unwrap();
+        assert!(why.contains("33 filters") && why.contains("32"), "{why}");
+        assert!(!p.offloads_anything());
+        assert!(p.text().contains("nothing offloaded"));
+        // A program of more than 256 instructions.
+        let mut long = bpf_filter("udp", 1);
+        let ret = *long.program.last().unwrap();
+        long.program = vec![ret; CBPF_INSNS + 1];
+        let why = plan(vec![long]).none_why.unwrap();
+        assert!(why.contains("257 instructions"), "{why}");
+        // An instruction the interpreter does not run (a BPF extension load), a jump out
+        // of the program, no final return.
+        let mut ext = bpf_filter("udp", 1);
+        ext.program[0].code = 0x20 | 0x40 | 0x80;
+        let why = plan(vec![ext]).none_why.unwrap();
+        assert!(why.contains("not one the program runs"), "{why}");
+        let mut jump = bpf_filter("udp", 1);
+        let j = jump.program.iter().position(|i| i.code == 0x15).unwrap();
+        jump.program[j].jf = 250;
+        let why = plan(vec![jump]).none_why.unwrap();
+        assert!(why.contains("jumps out"), "{why}");
+        let mut noret = bpf_filter("udp", 1);
+        noret.program.push(CbpfInsn {
+            code: 0x87,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        });
+        let why = plan(vec![noret]).none_why.unwrap();
+        assert!(why.contains("does not end with a return"), "{why}");
+        // Every opcode libpcap emits for these expressions is one the program runs.
+        for e in [
+            "udp dst port 53",
+            "tcp and src net 10.0.0.0/8",
+            "ip proto 47",
+            "vlan and udp",
+            "ip[8] < 5",
+            "len > 1000",
+            "ether host 02:00:00:00:00:01",
+            "tcp[tcpflags] & tcp-syn != 0",
+            "ip6 and tcp port 80",
+            "icmp[icmptype] = icmp-echo",
+            "ip[2:2] % 7 = 3 or ip[6:2] / 3 > 9 or ip[0] * 2 - 1 ^ 5 = ip[1] >> 1",
+        ] {
+            assert_eq!(plan(vec![bpf_filter(e, 1)]).none_why, None, "{e}");
+        }
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! program cannot do and an unconnected gate. For random, matching and malformed packets
 //! (short, non-IPv4, bad IPv4 headers, VLAN-tagged) the program's verdict, output bytes and
 //! counters must be what the user-space modules do, and rules changed by module commands
-//! after the offload is on must reach the maps. Needs root (bpf) and clang at build time;
+//! after the offload is on must reach the maps. Last, a BPF module's pcap-filter expressions
+//! run by the program's classic BPF interpreter, against the module on the same packets. Needs root (bpf) and clang at build time;
 //! reported as ignored otherwise.
 
 use std::collections::{BTreeMap, HashMap};
@@ -15,8 +16,8 @@ use bessemer_core::testing::Harness;
 use bessemer_core::Value;
 use bessemer_drivers::xdp_offload::XdpOffload;
 use bessemer_planner::offload::{
-    Field, Kind, MapOp, Module, Node, OffloadState, PortInfo, Route, Rule, View, WildRule,
-    SLOT_DEFAULT, SLOT_SHORT,
+    BpfFilter, CbpfInsn, Cls, Field, Kind, MapOp, Module, Node, OffloadState, PortInfo, Route,
+    Rule, View, WildRule, SLOT_DEFAULT, SLOT_SHORT,
 };
 
 const XDP_DROP: u32 = 1;
@@ -92,6 +93,7 @@ fn apply(
             MapOp::Dev { slot, ifindex, .. } => xdp.set_dev(slot, ifindex, "").unwrap(),
             MapOp::ResetCounter(s) => xdp.reset_counter(s).unwrap(),
             MapOp::Prog { slot, prog } => xdp.set_prog(slot, &prog).unwrap(),
+            MapOp::Filter { slot, filter } => xdp.set_filter(slot, &filter).unwrap(),
             MapOp::Put { key, action } => xdp.put_rule(key.map(), &key.bytes(), &action).unwrap(),
             MapOp::Delete {
                 key, slot, chain, ..
@@ -1301,4 +1303,236 @@ fn vlan_split_with_rewrite_chains_equals_user_space() {
         t.kernel_drop.get("deadend").copied().unwrap_or(0) > 0,
         "{t:?}"
     );
+}
+
+// ---- BPF: pcap-filter expressions run by the program's classic BPF interpreter --------------
+
+/// Expressions the BPF differential draws from: ports, networks, protocols, VLAN, header
+/// bytes, the length, MAC addresses, indexed loads (the TCP flags behind a variable IP header
+/// length), arithmetic (modulo, shifts).
+const BPF_EXPRS: [&str; 14] = [
+    "udp dst port 53",
+    "tcp and src net 10.0.0.0/8",
+    "ip proto 47",
+    "vlan and udp",
+    "ip[8] < 5",
+    "len > 1000",
+    "ether host 02:00:00:00:00:03",
+    "tcp[tcpflags] & tcp-syn != 0",
+    "udp port 4789 or tcp dst port 443",
+    "ip[2:2] % 7 = 3",
+    "ether src 02:00:00:00:00:01 and not ip",
+    "dst net 10.1.0.0/16 and (ip[6:2] & 0x1fff) = 0",
+    "arp or ip6",
+    "ip[1] >> 2 = 0 and ip[0] & 0xf > 5",
+];
+
+fn bpf_filter_arg(priority: i64, expr: &str, gate: u64) -> Value {
+    Value::map()
+        .with("priority", priority)
+        .with("filter", expr)
+        .with("gate", gate)
+}
+
+fn bpf_filters_arg(f: Vec<Value>) -> Value {
+    Value::map().with("filters", Value::List(f))
+}
+
+/// BPF's filters and programs, through its `get_programs`, as the daemon reads them.
+fn read_bpf(h: &mut Harness) -> Node {
+    let out = h.command("cls", "get_programs", &Value::map()).unwrap();
+    let int = |v: &Value, k: &str| v.get(k).and_then(Value::as_i64).unwrap();
+    let filters = out
+        .get("filters")
+        .and_then(Value::as_list)
+        .unwrap()
+        .iter()
+        .map(|f| BpfFilter {
+            expr: f.get("filter").and_then(Value::as_str).unwrap().into(),
+            gate: int(f, "gate") as u16,
+            program: f
+                .get("program")
+                .and_then(Value::as_list)
+                .unwrap()
+                .iter()
+                .map(|i| CbpfInsn {
+                    code: int(i, "code") as u16,
+                    jt: int(i, "jt") as u8,
+                    jf: int(i, "jf") as u8,
+                    k: int(i, "k") as u32,
+                })
+                .collect(),
+        })
+        .collect();
+    Node::Bpf { filters }
+}
+
+/// A random packet for the filters: random_packet's (tagged, short, bad headers, random
+/// bytes) with other sources, protocols (TCP with random flags, GRE), TTLs, MAC addresses
+/// and lengths up to 1500.
+fn bpf_packet(rng: &mut Rng) -> Vec<u8> {
+    let mut f = random_packet(rng);
+    let n = f.len();
+    let mut set = |at: usize, v: u8| {
+        if at < n {
+            f[at] = v;
+        }
+    };
+    if rng.below(4) == 0 {
+        set(26, [10, 11, 192][rng.below(3) as usize]);
+    }
+    match rng.below(6) {
+        0 => set(23, 47),
+        1 | 2 => {
+            set(23, 6);
+            set(47, rng.next() as u8);
+        }
+        _ => {}
+    }
+    if rng.below(6) == 0 {
+        set(22, rng.below(8) as u8);
+    }
+    if rng.below(5) == 0 {
+        set(5, 3);
+    }
+    if rng.below(6) == 0 {
+        set(20, rng.below(4) as u8 * 0x20);
+        set(21, rng.below(3) as u8);
+    }
+    if rng.below(6) == 0 {
+        let to = 990 + rng.below(511) as usize;
+        f.extend((n..to).map(|i| i as u8));
+    }
+    f
+}
+
+fn bpf_differential(seed: u64) {
+    let mut rng = Rng(seed);
+    // 12 filters: random expressions, priorities (ties included: the module's order of
+    // addition breaks them) and gates 0..=5 (4 and 5 unconnected: deadend drops).
+    let filters: Vec<Value> = (0..12)
+        .map(|_| {
+            bpf_filter_arg(
+                rng.below(7) as i64 - 3,
+                BPF_EXPRS[rng.below(BPF_EXPRS.len() as u64) as usize],
+                rng.below(6),
+            )
+        })
+        .collect();
+    let mut h = Harness::new();
+    h.add(class("BPF"), "cls", &bpf_filters_arg(filters))
+        .unwrap();
+    let caps = add_chains(&mut h);
+    let node = read_bpf(&mut h);
+    let v = chain_view(&mut h, "BPF", node);
+    let xdp = XdpOffload::load(None).unwrap();
+    let mut st = OffloadState::new();
+    let plan = sync(&xdp, &mut st, &v);
+    assert_eq!(plan.cls, Cls::Bpf);
+    assert_eq!(plan.filters.len(), 12);
+    let mut t = Tally::new(CHAIN_MINS);
+    // Per expression: packets it matched and missed (each filter must do both, or the
+    // packets do not test it).
+    let progs: Vec<_> = BPF_EXPRS
+        .iter()
+        .map(|e| bessemer_modules::classify::bpf::compile(e).unwrap())
+        .collect();
+    let mut hits = [[0u32; 2]; BPF_EXPRS.len()];
+    let start = std::time::Instant::now();
+    for _ in 0..PACKETS {
+        assert!(start.elapsed() < RUN_LIMIT, "the run takes too long");
+        let p = bpf_packet(&mut rng);
+        for (i, prog) in progs.iter().enumerate() {
+            let m = bessemer_modules::classify::bpf::run(prog, &p) != 0;
+            hits[i][usize::from(m)] += 1;
+        }
+        check_packet(&mut h, &caps, &xdp, &p, &mut t);
+    }
+    for (e, [miss, hit]) in BPF_EXPRS.iter().zip(hits) {
+        assert!(miss > 0 && hit > 0, "'{e}': {hit} matched, {miss} missed");
+    }
+    check_counters(&xdp, &st, &t);
+    assert!(t.kernel_gate.get(&0).copied().unwrap_or(0) > 0, "{t:?}");
+    let gates_seen = (0..4u16)
+        .filter(|g| t.user_gate.get(g).copied().unwrap_or(0) > 0)
+        .count();
+    assert!(gates_seen >= 2, "{t:?}");
+}
+
+#[test]
+#[cfg_attr(not(root), ignore = "needs root: bpf(2) and BPF_PROG_TEST_RUN")]
+#[cfg_attr(
+    all(root, not(bpf_clang)),
+    ignore = "needs clang at build time: the XDP offload program is compiled with clang"
+)]
+fn bpf_filters_in_the_kernel_equal_the_module() {
+    for seed in [3u64, 0xb9f_0001, 0x5eed_cafe, 0x1234_4321, 77] {
+        bpf_differential(seed);
+    }
+}
+
+#[test]
+#[cfg_attr(not(root), ignore = "needs root: bpf(2) and BPF_PROG_TEST_RUN")]
+#[cfg_attr(
+    all(root, not(bpf_clang)),
+    ignore = "needs clang at build time: the XDP offload program is compiled with clang"
+)]
+fn bpf_filters_added_and_deleted_by_command_reach_the_kernel() {
+    let mut h = Harness::new();
+    h.add(
+        class("BPF"),
+        "cls",
+        &bpf_filters_arg(vec![
+            bpf_filter_arg(5, "udp dst port 53", 1),
+            bpf_filter_arg(1, "tcp", 4),
+        ]),
+    )
+    .unwrap();
+    let caps = add_chains(&mut h);
+    let xdp = XdpOffload::load(None).unwrap();
+    let mut st = OffloadState::new();
+    let resync = |h: &mut Harness, st: &mut OffloadState| {
+        let node = read_bpf(h);
+        let v = chain_view(h, "BPF", node);
+        let plan = v.plan();
+        assert_eq!(plan.none_why, None, "{}", plan.text());
+        apply(&xdp, st, &plan)
+    };
+    resync(&mut h, &mut st);
+    // A DNS query: gate 1 (TX after VLANPop and MACSwap) in the kernel.
+    let dns = frame(7, 1000, 80);
+    let mut t = Tally::new(CHAIN_MINS);
+    check_packet(&mut h, &caps, &xdp, &dns, &mut t);
+    assert_eq!(t.kernel_gate.get(&1), Some(&1), "{t:?}");
+    // A filter of higher priority added by command: the query now takes gate 0 (redirect).
+    let new = bpf_filter_arg(9, "src host 10.0.0.7", 0);
+    h.command("cls", "add", &bpf_filters_arg(vec![new.clone()]))
+        .unwrap();
+    resync(&mut h, &mut st);
+    let mut t = Tally::new(CHAIN_MINS);
+    check_packet(&mut h, &caps, &xdp, &dns, &mut t);
+    assert_eq!(
+        t.kernel_gate.get(&0),
+        Some(&1),
+        "the new filter runs: {t:?}"
+    );
+    // Deleted again: back to gate 1.
+    h.command("cls", "delete", &bpf_filters_arg(vec![new]))
+        .unwrap();
+    resync(&mut h, &mut st);
+    check_packet(&mut h, &caps, &xdp, &dns, &mut t);
+    assert_eq!(t.kernel_gate.get(&1), Some(&1), "the filter is gone: {t:?}");
+    // A TCP frame goes to unconnected gate 4: dropped in the kernel as the module's deadend;
+    // after `clear`, everything takes gate 0 and gate 4's key is retired with its count.
+    let mut tcp = frame(7, 1000, 80);
+    tcp[23] = 6;
+    check_packet(&mut h, &caps, &xdp, &tcp, &mut t);
+    assert_eq!(t.kernel_drop.get("deadend"), Some(&1), "{t:?}");
+    h.command("cls", "clear", &Value::map()).unwrap();
+    let retired = resync(&mut h, &mut st);
+    assert_eq!(retired.get(&("cls".to_string(), None)), Some(&1));
+    let mut t = Tally::new(CHAIN_MINS);
+    check_packet(&mut h, &caps, &xdp, &dns, &mut t);
+    check_packet(&mut h, &caps, &xdp, &tcp, &mut t);
+    assert_eq!(t.kernel_gate.get(&0), Some(&2), "no filters: gate 0: {t:?}");
 }

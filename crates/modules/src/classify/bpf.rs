@@ -461,6 +461,8 @@ struct Filter {
     priority: i64,
     expr: String,
     gate: u16,
+    /// The program as libpcap compiled it, for `get_programs`.
+    insns: Vec<Insn>,
     prog: Vec<Op>,
     /// The program's accepting paths (None: too complex to merge, so it is interpreted).
     paths: Option<Vec<PathSpec>>,
@@ -506,12 +508,14 @@ fn parse_filters(arg: &Value, msg: &str) -> Result<Vec<Filter>> {
                 "{m}.filter: '{expr}' compiled to a bad program: {e}"
             ))
         })?;
-        let prog = decode(&prog);
+        let insns = prog;
+        let prog = decode(&insns);
         Ok(Filter {
             priority,
             expr,
             gate,
             paths: analyse(&prog),
+            insns,
             prog,
         })
     })
@@ -574,6 +578,33 @@ impl Bpf {
         // As BESS: the installed filters (in priority order), a BPFArg.
         Args::new(arg, "EmptyArg")?.finish()?;
         Ok(self.info())
+    }
+
+    /// The `get_programs` command (Bessemer's own): the filters in the order they are
+    /// tried, each with its classic BPF program as libpcap compiled it (what the XDP
+    /// offload runs in the kernel).
+    fn cmd_get_programs(&self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
+        Args::new(arg, "EmptyArg")?.finish()?;
+        let insn = |i: &Insn| {
+            Value::map()
+                .with("code", i.code as u32)
+                .with("jt", i.jt as u32)
+                .with("jf", i.jf as u32)
+                .with("k", i.k)
+        };
+        let list = self
+            .filters()
+            .list
+            .iter()
+            .map(|f| {
+                Value::map()
+                    .with("priority", f.priority)
+                    .with("filter", f.expr.as_str())
+                    .with("gate", f.gate as i64)
+                    .with("program", Value::List(f.insns.iter().map(insn).collect()))
+            })
+            .collect();
+        Ok(Value::map().with("filters", Value::List(list)))
     }
 }
 
@@ -663,6 +694,13 @@ pub static CLASS: ModuleClass = ModuleClass {
             help: "returns a BPFArg of the installed filters, highest priority first",
             mt_safe: true,
             handler: handler!(Shared Bpf, Bpf::cmd_get_initial_arg),
+        },
+        CommandSpec {
+            name: "get_programs",
+            arg_type: "EmptyArg",
+            help: "(Bessemer) returns the filters in the order they are tried, each with its classic BPF program {code, jt, jf, k} as libpcap compiled it",
+            mt_safe: true,
+            handler: handler!(Shared Bpf, Bpf::cmd_get_programs),
         },
     ],
     drop_reasons: &[],
@@ -931,6 +969,43 @@ mod tests {
         assert!(h
             .command("bpf", "delete", &filters(vec![filter(1, "ip", 9000)]))
             .is_err());
+    }
+
+    #[test]
+    fn get_programs_returns_the_compiled_filters_in_order() {
+        let mut h = Harness::new();
+        let all = filters(vec![
+            filter(1, "ip", 1),
+            filter(10, "udp dst port 53", 2),
+            filter(10, "tcp", 3),
+        ]);
+        h.add(&CLASS, "bpf", &all).unwrap();
+        let out = h.command("bpf", "get_programs", &Value::map()).unwrap();
+        let list = out.get("filters").and_then(Value::as_list).unwrap();
+        let order: Vec<_> = list
+            .iter()
+            .map(|f| f.get("filter").and_then(Value::as_str).unwrap())
+            .collect();
+        // Tried highest priority first, ties in the order added.
+        assert_eq!(order, ["udp dst port 53", "tcp", "ip"]);
+        for (f, expr) in list.iter().zip(order) {
+            let prog: Vec<Insn> = f
+                .get("program")
+                .and_then(Value::as_list)
+                .unwrap()
+                .iter()
+                .map(|i| {
+                    let n = |k: &str| i.get(k).and_then(Value::as_i64).unwrap();
+                    Insn {
+                        code: n("code") as u16,
+                        jt: n("jt") as u8,
+                        jf: n("jf") as u8,
+                        k: n("k") as u32,
+                    }
+                })
+                .collect();
+            assert_eq!(prog, compile(expr).unwrap());
+        }
     }
 
     #[test]
