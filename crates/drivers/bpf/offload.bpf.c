@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 //
 // Bessemer's XDP offload program: the part of a pipeline the planner found the XDP "NIC" can
-// do (crates/planner/src/offload.rs, docs/planner.md "Offload into XDP").
+// do (crates/planner/src/offload/, docs/planner.md "Offload into XDP").
 //
 // Per packet:
 //  1. Classify, by the configured classifier (`config.cls`):
@@ -61,7 +61,7 @@ static long (*bpf_xdp_load_bytes)(struct xdp_md *ctx, __u32 offset, void *buf,
 #define CBPF_FILTERS 32
 #define CBPF_INSNS 256
 
-// Keep in step with crates/planner/src/offload.rs (Action::to_bytes, Plan::config_bytes,
+// Keep in step with crates/planner/src/offload/ (Action::to_bytes, Plan::config_bytes,
 // prog_bytes).
 enum kind { K_XSK = 0, K_DROP = 1, K_TX = 2, K_REDIRECT = 3 };
 #define F_MACSWAP 1
