@@ -43,6 +43,9 @@ struct Opts {
     full: bool,
     list: bool,
     filter: Option<String>,
+    /// `--steps N`: run each pipeline N scheduler rounds once instead of timed runs (for
+    /// callgrind: bench/profile_modules.sh).
+    steps: Option<u64>,
 }
 
 /// Share of `--secs` a light case (no table) runs for, unless `--full`.
@@ -54,6 +57,7 @@ fn parse_opts() -> Opts {
         full: false,
         list: false,
         filter: None,
+        steps: None,
     };
     let mut a = common::Args::new(PROG);
     while let Some(opt) = a.next_opt() {
@@ -64,6 +68,7 @@ fn parse_opts() -> Opts {
             "--only" => o.filter = Some(a.value(&opt)),
             "--full" => o.full = true,
             "--list" => o.list = true,
+            "--steps" => o.steps = Some(a.value(&opt).parse().expect("--steps N")),
             "-h" | "--help" => {
                 println!(
                     "usage: bench-modules [--runs N] [--secs S] [--core C] [--only SUBSTRING] [--quick] [--full] [--list]\n\
@@ -75,7 +80,10 @@ fn parse_opts() -> Opts {
                      --only SUB    only the cases whose name contains SUB (e.g. --only ACL)\n\
                      --quick       3 runs x 0.1 s\n\
                      --full        every case runs for the full --secs\n\
-                     --list        print the case names and exit"
+                     --list        print the case names and exit\n\
+                     --steps N     no timing: run each pipeline N scheduler rounds once and print\n\
+                     \x20             the packet counts (bench/profile_modules.sh runs this under\n\
+                     \x20             callgrind, for instructions per packet)"
                 );
                 std::process::exit(0)
             }
@@ -1269,6 +1277,34 @@ fn measure(b: &mut Bench, secs: f64) -> f64 {
     cpu * 1e9 / pkts.max(1) as f64
 }
 
+/// Runs the pipeline for `steps` scheduler rounds; returns the packets done. Two copies that
+/// callgrind tells apart by name (`--toggle-collect` or inclusive cost): the pipeline without
+/// the class and the one with it.
+#[inline(never)]
+fn steps_base(b: &mut Bench, steps: u64) -> u64 {
+    // Different constants, so that the two bodies are not merged into one function.
+    run_steps(b, steps) + std::hint::black_box(0)
+}
+
+#[inline(never)]
+fn steps_class(b: &mut Bench, steps: u64) -> u64 {
+    run_steps(b, steps) + std::hint::black_box(0) * 2
+}
+
+#[inline(always)]
+fn run_steps(b: &mut Bench, steps: u64) -> u64 {
+    let Bench { g, ctx, tree } = b;
+    let mut n = 0u64;
+    for _ in 0..steps {
+        tree.schedule_once(&mut |t| {
+            let r = ctx.run_task(g, t);
+            n += r.packets as u64;
+            r
+        });
+    }
+    n
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     v[v.len() / 2]
@@ -1285,7 +1321,8 @@ struct Row {
     note: Option<String>,
 }
 
-fn run_case(pool: &PacketPool, mut case: Case, o: &Opts) -> Row {
+/// Measures one case (None with `--steps`: it only ran the pipelines).
+fn run_case(pool: &PacketPool, mut case: Case, o: &Opts) -> Option<Row> {
     let t0 = Instant::now();
     let copy = case.stream.as_ref().map(|st| Stream {
         offset: st.offset,
@@ -1296,6 +1333,12 @@ fn run_case(pool: &PacketPool, mut case: Case, o: &Opts) -> Row {
     let stream = case.stream.take();
     let mut full = build(pool, &case, true, stream);
     let setup = t0.elapsed().as_secs_f64();
+    if let Some(n) = o.steps {
+        let pb = steps_base(&mut base, n);
+        let pc = steps_class(&mut full, n);
+        println!("{}: base {pb} packets, class {pc} packets", case.name);
+        return None;
+    }
     let secs = if case.light && !o.full {
         o.base.secs * LIGHT_SHARE
     } else {
@@ -1343,7 +1386,7 @@ fn run_case(pool: &PacketPool, mut case: Case, o: &Opts) -> Row {
         ds.iter().cloned().fold(f64::INFINITY, f64::min),
         ds.iter().cloned().fold(f64::NEG_INFINITY, f64::max),
     );
-    Row {
+    Some(Row {
         name: case.name,
         key: case.key,
         base_ns: median(bs),
@@ -1352,7 +1395,7 @@ fn run_case(pool: &PacketPool, mut case: Case, o: &Opts) -> Row {
         spread: (lo, hi),
         target: case.target,
         note: case.note,
-    }
+    })
 }
 
 /// Classes with no case, and why (printed under the table).
@@ -1423,7 +1466,9 @@ fn main() {
                     continue;
                 }
             }
-            let r = run_case(&pool, case, &o);
+            let Some(r) = run_case(&pool, case, &o) else {
+                continue;
+            };
             let mpps = 1000.0 / r.class_ns.max(1e-3);
             let met = r.target.map(|t| mpps >= t);
             if met == Some(false) {

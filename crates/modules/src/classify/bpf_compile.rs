@@ -279,14 +279,25 @@ fn size_class(size: u8) -> usize {
     }
 }
 
-/// `N` big-endian bytes at `at`; the caller has checked `at + N <= p.len()`.
+/// Where field `i`'s value sits in the per-packet array. Field indexes are below
+/// `MAX_FIELDS` (a power of two) by construction; the mask only lets the compiler see it, so
+/// that no read or write of a value carries a bounds check.
 #[inline(always)]
-fn be_at<const N: usize>(p: &[u8], at: usize) -> u32 {
-    let mut v = 0u32;
-    for &b in &p[at..at + N] {
-        v = (v << 8) | b as u32;
-    }
-    v
+fn ix(i: u8) -> usize {
+    i as usize & (MAX_FIELDS - 1)
+}
+
+/// `N` big-endian bytes of `p` at `at`, for loads the caller has proven inside the packet.
+///
+/// # Safety
+/// `at + N <= p.len()`.
+#[inline(always)]
+unsafe fn be_at<const N: usize>(p: &[u8], at: usize) -> u32 {
+    debug_assert!(at + N <= p.len());
+    // SAFETY: the caller guarantees the N bytes at `at` are inside `p`; [u8; N] has
+    // alignment 1, so the read needs no alignment.
+    let b = unsafe { p.as_ptr().add(at).cast::<[u8; N]>().read() };
+    b.iter().fold(0u32, |v, &x| (v << 8) | x as u32)
 }
 
 /// `size` big-endian bytes of `p` at `at`, None past the end (as the interpreter's loads).
@@ -308,7 +319,7 @@ fn be(p: &[u8], at: usize, size: u8) -> Option<u32> {
 /// equality is `[k, k]`, `>=` and `>` are intervals up to `u32::MAX`, a bit test is
 /// `value & k` in `[1, MAX]`, and a negation is the interval's complement (an empty one is
 /// `mask` 0, `lo` 1, `span` 0).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Cond {
     field: u8,
     mask: u32,
@@ -317,6 +328,14 @@ struct Cond {
 }
 
 impl Cond {
+    /// A condition every value meets.
+    const ALWAYS: Cond = Cond {
+        field: 0,
+        mask: 0,
+        lo: 0,
+        span: u32::MAX,
+    };
+
     fn new(field: u8, test: Test, expect: bool) -> Cond {
         const NEVER: (u32, u32, u32) = (0, 1, 0);
         let (mask, lo, span) = match test {
@@ -350,7 +369,7 @@ impl Cond {
 
     #[inline(always)]
     fn holds(&self, vals: &[u32; MAX_FIELDS]) -> bool {
-        (vals[self.field as usize] & self.mask).wrapping_sub(self.lo) <= self.span
+        (vals[ix(self.field)] & self.mask).wrapping_sub(self.lo) <= self.span
     }
 }
 
@@ -362,12 +381,22 @@ struct Path {
     conds: (u32, u32),
 }
 
-/// An open-addressing map from a key field's value to a run of path ids in `Merged::lists`.
-#[derive(Clone, Debug, Default)]
+/// An open-addressing map from a key field's value to a run of `Merged::paths`, with a
+/// guard: a condition every path of the table has, checked before the lookup (and dropped
+/// from the paths), so that a packet skips the tables of other protocols (an IPv4 packet the
+/// IPv6 tables) without hashing.
+#[derive(Clone, Debug)]
 struct KeyTable {
     field: u8,
     shift: u32,
-    /// (value, start, len); len 0 = empty slot.
+    /// Fields the guard and the lookup read (the key and the guard's field): a packet
+    /// missing one cannot take any path here (they all need both).
+    need: u64,
+    guard: Cond,
+    /// The first filter of any path here: once a filter before it has matched, the table
+    /// cannot change the result.
+    first: u32,
+    /// (value, start, len) of runs of `Merged::paths`; len 0 = empty slot.
     slots: Vec<(u32, u32, u32)>,
 }
 
@@ -385,6 +414,9 @@ impl KeyTable {
         let mut t = KeyTable {
             field,
             shift: 32 - bits,
+            need: 0,
+            guard: Cond::ALWAYS,
+            first: 0,
             slots: vec![(0, 0, 0); 1 << bits],
         };
         let m = t.slots.len() - 1;
@@ -419,15 +451,22 @@ pub struct Merged {
     fields: Vec<Field>,
     /// How to compute `fields`.
     plan: FieldPlan,
+    /// Accepting paths, grouped in runs (one per key table value, then the unkeyed ones),
+    /// each run in filter order: a lookup yields a range of this array, not a list of ids.
     paths: Vec<Path>,
     conds: Vec<Cond>,
     keys: Vec<KeyTable>,
-    /// Path ids, runs per key value, each in filter order.
-    lists: Vec<u32>,
-    /// Paths without an equality to file them under, in filter order.
-    unkeyed: Vec<u32>,
+    /// The run of paths without an equality to file them under.
+    unkeyed: (u32, u32),
     /// Filters the interpreter runs, in order.
     slow: Vec<u32>,
+}
+
+/// A path before it is laid out: its filter, needed fields and conditions.
+struct Pending {
+    filter: u32,
+    need: u64,
+    conds: Vec<Cond>,
 }
 
 impl Merged {
@@ -474,10 +513,10 @@ impl Merged {
                 }
             }
         }
-        let mut by_key: HashMap<u8, HashMap<u32, Vec<u32>>> = HashMap::new();
+        // Paths in filter order, by key field and value (or unkeyed).
+        let mut by_key: HashMap<u8, HashMap<u32, Vec<Pending>>> = HashMap::new();
+        let mut unkeyed: Vec<Pending> = Vec::new();
         'paths: for (fi, p) in accepted {
-            let pid = m.paths.len() as u32;
-            let start = m.conds.len() as u32;
             let mut need = 0u64;
             for f in p.loads.iter().chain(p.conds.iter().map(|c| &c.0)) {
                 need |= 1 << field_ix[&f.unmasked()];
@@ -494,34 +533,35 @@ impl Merged {
             // here: those conditions are dropped, or the path with them if one fails (it
             // can never be taken). The key's own equality is what the lookup checks.
             let mut known: Vec<(Field, u32)> = key.into_iter().collect();
+            let mut conds = Vec::new();
             for &(f, t, expect) in &p.conds {
                 match known.iter().find(|kv| kv.0 == f) {
                     Some(&(_, c)) if t.holds(c) == expect => {}
-                    Some(_) => {
-                        m.conds.truncate(start as usize);
-                        continue 'paths;
-                    }
+                    Some(_) => continue 'paths,
                     None => {
                         if let (Test::Eq(k), true) = (t, expect) {
                             known.push((f, k));
                         }
-                        m.conds.push(Cond::new(field_ix[&f], t, expect));
+                        let c = Cond::new(field_ix[&f], t, expect);
+                        if !conds.contains(&c) {
+                            conds.push(c);
+                        }
                     }
                 }
             }
-            m.paths.push(Path {
+            let pending = Pending {
                 filter: fi,
                 need,
-                conds: (start, m.conds.len() as u32),
-            });
+                conds,
+            };
             match key {
                 Some((f, k)) => by_key
                     .entry(field_ix[&f])
                     .or_default()
                     .entry(k)
                     .or_default()
-                    .push(pid),
-                None => m.unkeyed.push(pid),
+                    .push(pending),
+                None => unkeyed.push(pending),
             }
         }
         for (i, f) in m.fields.iter().enumerate() {
@@ -551,14 +591,51 @@ impl Merged {
         let mut fields: Vec<_> = by_key.into_iter().collect();
         fields.sort_by_key(|(f, _)| *f);
         for (f, vals) in fields {
+            // The guard: the first condition of the table's first path that every path of
+            // the table has.
+            let all = || vals.values().flatten();
+            let guard = all().next().and_then(|p0| {
+                p0.conds
+                    .iter()
+                    .copied()
+                    .find(|c| all().all(|p| p.conds.contains(c)))
+            });
+            let first = all().map(|p| p.filter).min().unwrap_or(0);
             let mut entries = Vec::new();
             for (v, list) in vals {
-                entries.push((v, m.lists.len() as u32, list.len() as u32));
-                m.lists.extend(list);
+                let start = m.paths.len() as u32;
+                for p in list {
+                    m.push_path(p, guard);
+                }
+                entries.push((v, start, m.paths.len() as u32 - start));
             }
-            m.keys.push(KeyTable::build(f, &entries));
+            let mut t = KeyTable::build(f, &entries);
+            t.need = 1 << f;
+            t.first = first;
+            if let Some(g) = guard {
+                t.guard = g;
+                t.need |= 1 << g.field;
+            }
+            m.keys.push(t);
         }
+        let start = m.paths.len() as u32;
+        for p in unkeyed {
+            m.push_path(p, None);
+        }
+        m.unkeyed = (start, m.paths.len() as u32);
         m
+    }
+
+    /// Appends a path, without the condition `guard` its table checks before the lookup.
+    fn push_path(&mut self, p: Pending, guard: Option<Cond>) {
+        let start = self.conds.len() as u32;
+        self.conds
+            .extend(p.conds.into_iter().filter(|c| Some(*c) != guard));
+        self.paths.push(Path {
+            filter: p.filter,
+            need: p.need,
+            conds: (start, self.conds.len() as u32),
+        });
     }
 
     #[inline(always)]
@@ -590,25 +667,27 @@ impl Merged {
         let plan = &self.plan;
         let mut valid = 0u64;
         if let Some(i) = plan.len {
-            vals[i as usize] = p.len() as u32;
+            vals[ix(i)] = p.len() as u32;
             valid |= 1 << i;
         }
         if p.len() >= plan.abs_end {
+            // SAFETY (the three loops): every fixed-offset load ends at or before
+            // `abs_end` (FieldPlan), which this packet reaches.
             for &(i, at) in &plan.abs[0] {
-                vals[i as usize] = be_at::<1>(p, at);
+                vals[ix(i)] = unsafe { be_at::<1>(p, at) };
             }
             for &(i, at) in &plan.abs[1] {
-                vals[i as usize] = be_at::<2>(p, at);
+                vals[ix(i)] = unsafe { be_at::<2>(p, at) };
             }
             for &(i, at) in &plan.abs[2] {
-                vals[i as usize] = be_at::<4>(p, at);
+                vals[ix(i)] = unsafe { be_at::<4>(p, at) };
             }
             valid |= plan.abs_bits;
         } else {
             for (c, size) in [(0, 1), (1, 2), (2, 4)] {
                 for &(i, at) in &plan.abs[c] {
                     if let Some(v) = be(p, at, size) {
-                        vals[i as usize] = v;
+                        vals[ix(i)] = v;
                         valid |= 1 << i;
                     }
                 }
@@ -616,24 +695,23 @@ impl Merged {
         }
         for &(i, x, off, size) in &plan.ind {
             if valid & (1 << x) != 0 {
-                let at = ((vals[x as usize] & 0x0f) << 2) as usize + off as usize;
+                let at = ((vals[ix(x)] & 0x0f) << 2) as usize + off as usize;
                 if let Some(v) = be(p, at, size) {
-                    vals[i as usize] = v;
+                    vals[ix(i)] = v;
                     valid |= 1 << i;
                 }
             }
         }
         for &(i, j, mask) in &plan.masked {
             if valid & (1 << j) != 0 {
-                vals[i as usize] = vals[j as usize] & mask;
+                vals[ix(i)] = vals[ix(j)] & mask;
                 valid |= 1 << i;
             }
         }
         let vals = &*vals;
         let mut best = u32::MAX;
-        let scan = |ids: &[u32], best: &mut u32| {
-            for &pid in ids {
-                let path = &self.paths[pid as usize];
+        let scan = |start: u32, end: u32, best: &mut u32| {
+            for path in &self.paths[start as usize..end as usize] {
                 if path.filter >= *best {
                     break;
                 }
@@ -644,16 +722,15 @@ impl Merged {
             }
         };
         for k in &self.keys {
-            if valid & (1 << k.field) == 0 {
+            // One branch for the three reasons to skip the table (which of them holds
+            // varies from packet to packet; the non-short-circuit `&` keeps it one).
+            if !((k.need & !valid == 0) & k.guard.holds(vals) & (k.first < best)) {
                 continue;
             }
-            let (start, len) = k.get(vals[k.field as usize]);
-            scan(
-                &self.lists[start as usize..(start + len) as usize],
-                &mut best,
-            );
+            let (start, len) = k.get(vals[ix(k.field)]);
+            scan(start, start + len, &mut best);
         }
-        scan(&self.unkeyed, &mut best);
+        scan(self.unkeyed.0, self.unkeyed.1, &mut best);
         for &fi in &self.slow {
             if fi >= best {
                 break;
@@ -756,7 +833,7 @@ pub(crate) mod tests {
             assert!(analyse(&prog_of(e)).is_some(), "{e}");
         }
         let m = merged(&[prog_of("udp dst port 53"), prog_of("udp dst port 54")]);
-        assert!(m.slow.is_empty() && m.unkeyed.is_empty());
+        assert!(m.slow.is_empty() && m.unkeyed.0 == m.unkeyed.1);
     }
 
     /// Constants and values around the edges the interval form wraps at.
