@@ -15,12 +15,14 @@ use bessemer_core::port::{
 use bessemer_core::{Args, Engine, PacketBatch, PoolCache, Result, Value};
 use common::{add_module, add_sink, add_source, add_two_workers, engine, eventually, packets};
 
-/// An in-memory port: incoming queue i makes 60-byte frames until `limit` frames in all
-/// were made (counted in `made`); an outgoing queue takes every other packet of a batch and
-/// frees it (the rest stay in the batch: the sender's `tx_failed`).
+/// An in-memory port: incoming queue i makes 60-byte frames until its share of `limit` was
+/// made (each queue its own traffic, as RSS gives it: with one shared budget a fast worker
+/// drained every frame before the other one started, and a queue saw none); an outgoing queue
+/// takes every other packet of a batch and frees it (the rest stay in the batch: the sender's
+/// `tx_failed`).
 struct MemPort {
-    made: Arc<AtomicU64>,
     limit: u64,
+    queues: u64,
 }
 
 struct MemRx {
@@ -33,7 +35,7 @@ struct MemTx;
 impl RxQueue for MemRx {
     fn recv(&mut self, cache: &mut PoolCache, batch: &mut PacketBatch, max: usize) -> usize {
         let want = max.min(batch.room()) as u64;
-        // Reserve frames from the shared budget, so the total made is exact.
+        // Reserve frames from the queue's budget, so the total made is exact.
         let mut got = 0;
         let _ = self
             .made
@@ -67,10 +69,13 @@ impl TxQueue for MemTx {
 }
 
 impl Port for MemPort {
-    fn rx_queue(&self, _qid: usize) -> Result<Box<dyn RxQueue>> {
+    fn rx_queue(&self, qid: usize) -> Result<Box<dyn RxQueue>> {
+        // Queue i's share: limit / queues, the remainder to the first ones; exact in sum.
+        let q = qid as u64;
+        let share = self.limit / self.queues + u64::from(q < self.limit % self.queues);
         Ok(Box::new(MemRx {
-            made: self.made.clone(),
-            limit: self.limit,
+            made: Arc::default(),
+            limit: share,
         }))
     }
     fn tx_queue(&self, _qid: usize) -> Result<Box<dyn TxQueue>> {
@@ -93,8 +98,8 @@ fn create(p: &PortParams, arg: &Value) -> Result<NewPort> {
     a.finish()?;
     Ok(NewPort {
         port: Box::new(MemPort {
-            made: Arc::default(),
             limit,
+            queues: p.num_inc_q.max(1) as u64,
         }),
         num_inc_q: p.num_inc_q.max(1),
         num_out_q: p.num_out_q.max(1),
