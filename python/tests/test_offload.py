@@ -297,6 +297,32 @@ def rt_state(b: BESS) -> tuple[dict[int, int], dict[str, int]]:
     return {og.ogate: og.pkts for og in info.ogates}, {d.reason: d.count for d in info.drops}
 
 
+def user_then_offloaded(b: BESS, ns, hosts, frames, state):
+    """Sends `frames` from A with the offload off, then on (skipped when this daemon has no
+    offload); both runs must give B the same frames and move every gate and drop counter
+    by the same amounts. Returns the plan's text, those gate and drop moves, and B's frames."""
+
+    def delta(new, old):
+        return {k: v - old.get(k, 0) for k, v in new.items() if v - old.get(k, 0)}
+
+    g0, d0 = state(b)
+    user_b, _ = both_sides(ns, hosts, frames, 5)
+    g1, d1 = state(b)
+    try:
+        plan = b.offload("pa", "on")
+    except BESS.Error as exc:
+        if "XDP offload unavailable" in exc.errmsg:
+            pytest.skip(exc.errmsg)
+        raise
+    assert plan.enabled, plan.plan
+    off_b, _ = both_sides(ns, hosts, frames, 5)
+    g2, d2 = state(b)
+    assert delta(g1, g0) == delta(g2, g1), (g0, g1, g2, b.offload("pa").plan)
+    assert delta(d1, d0) == delta(d2, d1), (d0, d1, d2, b.offload("pa").plan)
+    assert off_b == user_b, (len(off_b), len(user_b))
+    return plan.plan, delta(g1, g0), delta(d1, d0), user_b
+
+
 def test_ip_lookup_with_update_offloaded_agrees_and_follows_commands(offload_net):
     """in_a -> rt (IPLookup): 10.1.0.0/16 -> upd (Update: destination MAC) -> out_b,
     10.1.2.0/24 -> drop, 10.2.0.0/16 -> sink, no /0 route (misses: no_match). The same
@@ -336,28 +362,10 @@ def test_ip_lookup_with_update_offloaded_agrees_and_follows_commands(offload_net
             f = f[: rng.randrange(14, 34)]  # truncated: up, too_short
         frames.append(f)
 
-    g0, d0 = rt_state(b)
-    user_b, _ = both_sides(ns, hosts, frames, 5)
-    g1, d1 = rt_state(b)
-    try:
-        plan = b.offload("pa", "on")
-    except BESS.Error as exc:
-        if "XDP offload unavailable" in exc.errmsg:
-            pytest.skip(exc.errmsg)
-        raise
-    assert plan.enabled, plan.plan
-    assert "classifier: rt (IPLookup)" in plan.plan, plan.plan
-    assert "after rewrites" in plan.plan and "XDP_DROP" in plan.plan, plan.plan
-    off_b, _ = both_sides(ns, hosts, frames, 5)
-    g2, d2 = rt_state(b)
-
-    def delta(new, old):
-        return {k: v - old.get(k, 0) for k, v in new.items() if v - old.get(k, 0)}
-
-    assert delta(g1, g0) == delta(g2, g1), (g0, g1, g2, b.offload("pa").plan)
-    assert delta(d1, d0) == delta(d2, d1), (d0, d1, d2, b.offload("pa").plan)
-    assert off_b == user_b, (len(off_b), len(user_b))
-    assert user_b and all(d in delta(d1, d0) for d in ("rule_drop", "no_match", "not_ipv4"))
+    plan, gates, drops, user_b = user_then_offloaded(b, ns, hosts, frames, rt_state)
+    assert "classifier: rt (IPLookup)" in plan, plan
+    assert "after rewrites" in plan and "XDP_DROP" in plan, plan
+    assert user_b and all(d in drops for d in ("rule_drop", "no_match", "not_ipv4"))
     report = b.offload("pa").plan
     assert "rt ogate 0" in report and "rt drop no_match" in report, report
     # ShowErrors counts the kernel's drops too.
@@ -438,29 +446,11 @@ def test_wildcard_match_with_vlan_pop_offloaded_agrees_and_follows_commands(offl
             f = f[: rng.randrange(14, 34)]  # too short for the key: up, default (drop)
         frames.append(f)
 
-    g0, d0 = wm_state(b)
-    user_b, _ = both_sides(ns, hosts, frames, 5)
-    g1, d1 = wm_state(b)
-    try:
-        plan = b.offload("pa", "on")
-    except BESS.Error as exc:
-        if "XDP offload unavailable" in exc.errmsg:
-            pytest.skip(exc.errmsg)
-        raise
-    assert plan.enabled, plan.plan
-    assert "classifier: wm (WildcardMatch)" in plan.plan, plan.plan
-    assert "3 mask(s)" in plan.plan, plan.plan
-    off_b, _ = both_sides(ns, hosts, frames, 5)
-    g2, d2 = wm_state(b)
-
-    def delta(new, old):
-        return {k: v - old.get(k, 0) for k, v in new.items() if v - old.get(k, 0)}
-
-    assert delta(g1, g0) == delta(g2, g1), (g0, g1, g2, b.offload("pa").plan)
-    assert delta(d1, d0) == delta(d2, d1), (d0, d1, d2, b.offload("pa").plan)
-    assert off_b == user_b, (len(off_b), len(user_b))
-    assert user_b and all(delta(g1, g0).get(g) for g in (0, 1, 2)), delta(g1, g0)
-    assert all(delta(d1, d0).get(r) for r in ("rule_drop", "no_match")), delta(d1, d0)
+    plan, gates, drops, user_b = user_then_offloaded(b, ns, hosts, frames, wm_state)
+    assert "classifier: wm (WildcardMatch)" in plan, plan
+    assert "3 mask(s)" in plan, plan
+    assert user_b and all(gates.get(g) for g in (0, 1, 2)), gates
+    assert all(drops.get(r) for r in ("rule_drop", "no_match")), drops
     report = b.offload("pa").plan
     assert "wm ogate 1" in report and "wm drop rule_drop" in report, report
 
@@ -532,29 +522,11 @@ def test_bpf_offloaded_agrees_and_follows_commands(offload_net):
             f = f[: rng.randrange(14, 40)]  # truncated: loads past the end do not match
         frames.append(f)
 
-    g0, d0 = bpf_state(b)
-    user_b, _ = both_sides(ns, hosts, frames, 5)
-    g1, d1 = bpf_state(b)
-    try:
-        plan = b.offload("pa", "on")
-    except BESS.Error as exc:
-        if "XDP offload unavailable" in exc.errmsg:
-            pytest.skip(exc.errmsg)
-        raise
-    assert plan.enabled, plan.plan
-    assert "classifier: bpf (BPF), 4 filter(s)" in plan.plan, plan.plan
-    assert "user space (Bypass 'slow'" in plan.plan, plan.plan
-    off_b, _ = both_sides(ns, hosts, frames, 5)
-    g2, d2 = bpf_state(b)
-
-    def delta(new, old):
-        return {k: v - old.get(k, 0) for k, v in new.items() if v - old.get(k, 0)}
-
-    assert delta(g1, g0) == delta(g2, g1), (g0, g1, g2, b.offload("pa").plan)
-    assert delta(d1, d0) == delta(d2, d1), (d0, d1, d2, b.offload("pa").plan)
-    assert off_b == user_b, (len(off_b), len(user_b))
-    assert user_b and all(delta(g1, g0).get(g) for g in (0, 1, 2)), delta(g1, g0)
-    assert delta(d1, d0).get("deadend"), delta(d1, d0)  # gate 3, unconnected
+    plan, gates, drops, user_b = user_then_offloaded(b, ns, hosts, frames, bpf_state)
+    assert "classifier: bpf (BPF), 4 filter(s)" in plan, plan
+    assert "user space (Bypass 'slow'" in plan, plan
+    assert user_b and all(gates.get(g) for g in (0, 1, 2)), gates
+    assert drops.get("deadend"), drops  # gate 3, unconnected
     report = b.offload("pa").plan
     assert "bpf ogate 0" in report and "bpf drop deadend" in report, report
 
