@@ -74,6 +74,8 @@ pub fn parse_rss_table(text: &str) -> Vec<u16> {
 pub enum Step {
     /// `ethtool ARGS`.
     Ethtool(Vec<String>),
+    /// `ethtool ARGS` inserting the ntuple rule at location `loc`.
+    Rule { loc: u32, args: Vec<String> },
     /// Write Mb/s (0: unlimited) to `queues/tx-Q/tx_maxrate`.
     TxMaxrate { queue: u16, mbps: u32 },
 }
@@ -81,7 +83,9 @@ pub enum Step {
 impl std::fmt::Display for Step {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Step::Ethtool(a) => write!(f, "ethtool {}", a.join(" ")),
+            Step::Ethtool(a) | Step::Rule { args: a, .. } => {
+                write!(f, "ethtool {}", a.join(" "))
+            }
             Step::TxMaxrate { queue, mbps } => write!(f, "tx-{queue} tx_maxrate {mbps}"),
         }
     }
@@ -166,7 +170,10 @@ pub fn steps(nic: &EthtoolNic, cfg: &NicConfig) -> Result<Vec<Step>, ModelError>
             }
         };
         a.extend(["action".into(), action, "loc".into(), loc.to_string()]);
-        out.push(Step::Ethtool(a));
+        out.push(Step::Rule {
+            loc: loc as u32,
+            args: a,
+        });
     }
     for (q, l) in cfg.limits.iter().enumerate() {
         if let Some(mbps) = l {
@@ -190,7 +197,7 @@ pub fn commands(nic: &EthtoolNic, cfg: &NicConfig) -> Result<Vec<String>, ModelE
     Ok(steps(nic, cfg)?
         .into_iter()
         .map(|s| match s {
-            Step::Ethtool(_) => s.to_string(),
+            Step::Ethtool(_) | Step::Rule { .. } => s.to_string(),
             Step::TxMaxrate { queue, mbps } => format!(
                 "echo {mbps} > /sys/class/net/{}/queues/tx-{queue}/tx_maxrate",
                 nic.iface
@@ -359,20 +366,20 @@ pub fn apply(
     let used: Vec<u32> = (0..cfg.filters.len() as u32).collect();
     let mut result = Ok(());
     for step in &plan {
-        if let Step::Ethtool(a) = step {
-            if a[0] == "-N" {
-                let loc: u32 = a[a.len() - 1].parse().unwrap_or(u32::MAX);
-                if before.rules.contains(&loc) && !applied.removed.contains(&loc) {
-                    if let Err(e) = run_ethtool(netns, &["-N", iface, "delete", &loc.to_string()]) {
-                        result = Err(format!("ethtool -N {iface} delete {loc}: {e}"));
-                        break;
-                    }
-                    applied.removed.push(loc);
+        if let Step::Rule { loc, .. } = step {
+            let loc = *loc;
+            if before.rules.contains(&loc) && !applied.removed.contains(&loc) {
+                if let Err(e) = run_ethtool(netns, &["-N", iface, "delete", &loc.to_string()]) {
+                    result = Err(format!("ethtool -N {iface} delete {loc}: {e}"));
+                    break;
                 }
+                applied.removed.push(loc);
             }
         }
         let r = match step {
-            Step::Ethtool(a) => run_in(netns, "ethtool", a).map(|_| ()),
+            Step::Ethtool(a) | Step::Rule { args: a, .. } => {
+                run_in(netns, "ethtool", a).map(|_| ())
+            }
             Step::TxMaxrate { queue, mbps } => write_tx_maxrate(iface, netns, *queue, *mbps),
         };
         if let Err(e) = r {
@@ -412,9 +419,8 @@ fn undo(nic: &EthtoolNic, netns: Option<&str>, before: &Before, applied: &Applie
     let mut left = Vec::new();
     for step in applied.done.iter().rev() {
         let r = match step {
-            Step::Ethtool(a) if a[0] == "-N" => {
-                let loc = a[a.len() - 1].clone();
-                run_ethtool(netns, &["-N", iface, "delete", &loc])
+            Step::Rule { loc, .. } => {
+                run_ethtool(netns, &["-N", iface, "delete", &loc.to_string()])
             }
             Step::Ethtool(_) => {
                 let n = before.rss.iter().max().map_or(0, |m| *m as usize + 1);
