@@ -81,6 +81,9 @@ pub struct Context {
     spare: Vec<Box<PacketBatch>>,
     pending: Vec<Pending>,
     cur_input: *const PacketBatch,
+    /// `cur_input` while `forward`'s fast path may move it: nothing pending and nothing
+    /// moved yet; null otherwise. One pointer compare then stands for three checks.
+    fast_input: *const PacketBatch,
     /// Where the batch being processed was forwarded whole (`dst` NO_MOVE: it was not).
     moved: Moved,
 }
@@ -103,6 +106,7 @@ impl Context {
             spare: (0..16).map(|_| Box::new(PacketBatch::new())).collect(),
             pending: Vec::with_capacity(64),
             cur_input: std::ptr::null(),
+            fast_input: std::ptr::null(),
             moved: Moved::NONE,
         }
     }
@@ -300,13 +304,7 @@ impl Context {
         // no hooks, nothing else pending, and the batch forwarded is the one the module was
         // given. The runner then moves that batch itself once the module returns, so nothing
         // is copied; the batch looks empty meanwhile.
-        if !node.multi
-            && og.hooks.is_empty()
-            && !og.track_bits
-            && self.pending.is_empty()
-            && std::ptr::eq(batch, self.cur_input)
-            && self.moved.dst == Moved::NONE.dst
-        {
+        if og.plain && std::ptr::eq(batch, self.fast_input) {
             og.stats.packets.add(n as u64);
             og.stats.batches.add(1);
             self.moved = Moved {
@@ -315,6 +313,7 @@ impl Context {
                 prio: og.dst_prio,
                 n,
             };
+            self.fast_input = std::ptr::null();
             // SAFETY: the packets stay in the slots; the runner restores the count.
             unsafe { batch.set_len(0) };
             return;
@@ -341,13 +340,14 @@ impl Context {
                 prio,
                 n: batch.len(),
             };
+            self.fast_input = std::ptr::null();
             // SAFETY: as in `forward`.
             unsafe { batch.set_len(0) };
             return;
         }
         let mut b = self.spare();
         b.append(batch);
-        self.pending.push(Pending {
+        self.push_pending(Pending {
             prio,
             dst,
             igate,
@@ -369,12 +369,7 @@ impl Context {
         let node = self.node();
         if let Some(Some(og)) = node.ogates.get(ogate as usize) {
             // The common case, as in `forward`: plain counters, no hooks, nothing pending.
-            if n != 0
-                && !node.multi
-                && og.hooks.is_empty()
-                && !og.track_bits
-                && self.pending.is_empty()
-            {
+            if n != 0 && og.plain && self.pending.is_empty() {
                 og.stats.packets.add(n as u64);
                 og.stats.batches.add(1);
                 let p = Pending {
@@ -399,13 +394,22 @@ impl Context {
         debug_assert!(self.pending.is_empty() && self.pending.capacity() > 0);
         self.pending.as_mut_ptr().write(p);
         self.pending.set_len(1);
+        self.fast_input = std::ptr::null();
+    }
+
+    /// Adds a batch to the pending list (so `forward` of the input batch takes the general
+    /// path, which merges).
+    #[inline(always)]
+    fn push_pending(&mut self, p: Pending) {
+        self.pending.push(p);
+        self.fast_input = std::ptr::null();
     }
 
     /// `send` for everything but its common case.
     #[inline(never)]
     fn send_general(&mut self, ogate: u16, mut batch: Box<PacketBatch>) {
         match self.route(ogate, &mut batch) {
-            Some((dst, igate, prio)) => self.pending.push(Pending {
+            Some((dst, igate, prio)) => self.push_pending(Pending {
                 prio,
                 dst,
                 igate,
@@ -493,13 +497,18 @@ impl Context {
                 self.spare.push(cur.batch);
                 match self.pop_pending() {
                     Some(p) => cur = p,
-                    None => return,
+                    None => break,
                 }
                 continue;
             }
             let igate = cur.igate;
             let batch = &mut *cur.batch;
             self.cur_input = batch;
+            self.fast_input = if self.pending.is_empty() {
+                batch
+            } else {
+                std::ptr::null()
+            };
             if !node.ihooks.is_empty() {
                 if let Some(h) = node.ihooks.get(igate as usize) {
                     crate::hook::run_hooks(h, batch);
@@ -516,12 +525,14 @@ impl Context {
                 }),
                 InstanceCell::Shared(m) => m.process_batch(self, batch, igate),
             }
-            self.cur_input = std::ptr::null();
             if !self.touched.is_empty() {
                 self.flush_outputs(graph);
             }
             if self.moved.dst != Moved::NONE.dst {
-                let moved = std::mem::replace(&mut self.moved, Moved::NONE);
+                // Only `dst` says whether a move is recorded; the rest is overwritten
+                // with the next move.
+                let moved = self.moved;
+                self.moved.dst = Moved::NONE.dst;
                 if batch.is_empty() {
                     // SAFETY: slots 0..n still hold the forwarded packets (see `forward`).
                     unsafe { batch.set_len(moved.n) };
@@ -536,7 +547,7 @@ impl Context {
                     self.pending.push(cur);
                     match self.pop_pending() {
                         Some(p) => cur = p,
-                        None => return,
+                        None => break,
                     }
                     continue;
                 }
@@ -554,9 +565,12 @@ impl Context {
             self.spare.push(cur.batch);
             match self.pop_pending() {
                 Some(p) => cur = p,
-                None => return,
+                None => break,
             }
         }
+        // Set per module call above and left until here: outside a run no batch is the input.
+        self.cur_input = std::ptr::null();
+        self.fast_input = std::ptr::null();
     }
 
     #[inline(always)]

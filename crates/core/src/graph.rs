@@ -98,6 +98,9 @@ pub(crate) struct OGate {
     pub(crate) stats: GateStats,
     pub(crate) track_bits: bool,
     pub(crate) hooks: Vec<NamedHook>,
+    /// No hooks, no bit tracking and a module of one worker: `forward`'s fast path may
+    /// move a batch through (kept by [`Pipeline::refresh_plain`] after every change).
+    pub(crate) plain: bool,
 }
 
 pub(crate) enum InstanceCell {
@@ -532,6 +535,7 @@ impl Pipeline {
                 stats: GateStats::default(),
                 track_bits: false,
                 hooks: Vec::new(),
+                plain: false,
             });
             let d = self.nodes[dst as usize].as_mut().unwrap();
             if d.igates.len() <= igate as usize {
@@ -565,8 +569,20 @@ impl Pipeline {
         Ok(())
     }
 
+    /// Recomputes every output gate's `plain` flag (after a change of hooks, bit tracking,
+    /// connections or worker placement).
+    pub(crate) fn refresh_plain(&mut self) {
+        for n in self.nodes.iter_mut().flatten() {
+            let multi = n.multi;
+            for og in n.ogates.iter_mut().flatten() {
+                og.plain = !multi && og.hooks.is_empty() && !og.track_bits;
+            }
+        }
+    }
+
     /// Recomputes derived state: input-gate priorities and metadata offsets.
     pub fn recompute(&mut self) -> Result<()> {
+        self.refresh_plain();
         let ids: Vec<u32> = (0..self.nodes.len() as u32)
             .filter(|&i| self.nodes[i as usize].is_some())
             .collect();
@@ -670,6 +686,7 @@ impl Pipeline {
                 n.multi = mask.count_ones() > 1;
             }
         }
+        self.refresh_plain();
     }
 
     /// Modules run by more workers than their class allows (BESS's
@@ -798,6 +815,7 @@ impl Pipeline {
                 g.track_bits = on;
             }
         }
+        self.refresh_plain();
         Ok(())
     }
 
@@ -982,6 +1000,7 @@ impl Pipeline {
                 hook: hook.clone(),
             });
         }
+        self.refresh_plain();
         Ok(())
     }
 
@@ -1002,6 +1021,7 @@ impl Pipeline {
             hooks.retain(|h| h.name != name);
             removed += before - hooks.len();
         }
+        self.refresh_plain();
         if removed == 0 {
             return Err(Error::not_found(format!(
                 "module '{module}' has no hook named '{name}' on that gate"
@@ -1052,6 +1072,7 @@ impl Pipeline {
                 og.track_bits = on;
             }
         }
+        self.refresh_plain();
         Ok(())
     }
 

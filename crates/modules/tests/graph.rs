@@ -155,3 +155,55 @@ fn counters_agree_along_a_chain() {
     assert_eq!(a, b);
     assert_eq!(h.in_use(), 0);
 }
+
+/// Counts the packets of the batches it sees.
+struct CountingHook(std::sync::atomic::AtomicU64);
+
+impl bessemer_core::hook::GateHook for CountingHook {
+    fn class_name(&self) -> &'static str {
+        "Counting"
+    }
+    fn on_batch(&self, batch: &bessemer_core::PacketBatch) {
+        self.0
+            .fetch_add(batch.len() as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn hooks_and_bit_tracking_added_or_removed_between_batches_apply_to_the_next_one() {
+    use bessemer_core::hook::GateDir;
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+    let mut h = Harness::new();
+    h.add(class("Bypass"), "a", &Value::map()).unwrap();
+    h.add(class("Bypass"), "b", &Value::map()).unwrap();
+    h.add(class("Sink"), "sink", &Value::Null).unwrap();
+    h.connect("a", 0, "b", 0).unwrap();
+    h.connect("b", 0, "sink", 0).unwrap();
+    let batch = vec![vec![0u8; 100]; 5];
+    h.inject("a", 0, &batch);
+    let hook = Arc::new(CountingHook(Default::default()));
+    h.graph
+        .add_hook("b", GateDir::Out, Some(0), "count", hook.clone())
+        .unwrap();
+    h.inject("a", 0, &batch);
+    assert_eq!(
+        hook.0.load(Ordering::Relaxed),
+        5,
+        "hook added after traffic"
+    );
+    h.graph.track_gate("a", Some(0), true).unwrap();
+    h.inject("a", 0, &batch);
+    assert_eq!(hook.0.load(Ordering::Relaxed), 10);
+    assert_eq!(h.graph.ogate_counts("a", 0).unwrap().bits, 5 * 800);
+    h.graph
+        .remove_hook("b", GateDir::Out, Some(0), "count")
+        .unwrap();
+    h.graph.track_gate("a", Some(0), false).unwrap();
+    h.inject("a", 0, &batch);
+    assert_eq!(hook.0.load(Ordering::Relaxed), 10, "hook removed");
+    assert_eq!(h.graph.ogate_counts("a", 0).unwrap().bits, 5 * 800);
+    let c = h.graph.ogate_counts("b", 0).unwrap();
+    assert_eq!((c.packets, c.batches), (20, 4));
+    assert_eq!(h.in_use(), 0);
+}
