@@ -1,8 +1,11 @@
 //! `make bench-core`: the dataplane core's costs per core, against BESS's published figures.
 //!
 //! Runs each pipeline on this thread, pinned, through the same scheduler and executor a
-//! worker uses; reports Mpps per second of thread CPU time and TSC cycles per packet, the
-//! median of several runs with the spread (min..max). Ends with one JSON line.
+//! worker uses; reports Mpps per second of thread CPU time and TSC cycles per packet. Each
+//! case is built afresh in several heap layouts (the allocations before it shifted by a few
+//! cache lines each time) and run twice in each: a figure is the median over the layouts,
+//! the spread shows what layout alone moves, and a case whose two runs in one layout differ
+//! by more than 10 % is marked busy. Ends with one JSON line.
 
 use std::time::Instant;
 
@@ -36,14 +39,21 @@ struct Opts {
     /// Run exactly this many steps per case, once, instead of for a time (for instruction
     /// counts under callgrind, which do not depend on time).
     steps: Option<u64>,
+    /// Heap layouts each case is built in (`--layouts N`); `base.runs` runs in each.
+    layouts: usize,
 }
+
+/// How far each layout shifts the allocations a case makes, in bytes: 13 cache lines, so
+/// that five layouts spread a case's objects over most of a 4 KiB page's offsets.
+const LAYOUT_STEP: usize = 13 * 64;
 
 fn parse_opts() -> Opts {
     let mut o = Opts {
-        base: common::Base::new(5, 0.4),
+        base: common::Base::new(2, 0.2),
         skip_sched: false,
         only: None,
         steps: None,
+        layouts: 5,
     };
     let mut a = common::Args::new(PROG);
     while let Some(opt) = a.next_opt() {
@@ -52,20 +62,29 @@ fn parse_opts() -> Opts {
         }
         match opt.as_str() {
             "--skip-sched" => o.skip_sched = true,
+            "--layouts" => o.layouts = a.value("--layouts").parse().expect("--layouts N"),
             "--only" => o.only = Some(a.value("--only")),
             "--steps" => {
                 o.steps = Some(a.value("--steps").parse().expect("--steps N"));
                 o.base.runs = 1;
+                o.layouts = 1;
             }
             "-h" | "--help" => {
                 println!(
-                    "usage: bench-core [--runs N] [--secs S] [--core C] [--skip-sched] [--quick] [--only CASE-PREFIX] [--steps N]"
+                    "usage: bench-core [--layouts N] [--runs N] [--secs S] [--core C] [--skip-sched] [--quick] [--only CASE-PREFIX] [--steps N]\n  \
+                     --layouts N  heap layouts each case is built in (default 5, --quick 3)\n  \
+                     --runs N     runs per layout (default 2)\n  \
+                     --secs S     seconds per run (default 0.2)"
                 );
                 std::process::exit(0)
             }
             other => a.unknown(other),
         }
     }
+    if o.base.quick && o.steps.is_none() {
+        o.layouts = o.layouts.min(3);
+    }
+    o.layouts = o.layouts.max(1);
     o
 }
 
@@ -79,6 +98,8 @@ struct Stat {
     median: Sample,
     min_mpps: f64,
     max_mpps: f64,
+    /// The largest spread between the runs of one layout (see `Stat::spread`).
+    within: f64,
 }
 
 /// Spread (max − min over the median) above which a row is marked as measured on a busy
@@ -86,18 +107,32 @@ struct Stat {
 const BUSY_SPREAD: f64 = 0.10;
 
 impl Stat {
+    /// Spread between runs of the same build: what other load, not the code or its layout,
+    /// moved.
     fn spread(&self) -> f64 {
-        (self.max_mpps - self.min_mpps) / self.median.mpps.max(1e-9)
+        self.within
     }
 }
 
 fn summarize(mut v: Vec<Sample>) -> Stat {
     v.sort_by(|a, b| a.mpps.partial_cmp(&b.mpps).unwrap());
+    let (min_mpps, max_mpps) = (v[0].mpps, v[v.len() - 1].mpps);
+    let median = v[v.len() / 2];
     Stat {
-        median: v[v.len() / 2],
-        min_mpps: v[0].mpps,
-        max_mpps: v[v.len() - 1].mpps,
+        median,
+        min_mpps,
+        max_mpps,
+        within: (max_mpps - min_mpps) / median.mpps.max(1e-9),
     }
+}
+
+/// Combines one case's measurements in several layouts: the median over the layouts of
+/// each layout's median run, the layouts' range, and the worst spread inside a layout.
+fn over_layouts(per_layout: Vec<Stat>) -> Stat {
+    let within = per_layout.iter().map(|s| s.within).fold(0.0, f64::max);
+    let mut s = summarize(per_layout.iter().map(|s| s.median).collect());
+    s.within = within;
+    s
 }
 
 /// With `--steps N`: runs `step` exactly N times (no warm-up), for instruction counts.
@@ -498,15 +533,16 @@ fn main() {
     let ghz = tsc::hz() as f64 / 1e9;
     let pool = PacketPool::new("bench", 16384, PagePolicy::Auto).expect("packet pool");
     println!(
-        "# bench-core: batch capacity {MAX_BURST}, TSC {ghz:.2} GHz, pinned to core {}, {} runs × {:.1} s, pages: {}",
+        "# bench-core: batch capacity {MAX_BURST}, TSC {ghz:.2} GHz, pinned to core {}, {} layouts × {} runs × {:.2} s, pages: {}",
         o.base.core,
+        o.layouts,
         o.base.runs,
         o.base.secs,
         pool.page_kind()
     );
     println!(
         "{:<28} {:>10} {:>18} {:>10} {:>12}",
-        "case", "Mpps", "spread (min..max)", "cyc/pkt", "vs BESS"
+        "case", "Mpps", "layouts min..max", "cyc/pkt", "vs BESS"
     );
     let mut json: Vec<(String, String)> = vec![
         ("batch".into(), MAX_BURST.to_string()),
@@ -519,7 +555,18 @@ fn main() {
         if !wanted(name) {
             return;
         }
-        let s = run();
+        let s = over_layouts(
+            (0..o.layouts)
+                .map(|l| {
+                    // Held while the case is built and run, so that its allocations land
+                    // elsewhere in each layout.
+                    let shift = std::hint::black_box(vec![0u8; l * LAYOUT_STEP]);
+                    let s = run();
+                    drop(shift);
+                    s
+                })
+                .collect(),
+        );
         let reference = BESS_REF.iter().find(|(n, _)| *n == name).map(|(_, v)| *v);
         let ratio = reference
             .map(|r| format!("{:.2}x", s.median.mpps / r))
