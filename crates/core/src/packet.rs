@@ -310,18 +310,32 @@ impl Packet {
     #[inline(always)]
     pub fn set_data_blocks<const B: usize>(&mut self, blocks: &[[u8; 64]; B], len: usize) -> bool {
         debug_assert!(len <= B * 64);
+        let Some(at) = self.reset_at_home(len, B * 64) else {
+            return false;
+        };
+        // SAFETY: `reset_at_home` checked that B * 64 bytes fit from `at`.
+        unsafe { (at as *mut [[u8; 64]; B]).write_unaligned(*blocks) };
+        true
+    }
+
+    /// Makes the packet `len` bytes long at its home offset and returns where its data now
+    /// starts, for a caller that writes the bytes itself (`room` bytes from there, `len` or
+    /// more, are inside the buffer); None, packet unchanged, if the buffer has less room.
+    /// The bytes are left as they were: the caller writes them.
+    #[inline(always)]
+    pub fn reset_at_home(&mut self, len: usize, room: usize) -> Option<*mut u8> {
+        debug_assert!(len <= room);
         let off = {
             let d = self.desc_mut();
-            if B * 64 > d.frame_size as usize - d.home_off as usize {
-                return false;
+            if room > d.frame_size as usize - d.home_off as usize {
+                return None;
             }
             d.data_off = d.home_off;
             d.data_len = len as u32;
             d.home_off as usize
         };
-        // SAFETY: B * 64 <= capacity = frame_size - home_off, checked above.
-        unsafe { (self.frame().add(off) as *mut [[u8; 64]; B]).write_unaligned(*blocks) };
-        true
+        // SAFETY: `off` is inside the frame (home_off < frame_size).
+        Some(unsafe { self.frame().add(off) })
     }
 
     /// Replaces the contents with the first `len` bytes of `padded`, copying all of `padded`

@@ -56,14 +56,52 @@ fn fill_all(pkts: &mut [Packet], t: &Template) {
     }
 }
 
-/// `fill_all` compiled for AVX2.
+/// `fill_all` compiled for AVX2. A template of one or two blocks is held in vector registers
+/// for the whole batch, so each packet costs only stores: loading it again for every packet
+/// (as the plain copy does, since the stores might overlap it) made the copy's speed depend on
+/// where the template happened to lie relative to the packets (a load whose address matches a
+/// recent store's in its low 12 bits waits for that store): 180-380 Mpps over heap layouts.
 ///
 /// # Safety
 /// The CPU must support AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn fill_all_avx2(pkts: &mut [Packet], t: &Template) {
-    fill_all(pkts, t)
+    use std::arch::x86_64::{__m256i, _mm256_loadu_si256, _mm256_storeu_si256};
+    /// Writes the `N` registers of `regs` (32 bytes each) into every packet.
+    #[inline(always)]
+    unsafe fn store_all<const N: usize>(pkts: &mut [Packet], regs: [__m256i; N], len: usize) {
+        for p in pkts {
+            if let Some(at) = p.reset_at_home(len, N * 32) {
+                for (k, r) in regs.iter().enumerate() {
+                    // SAFETY: `reset_at_home` checked that N * 32 bytes fit from `at`.
+                    unsafe { _mm256_storeu_si256((at as *mut __m256i).add(k), *r) };
+                }
+            }
+        }
+    }
+    let src = t.blocks.as_ptr() as *const __m256i;
+    // SAFETY: `blocks` holds 2 (or 4) whole 32-byte halves of 64-byte blocks.
+    unsafe {
+        match t.blocks.len() {
+            1 => store_all(
+                pkts,
+                [_mm256_loadu_si256(src), _mm256_loadu_si256(src.add(1))],
+                t.len,
+            ),
+            2 => store_all(
+                pkts,
+                [
+                    _mm256_loadu_si256(src),
+                    _mm256_loadu_si256(src.add(1)),
+                    _mm256_loadu_si256(src.add(2)),
+                    _mm256_loadu_si256(src.add(3)),
+                ],
+                t.len,
+            ),
+            _ => fill_all(pkts, t),
+        }
+    }
 }
 
 fn has_avx2() -> bool {
