@@ -6,7 +6,7 @@
 //! reach the same input gate are merged (when they fit in one batch) before it runs.
 
 use crate::batch::{PacketBatch, MAX_BURST};
-use crate::graph::{InstanceCell, Node, Pipeline};
+use crate::graph::{InstanceCell, Node, OGate, Pipeline};
 use crate::metadata::AttrOffset;
 use crate::module::{CoreDrop, DropReason, CORE_BASE};
 use crate::packet::Packet;
@@ -41,20 +41,19 @@ fn locked<R>(node: &Node, f: impl FnOnce() -> R) -> R {
     f()
 }
 
-/// A forward of the batch being processed, recorded for the runner to carry out.
+/// A forward of the batch being processed, recorded for the runner to carry out: the gate
+/// (its destination is read there once the module returns) and the packet count.
 #[derive(Clone, Copy)]
 struct Moved {
-    dst: u32,
-    igate: u16,
-    prio: u32,
+    /// Null: nothing was moved. Valid until the module returns (the graph does not change
+    /// during a run).
+    og: *const OGate,
     n: usize,
 }
 
 impl Moved {
     const NONE: Moved = Moved {
-        dst: u32::MAX,
-        igate: 0,
-        prio: 0,
+        og: std::ptr::null(),
         n: 0,
     };
 }
@@ -307,12 +306,7 @@ impl Context {
         if og.plain && std::ptr::eq(batch, self.fast_input) {
             og.stats.packets.add(n as u64);
             og.stats.batches.add(1);
-            self.moved = Moved {
-                dst: og.dst,
-                igate: og.igate,
-                prio: og.dst_prio,
-                n,
-            };
+            self.moved = Moved { og, n };
             self.fast_input = std::ptr::null();
             // SAFETY: the packets stay in the slots; the runner restores the count.
             unsafe { batch.set_len(0) };
@@ -330,16 +324,11 @@ impl Context {
     /// `forward` for everything but its common case.
     #[inline(never)]
     fn forward_general(&mut self, ogate: u16, batch: &mut PacketBatch) {
-        let Some((dst, igate, prio)) = self.route(ogate, batch) else {
+        let Some(og) = self.route(ogate, batch) else {
             return;
         };
-        if std::ptr::eq(batch, self.cur_input) && self.moved.dst == Moved::NONE.dst {
-            self.moved = Moved {
-                dst,
-                igate,
-                prio,
-                n: batch.len(),
-            };
+        if std::ptr::eq(batch, self.cur_input) && self.moved.og.is_null() {
+            self.moved = Moved { og, n: batch.len() };
             self.fast_input = std::ptr::null();
             // SAFETY: as in `forward`.
             unsafe { batch.set_len(0) };
@@ -348,9 +337,9 @@ impl Context {
         let mut b = self.spare();
         b.append(batch);
         self.push_pending(Pending {
-            prio,
-            dst,
-            igate,
+            prio: og.dst_prio,
+            dst: og.dst,
+            igate: og.igate,
             batch: b,
         });
     }
@@ -409,10 +398,10 @@ impl Context {
     #[inline(never)]
     fn send_general(&mut self, ogate: u16, mut batch: Box<PacketBatch>) {
         match self.route(ogate, &mut batch) {
-            Some((dst, igate, prio)) => self.push_pending(Pending {
-                prio,
-                dst,
-                igate,
+            Some(og) => self.push_pending(Pending {
+                prio: og.dst_prio,
+                dst: og.dst,
+                igate: og.igate,
                 batch,
             }),
             None => self.spare.push(batch),
@@ -423,7 +412,7 @@ impl Context {
     /// or None when it was dealt with here: empty, dropped at an unconnected gate, or merged
     /// into a batch already waiting for the same input gate.
     #[inline(always)]
-    fn route(&mut self, ogate: u16, batch: &mut PacketBatch) -> Option<(u32, u16, u32)> {
+    fn route<'g>(&mut self, ogate: u16, batch: &mut PacketBatch) -> Option<&'g OGate> {
         if batch.is_empty() {
             return None;
         }
@@ -443,14 +432,13 @@ impl Context {
                 .bits
                 .add_by(batch.pkts().iter().map(|p| p.bits()).sum(), node.multi);
         }
-        let (dst, igate, prio) = (og.dst, og.igate, og.dst_prio);
         for p in self.pending.iter_mut() {
-            if p.dst == dst && p.igate == igate && p.batch.len() + n <= MAX_BURST {
+            if p.dst == og.dst && p.igate == og.igate && p.batch.len() + n <= MAX_BURST {
                 p.batch.append(batch);
                 return None;
             }
         }
-        Some((dst, igate, prio))
+        Some(og)
     }
 
     fn enqueue(&mut self, ogate: u16, b: Box<PacketBatch>) {
@@ -491,8 +479,10 @@ impl Context {
         let Some(mut cur) = self.pop_pending() else {
             return;
         };
+        // The module `cur` goes to: looked up for a batch taken from the pending list, taken
+        // from the gate for one moved on directly.
+        let mut node = graph.node(cur.dst);
         loop {
-            let node = graph.node(cur.dst);
             self.cur_node = node;
             hops += 1;
             if hops > MAX_HOPS {
@@ -502,6 +492,7 @@ impl Context {
                     Some(p) => cur = p,
                     None => break,
                 }
+                node = graph.node(cur.dst);
                 continue;
             }
             let igate = cur.igate;
@@ -531,20 +522,25 @@ impl Context {
             if !self.touched.is_empty() {
                 self.flush_outputs(graph);
             }
-            if self.moved.dst != Moved::NONE.dst {
-                // Only `dst` says whether a move is recorded; the rest is overwritten
-                // with the next move.
+            if !self.moved.og.is_null() {
+                // Only `og` says whether a move is recorded; `n` is overwritten with the
+                // next move.
                 let moved = self.moved;
-                self.moved.dst = Moved::NONE.dst;
+                self.moved.og = std::ptr::null();
+                // SAFETY: set by `forward` during this module call, to a gate of `graph`.
+                let og = unsafe { &*moved.og };
                 if batch.is_empty() {
                     // SAFETY: slots 0..n still hold the forwarded packets (see `forward`).
                     unsafe { batch.set_len(moved.n) };
-                    cur.dst = moved.dst;
-                    cur.igate = moved.igate;
-                    cur.prio = moved.prio;
+                    cur.dst = og.dst;
+                    cur.igate = og.igate;
+                    cur.prio = og.dst_prio;
                     if self.pending.is_empty() {
                         // A batch forwarded whole, with nothing else pending, runs next
                         // directly.
+                        debug_assert!(std::ptr::eq(og.dst_node, graph.node(og.dst)));
+                        // SAFETY: `refresh_gates` points it at the live node `dst` names.
+                        node = unsafe { &*og.dst_node };
                         continue;
                     }
                     self.pending.push(cur);
@@ -552,6 +548,7 @@ impl Context {
                         Some(p) => cur = p,
                         None => break,
                     }
+                    node = graph.node(cur.dst);
                     continue;
                 }
                 // The module refilled the batch after forwarding it: the forwarded packets
@@ -570,6 +567,7 @@ impl Context {
                 Some(p) => cur = p,
                 None => break,
             }
+            node = graph.node(cur.dst);
         }
         // Set per module call above and left until here: outside a run no batch is the input.
         self.cur_input = std::ptr::null();

@@ -99,9 +99,19 @@ pub(crate) struct OGate {
     pub(crate) track_bits: bool,
     pub(crate) hooks: Vec<NamedHook>,
     /// No hooks, no bit tracking and a module of one worker: `forward`'s fast path may
-    /// move a batch through (kept by [`Pipeline::refresh_plain`] after every change).
+    /// move a batch through (kept by [`Pipeline::refresh_gates`] after every change).
     pub(crate) plain: bool,
+    /// The node `dst` names, so that a batch moved through the gate reaches its module
+    /// without a lookup (kept by [`Pipeline::refresh_gates`], which every change of the
+    /// node list or of the connections runs).
+    pub(crate) dst_node: *const Node,
 }
+
+// SAFETY: `dst_node` is only read, by workers running the pipeline it points into, and is
+// rewritten only through `&mut Pipeline` (workers paused).
+unsafe impl Send for OGate {}
+// SAFETY: as for Send.
+unsafe impl Sync for OGate {}
 
 pub(crate) enum InstanceCell {
     Exclusive(UnsafeCell<Box<dyn Module>>),
@@ -536,6 +546,7 @@ impl Pipeline {
                 track_bits: false,
                 hooks: Vec::new(),
                 plain: false,
+                dst_node: std::ptr::null(),
             });
             let d = self.nodes[dst as usize].as_mut().unwrap();
             if d.igates.len() <= igate as usize {
@@ -569,20 +580,26 @@ impl Pipeline {
         Ok(())
     }
 
-    /// Recomputes every output gate's `plain` flag (after a change of hooks, bit tracking,
-    /// connections or worker placement).
-    pub(crate) fn refresh_plain(&mut self) {
+    /// Recomputes every output gate's `plain` flag and destination pointer (after a change
+    /// of hooks, bit tracking, connections, modules or worker placement).
+    pub(crate) fn refresh_gates(&mut self) {
+        let at: Vec<*const Node> = self
+            .nodes
+            .iter()
+            .map(|n| n.as_ref().map_or(std::ptr::null(), |n| n as *const Node))
+            .collect();
         for n in self.nodes.iter_mut().flatten() {
             let multi = n.multi;
             for og in n.ogates.iter_mut().flatten() {
                 og.plain = !multi && og.hooks.is_empty() && !og.track_bits;
+                og.dst_node = at[og.dst as usize];
             }
         }
     }
 
     /// Recomputes derived state: input-gate priorities and metadata offsets.
     pub fn recompute(&mut self) -> Result<()> {
-        self.refresh_plain();
+        self.refresh_gates();
         let ids: Vec<u32> = (0..self.nodes.len() as u32)
             .filter(|&i| self.nodes[i as usize].is_some())
             .collect();
@@ -686,7 +703,7 @@ impl Pipeline {
                 n.multi = mask.count_ones() > 1;
             }
         }
-        self.refresh_plain();
+        self.refresh_gates();
     }
 
     /// Modules run by more workers than their class allows (BESS's
@@ -815,7 +832,7 @@ impl Pipeline {
                 g.track_bits = on;
             }
         }
-        self.refresh_plain();
+        self.refresh_gates();
         Ok(())
     }
 
@@ -1000,7 +1017,7 @@ impl Pipeline {
                 hook: hook.clone(),
             });
         }
-        self.refresh_plain();
+        self.refresh_gates();
         Ok(())
     }
 
@@ -1021,7 +1038,7 @@ impl Pipeline {
             hooks.retain(|h| h.name != name);
             removed += before - hooks.len();
         }
-        self.refresh_plain();
+        self.refresh_gates();
         if removed == 0 {
             return Err(Error::not_found(format!(
                 "module '{module}' has no hook named '{name}' on that gate"
@@ -1072,7 +1089,7 @@ impl Pipeline {
                 og.track_bits = on;
             }
         }
-        self.refresh_plain();
+        self.refresh_gates();
         Ok(())
     }
 

@@ -207,3 +207,31 @@ fn hooks_and_bit_tracking_added_or_removed_between_batches_apply_to_the_next_one
     assert_eq!((c.packets, c.batches), (20, 4));
     assert_eq!(h.in_use(), 0);
 }
+
+#[test]
+fn a_chain_keeps_forwarding_after_modules_are_added_and_removed_around_it() {
+    // The runner moves a batch to the next module through a pointer the gate keeps; adding
+    // modules grows the module list (moving it in memory) and removing one empties a slot,
+    // so every change must leave those pointers right (debug builds also check each use).
+    let mut h = Harness::new();
+    h.add(class("Bypass"), "a", &Value::map()).unwrap();
+    h.add(class("Bypass"), "b", &Value::map()).unwrap();
+    h.add(class("Sink"), "sink", &Value::Null).unwrap();
+    h.connect("a", 0, "b", 0).unwrap();
+    h.connect("b", 0, "sink", 0).unwrap();
+    let batch = vec![vec![0u8; 60]; 7];
+    h.inject("a", 0, &batch);
+    for i in 0..200 {
+        h.add(class("Bypass"), &format!("extra{i}"), &Value::map())
+            .unwrap();
+    }
+    h.inject("a", 0, &batch);
+    // (Gate counters live on the connection: read them before it goes.)
+    assert_eq!(h.graph.igate_counts("sink", 0).unwrap().packets, 14);
+    h.graph.disconnect("b", 0).unwrap();
+    h.add(class("Sink"), "sink2", &Value::Null).unwrap();
+    h.connect("b", 0, "sink2", 0).unwrap();
+    h.inject("a", 0, &batch);
+    assert_eq!(h.graph.igate_counts("sink2", 0).unwrap().packets, 7);
+    assert_eq!(h.in_use(), 0);
+}

@@ -4,6 +4,8 @@ use bessemer_core::{tsc, Args, Context, Instance, Module, ModuleClass, PacketBat
 
 /// Forwards batches unchanged after busy-waiting the configured cycles.
 pub struct Bypass {
+    /// Any of the three is non-zero (one test per batch on the plain path).
+    burns: bool,
     per_batch: u64,
     per_packet: u64,
     per_byte: u64,
@@ -28,7 +30,7 @@ impl Bypass {
 
 impl Module for Bypass {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, igate: u16) {
-        if self.per_batch | self.per_packet | self.per_byte != 0 {
+        if self.burns {
             return self.burn_and_forward(ctx, batch, igate);
         }
         ctx.forward(igate, batch);
@@ -65,6 +67,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         let per_byte = a.uint("cycles_per_byte", u32::MAX as u64)?.unwrap_or(0);
         a.finish()?;
         Ok(Instance::Exclusive(Box::new(Bypass {
+            burns: per_batch | per_packet | per_byte != 0,
             per_batch,
             per_packet,
             per_byte,
