@@ -169,17 +169,23 @@ impl bessemer_core::hook::GateHook for CountingHook {
     }
 }
 
-#[test]
-fn hooks_and_bit_tracking_added_or_removed_between_batches_apply_to_the_next_one() {
-    use bessemer_core::hook::GateDir;
-    use std::sync::atomic::Ordering;
-    use std::sync::Arc;
+/// a (Bypass) -> b (Bypass) -> sink.
+fn bypass_chain() -> Harness {
     let mut h = Harness::new();
     h.add(class("Bypass"), "a", &Value::map()).unwrap();
     h.add(class("Bypass"), "b", &Value::map()).unwrap();
     h.add(class("Sink"), "sink", &Value::Null).unwrap();
     h.connect("a", 0, "b", 0).unwrap();
     h.connect("b", 0, "sink", 0).unwrap();
+    h
+}
+
+#[test]
+fn hooks_and_bit_tracking_added_or_removed_between_batches_apply_to_the_next_one() {
+    use bessemer_core::hook::GateDir;
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+    let mut h = bypass_chain();
     let batch = vec![vec![0u8; 100]; 5];
     h.inject("a", 0, &batch);
     let hook = Arc::new(CountingHook(Default::default()));
@@ -213,12 +219,7 @@ fn a_chain_keeps_forwarding_after_modules_are_added_and_removed_around_it() {
     // The runner moves a batch to the next module through a pointer the gate keeps; adding
     // modules grows the module list (moving it in memory) and removing one empties a slot,
     // so every change must leave those pointers right (debug builds also check each use).
-    let mut h = Harness::new();
-    h.add(class("Bypass"), "a", &Value::map()).unwrap();
-    h.add(class("Bypass"), "b", &Value::map()).unwrap();
-    h.add(class("Sink"), "sink", &Value::Null).unwrap();
-    h.connect("a", 0, "b", 0).unwrap();
-    h.connect("b", 0, "sink", 0).unwrap();
+    let mut h = bypass_chain();
     let batch = vec![vec![0u8; 60]; 7];
     h.inject("a", 0, &batch);
     for i in 0..200 {
@@ -226,8 +227,14 @@ fn a_chain_keeps_forwarding_after_modules_are_added_and_removed_around_it() {
             .unwrap();
     }
     h.inject("a", 0, &batch);
+    for i in (0..200).step_by(3) {
+        h.graph
+            .remove_module(&format!("extra{i}"), &mut h.ctx)
+            .unwrap();
+    }
+    h.inject("a", 0, &batch);
     // (Gate counters live on the connection: read them before it goes.)
-    assert_eq!(h.graph.igate_counts("sink", 0).unwrap().packets, 14);
+    assert_eq!(h.graph.igate_counts("sink", 0).unwrap().packets, 21);
     h.graph.disconnect("b", 0).unwrap();
     h.add(class("Sink"), "sink2", &Value::Null).unwrap();
     h.connect("b", 0, "sink2", 0).unwrap();
