@@ -21,8 +21,8 @@ use bessemer_core::{Engine, Error, Result, Value};
 use bessemer_drivers::af_xdp_port;
 use bessemer_drivers::xdp_offload::XdpOffload;
 use bessemer_planner::offload::{
-    BpfFilter, CbpfInsn, Chain, Field, MapOp, Module, Node, OffloadState, Plan, PortInfo, Route,
-    Rule, View, WildRule, SLOT_SHORT,
+    BpfFilter, Chain, Field, MapOp, Module, Node, OffloadState, Plan, PortInfo, Route, Rule, View,
+    WildRule, SLOT_SHORT,
 };
 
 /// Kernel counts: per (module, ogate) of the chains, and per (module, drop reason).
@@ -192,34 +192,8 @@ fn ip_lookup(e: &mut Engine, name: &str) -> Result<Node> {
 /// their compiled programs, through its `get_programs`.
 fn bpf(e: &mut Engine, name: &str) -> Result<Node> {
     let out = e.command(name, "get_programs", &Value::map())?;
-    let empty: &[Value] = &[];
-    let int = |v: &Value, k: &str| v.get(k).and_then(Value::as_i64).unwrap_or(0);
-    let filters = out
-        .get("filters")
-        .and_then(Value::as_list)
-        .unwrap_or(empty)
-        .iter()
-        .map(|f| BpfFilter {
-            expr: f
-                .get("filter")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string(),
-            gate: int(f, "gate") as u16,
-            program: f
-                .get("program")
-                .and_then(Value::as_list)
-                .unwrap_or(empty)
-                .iter()
-                .map(|i| CbpfInsn {
-                    code: int(i, "code") as u16,
-                    jt: int(i, "jt") as u8,
-                    jf: int(i, "jf") as u8,
-                    k: int(i, "k") as u32,
-                })
-                .collect(),
-        })
-        .collect();
+    let filters = BpfFilter::list_from_answer(&out)
+        .map_err(|m| Error::invalid(format!("module '{name}': {m}")))?;
     Ok(Node::Bpf { filters })
 }
 

@@ -16,8 +16,8 @@ use bessemer_core::testing::Harness;
 use bessemer_core::Value;
 use bessemer_drivers::xdp_offload::XdpOffload;
 use bessemer_planner::offload::{
-    BpfFilter, CbpfInsn, Cls, Field, Kind, MapOp, Module, Node, OffloadState, PortInfo, Route,
-    Rule, View, WildRule, SLOT_DEFAULT, SLOT_SHORT,
+    BpfFilter, Cls, Field, Kind, MapOp, Module, Node, OffloadState, PortInfo, Route, Rule, View,
+    WildRule, SLOT_DEFAULT, SLOT_SHORT,
 };
 
 const XDP_DROP: u32 = 1;
@@ -1341,30 +1341,9 @@ fn bpf_filters_arg(f: Vec<Value>) -> Value {
 /// BPF's filters and programs, through its `get_programs`, as the daemon reads them.
 fn read_bpf(h: &mut Harness) -> Node {
     let out = h.command("cls", "get_programs", &Value::map()).unwrap();
-    let int = |v: &Value, k: &str| v.get(k).and_then(Value::as_i64).unwrap();
-    let filters = out
-        .get("filters")
-        .and_then(Value::as_list)
-        .unwrap()
-        .iter()
-        .map(|f| BpfFilter {
-            expr: f.get("filter").and_then(Value::as_str).unwrap().into(),
-            gate: int(f, "gate") as u16,
-            program: f
-                .get("program")
-                .and_then(Value::as_list)
-                .unwrap()
-                .iter()
-                .map(|i| CbpfInsn {
-                    code: int(i, "code") as u16,
-                    jt: int(i, "jt") as u8,
-                    jf: int(i, "jf") as u8,
-                    k: int(i, "k") as u32,
-                })
-                .collect(),
-        })
-        .collect();
-    Node::Bpf { filters }
+    Node::Bpf {
+        filters: BpfFilter::list_from_answer(&out).unwrap(),
+    }
 }
 
 /// A random packet for the filters: random_packet's (tagged, short, bad headers, random

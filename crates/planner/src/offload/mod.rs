@@ -228,6 +228,49 @@ pub struct BpfFilter {
 }
 
 impl BpfFilter {
+    /// The filters of a BPF module's `get_programs` answer (`filters: [{filter, gate,
+    /// program: [{code, jt, jf, k}]}]`), in the order the module tries them; an error names
+    /// the field that is missing or of the wrong type.
+    pub fn list_from_answer(out: &bessemer_core::Value) -> Result<Vec<BpfFilter>, String> {
+        use bessemer_core::Value;
+        let list = |v: &Value, k: &str| {
+            v.get(k)
+                .and_then(Value::as_list)
+                .map(<[Value]>::to_vec)
+                .ok_or_else(|| format!("get_programs: '{k}' is not a list"))
+        };
+        let int = |v: &Value, k: &str| {
+            v.get(k)
+                .and_then(Value::as_i64)
+                .ok_or_else(|| format!("get_programs: '{k}' is not an integer"))
+        };
+        list(out, "filters")?
+            .iter()
+            .map(|f| {
+                let program = list(f, "program")?
+                    .iter()
+                    .map(|i| {
+                        Ok(CbpfInsn {
+                            code: int(i, "code")? as u16,
+                            jt: int(i, "jt")? as u8,
+                            jf: int(i, "jf")? as u8,
+                            k: int(i, "k")? as u32,
+                        })
+                    })
+                    .collect::<Result<Vec<_>, String>>()?;
+                Ok(BpfFilter {
+                    expr: f
+                        .get("filter")
+                        .and_then(Value::as_str)
+                        .ok_or("get_programs: 'filter' is not a string")?
+                        .to_string(),
+                    gate: int(f, "gate")? as u16,
+                    program,
+                })
+            })
+            .collect()
+    }
+
     /// The C `struct cbpf_prog` (at most CBPF_INSNS instructions).
     pub fn to_bytes(&self) -> Box<[u8; CBPF_BYTES]> {
         let mut b = Box::new([0u8; CBPF_BYTES]);

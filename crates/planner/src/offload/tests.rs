@@ -1,4 +1,5 @@
 use super::*;
+use bessemer_core::Value;
 
 fn five_tuple() -> Vec<Field> {
     [(23, 1), (26, 4), (30, 4), (34, 2), (36, 2)]
@@ -911,4 +912,45 @@ fn action_bytes_match_the_c_layout() {
     assert_eq!(&b[12..16], &77u32.to_ne_bytes());
     assert_eq!(&b[16..20], &4u32.to_ne_bytes());
     assert_eq!(&b[20..24], &9u32.to_ne_bytes());
+}
+
+#[test]
+fn a_bpf_programs_answer_is_read_in_order_and_a_bad_one_names_its_field() {
+    let insn = |code: i64, k: i64| {
+        Value::map()
+            .with("code", code)
+            .with("jt", 0)
+            .with("jf", 0)
+            .with("k", k)
+    };
+    let filter = |expr: &str, gate: i64, prog: Vec<Value>| {
+        Value::map()
+            .with("filter", expr)
+            .with("gate", gate)
+            .with("program", Value::List(prog))
+    };
+    let answer = Value::map().with(
+        "filters",
+        Value::List(vec![
+            filter("udp", 3, vec![insn(0x28, 12), insn(0x06, 0xffff)]),
+            filter("ip", 1, vec![insn(0x06, 0)]),
+        ]),
+    );
+    let got = BpfFilter::list_from_answer(&answer).unwrap();
+    assert_eq!(
+        got.iter()
+            .map(|f| (f.expr.as_str(), f.gate, f.program.len()))
+            .collect::<Vec<_>>(),
+        vec![("udp", 3, 2), ("ip", 1, 1)]
+    );
+    assert_eq!(got[0].program[1].k, 0xffff);
+    let bad = Value::map().with(
+        "filters",
+        Value::List(vec![Value::map().with("filter", "udp").with("gate", 1)]),
+    );
+    let err = BpfFilter::list_from_answer(&bad).unwrap_err();
+    assert!(err.contains("'program'"), "{err}");
+    assert!(BpfFilter::list_from_answer(&Value::map())
+        .unwrap_err()
+        .contains("'filters'"));
 }
