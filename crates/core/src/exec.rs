@@ -83,7 +83,7 @@ pub struct Context {
     /// `cur_input` while `forward`'s fast path may move it: nothing pending and nothing
     /// moved yet; null otherwise. One pointer compare then stands for three checks.
     fast_input: *const PacketBatch,
-    /// Where the batch being processed was forwarded whole (`dst` NO_MOVE: it was not).
+    /// Where the batch being processed was forwarded whole (`og` null: it was not).
     moved: Moved,
 }
 
