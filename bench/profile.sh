@@ -20,17 +20,12 @@ for n in "$steps" $((steps * 2)); do
     ./target/release/bench-core --only "$case_name" --steps "$n" --skip-sched >"$out/log.$n" 2>&1
 done
 python3 - "$out" "$steps" "$case_name" <<'PY'
-import re, subprocess, sys
+import re, sys
+sys.path.insert(0, "bench")
+from callgrind_costs import costs
 out, steps, name = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 def per_fn(n):
-    txt = subprocess.run(["callgrind_annotate", "--inclusive=no", "--auto=no", "--threshold=100",
-                          f"{out}/cg.{n}"], capture_output=True, text=True).stdout
-    fns = {}
-    for line in txt.splitlines():
-        m = re.match(r"\s*([\d,]+) \([\s\d.]+%\)\s+(.*)", line)
-        if m and "PROGRAM TOTALS" not in line:
-            key = m.group(2).split(":", 1)[-1].split(" [")[0]
-            fns[key] = fns.get(key, 0) + int(m.group(1).replace(",", ""))
+    fns = costs(f"{out}/cg.{n}", "no")
     pkts = int(re.search(r"(\d+) packets", open(f"{out}/log.{n}").read()).group(1))
     return fns, pkts
 a, pa = per_fn(steps)

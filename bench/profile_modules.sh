@@ -28,18 +28,12 @@ for n in "$steps" $((steps * 2)); do
     "$bin" --only "$case_name" --steps "$n" >"$out/log.$n" 2>&1
 done
 python3 - "$out" "$steps" "$case_name" <<'PY'
-import re, subprocess, sys
+import re, sys
+sys.path.insert(0, "bench")
+from callgrind_costs import costs as cg_costs
 out, steps, name = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 def costs(n, inclusive):
-    txt = subprocess.run(["callgrind_annotate", f"--inclusive={inclusive}", "--auto=no",
-                          "--threshold=100", f"{out}/cg.{n}"], capture_output=True, text=True).stdout
-    fns = {}
-    for line in txt.splitlines():
-        m = re.match(r"\s*([\d,]+) \([\s\d.]+%\)\s+(.*)", line)
-        if m and "PROGRAM TOTALS" not in line:
-            key = m.group(2).split(":", 1)[-1].split(" [")[0]
-            fns[key] = fns.get(key, 0) + int(m.group(1).replace(",", ""))
-    return fns
+    return cg_costs(f"{out}/cg.{n}", inclusive)
 def packets(n):
     log = open(f"{out}/log.{n}").read()
     m = re.findall(r"^(.*): base (\d+) packets, class (\d+) packets", log, re.M)
@@ -61,6 +55,5 @@ print(f"{case}: class {full - base:.2f} instructions per packet "
 print("  largest exclusive costs, both pipelines, per packet of the class pipeline:")
 for v, k in rows[:20]:
     print(f"  {v:7.2f}  {k[:110]}")
-key = re.sub(r"[^a-z0-9]+", "_", case.lower()).strip("_")
 print('{"bench": "profile_modules", "case": "%s", "class_instructions_per_packet": %.3f}' % (case, full - base))
 PY

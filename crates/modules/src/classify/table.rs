@@ -1316,6 +1316,61 @@ mod tests {
         assert_eq!(t.get(&[1, 1]), None);
     }
 
+    /// Keys `KeyBuilder` builds from `fields` (masked by `masks`) of a packet holding `pkt`:
+    /// the full 8-word key, and each narrow width (keys in registers) from the narrowest that
+    /// holds the fields to 4.
+    #[allow(clippy::type_complexity)]
+    fn keys_at_every_width(
+        fields: &[MatchField],
+        masks: &[Option<Vec<u8>>],
+        pkt: &[u8],
+    ) -> (Option<[u64; 8]>, Vec<(usize, Option<Vec<u64>>)>) {
+        let kb = KeyBuilder::new(fields, masks);
+        let pool =
+            bessemer_core::PacketPool::new("t", 64, bessemer_core::mem::PagePolicy::Plain).unwrap();
+        let mut cache = pool.cache();
+        let mut p = cache.alloc(0).unwrap();
+        assert!(p.set_data(pkt));
+        let offs = [bessemer_core::AttrOffset::NoRead; 8];
+        let full = kb.build::<8>(&offs, &p);
+        let narrow = |w: usize| -> Option<Vec<u64>> {
+            match w {
+                1 => kb.build::<1>(&offs, &p).map(|k| k.to_vec()),
+                2 => kb.build::<2>(&offs, &p).map(|k| k.to_vec()),
+                3 => kb.build::<3>(&offs, &p).map(|k| k.to_vec()),
+                _ => kb.build::<4>(&offs, &p).map(|k| k.to_vec()),
+            }
+        };
+        let width = fields.iter().map(|f| f.pos + f.size).max().unwrap_or(0);
+        let narrows = (width.div_ceil(8).max(1)..=4)
+            .map(|w| (w, narrow(w)))
+            .collect();
+        cache.free(p);
+        (full, narrows)
+    }
+
+    /// The key copied byte by byte (None if a field runs past the packet).
+    fn bytewise_key(
+        fields: &[MatchField],
+        masks: &[Option<Vec<u8>>],
+        pkt: &[u8],
+    ) -> Option<[u64; 8]> {
+        let fits = fields
+            .iter()
+            .all(|f| f.offset.unwrap() + f.size <= pkt.len());
+        fits.then(|| {
+            let mut bytes = [0u8; 64];
+            for (f, m) in fields.iter().zip(masks) {
+                for j in 0..f.size {
+                    bytes[f.pos + j] = pkt[f.offset.unwrap() + j] & m.as_ref().unwrap()[j];
+                }
+            }
+            let mut want = [0u64; 8];
+            key_words(&bytes, &mut want);
+            want
+        })
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
         #[test]
@@ -1336,42 +1391,11 @@ mod tests {
                 .collect();
             let masks: Vec<Option<Vec<u8>>> =
                 layout.iter().map(|(_, size, m)| Some(m[..*size].to_vec())).collect();
-            let kb = KeyBuilder::new(&fields, &masks);
-            let pool = bessemer_core::PacketPool::new("t", 64, bessemer_core::mem::PagePolicy::Plain).unwrap();
-            let mut cache = pool.cache();
-            let mut p = cache.alloc(0).unwrap();
-            proptest::prop_assert!(p.set_data(&pkt));
-            let offs = [bessemer_core::AttrOffset::NoRead; 8];
-            let got = kb.build::<8>(&offs, &p);
-            // The narrow paths (keys in registers), where the key fits them.
-            let narrow = |w: usize| -> Option<Vec<u64>> {
-                match w {
-                    1 => kb.build::<1>(&offs, &p).map(|k| k.to_vec()),
-                    2 => kb.build::<2>(&offs, &p).map(|k| k.to_vec()),
-                    3 => kb.build::<3>(&offs, &p).map(|k| k.to_vec()),
-                    _ => kb.build::<4>(&offs, &p).map(|k| k.to_vec()),
-                }
-            };
-            let narrows: Vec<(usize, Option<Vec<u64>>)> =
-                (pos.div_ceil(8).max(1)..=4).map(|w| (w, narrow(w))).collect();
-            cache.free(p);
+            let (got, narrows) = keys_at_every_width(&fields, &masks, &pkt);
             for (w, k) in narrows {
                 proptest::prop_assert_eq!(k, got.map(|g| g[..w].to_vec()));
             }
-            let fits = fields.iter().all(|f| f.offset.unwrap() + f.size <= pkt.len());
-            if !fits {
-                proptest::prop_assert!(got.is_none());
-            } else {
-                let mut bytes = [0u8; 64];
-                for (f, m) in fields.iter().zip(&masks) {
-                    for j in 0..f.size {
-                        bytes[f.pos + j] = pkt[f.offset.unwrap() + j] & m.as_ref().unwrap()[j];
-                    }
-                }
-                let mut want = [0u64; 8];
-                key_words(&bytes, &mut want);
-                proptest::prop_assert_eq!(got, Some(want));
-            }
+            proptest::prop_assert_eq!(got, bytewise_key(&fields, &masks, &pkt));
         }
     }
 
@@ -1401,36 +1425,8 @@ mod tests {
                 .collect();
             let masks: Vec<Option<Vec<u8>>> =
                 layout.iter().map(|(_, size, m)| Some(m[..*size].to_vec())).collect();
-            let kb = KeyBuilder::new(&fields, &masks);
-            let pool = bessemer_core::PacketPool::new("t", 64, bessemer_core::mem::PagePolicy::Plain).unwrap();
-            let mut cache = pool.cache();
-            let mut p = cache.alloc(0).unwrap();
-            proptest::prop_assert!(p.set_data(&pkt));
-            let offs = [bessemer_core::AttrOffset::NoRead; 8];
-            let narrow = |w: usize| -> Option<Vec<u64>> {
-                match w {
-                    1 => kb.build::<1>(&offs, &p).map(|k| k.to_vec()),
-                    2 => kb.build::<2>(&offs, &p).map(|k| k.to_vec()),
-                    3 => kb.build::<3>(&offs, &p).map(|k| k.to_vec()),
-                    _ => kb.build::<4>(&offs, &p).map(|k| k.to_vec()),
-                }
-            };
-            let got: Vec<(usize, Option<Vec<u64>>)> =
-                (pos.div_ceil(8).max(1)..=4).map(|w| (w, narrow(w))).collect();
-            cache.free(p);
-            let fits = fields.iter().all(|f| f.offset.unwrap() + f.size <= pkt.len());
-            let want = fits.then(|| {
-                let mut bytes = [0u8; 64];
-                for (f, m) in fields.iter().zip(&masks) {
-                    for j in 0..f.size {
-                        bytes[f.pos + j] = pkt[f.offset.unwrap() + j] & m.as_ref().unwrap()[j];
-                    }
-                }
-                let mut want = [0u64; 8];
-                key_words(&bytes, &mut want);
-                want
-            });
-            for (w, k) in got {
+            let want = bytewise_key(&fields, &masks, &pkt);
+            for (w, k) in keys_at_every_width(&fields, &masks, &pkt).1 {
                 proptest::prop_assert_eq!(k, want.map(|g| g[..w].to_vec()));
             }
         }
