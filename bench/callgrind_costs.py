@@ -1,4 +1,5 @@
 """Instruction counts per function from a callgrind output file (for bench/profile*.sh)."""
+
 import re
 import subprocess
 
@@ -6,7 +7,14 @@ import subprocess
 def costs(path, inclusive):
     """Instructions by function name in callgrind output `path` ("yes": inclusive costs)."""
     txt = subprocess.run(
-        ["callgrind_annotate", f"--inclusive={inclusive}", "--auto=no", "--threshold=100", path],
+        [
+            "callgrind_annotate",
+            f"--inclusive={inclusive}",
+            "--auto=no",
+            "--threshold=100",
+            path,
+        ],
+        check=True,
         capture_output=True,
         text=True,
     ).stdout
