@@ -269,20 +269,39 @@ impl Context {
     /// Sends one packet out of output gate `ogate` (buffered until the module returns).
     #[inline(always)]
     pub fn emit(&mut self, ogate: u16, pkt: Packet) {
+        // The common case, kept small for the per-packet loops of classifiers: the gate
+        // already has a staging batch with room.
+        if let Some(Some(b)) = self.staging.get_mut(ogate as usize) {
+            // SAFETY: staging batches are flushed as soon as they are full (below).
+            unsafe { b.push_unchecked(pkt) };
+            if b.is_full() {
+                self.flush_staged(ogate);
+            }
+            return;
+        }
+        self.emit_first(ogate, pkt);
+    }
+
+    /// `emit` of a gate's first packet since its staging batch was last sent.
+    #[cold]
+    #[inline(never)]
+    fn emit_first(&mut self, ogate: u16, pkt: Packet) {
         let g = ogate as usize;
         if g >= self.staging.len() {
             self.staging.resize_with(g + 1, || None);
         }
-        if self.staging[g].is_none() {
-            let b = self.spare();
-            self.staging[g] = Some(b);
-            self.touched.push(ogate);
-        }
-        let b = self.staging[g].as_mut().unwrap();
-        // SAFETY: staging batches are flushed as soon as they are full (below).
+        let mut b = self.spare();
+        // SAFETY: a spare batch is empty.
         unsafe { b.push_unchecked(pkt) };
-        if b.is_full() {
-            let b = self.staging[g].take().unwrap();
+        self.staging[g] = Some(b);
+        self.touched.push(ogate);
+    }
+
+    /// Sends gate `ogate`'s full staging batch on.
+    #[cold]
+    #[inline(never)]
+    fn flush_staged(&mut self, ogate: u16) {
+        if let Some(b) = self.staging[ogate as usize].take() {
             self.touched.retain(|&t| t != ogate);
             self.enqueue(ogate, b);
         }
