@@ -19,6 +19,7 @@
 use std::collections::HashMap;
 
 use super::bpf::{alu, exec, Op, AND};
+use bessemer_core::MAX_BURST;
 
 /// A packet quantity programs test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -250,6 +251,36 @@ pub fn analyse(prog: &[Op]) -> Option<Vec<PathSpec>> {
 /// Most distinct fields the merged structure evaluates per packet (a bit each in a u64).
 pub const MAX_FIELDS: usize = 64;
 
+/// The field values of one batch, a column per field: the scratch space of
+/// [`Merged::first_match_batch`], reused from batch to batch (only the columns of the
+/// installed fields are written, each for every packet before it is read).
+pub struct Columns {
+    vals: [[u32; MAX_BURST]; MAX_FIELDS],
+    valid: [u64; MAX_BURST],
+}
+
+impl Columns {
+    /// Zeroed scratch.
+    pub const fn new() -> Columns {
+        Columns {
+            vals: [[0; MAX_BURST]; MAX_FIELDS],
+            valid: [0; MAX_BURST],
+        }
+    }
+}
+
+impl Default for Columns {
+    fn default() -> Columns {
+        Columns::new()
+    }
+}
+
+/// Bytes that stand in, in the column pass, for a packet too short for the fixed-offset
+/// loads: every load then needs no check, and that packet's result is recomputed by the
+/// per-packet path, which checks each load.
+static PAD: [u8; PAD_LEN] = [0; PAD_LEN];
+const PAD_LEN: usize = 256;
+
 /// How the fields' values are computed per packet, grouped by kind so that each group is a
 /// plain loop (no per-field dispatch): the packet length, loads at fixed offsets (by size),
 /// loads past the IPv4 header (after the fixed loads they index by), masked copies of
@@ -369,7 +400,13 @@ impl Cond {
 
     #[inline(always)]
     fn holds(&self, vals: &[u32; MAX_FIELDS]) -> bool {
-        (vals[ix(self.field)] & self.mask).wrapping_sub(self.lo) <= self.span
+        self.holds_for(vals[ix(self.field)])
+    }
+
+    /// Whether the condition holds for its field's value `v`.
+    #[inline(always)]
+    fn holds_for(&self, v: u32) -> bool {
+        (v & self.mask).wrapping_sub(self.lo) <= self.span
     }
 }
 
@@ -444,6 +481,192 @@ impl KeyTable {
     }
 }
 
+/// A key table in a form a batch is looked up in without a branch per packet: whether a
+/// packet's key is in the table, and which of its paths hold, vary at random from packet to
+/// packet, and each mispredicted branch costs about as much as the rest of the lookup.
+/// Every key sits in its home slot or the next; every run has `per_run` paths and every path
+/// `per_path` conditions (padding: paths of no filter, conditions that always hold), so the
+/// lookup, the path checks and the choice of the best filter are selects and loops of fixed
+/// length. Tables whose runs or paths are longer than the bounds stay branchy ([`KeyTable`]).
+#[derive(Clone, Debug)]
+struct FlatTable {
+    field: u8,
+    guard: Cond,
+    shift: u32,
+    /// (value, run) for each slot, plus one past the last so that home + 1 needs no wrap;
+    /// empty slots hold a value no key has, and run 0, whose paths belong to no filter.
+    slots: Vec<(u32, u32)>,
+    per_run: usize,
+    per_path: usize,
+    /// (filter or `u32::MAX` for padding, fields needed including the table's own) per path.
+    paths: Vec<(u32, u64)>,
+    /// `per_path` conditions per path.
+    conds: Vec<Cond>,
+}
+
+/// The longest run and path a [`FlatTable`] pads to, and its largest size.
+const FLAT_MAX_RUN: usize = 4;
+const FLAT_MAX_CONDS: usize = 8;
+const FLAT_MAX_SLOTS: usize = 1 << 16;
+
+impl FlatTable {
+    /// The flat form of `t`, whose runs of `m.paths` are `entries` (value, start, len), or
+    /// None if a run or a path is too long or the keys do not fit two-slot neighbourhoods.
+    fn build(m: &Merged, t: &KeyTable, entries: &[(u32, u32, u32)]) -> Option<FlatTable> {
+        let per_run = entries
+            .iter()
+            .map(|e| e.2 as usize)
+            .max()
+            .unwrap_or(0)
+            .max(1);
+        let run_paths = |e: &(u32, u32, u32)| &m.paths[e.1 as usize..(e.1 + e.2) as usize];
+        let per_path = entries
+            .iter()
+            .flat_map(|e| run_paths(e).iter())
+            .map(|p| (p.conds.1 - p.conds.0) as usize)
+            .max()
+            .unwrap_or(0);
+        if per_run > FLAT_MAX_RUN || per_path > FLAT_MAX_CONDS {
+            return None;
+        }
+        // A value no key has (there are fewer keys than candidates) marks empty slots.
+        let keys: std::collections::HashSet<u32> = entries.iter().map(|e| e.0).collect();
+        let empty = (0..=entries.len() as u32).find(|v| !keys.contains(v))?;
+        let mut bits = (entries.len() * 2)
+            .next_power_of_two()
+            .max(4)
+            .trailing_zeros();
+        let slots = loop {
+            let size = 1usize << bits;
+            if size > FLAT_MAX_SLOTS {
+                return None;
+            }
+            let mut slots = vec![(empty, 0u32); size + 1];
+            let placed = entries.iter().enumerate().all(|(run, e)| {
+                let h = (e.0.wrapping_mul(0x9E37_79B1) >> (32 - bits)) as usize;
+                let free = [h, h + 1].into_iter().find(|&i| slots[i].0 == empty);
+                free.map(|i| slots[i] = (e.0, run as u32 + 1)).is_some()
+            });
+            if placed {
+                break slots;
+            }
+            bits += 1;
+        };
+        let mut flat = FlatTable {
+            field: t.field,
+            guard: t.guard,
+            shift: 32 - bits,
+            slots,
+            per_run,
+            per_path,
+            paths: Vec::with_capacity((entries.len() + 1) * per_run),
+            conds: Vec::with_capacity((entries.len() + 1) * per_run * per_path),
+        };
+        let pad_path = |f: &mut FlatTable| {
+            f.paths.push((u32::MAX, 0));
+            f.conds.extend(std::iter::repeat_n(Cond::ALWAYS, per_path));
+        };
+        (0..per_run).for_each(|_| pad_path(&mut flat));
+        for e in entries {
+            for p in run_paths(e) {
+                flat.paths.push((p.filter, p.need | t.need));
+                let conds = &m.conds[p.conds.0 as usize..p.conds.1 as usize];
+                flat.conds.extend_from_slice(conds);
+                let missing = per_path - conds.len();
+                flat.conds
+                    .extend(std::iter::repeat_n(Cond::ALWAYS, missing));
+            }
+            (e.2 as usize..per_run).for_each(|_| pad_path(&mut flat));
+        }
+        Some(flat)
+    }
+
+    /// Lowers each `best[p]` to the first filter of this table that accepts packet `p`.
+    #[inline(always)]
+    fn search(&self, cols: &Columns, best: &mut [u32]) {
+        let n = best.len().min(MAX_BURST);
+        let guard = &cols.vals[ix(self.guard.field)];
+        // A table of another protocol's paths (the IPv6 ones for an IPv4 batch) is skipped
+        // whole: its guard holds for no packet.
+        if !guard[..n]
+            .iter()
+            .fold(false, |any, &v| any | self.guard.holds_for(v))
+        {
+            return;
+        }
+        // The common shapes get their loops unrolled (a filter per key value, a few
+        // conditions per path).
+        match (self.per_run, self.per_path) {
+            (1, 0) => self.search_shaped::<1, 0>(cols, &mut best[..n]),
+            (1, 1) => self.search_shaped::<1, 1>(cols, &mut best[..n]),
+            (1, 2) => self.search_shaped::<1, 2>(cols, &mut best[..n]),
+            (1, 3) => self.search_shaped::<1, 3>(cols, &mut best[..n]),
+            (1, 4) => self.search_shaped::<1, 4>(cols, &mut best[..n]),
+            (2, 1) => self.search_shaped::<2, 1>(cols, &mut best[..n]),
+            (2, 2) => self.search_shaped::<2, 2>(cols, &mut best[..n]),
+            _ => self.search_any(cols, &mut best[..n]),
+        }
+    }
+
+    #[inline(never)]
+    fn search_shaped<const R: usize, const C: usize>(&self, cols: &Columns, best: &mut [u32]) {
+        debug_assert!(self.per_run == R && self.per_path == C);
+        self.search_with(cols, best, R, C)
+    }
+
+    #[inline(never)]
+    fn search_any(&self, cols: &Columns, best: &mut [u32]) {
+        self.search_with(cols, best, self.per_run, self.per_path)
+    }
+
+    /// The search, for runs of `per_run` paths of `per_path` conditions (constants in the
+    /// shaped copies).
+    #[inline(always)]
+    fn search_with(&self, cols: &Columns, best: &mut [u32], per_run: usize, per_path: usize) {
+        use std::hint::select_unpredictable as select;
+        let guard_field = &cols.vals[ix(self.guard.field)];
+        let key = &cols.vals[ix(self.field)];
+        let mask = self.slots.len() - 2;
+        let slots = self.slots.as_ptr();
+        // Each packet's candidate goes to `cand` first and is merged into `best` by a
+        // separate (vectorised) minimum: folded into `best` directly, the compiler turns
+        // the comparisons back into branches, which mispredict here.
+        let mut cand = [u32::MAX; MAX_BURST];
+        let n = best.len().min(MAX_BURST);
+        for (p, c) in cand[..n].iter_mut().enumerate() {
+            let v = key[p];
+            let h = (v.wrapping_mul(0x9E37_79B1) >> self.shift) as usize & mask;
+            // SAFETY: `h <= mask`, and `slots` has `mask + 2` entries (build).
+            let (s0, s1) = unsafe { (*slots.add(h), *slots.add(h + 1)) };
+            // Both slots hold `v` only when it is the empty marker; both runs are then 0.
+            let run = select(s0.0 == v, s0.1, 0) | select(s1.0 == v, s1.1, 0);
+            let pass = self.guard.holds_for(guard_field[p]);
+            let valid = cols.valid[p];
+            let first = run as usize * per_run;
+            for i in first..first + per_run {
+                debug_assert!(i < self.paths.len() && (i + 1) * per_path <= self.conds.len());
+                // SAFETY: runs are 0..=entries, each with `per_run` paths and
+                // `per_run * per_path` conditions (build).
+                let (filter, need) = unsafe { *self.paths.get_unchecked(i) };
+                let conds = unsafe { self.conds.get_unchecked(i * per_path..(i + 1) * per_path) };
+                // 1 unless every condition holds; opaque to the optimiser, which would
+                // otherwise make a branch of each condition.
+                let fails = std::hint::black_box(
+                    conds
+                        .iter()
+                        .fold(((!pass) as u32) | ((need & !valid != 0) as u32), |f, c| {
+                            f | (!c.holds_for(cols.vals[ix(c.field)][p])) as u32
+                        }),
+                );
+                *c = (*c).min(filter | fails.wrapping_neg());
+            }
+        }
+        for (b, c) in best.iter_mut().zip(&cand[..n]) {
+            *b = (*b).min(*c);
+        }
+    }
+}
+
 /// All installed filters as one structure (see the module comment).
 #[derive(Clone, Debug, Default)]
 pub struct Merged {
@@ -456,6 +679,8 @@ pub struct Merged {
     paths: Vec<Path>,
     conds: Vec<Cond>,
     keys: Vec<KeyTable>,
+    /// Each key table in the branch-free form the batch evaluation uses, where it fits.
+    flat: Vec<Option<FlatTable>>,
     /// The run of paths without an equality to file them under.
     unkeyed: (u32, u32),
     /// Filters the interpreter runs, in order.
@@ -616,6 +841,7 @@ impl Merged {
                 t.guard = g;
                 t.need |= 1 << g.field;
             }
+            m.flat.push(FlatTable::build(&m, &t, &entries));
             m.keys.push(t);
         }
         let start = m.paths.len() as u32;
@@ -742,6 +968,152 @@ impl Merged {
         }
         (best != u32::MAX).then_some(best)
     }
+
+    /// Scans paths `start..end` for packet `p` of a batch's columns, as `first_match_with`'s
+    /// scan does for one packet: the first path that holds and comes before `best` wins.
+    #[inline(always)]
+    fn scan_column(&self, start: u32, end: u32, best: u32, cols: &Columns, p: usize) -> u32 {
+        let valid = cols.valid[p];
+        for path in &self.paths[start as usize..end as usize] {
+            if path.filter >= best {
+                break;
+            }
+            let holds = path.need & !valid == 0
+                && self.conds[path.conds.0 as usize..path.conds.1 as usize]
+                    .iter()
+                    .fold(true, |ok, c| ok & c.holds_for(cols.vals[ix(c.field)][p]));
+            if holds {
+                return path.filter;
+            }
+        }
+        best
+    }
+
+    /// [`Merged::first_match`] for every packet of a batch (at most `MAX_BURST`): `out[i]`
+    /// is the first accepting filter of `pkts[i]`, or `u32::MAX`. Each step of the per-packet
+    /// evaluation (a field's load, a table's guard and lookup) runs over the whole batch
+    /// before the next, so the structure is walked once per batch, not once per packet.
+    /// `pkts` is scratch too: entries of packets too short for the fixed-offset loads are
+    /// replaced.
+    pub fn first_match_batch<'p>(
+        &self,
+        cols: &mut Columns,
+        pkts: &mut [&[u8]],
+        progs: impl Fn(u32) -> &'p [Op],
+        out: &mut [u32; MAX_BURST],
+    ) {
+        let n = pkts.len().min(MAX_BURST);
+        let data = &mut pkts[..n];
+        let plan = &self.plan;
+        if plan.abs_end > PAD_LEN {
+            let mut vals = [0; MAX_FIELDS];
+            for (o, p) in out.iter_mut().zip(data.iter()) {
+                *o = self
+                    .first_match_with(&mut vals, p, &progs)
+                    .unwrap_or(u32::MAX);
+            }
+            return;
+        }
+        let mut valid = plan.abs_bits;
+        if let Some(i) = plan.len {
+            for (v, p) in cols.vals[ix(i)].iter_mut().zip(data.iter()) {
+                *v = p.len() as u32;
+            }
+            valid |= 1 << i;
+        }
+        // Packets too short for the fixed-offset loads read the pad instead; they are
+        // recomputed one by one at the end.
+        let mut short = 0u64;
+        let mut orig: [&[u8]; MAX_BURST] = [&[]; MAX_BURST];
+        for (i, d) in data.iter_mut().enumerate() {
+            if d.len() < plan.abs_end {
+                orig[i] = d;
+                *d = &PAD;
+                short |= 1 << i;
+            }
+        }
+        let data = &*data;
+        // SAFETY (the three loops): every fixed-offset load ends at or before `abs_end`
+        // (FieldPlan), which every packet in `data` (or the pad) reaches.
+        for &(i, at) in &plan.abs[0] {
+            for (v, d) in cols.vals[ix(i)].iter_mut().zip(data) {
+                *v = unsafe { be_at::<1>(d, at) };
+            }
+        }
+        for &(i, at) in &plan.abs[1] {
+            for (v, d) in cols.vals[ix(i)].iter_mut().zip(data) {
+                *v = unsafe { be_at::<2>(d, at) };
+            }
+        }
+        for &(i, at) in &plan.abs[2] {
+            for (v, d) in cols.vals[ix(i)].iter_mut().zip(data) {
+                *v = unsafe { be_at::<4>(d, at) };
+            }
+        }
+        cols.valid[..n].fill(valid);
+        // An indexed load's X is a fixed-offset byte: valid for every packet here.
+        for &(i, x, off, size) in &plan.ind {
+            for (p, d) in data.iter().enumerate() {
+                let at = ((cols.vals[ix(x)][p] & 0x0f) << 2) as usize + off as usize;
+                let v = be(d, at, size);
+                cols.vals[ix(i)][p] = v.unwrap_or(0);
+                cols.valid[p] |= (v.is_some() as u64) << i;
+            }
+        }
+        for &(i, j, mask) in &plan.masked {
+            for p in 0..n {
+                cols.vals[ix(i)][p] = cols.vals[ix(j)][p] & mask;
+                cols.valid[p] |= ((cols.valid[p] >> j) & 1) << i;
+            }
+        }
+        let cols = &*cols;
+        let best = out;
+        best[..n].fill(u32::MAX);
+        for (k, flat) in self.keys.iter().zip(&self.flat) {
+            if let Some(flat) = flat {
+                flat.search(cols, &mut best[..n]);
+                continue;
+            }
+            let guard = &cols.vals[ix(k.guard.field)];
+            let key = &cols.vals[ix(k.field)];
+            for p in 0..n {
+                if !((k.need & !cols.valid[p] == 0)
+                    & k.guard.holds_for(guard[p])
+                    & (k.first < best[p]))
+                {
+                    continue;
+                }
+                let (start, len) = k.get(key[p]);
+                best[p] = self.scan_column(start, start + len, best[p], cols, p);
+            }
+        }
+        if self.unkeyed.0 != self.unkeyed.1 {
+            for (p, b) in best[..n].iter_mut().enumerate() {
+                *b = self.scan_column(self.unkeyed.0, self.unkeyed.1, *b, cols, p);
+            }
+        }
+        if !self.slow.is_empty() {
+            for (b, pkt) in best[..n].iter_mut().zip(data) {
+                for &fi in &self.slow {
+                    if fi >= *b {
+                        break;
+                    }
+                    if exec(progs(fi), pkt) != 0 {
+                        *b = fi;
+                        break;
+                    }
+                }
+            }
+        }
+        let mut vals = [0; MAX_FIELDS];
+        while short != 0 {
+            let p = short.trailing_zeros() as usize;
+            short &= short - 1;
+            best[p] = self
+                .first_match_with(&mut vals, orig[p], &progs)
+                .unwrap_or(u32::MAX);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -834,6 +1206,52 @@ pub(crate) mod tests {
         }
         let m = merged(&[prog_of("udp dst port 53"), prog_of("udp dst port 54")]);
         assert!(m.slow.is_empty() && m.unkeyed.0 == m.unkeyed.1);
+        assert!(!m.flat.is_empty() && m.flat.iter().all(Option::is_some));
+    }
+
+    /// `first_match_batch`'s answers, as `first_match`'s.
+    fn batch_of(m: &Merged, progs: &[Vec<Op>], pkts: &[Vec<u8>]) -> Vec<Option<u32>> {
+        let mut refs: Vec<&[u8]> = pkts.iter().map(Vec::as_slice).collect();
+        let mut out = [0; MAX_BURST];
+        let mut cols = Box::new(Columns::new());
+        m.first_match_batch(&mut cols, &mut refs, |i| &progs[i as usize], &mut out);
+        out[..pkts.len()]
+            .iter()
+            .map(|&b| (b != u32::MAX).then_some(b))
+            .collect()
+    }
+
+    /// A key value shared by more filters than a flat table's run holds keeps its table
+    /// branchy; the batch answers are the same either way, and the branch-free form serves
+    /// the other tables.
+    #[test]
+    fn long_runs_stay_branchy_and_agree() {
+        let mut exprs = vec!["udp dst port 53 and src host 10.0.0.9"; FLAT_MAX_RUN + 1];
+        exprs.push("udp dst port 53");
+        exprs.push("src net 10.1.0.0/16 and udp");
+        let progs: Vec<Vec<Op>> = exprs.iter().map(|e| prog_of(e)).collect();
+        let m = merged(&progs);
+        assert!(m.flat.iter().any(Option::is_none) && m.flat.iter().any(Option::is_some));
+        let udp = |src: [u8; 4], dport: u16| {
+            let mut f = vec![0u8; 60];
+            f[12..14].copy_from_slice(&[0x08, 0x00]);
+            f[14] = 0x45;
+            f[23] = 17;
+            f[26..30].copy_from_slice(&src);
+            f[36..38].copy_from_slice(&dport.to_be_bytes());
+            f
+        };
+        let pkts = vec![
+            udp([10, 0, 0, 9], 53),
+            udp([10, 0, 0, 8], 53),
+            udp([10, 1, 2, 3], 54),
+            udp([10, 2, 0, 9], 54),
+            udp([10, 1, 0, 9], 53)[..30].to_vec(),
+            udp([10, 1, 0, 9], 53)[..29].to_vec(),
+        ];
+        let want: Vec<Option<u32>> = pkts.iter().map(|p| linear(&progs, p)).collect();
+        assert_eq!(want, [Some(0), Some(5), Some(6), None, Some(6), None]);
+        assert_eq!(batch_of(&m, &progs, &pkts), want);
     }
 
     /// Constants and values around the edges the interval form wraps at.
@@ -878,13 +1296,16 @@ pub(crate) mod tests {
         ) {
             let progs: Vec<Vec<Op>> = exprs.iter().map(|e| prog_of(e)).collect();
             let m = merged(&progs);
+            let mut want = Vec::new();
             for p in &pkts {
+                want.push(linear(&progs, p));
                 prop_assert_eq!(
                     m.first_match(p, |i| &progs[i as usize]),
                     linear(&progs, p),
                     "{:?}", exprs
                 );
             }
+            prop_assert_eq!(batch_of(&m, &progs, &pkts), want, "{:?}", exprs);
         }
 
         /// Random valid programs, alone and after a filter that rarely matches: the merged
@@ -943,6 +1364,8 @@ pub(crate) mod tests {
                 );
                 prop_assert_eq!(both.first_match(p, |i| &progs[i as usize]), linear(&progs, p));
             }
+            let want: Vec<Option<u32>> = pkts.iter().map(|p| linear(&progs, p)).collect();
+            prop_assert_eq!(batch_of(&both, &progs, &pkts), want);
         }
     }
 }
