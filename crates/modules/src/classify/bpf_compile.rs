@@ -491,7 +491,11 @@ impl KeyTable {
 #[derive(Clone, Debug)]
 struct FlatTable {
     field: u8,
-    guard: Cond,
+    /// Conditions every path of the table has (the guard among them), checked once per
+    /// packet over the whole batch (a vectorised loop per condition), not per path.
+    common: Vec<Cond>,
+    /// Fields the table's key and common conditions read.
+    need: u64,
     shift: u32,
     /// (value, run) for each slot, plus one past the last so that home + 1 needs no wrap;
     /// empty slots hold a value no key has, and run 0, whose paths belong to no filter.
@@ -520,12 +524,20 @@ impl FlatTable {
             .unwrap_or(0)
             .max(1);
         let run_paths = |e: &(u32, u32, u32)| &m.paths[e.1 as usize..(e.1 + e.2) as usize];
-        let per_path = entries
-            .iter()
-            .flat_map(|e| run_paths(e).iter())
-            .map(|p| (p.conds.1 - p.conds.0) as usize)
-            .max()
-            .unwrap_or(0);
+        let path_conds = |p: &Path| &m.conds[p.conds.0 as usize..p.conds.1 as usize];
+        let all = || entries.iter().flat_map(|e| run_paths(e).iter());
+        let common: Vec<Cond> = all()
+            .next()
+            .map(|p0| {
+                path_conds(p0)
+                    .iter()
+                    .copied()
+                    .filter(|c| all().all(|p| path_conds(p).contains(c)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let own = |p: &Path| path_conds(p).iter().filter(|c| !common.contains(c)).count();
+        let per_path = all().map(own).max().unwrap_or(0);
         if per_run > FLAT_MAX_RUN || per_path > FLAT_MAX_CONDS {
             return None;
         }
@@ -554,7 +566,10 @@ impl FlatTable {
         };
         let mut flat = FlatTable {
             field: t.field,
-            guard: t.guard,
+            common: std::iter::once(t.guard)
+                .chain(common.iter().copied())
+                .collect(),
+            need: t.need,
             shift: 32 - bits,
             slots,
             per_run,
@@ -569,10 +584,11 @@ impl FlatTable {
         (0..per_run).for_each(|_| pad_path(&mut flat));
         for e in entries {
             for p in run_paths(e) {
-                flat.paths.push((p.filter, p.need | t.need));
-                let conds = &m.conds[p.conds.0 as usize..p.conds.1 as usize];
-                flat.conds.extend_from_slice(conds);
-                let missing = per_path - conds.len();
+                flat.paths.push((p.filter, p.need));
+                let before = flat.conds.len();
+                let own = path_conds(p).iter().filter(|c| !common.contains(c));
+                flat.conds.extend(own);
+                let missing = per_path - (flat.conds.len() - before);
                 flat.conds
                     .extend(std::iter::repeat_n(Cond::ALWAYS, missing));
             }
@@ -585,46 +601,64 @@ impl FlatTable {
     #[inline(always)]
     fn search(&self, cols: &Columns, best: &mut [u32]) {
         let n = best.len().min(MAX_BURST);
-        let guard = &cols.vals[ix(self.guard.field)];
+        // 1 where the packet has the table's fields and meets its common conditions.
+        let mut pass = [0u32; MAX_BURST];
+        for (ok, &valid) in pass[..n].iter_mut().zip(&cols.valid[..n]) {
+            *ok = (self.need & !valid == 0) as u32;
+        }
+        for c in &self.common {
+            for (ok, &v) in pass[..n].iter_mut().zip(&cols.vals[ix(c.field)][..n]) {
+                *ok &= c.holds_for(v) as u32;
+            }
+        }
         // A table of another protocol's paths (the IPv6 ones for an IPv4 batch) is skipped
-        // whole: its guard holds for no packet.
-        if !guard[..n]
-            .iter()
-            .fold(false, |any, &v| any | self.guard.holds_for(v))
-        {
+        // whole: no packet meets its guard.
+        if pass[..n].iter().fold(0, |any, &ok| any | ok) == 0 {
             return;
         }
+        let pass = &pass;
         // The common shapes get their loops unrolled (a filter per key value, a few
         // conditions per path).
         match (self.per_run, self.per_path) {
-            (1, 0) => self.search_shaped::<1, 0>(cols, &mut best[..n]),
-            (1, 1) => self.search_shaped::<1, 1>(cols, &mut best[..n]),
-            (1, 2) => self.search_shaped::<1, 2>(cols, &mut best[..n]),
-            (1, 3) => self.search_shaped::<1, 3>(cols, &mut best[..n]),
-            (1, 4) => self.search_shaped::<1, 4>(cols, &mut best[..n]),
-            (2, 1) => self.search_shaped::<2, 1>(cols, &mut best[..n]),
-            (2, 2) => self.search_shaped::<2, 2>(cols, &mut best[..n]),
-            _ => self.search_any(cols, &mut best[..n]),
+            (1, 0) => self.search_shaped::<1, 0>(cols, pass, &mut best[..n]),
+            (1, 1) => self.search_shaped::<1, 1>(cols, pass, &mut best[..n]),
+            (1, 2) => self.search_shaped::<1, 2>(cols, pass, &mut best[..n]),
+            (1, 3) => self.search_shaped::<1, 3>(cols, pass, &mut best[..n]),
+            (1, 4) => self.search_shaped::<1, 4>(cols, pass, &mut best[..n]),
+            (2, 1) => self.search_shaped::<2, 1>(cols, pass, &mut best[..n]),
+            (2, 2) => self.search_shaped::<2, 2>(cols, pass, &mut best[..n]),
+            _ => self.search_any(cols, pass, &mut best[..n]),
         }
     }
 
     #[inline(never)]
-    fn search_shaped<const R: usize, const C: usize>(&self, cols: &Columns, best: &mut [u32]) {
+    fn search_shaped<const R: usize, const C: usize>(
+        &self,
+        cols: &Columns,
+        pass: &[u32; MAX_BURST],
+        best: &mut [u32],
+    ) {
         debug_assert!(self.per_run == R && self.per_path == C);
-        self.search_with(cols, best, R, C)
+        self.search_with(cols, pass, best, R, C)
     }
 
     #[inline(never)]
-    fn search_any(&self, cols: &Columns, best: &mut [u32]) {
-        self.search_with(cols, best, self.per_run, self.per_path)
+    fn search_any(&self, cols: &Columns, pass: &[u32; MAX_BURST], best: &mut [u32]) {
+        self.search_with(cols, pass, best, self.per_run, self.per_path)
     }
 
     /// The search, for runs of `per_run` paths of `per_path` conditions (constants in the
     /// shaped copies).
     #[inline(always)]
-    fn search_with(&self, cols: &Columns, best: &mut [u32], per_run: usize, per_path: usize) {
+    fn search_with(
+        &self,
+        cols: &Columns,
+        pass: &[u32; MAX_BURST],
+        best: &mut [u32],
+        per_run: usize,
+        per_path: usize,
+    ) {
         use std::hint::select_unpredictable as select;
-        let guard_field = &cols.vals[ix(self.guard.field)];
         let key = &cols.vals[ix(self.field)];
         let mask = self.slots.len() - 2;
         let slots = self.slots.as_ptr();
@@ -640,7 +674,7 @@ impl FlatTable {
             let (s0, s1) = unsafe { (*slots.add(h), *slots.add(h + 1)) };
             // Both slots hold `v` only when it is the empty marker; both runs are then 0.
             let run = select(s0.0 == v, s0.1, 0) | select(s1.0 == v, s1.1, 0);
-            let pass = self.guard.holds_for(guard_field[p]);
+            let failed = pass[p] ^ 1;
             let valid = cols.valid[p];
             let first = run as usize * per_run;
             for i in first..first + per_run {
@@ -654,7 +688,7 @@ impl FlatTable {
                 let fails = std::hint::black_box(
                     conds
                         .iter()
-                        .fold(((!pass) as u32) | ((need & !valid != 0) as u32), |f, c| {
+                        .fold(failed | ((need & !valid != 0) as u32), |f, c| {
                             f | (!c.holds_for(cols.vals[ix(c.field)][p])) as u32
                         }),
                 );
@@ -755,23 +789,35 @@ impl Merged {
                 }
             }
             // A field the path requires to equal a constant decides every other test of it
-            // here: those conditions are dropped, or the path with them if one fails (it
-            // can never be taken). The key's own equality is what the lookup checks.
+            // here, before or after the equality: those conditions are dropped, or the path
+            // with them if one fails (it can never be taken). The key's own equality is what
+            // the lookup checks; the other equalities stay, once each.
             let mut known: Vec<(Field, u32)> = key.into_iter().collect();
+            for &(f, t, expect) in &p.conds {
+                if let (Test::Eq(k), true) = (t, expect) {
+                    match known.iter().find(|kv| kv.0 == f) {
+                        Some(&(_, c)) if c != k => continue 'paths,
+                        Some(_) => {}
+                        None => known.push((f, k)),
+                    }
+                }
+            }
             let mut conds = Vec::new();
             for &(f, t, expect) in &p.conds {
-                match known.iter().find(|kv| kv.0 == f) {
-                    Some(&(_, c)) if t.holds(c) == expect => {}
-                    Some(_) => continue 'paths,
-                    None => {
-                        if let (Test::Eq(k), true) = (t, expect) {
-                            known.push((f, k));
-                        }
-                        let c = Cond::new(field_ix[&f], t, expect);
-                        if !conds.contains(&c) {
-                            conds.push(c);
-                        }
+                let equality = matches!((t, expect), (Test::Eq(_), true));
+                if key.is_some_and(|(kf, _)| kf == f) && equality {
+                    continue;
+                }
+                if !equality {
+                    match known.iter().find(|kv| kv.0 == f) {
+                        Some(&(_, c)) if t.holds(c) == expect => continue,
+                        Some(_) => continue 'paths,
+                        None => {}
                     }
+                }
+                let c = Cond::new(field_ix[&f], t, expect);
+                if !conds.contains(&c) {
+                    conds.push(c);
                 }
             }
             let pending = Pending {
