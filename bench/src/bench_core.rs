@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use bessemer_core::graph::Pipeline;
 use bessemer_core::mem::PagePolicy;
-use bessemer_core::sched::{bench_round_cost, ClassTree, Policy, Resource};
+use bessemer_core::sched::{bench_round_cost, ClassTree, Policy, Resource, FUSED_RUNS};
 use bessemer_core::{tsc, Context, PacketBatch, PacketPool, Value, MAX_BURST};
 
 #[path = "common.rs"]
@@ -217,11 +217,15 @@ impl Case {
             .map(|_| {
                 measure(o.base.secs, || {
                     let mut n = 0u64;
-                    tree.schedule_once(&mut |t| {
-                        let r = ctx.run_task(g, t);
-                        n += r.packets as u64;
-                        r
-                    });
+                    // As a worker runs its rounds (several runs of a lone task per round).
+                    tree.schedule_round(
+                        &mut |t| {
+                            let r = ctx.run_task(g, t);
+                            n += r.packets as u64;
+                            r
+                        },
+                        FUSED_RUNS,
+                    );
                     n
                 })
             })

@@ -17,7 +17,7 @@ use crate::graph::Pipeline;
 use crate::mem::PagePolicy;
 use crate::module::ModuleClass;
 use crate::pool::PacketPool;
-use crate::sched::{ClassTree, Policy, TaskId, TcInfo};
+use crate::sched::{ClassTree, Policy, TaskId, TcInfo, FUSED_RUNS};
 use crate::value::Value;
 
 /// Most workers (BESS's kMaxWorkers).
@@ -1278,11 +1278,16 @@ fn worker_main(
         // SAFETY: the control thread mutates graph and tree only while we are paused.
         let (g, tree) = unsafe { (&*graph.0.get(), &mut *sh.tree.get()) };
         let mut packets = 0;
-        let ran = tree.schedule_once(&mut |t| {
-            let r = ctx.run_task(g, t);
-            packets = r.packets;
-            r
-        });
+        let mut runs = 0u64;
+        let ran = tree.schedule_round(
+            &mut |t| {
+                let r = ctx.run_task(g, t);
+                packets = r.packets;
+                runs += 1;
+                r
+            },
+            FUSED_RUNS,
+        );
         if packets > 0 {
             napper.busy();
         } else {
@@ -1294,10 +1299,12 @@ fn worker_main(
                     .store(sh.naps.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
             }
         }
-        if round & 63 == 0 {
+        // The cached clock is refreshed every 64 task runs (a round may make several).
+        let next = round.wrapping_add(runs.max(1));
+        if round & 63 == 0 || (round >> 6) != (next.wrapping_sub(1) >> 6) {
             ctx.refresh_now();
         }
-        round = round.wrapping_add(1);
+        round = next;
         sh.rounds
             .store(sh.rounds.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         if !ran {
