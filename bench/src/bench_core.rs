@@ -219,10 +219,10 @@ impl Case {
                     let mut n = 0u64;
                     // As a worker runs its rounds (several runs of a lone task per round).
                     tree.schedule_round(
-                        &mut |t| {
-                            let r = ctx.run_task(g, t);
-                            n += r.packets as u64;
-                            r
+                        &mut |t, max_runs| {
+                            let group = ctx.run_task_group(g, t, max_runs);
+                            n += group.result.packets as u64;
+                            group
                         },
                         FUSED_RUNS,
                     );

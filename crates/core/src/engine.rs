@@ -1280,11 +1280,16 @@ fn worker_main(
         let mut packets = 0;
         let mut runs = 0u64;
         let ran = tree.schedule_round(
-            &mut |t| {
-                let r = ctx.run_task(g, t);
-                packets = r.packets;
-                runs += 1;
-                r
+            &mut |t, max_runs| {
+                let group = ctx.run_task_group(g, t, max_runs);
+                // The last run's packets: none if an idle run ended the group.
+                packets = if group.idle_tail.is_some() {
+                    0
+                } else {
+                    group.result.packets
+                };
+                runs += group.runs + group.idle_tail.is_some() as u64;
+                group
             },
             FUSED_RUNS,
         );

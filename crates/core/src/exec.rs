@@ -11,7 +11,7 @@ use crate::metadata::AttrOffset;
 use crate::module::{CoreDrop, DropReason, CORE_BASE};
 use crate::packet::Packet;
 use crate::pool::{PacketPool, PoolCache};
-use crate::sched::{TaskId, TaskResult};
+use crate::sched::{RunGroup, TaskId, TaskResult};
 
 /// Most module runs one task invocation may cause (bounds loops in the graph).
 pub const MAX_HOPS: usize = 4096;
@@ -610,28 +610,50 @@ impl Context {
 
     /// Runs one task and everything it sends downstream; returns the task's result.
     pub fn run_task(&mut self, graph: &Pipeline, task: TaskId) -> TaskResult {
+        self.run_task_group(graph, task, 1).result
+    }
+
+    /// Runs a task and everything it sends downstream, then again while each run reports
+    /// packets, up to `max_runs` runs ([`RunGroup::collect`]): the task and its module are
+    /// looked up once for the group (a scheduling round's runs of a lone task, see
+    /// [`crate::sched::ClassTree::schedule_round`]).
+    pub fn run_task_group(&mut self, graph: &Pipeline, task: TaskId, max_runs: u64) -> RunGroup {
         let Some(entry) = graph.task(task) else {
-            return TaskResult {
-                block: true,
-                packets: 0,
-                bits: 0,
+            return RunGroup {
+                result: TaskResult {
+                    block: true,
+                    packets: 0,
+                    bits: 0,
+                },
+                runs: 1,
+                idle_tail: None,
             };
         };
         let (module, arg) = (entry.module, entry.arg);
         self.enter(graph, module);
         let node = graph.node(module);
-        let r = match &node.inst {
-            // SAFETY: as in `drain`.
-            InstanceCell::Exclusive(m) if !node.multi => unsafe { (*m.get()).run_task(self, arg) },
-            InstanceCell::Exclusive(m) => locked(node, || {
-                // SAFETY: as in `drain`.
-                unsafe { (*m.get()).run_task(self, arg) }
-            }),
-            InstanceCell::Shared(m) => m.run_task(self, arg),
-        };
-        self.flush_outputs(graph);
-        self.drain(graph);
-        r
+        RunGroup::collect(
+            max_runs,
+            #[inline(always)]
+            || {
+                // `drain` left the last downstream module as the current one.
+                self.cur_node = node;
+                let r = match &node.inst {
+                    // SAFETY: as in `drain`.
+                    InstanceCell::Exclusive(m) if !node.multi => unsafe {
+                        (*m.get()).run_task(self, arg)
+                    },
+                    InstanceCell::Exclusive(m) => locked(node, || {
+                        // SAFETY: as in `drain`.
+                        unsafe { (*m.get()).run_task(self, arg) }
+                    }),
+                    InstanceCell::Shared(m) => m.run_task(self, arg),
+                };
+                self.flush_outputs(graph);
+                self.drain(graph);
+                r
+            },
+        )
     }
 
     /// Returns every cached buffer to the pool (before the worker exits).

@@ -90,6 +90,45 @@ pub struct TaskResult {
     pub bits: u64,
 }
 
+/// What the runs of one task in a scheduling round reported (see
+/// [`ClassTree::schedule_round`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunGroup {
+    /// The runs that reported packets, summed (or the one run, whatever it reported).
+    pub result: TaskResult,
+    /// Runs summed in `result` (at least 1).
+    pub runs: u64,
+    /// A later run that reported no packets and ended the group: accounted on its own.
+    pub idle_tail: Option<TaskResult>,
+}
+
+impl RunGroup {
+    /// Runs `run` once and, while each run reports packets, again, up to `max_runs` runs.
+    #[inline(always)]
+    pub fn collect(max_runs: u64, mut run: impl FnMut() -> TaskResult) -> RunGroup {
+        let mut result = run();
+        let mut runs = 1;
+        let mut idle_tail = None;
+        if result.packets != 0 && !result.block {
+            while runs < max_runs {
+                let next = run();
+                if next.packets == 0 || next.block {
+                    idle_tail = Some(next);
+                    break;
+                }
+                runs += 1;
+                result.packets += next.packets;
+                result.bits += next.bits;
+            }
+        }
+        RunGroup {
+            result,
+            runs,
+            idle_tail,
+        }
+    }
+}
+
 /// A resource a policy measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Resource {
@@ -1589,22 +1628,24 @@ impl ClassTree {
     /// runnable.
     #[inline]
     pub fn schedule_once(&mut self, run: &mut impl FnMut(TaskId) -> TaskResult) -> bool {
-        self.schedule_round(run, 1)
+        self.schedule_round(&mut |t, max_runs| RunGroup::collect(max_runs, || run(t)), 1)
     }
 
     /// As [`ClassTree::schedule_once`], but a leaf that is the only runnable one under
     /// round-robin parents (no weighted-fair, priority or rate-limit class on its path, and
-    /// no runnable sibling at any level) runs its task up to `max_runs` times in the round,
-    /// while each run reports packets: picking again would choose it again, so the walk
-    /// down and the accounting up are made once for all the runs. Usage is the same as that
-    /// many rounds' (`count` counts runs); a run that reports no packets ends the round and
-    /// is accounted on its own, so an idle task backs off as after a round of its own. A
-    /// class woken meanwhile waits for the round's end (at most `max_runs` runs). The
-    /// workers use this with [`FUSED_RUNS`].
+    /// no runnable sibling at any level) may run its task up to `max_runs` times in the
+    /// round: `run(task, max)` runs it up to `max` times (1 unless the leaf is alone), as
+    /// [`RunGroup::collect`] does, and reports the group. Picking again would choose the
+    /// same leaf, so the walk down and the accounting up are made once for all the runs
+    /// (and the caller may look the task up once). Usage is the same as that many rounds'
+    /// (`count` counts runs); a run that reports no packets ends the group and is accounted
+    /// on its own, so an idle task backs off as after a round of its own. A class woken
+    /// meanwhile waits for the round's end (at most `max_runs` runs). The workers use this
+    /// with [`FUSED_RUNS`].
     #[inline(always)]
     pub fn schedule_round(
         &mut self,
-        run: &mut impl FnMut(TaskId) -> TaskResult,
+        run: &mut impl FnMut(TaskId, u64) -> RunGroup,
         max_runs: u64,
     ) -> bool {
         let mut t0 = self.last_tsc;
@@ -1623,24 +1664,11 @@ impl ClassTree {
         }
         let (leaf, parent, alone) = self.pick();
         let task = TaskId(at(&self.hot, leaf).task);
-        let mut r = run(task);
-        let mut runs = 1;
-        let mut idle_tail = None;
-        if alone && r.packets != 0 && !r.block {
-            while runs < max_runs {
-                let next = run(task);
-                if next.packets == 0 || next.block {
-                    idle_tail = Some(next);
-                    break;
-                }
-                runs += 1;
-                r.packets += next.packets;
-                r.bits += next.bits;
-            }
-        }
+        let g = run(task, if alone { max_runs } else { 1 });
+        debug_assert!(g.runs >= 1 && (g.runs <= max_runs || !alone && g.runs == 1));
         let t1 = rdtsc();
-        self.account(leaf, parent, r, runs, t1.wrapping_sub(t0), t1);
-        if let Some(tail) = idle_tail {
+        self.account(leaf, parent, g.result, g.runs, t1.wrapping_sub(t0), t1);
+        if let Some(tail) = g.idle_tail {
             // The run that ended the group is accounted on its own, as its own round would
             // be (an idle one backs its leaf off); its cycles are in the group's.
             self.account(leaf, parent, tail, 1, 0, t1);
@@ -2774,6 +2802,14 @@ mod tests {
         assert_eq!(snapshot(&t), before);
     }
 
+    /// A worker's round: `schedule_round` with `FUSED_RUNS`, each run made by `f`.
+    fn fused_round(t: &mut ClassTree, f: &mut impl FnMut(TaskId) -> TaskResult) -> bool {
+        t.schedule_round(
+            &mut |id, max_runs| RunGroup::collect(max_runs, || f(id)),
+            FUSED_RUNS,
+        )
+    }
+
     /// A lone runnable leaf under round-robin classes runs up to `max_runs` times in one
     /// round, usage counted per run; with a runnable sibling, or under a rate limit, a
     /// round runs one task, as `schedule_once`.
@@ -2788,13 +2824,10 @@ mod tests {
             packets: 2,
             bits: 16,
         };
-        assert!(t.schedule_round(
-            &mut |id| {
-                calls.push(id.0);
-                two
-            },
-            FUSED_RUNS
-        ));
+        assert!(fused_round(&mut t, &mut |id| {
+            calls.push(id.0);
+            two
+        }));
         assert_eq!(calls.len() as u64, FUSED_RUNS);
         for class in ["a", "mid"] {
             let s = t.stats(class).unwrap();
@@ -2807,13 +2840,10 @@ mod tests {
         leaf(&mut t, "b", Some("mid"), 0, 1, 1);
         calls.clear();
         for _ in 0..4 {
-            t.schedule_round(
-                &mut |id| {
-                    calls.push(id.0);
-                    BUSY
-                },
-                FUSED_RUNS,
-            );
+            fused_round(&mut t, &mut |id| {
+                calls.push(id.0);
+                BUSY
+            });
         }
         assert_eq!(calls.len(), 4);
         assert!(calls.windows(2).all(|w| w[0] != w[1]), "{calls:?}");
@@ -2822,13 +2852,10 @@ mod tests {
         add(&mut t, "lim", rl(Resource::Count, 0, 0), None, 0, 1);
         leaf(&mut t, "l", Some("lim"), 0, 1, 0);
         let mut n = 0;
-        t.schedule_round(
-            &mut |_| {
-                n += 1;
-                BUSY
-            },
-            FUSED_RUNS,
-        );
+        fused_round(&mut t, &mut |_| {
+            n += 1;
+            BUSY
+        });
         assert_eq!(n, 1);
     }
 
@@ -2840,18 +2867,15 @@ mod tests {
         leaf(&mut t, "a", None, 0, 1, 0);
         let mut left = 3;
         let mut calls = 0;
-        t.schedule_round(
-            &mut |_| {
-                calls += 1;
-                if left > 0 {
-                    left -= 1;
-                    BUSY
-                } else {
-                    IDLE
-                }
-            },
-            FUSED_RUNS,
-        );
+        fused_round(&mut t, &mut |_| {
+            calls += 1;
+            if left > 0 {
+                left -= 1;
+                BUSY
+            } else {
+                IDLE
+            }
+        });
         assert_eq!(calls, 4);
         let a = t.info("a").unwrap();
         assert!(a.blocked, "the idle run backs the leaf off");

@@ -258,6 +258,18 @@ impl Harness {
         self.ctx.run_task(&self.graph, t)
     }
 
+    /// Runs task `idx` of a module as a worker's round runs a lone task: up to `max_runs`
+    /// times while each run reports packets.
+    pub fn run_task_group(
+        &mut self,
+        module: &str,
+        idx: usize,
+        max_runs: u64,
+    ) -> crate::sched::RunGroup {
+        let t = self.graph.tasks_of(module).expect("module")[idx];
+        self.ctx.run_task_group(&self.graph, t, max_runs)
+    }
+
     /// Runs a module command.
     pub fn command(&mut self, module: &str, cmd: &str, arg: &Value) -> Result<Value> {
         self.graph.command(module, cmd, arg, &mut self.ctx)

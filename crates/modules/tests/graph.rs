@@ -156,6 +156,30 @@ fn counters_agree_along_a_chain() {
     assert_eq!(h.in_use(), 0);
 }
 
+/// A group of runs of one task (a worker's round of a lone task): each run's batch goes
+/// all the way downstream before the next run, and the group reports the runs' sum.
+#[test]
+fn a_task_run_as_a_group_drains_each_run_before_the_next() {
+    let mut h = Harness::new();
+    h.add(class("Source"), "src", &Value::map()).unwrap();
+    h.add(class("Bypass"), "bp", &Value::map()).unwrap();
+    h.add(class("Sink"), "sink", &Value::Null).unwrap();
+    h.connect("src", 0, "bp", 0).unwrap();
+    h.connect("bp", 0, "sink", 0).unwrap();
+    h.command("src", "set_burst", &Value::map().with("burst", 3))
+        .unwrap();
+    let g = h.run_task_group("src", 0, 16);
+    assert_eq!((g.runs, g.result.packets, g.idle_tail), (16, 48, None));
+    assert_eq!(g.result.bits, 48 * 60 * 8);
+    let bp = h.graph.ogate_counts("bp", 0).unwrap();
+    assert_eq!((bp.packets, bp.batches), (48, 16), "one batch per run");
+    assert_eq!(h.graph.igate_counts("sink", 0).unwrap().packets, 48);
+    assert_eq!(h.in_use(), 0);
+    // One run when the scheduler allows one.
+    let g = h.run_task_group("src", 0, 1);
+    assert_eq!((g.runs, g.result.packets), (1, 3));
+}
+
 /// Counts the packets of the batches it sees.
 struct CountingHook(std::sync::atomic::AtomicU64);
 
