@@ -138,14 +138,20 @@ fn metadata_offsets_follow_graph_changes() {
     );
 }
 
-#[test]
-fn counters_agree_along_a_chain() {
+/// src (Source) -> bp (Bypass) -> sink.
+fn source_bypass_sink() -> Harness {
     let mut h = Harness::new();
     h.add(class("Source"), "src", &Value::map()).unwrap();
     h.add(class("Bypass"), "bp", &Value::map()).unwrap();
     h.add(class("Sink"), "sink", &Value::Null).unwrap();
     h.connect("src", 0, "bp", 0).unwrap();
     h.connect("bp", 0, "sink", 0).unwrap();
+    h
+}
+
+#[test]
+fn counters_agree_along_a_chain() {
+    let mut h = source_bypass_sink();
     for _ in 0..10 {
         assert_eq!(h.run_task("src", 0).packets as usize, MAX_BURST);
     }
@@ -160,12 +166,7 @@ fn counters_agree_along_a_chain() {
 /// all the way downstream before the next run, and the group reports the runs' sum.
 #[test]
 fn a_task_run_as_a_group_drains_each_run_before_the_next() {
-    let mut h = Harness::new();
-    h.add(class("Source"), "src", &Value::map()).unwrap();
-    h.add(class("Bypass"), "bp", &Value::map()).unwrap();
-    h.add(class("Sink"), "sink", &Value::Null).unwrap();
-    h.connect("src", 0, "bp", 0).unwrap();
-    h.connect("bp", 0, "sink", 0).unwrap();
+    let mut h = source_bypass_sink();
     h.command("src", "set_burst", &Value::map().with("burst", 3))
         .unwrap();
     let g = h.run_task_group("src", 0, 16);
