@@ -398,11 +398,6 @@ impl Cond {
         }
     }
 
-    #[inline(always)]
-    fn holds(&self, vals: &[u32; MAX_FIELDS]) -> bool {
-        self.holds_for(vals[ix(self.field)])
-    }
-
     /// Whether the condition holds for its field's value `v`.
     #[inline(always)]
     fn holds_for(&self, v: u32) -> bool {
@@ -440,7 +435,7 @@ struct KeyTable {
 impl KeyTable {
     #[inline(always)]
     fn home(&self, v: u32) -> usize {
-        (v.wrapping_mul(0x9E37_79B1) >> self.shift) as usize
+        slot_of(v, self.shift)
     }
 
     fn build(field: u8, entries: &[(u32, u32, u32)]) -> KeyTable {
@@ -502,10 +497,16 @@ struct FlatTable {
     slots: Vec<(u32, u32)>,
     per_run: usize,
     per_path: usize,
-    /// (filter or `u32::MAX` for padding, fields needed including the table's own) per path.
+    /// (filter or `u32::MAX` for padding, fields the path needs) per path.
     paths: Vec<(u32, u64)>,
     /// `per_path` conditions per path.
     conds: Vec<Cond>,
+}
+
+/// The slot a key table of `2^(32 - shift)` slots hashes `v` to (multiplicative hashing).
+#[inline(always)]
+fn slot_of(v: u32, shift: u32) -> usize {
+    (v.wrapping_mul(0x9E37_79B1) >> shift) as usize
 }
 
 /// The longest run and path a [`FlatTable`] pads to, and its largest size.
@@ -555,7 +556,7 @@ impl FlatTable {
             }
             let mut slots = vec![(empty, 0u32); size + 1];
             let placed = entries.iter().enumerate().all(|(run, e)| {
-                let h = (e.0.wrapping_mul(0x9E37_79B1) >> (32 - bits)) as usize;
+                let h = slot_of(e.0, 32 - bits);
                 let free = [h, h + 1].into_iter().find(|&i| slots[i].0 == empty);
                 free.map(|i| slots[i] = (e.0, run as u32 + 1)).is_some()
             });
@@ -567,6 +568,7 @@ impl FlatTable {
         let mut flat = FlatTable {
             field: t.field,
             common: std::iter::once(t.guard)
+                .filter(|g| *g != Cond::ALWAYS)
                 .chain(common.iter().copied())
                 .collect(),
             need: t.need,
@@ -669,7 +671,7 @@ impl FlatTable {
         let n = best.len().min(MAX_BURST);
         for (p, c) in cand[..n].iter_mut().enumerate() {
             let v = key[p];
-            let h = (v.wrapping_mul(0x9E37_79B1) >> self.shift) as usize & mask;
+            let h = slot_of(v, self.shift) & mask;
             // SAFETY: `h <= mask`, and `slots` has `mask + 2` entries (build).
             let (s0, s1) = unsafe { (*slots.add(h), *slots.add(h + 1)) };
             // Both slots hold `v` only when it is the empty marker; both runs are then 0.
@@ -910,14 +912,53 @@ impl Merged {
         });
     }
 
+    /// Paths `start..end` for one packet whose fields are `valid` and read by `value`: the
+    /// first path that holds and comes before `best`, or `best`.
     #[inline(always)]
-    fn path_holds(&self, p: &Path, vals: &[u32; MAX_FIELDS], valid: u64) -> bool {
-        // Every condition is evaluated (no early exit): which one fails varies from packet
-        // to packet, and a mispredicted exit costs more than the few conditions a path has.
-        p.need & !valid == 0
-            && self.conds[p.conds.0 as usize..p.conds.1 as usize]
-                .iter()
-                .fold(true, |ok, c| ok & c.holds(vals))
+    fn scan(&self, start: u32, end: u32, best: u32, valid: u64, value: impl Fn(u8) -> u32) -> u32 {
+        for path in &self.paths[start as usize..end as usize] {
+            if path.filter >= best {
+                break;
+            }
+            // Every condition is evaluated (no early exit): which one fails varies from
+            // packet to packet, and a mispredicted exit costs more than the few conditions a
+            // path has.
+            let holds = path.need & !valid == 0
+                && self.conds[path.conds.0 as usize..path.conds.1 as usize]
+                    .iter()
+                    .fold(true, |ok, c| ok & c.holds_for(value(c.field)));
+            if holds {
+                return path.filter;
+            }
+        }
+        best
+    }
+
+    /// Key table `k` for one packet (as [`Merged::scan`]): the run its key value names.
+    #[inline(always)]
+    fn search_table(&self, k: &KeyTable, best: u32, valid: u64, value: impl Fn(u8) -> u32) -> u32 {
+        // One branch for the three reasons to skip the table (which of them holds varies
+        // from packet to packet; the non-short-circuit `&` keeps it one).
+        if !((k.need & !valid == 0) & k.guard.holds_for(value(k.guard.field)) & (k.first < best)) {
+            return best;
+        }
+        let (start, len) = k.get(value(k.field));
+        self.scan(start, start + len, best, valid, value)
+    }
+
+    /// The interpreted filters before `best` for packet `p`: the first that accepts, or
+    /// `best`.
+    #[inline(always)]
+    fn run_slow<'p>(&self, best: u32, p: &[u8], progs: impl Fn(u32) -> &'p [Op]) -> u32 {
+        for &fi in &self.slow {
+            if fi >= best {
+                break;
+            }
+            if exec(progs(fi), p) != 0 {
+                return fi;
+            }
+        }
+        best
     }
 
     /// The first filter (index in priority order) whose program accepts `p`; `progs(i)` is
@@ -980,59 +1021,14 @@ impl Merged {
                 valid |= 1 << i;
             }
         }
-        let vals = &*vals;
+        let value = |f: u8| vals[ix(f)];
         let mut best = u32::MAX;
-        let scan = |start: u32, end: u32, best: &mut u32| {
-            for path in &self.paths[start as usize..end as usize] {
-                if path.filter >= *best {
-                    break;
-                }
-                if self.path_holds(path, vals, valid) {
-                    *best = path.filter;
-                    break;
-                }
-            }
-        };
         for k in &self.keys {
-            // One branch for the three reasons to skip the table (which of them holds
-            // varies from packet to packet; the non-short-circuit `&` keeps it one).
-            if !((k.need & !valid == 0) & k.guard.holds(vals) & (k.first < best)) {
-                continue;
-            }
-            let (start, len) = k.get(vals[ix(k.field)]);
-            scan(start, start + len, &mut best);
+            best = self.search_table(k, best, valid, value);
         }
-        scan(self.unkeyed.0, self.unkeyed.1, &mut best);
-        for &fi in &self.slow {
-            if fi >= best {
-                break;
-            }
-            if exec(progs(fi), p) != 0 {
-                best = fi;
-                break;
-            }
-        }
+        best = self.scan(self.unkeyed.0, self.unkeyed.1, best, valid, value);
+        best = self.run_slow(best, p, &progs);
         (best != u32::MAX).then_some(best)
-    }
-
-    /// Scans paths `start..end` for packet `p` of a batch's columns, as `first_match_with`'s
-    /// scan does for one packet: the first path that holds and comes before `best` wins.
-    #[inline(always)]
-    fn scan_column(&self, start: u32, end: u32, best: u32, cols: &Columns, p: usize) -> u32 {
-        let valid = cols.valid[p];
-        for path in &self.paths[start as usize..end as usize] {
-            if path.filter >= best {
-                break;
-            }
-            let holds = path.need & !valid == 0
-                && self.conds[path.conds.0 as usize..path.conds.1 as usize]
-                    .iter()
-                    .fold(true, |ok, c| ok & c.holds_for(cols.vals[ix(c.field)][p]));
-            if holds {
-                return path.filter;
-            }
-        }
-        best
     }
 
     /// [`Merged::first_match`] for every packet of a batch (at most `MAX_BURST`): `out[i]`
@@ -1048,6 +1044,10 @@ impl Merged {
         progs: impl Fn(u32) -> &'p [Op],
         out: &mut [u32; MAX_BURST],
     ) {
+        debug_assert!(
+            pkts.len() <= MAX_BURST,
+            "a batch holds at most MAX_BURST packets"
+        );
         let n = pkts.len().min(MAX_BURST);
         let data = &mut pkts[..n];
         let plan = &self.plan;
@@ -1120,35 +1120,19 @@ impl Merged {
                 flat.search(cols, &mut best[..n]);
                 continue;
             }
-            let guard = &cols.vals[ix(k.guard.field)];
-            let key = &cols.vals[ix(k.field)];
-            for p in 0..n {
-                if !((k.need & !cols.valid[p] == 0)
-                    & k.guard.holds_for(guard[p])
-                    & (k.first < best[p]))
-                {
-                    continue;
-                }
-                let (start, len) = k.get(key[p]);
-                best[p] = self.scan_column(start, start + len, best[p], cols, p);
+            for (p, b) in best[..n].iter_mut().enumerate() {
+                *b = self.search_table(k, *b, cols.valid[p], |f| cols.vals[ix(f)][p]);
             }
         }
         if self.unkeyed.0 != self.unkeyed.1 {
             for (p, b) in best[..n].iter_mut().enumerate() {
-                *b = self.scan_column(self.unkeyed.0, self.unkeyed.1, *b, cols, p);
+                let value = |f: u8| cols.vals[ix(f)][p];
+                *b = self.scan(self.unkeyed.0, self.unkeyed.1, *b, cols.valid[p], value);
             }
         }
         if !self.slow.is_empty() {
             for (b, pkt) in best[..n].iter_mut().zip(data) {
-                for &fi in &self.slow {
-                    if fi >= *b {
-                        break;
-                    }
-                    if exec(progs(fi), pkt) != 0 {
-                        *b = fi;
-                        break;
-                    }
-                }
+                *b = self.run_slow(*b, pkt, &progs);
             }
         }
         let mut vals = [0; MAX_FIELDS];
@@ -1325,9 +1309,7 @@ pub(crate) mod tests {
                 2 => Test::Ge(k),
                 _ => Test::Set(k),
             };
-            let mut vals = [0u32; MAX_FIELDS];
-            vals[3] = v;
-            prop_assert_eq!(Cond::new(3, t, expect).holds(&vals), t.holds(v) == expect);
+            prop_assert_eq!(Cond::new(3, t, expect).holds_for(v), t.holds(v) == expect);
         }
     }
 
