@@ -6,7 +6,7 @@
 #   profile instead of building this tree's (e.g. an older build to compare with).
 # As bench/profile.sh: two runs that differ only in the step count, whose difference is the
 # steady state (no set-up, no table building). The class's cost is the pipeline with it minus
-# the pipeline without it (inclusive costs of steps_class and steps_base), and the functions
+# the pipeline without it (the costs of the calls to steps_class and steps_base), and the functions
 # listed are the largest exclusive costs of both pipelines together.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +30,7 @@ done
 python3 - "$out" "$steps" "$case_name" <<'PY'
 import re, sys
 sys.path.insert(0, "bench")
-from callgrind_costs import costs as cg_costs
+from callgrind_costs import call_costs, costs as cg_costs
 out, steps, name = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 def costs(n, inclusive):
     return cg_costs(f"{out}/cg.{n}", inclusive)
@@ -40,13 +40,12 @@ def packets(n):
     if len(m) != 1:
         sys.exit(f"profile_modules: '{name}' must select exactly one case; log:\n{log}")
     return m[0][0], int(m[0][1]), int(m[0][2])
-def incl(fns, f):
-    return sum(v for k, v in fns.items() if k.endswith(f))
+def calls(n, f):
+    return call_costs(f"{out}/cg.{n}", f)
 case, ba, ca = packets(steps)
 _, bb, cb = packets(steps * 2)
-ia, ib = costs(steps, "yes"), costs(steps * 2, "yes")
-base = (incl(ib, "steps_base") - incl(ia, "steps_base")) / (bb - ba)
-full = (incl(ib, "steps_class") - incl(ia, "steps_class")) / (cb - ca)
+base = (calls(steps * 2, "steps_base") - calls(steps, "steps_base")) / (bb - ba)
+full = (calls(steps * 2, "steps_class") - calls(steps, "steps_class")) / (cb - ca)
 ea, eb = costs(steps, "no"), costs(steps * 2, "no")
 rows = sorted(((eb.get(k, 0) - ea.get(k, 0)) / (cb - ca), k) for k in set(ea) | set(eb))
 rows = [r for r in rows if r[0] > 0.05][::-1]
