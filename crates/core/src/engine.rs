@@ -1282,12 +1282,8 @@ fn worker_main(
         let ran = tree.schedule_round(
             &mut |t, max_runs| {
                 let group = ctx.run_task_group(g, t, max_runs);
-                // The last run's packets: none if an idle run ended the group.
-                packets = if group.idle_tail.is_some() {
-                    0
-                } else {
-                    group.result.packets
-                };
+                // The last run's packets.
+                packets = group.idle_tail.map_or(group.result.packets, |t| t.packets);
                 runs += group.runs + group.idle_tail.is_some() as u64;
                 group
             },

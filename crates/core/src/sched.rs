@@ -98,7 +98,8 @@ pub struct RunGroup {
     pub result: TaskResult,
     /// Runs summed in `result` (at least 1).
     pub runs: u64,
-    /// A later run that reported no packets and ended the group: accounted on its own.
+    /// A later run that reported no packets (or asked to block) and so ended the group:
+    /// accounted on its own.
     pub idle_tail: Option<TaskResult>,
 }
 
@@ -1665,7 +1666,7 @@ impl ClassTree {
         let (leaf, parent, alone) = self.pick();
         let task = TaskId(at(&self.hot, leaf).task);
         let g = run(task, if alone { max_runs } else { 1 });
-        debug_assert!(g.runs >= 1 && (g.runs <= max_runs || !alone && g.runs == 1));
+        debug_assert!((1..=if alone { max_runs.max(1) } else { 1 }).contains(&g.runs));
         let t1 = rdtsc();
         self.account(leaf, parent, g.result, g.runs, t1.wrapping_sub(t0), t1);
         if let Some(tail) = g.idle_tail {
@@ -1684,7 +1685,8 @@ impl ClassTree {
     }
 
     /// Walks from the root to the leaf each policy picks (the root must be runnable);
-    /// returns the leaf and its parent.
+    /// returns the leaf, its parent, and whether it is alone: only round-robin classes
+    /// above it, none with another runnable child.
     #[inline(always)]
     fn pick(&self) -> (usize, u32, bool) {
         let mut p = NONE;
