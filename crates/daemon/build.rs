@@ -1,6 +1,8 @@
-//! Compiles `proto/bess/*.proto` (and Bessemer's own `proto/bess/ext/*.proto`) with protox (no system `protoc`), generates the prost
-//! messages and the tonic client and server from the descriptor set, and keeps the encoded
-//! descriptor set in OUT_DIR for prost-reflect (`Any` <-> `Value` conversion).
+//! Compiles `proto/bess/*.proto` (and Bessemer's own `proto/bess/ext/*.proto`, and the
+//! messages of the BESS plugins whose classes are built in, `proto/bess/plugins/`) with protox
+//! (no system `protoc`), generates the prost messages and the tonic client and server from the
+//! descriptor set, and keeps the encoded descriptor set in OUT_DIR for prost-reflect (`Any` <->
+//! `Value` conversion).
 
 use std::path::PathBuf;
 
@@ -14,6 +16,7 @@ const FILES: &[&str] = &[
     "ext/bessemer_observe.proto",
     "ext/bessemer_service.proto",
     "ext/bessemer_esp.proto",
+    "plugins/sample_plugin/supdate_msg.proto",
     "service.proto",
 ];
 

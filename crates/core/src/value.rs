@@ -228,11 +228,26 @@ impl<'a> Args<'a> {
         Ok(Some(i))
     }
 
-    /// An optional unsigned integer field up to `max`.
+    /// An optional unsigned integer field up to `max`. A negative Int is read as the u64 it
+    /// stands for (uint64 values above i64::MAX arrive that way: `Value::from(u64)`).
     pub fn uint(&mut self, key: &str, max: u64) -> Result<Option<u64>> {
-        Ok(self
-            .int(key, 0, max.min(i64::MAX as u64) as i64)?
-            .map(|i| i as u64))
+        let Some(v) = self.take(key) else {
+            return Ok(None);
+        };
+        let u = match *v {
+            Value::Int(i) => i as u64,
+            _ => v
+                .as_i64()
+                .filter(|&i| i >= 0)
+                .ok_or_else(|| self.wrong(key, "an unsigned integer", v))? as u64,
+        };
+        if u > max {
+            return Err(Error::invalid(format!(
+                "{}.{key}: {u} is out of range [0, {max}]",
+                self.msg
+            )));
+        }
+        Ok(Some(u))
     }
 
     /// An optional float field.

@@ -90,7 +90,7 @@ pub fn any_to_value(
             // is refused below, since BESS would silently drop what it says.
             return Ok(Value::map());
         }
-        if desc.full_name() != exp {
+        if desc.full_name() != exp && !same_message_elsewhere(&desc, &exp) {
             return Err(Error::invalid(format!(
                 "argument for {what} must be a {exp}, got a {}",
                 desc.full_name()
@@ -98,6 +98,37 @@ pub fn any_to_value(
         }
     }
     decode_value(&desc, &any.value)
+}
+
+/// True if `got` is the message `expected` names, declared in another package: same name, same
+/// fields (numbers, names, types, nested messages alike). A BESS plugin's messages live in the
+/// plugin's package (`sample.supdate.pb.SequentialUpdateArg`, as omec's pybess packs them),
+/// while Bessemer builds the class in and also declares them in `bess.pb`; either is accepted.
+fn same_message_elsewhere(got: &MessageDescriptor, expected: &str) -> bool {
+    pool()
+        .get_message_by_name(expected)
+        .is_some_and(|exp| got.name() == exp.name() && same_shape(got, &exp, 0))
+}
+
+/// Field-by-field equality of two message types (recursing into nested messages, to a bound).
+fn same_shape(a: &MessageDescriptor, b: &MessageDescriptor, depth: usize) -> bool {
+    if a.full_name() == b.full_name() {
+        return true;
+    }
+    if depth > 8 || a.fields().len() != b.fields().len() {
+        return false;
+    }
+    a.fields().all(|fa| {
+        b.get_field(fa.number()).is_some_and(|fb| {
+            fa.name() == fb.name()
+                && fa.cardinality() == fb.cardinality()
+                && match (fa.kind(), fb.kind()) {
+                    (Kind::Message(ma), Kind::Message(mb)) => same_shape(&ma, &mb, depth + 1),
+                    (Kind::Enum(ea), Kind::Enum(eb)) => ea.full_name() == eb.full_name(),
+                    (ka, kb) => ka == kb,
+                }
+        })
+    })
 }
 
 /// Arguments at least this long have their repeated message fields decoded one element at
@@ -245,19 +276,16 @@ pub fn message_into_value(mut msg: DynamicMessage) -> Result<Value> {
 }
 
 fn field_into_value(fd: &FieldDescriptor, v: PValue) -> Result<Value> {
-    let field = || fd.full_name().to_string();
     Ok(match v {
         PValue::Bool(b) => Value::Bool(b),
         PValue::I32(i) => Value::Int(i as i64),
         PValue::I64(i) => Value::Int(i),
         PValue::U32(u) => Value::Int(u as i64),
-        PValue::U64(u) => Value::Int(i64::try_from(u).map_err(|_| {
-            Error::invalid(format!(
-                "{}: {u} does not fit in a signed 64-bit integer (largest accepted: {})",
-                field(),
-                i64::MAX
-            ))
-        })?),
+        // Value has one integer type: a uint64 above i64::MAX is kept as its bit pattern (a
+        // negative Int), which `Args::uint`, FieldData's `value_int` and the encoder read
+        // back as the same u64. BESS's uint64 fields take every value (the UPF's F-SEIDs are
+        // random 64-bit numbers).
+        PValue::U64(u) => Value::Int(u as i64),
         PValue::F32(f) => Value::Float(f as f64),
         PValue::F64(f) => Value::Float(f),
         PValue::String(s) => Value::Str(s),
@@ -655,14 +683,54 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.code, libc::EINVAL);
-        let big = crate::pb::SourceArg { pkt_size: u64::MAX };
-        let e = any_to_value(
-            Some(&any("bess.pb.SourceArg", big.encode_to_vec())),
-            None,
+    }
+
+    #[test]
+    fn uint64_values_above_i64_max_round_trip() {
+        // The UPF's agent keys sessions by random 64-bit F-SEIDs (FieldData.value_int).
+        let fseid = 15_651_156_325_097_046_716u64;
+        let msg = crate::pb::FieldData {
+            encoding: Some(crate::pb::field_data::Encoding::ValueInt(fseid)),
+        };
+        let v = any_to_value(
+            Some(&any("bess.pb.FieldData", msg.encode_to_vec())),
+            Some("FieldData"),
             "x",
         )
-        .unwrap_err();
-        assert!(e.msg.contains("pkt_size"), "{}", e.msg);
+        .unwrap();
+        let mut a = bessemer_core::Args::new(&v, "FieldData").unwrap();
+        assert_eq!(a.uint("value_int", u64::MAX).unwrap(), Some(fseid));
+        let back = value_to_any("bess.pb.FieldData", &v).unwrap();
+        assert_eq!(crate::pb::FieldData::decode(&back.value[..]).unwrap(), msg);
+    }
+
+    #[test]
+    fn a_plugin_message_is_taken_under_its_own_package() {
+        // omec's pybess packs the sample plugin's argument in the plugin's package.
+        let arg = any(
+            "sample.supdate.pb.SequentialUpdateArg",
+            crate::pb::SequentialUpdateArg {
+                fields: vec![crate::pb::sequential_update_arg::Field {
+                    offset: 46,
+                    size: 4,
+                    min: 1,
+                    max: 9,
+                }],
+            }
+            .encode_to_vec(),
+        );
+        let v = any_to_value(
+            Some(&arg),
+            Some("SequentialUpdateArg"),
+            "module class 'SequentialUpdate'",
+        )
+        .unwrap();
+        let f = &v.get("fields").unwrap().as_list().unwrap()[0];
+        assert_eq!(f.get("offset").unwrap().as_i64(), Some(46));
+        assert_eq!(f.get("max").unwrap().as_i64(), Some(9));
+        // A message of another name is still refused.
+        let e = any_to_value(Some(&arg), Some("UpdateArg"), "x").unwrap_err();
+        assert!(e.msg.contains("must be a bess.pb.UpdateArg"), "{}", e.msg);
     }
 
     #[test]
