@@ -192,6 +192,16 @@ impl Harness {
         Ok(self.graph.name_of(id).to_string())
     }
 
+    /// A module's one-line description (`show module`'s desc), or "" if there is no such module.
+    pub fn desc(&self, module: &str) -> String {
+        self.graph
+            .modules()
+            .into_iter()
+            .find(|m| m.name == module)
+            .map(|m| m.desc)
+            .unwrap_or_default()
+    }
+
     /// Connects two modules.
     pub fn connect(&mut self, from: &str, ogate: u16, to: &str, igate: u16) -> Result<()> {
         self.graph.connect(from, ogate, to, igate)

@@ -4,7 +4,7 @@ use bessemer_core::{
     ModuleClass, PacketBatch, Result, Value,
 };
 
-use super::timestamp::{now_ns, parse_place, MARKER, MARK_SIZE};
+use super::timestamp::{mark_at, now_ns, parse_place, Place};
 use crate::util::FastRng;
 
 /// A fixed-resolution histogram of nanosecond values, as BESS's `utils/histogram.h`: bucket
@@ -121,7 +121,7 @@ impl Histogram {
 /// Reads Timestamp's mark, records one-way latency, and samples jitter (difference between
 /// consecutive latencies). Forwards every packet.
 pub struct Measure {
-    offset: Option<usize>,
+    place: Place,
     latency: Histogram,
     jitter: Histogram,
     jitter_threshold: u64,
@@ -192,20 +192,21 @@ impl Module for Measure {
         // future) in the bytes and the histograms.
         self.packets += batch.len() as u64;
         for p in batch.pkts() {
-            let t = match self.offset {
-                Some(off) => match p.data().get(off..off + MARK_SIZE) {
-                    Some(m) if m[..4] == MARKER.to_le_bytes() => {
-                        u64::from_le_bytes(m[4..].try_into().unwrap())
-                    }
-                    _ => continue,
+            // As the fork's measure.cc: the attribute's time if it holds one, else a mark
+            // at the offset (0 in attribute mode).
+            let (from_attr, off) = match self.place {
+                Place::Offset(off) => (0, off),
+                Place::Attr => match attr {
+                    AttrOffset::At(_) => (u64::from_le_bytes(p.get_attr::<8>(attr)), 0),
+                    _ => (0, 0),
                 },
-                None => match attr {
-                    AttrOffset::At(_) => match u64::from_le_bytes(p.get_attr::<8>(attr)) {
-                        0 => continue,
-                        t => t,
-                    },
-                    _ => continue,
+            };
+            let t = match from_attr {
+                0 => match mark_at(p.data(), off) {
+                    Some(t) => t,
+                    None => continue,
                 },
+                t => t,
             };
             if now < t {
                 continue;
@@ -245,8 +246,8 @@ pub static CLASS: ModuleClass = ModuleClass {
     help: "measures packet latency (paired with Timestamp module)",
     arg_type: "MeasureArg",
     arg_doc: &[
-        "offset: uint64 — where Timestamp put its mark (default 42)",
-        "attr_name: string — or: the metadata attribute holding the time",
+        "attr_name: string — the metadata attribute holding the time (default: timestamp)",
+        "offset: uint64 — or, when not 0: where Timestamp put its mark in the packet",
         "jitter_sample_prob: double — share of measured packets sampled for jitter (default 0.05)",
         "get_summary: packets = every packet seen; bits = (bytes of measured packets + 24 x packets) x 8; timestamp = wall-clock seconds; latency/jitter over marked packets only",
         "latency_ns_max: uint64 — histogram range (default 100 ms)",
@@ -275,7 +276,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     mt_safe: true,
     create: |init, arg| {
         let mut a = Args::new(arg, "MeasureArg")?;
-        let offset = parse_place(&mut a, init, AccessMode::Read, "MeasureArg")?;
+        let place = parse_place(&mut a, init, AccessMode::Read, "MeasureArg")?;
         let prob = a
             .float("jitter_sample_prob")?
             .filter(|&p| p != 0.0)
@@ -302,7 +303,7 @@ pub static CLASS: ModuleClass = ModuleClass {
             ));
         }
         Ok(Instance::Exclusive(Box::new(Measure {
-            offset,
+            place,
             latency: Histogram::new(buckets, res),
             jitter: Histogram::new(buckets, res),
             jitter_threshold: (prob * (1u64 << 32) as f64) as u64,

@@ -1,5 +1,4 @@
 //! Timestamp: marks packets with the current time (paired with Measure).
-use crate::headers::{udp, ETH_LEN, IPV4_MIN_LEN};
 use bessemer_core::{
     tsc, AccessMode, Args, AttrSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch,
 };
@@ -7,18 +6,27 @@ use bessemer_core::{
 /// Marker written before the timestamp so Measure recognises marked packets (BESS's
 /// `Timestamp::kMarker`, stored little-endian as BESS does on x86).
 pub const MARKER: u32 = 0x54C5_BE55;
-/// Default offset: after Ethernet, IPv4 and UDP headers (14 + 20 + 8 bytes), as BESS.
-pub const DEFAULT_OFFSET: usize = ETH_LEN + IPV4_MIN_LEN + udp::HEADER_LEN;
-const _: () = assert!(DEFAULT_OFFSET == 42);
 /// Bytes the mark takes: 4-byte marker, 8-byte nanosecond time.
 pub const MARK_SIZE: usize = 12;
+/// The metadata attribute holding the time when no offset is given (the omec fork's default).
+pub const DEFAULT_ATTR: &str = "timestamp";
 
-/// Writes (marker, time in ns) at `offset` in the packet, or the time into an attribute.
-/// As BESS's timestamp.cc: a packet whose data ends inside the mark is lengthened (into its
+/// Where Timestamp keeps the time and Measure finds it: TimestampArg's / MeasureArg's oneof.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Place {
+    /// A 12-byte mark (marker, time) at this packet offset.
+    Offset(usize),
+    /// The class's first metadata attribute (8 bytes, native order).
+    Attr,
+}
+
+/// Writes the current time into the `timestamp` attribute (or the one `attr_name` names), or,
+/// when an `offset` is given, a mark (marker, time in ns) at that offset in the packet. As the
+/// omec fork's timestamp.cc: a packet whose data ends inside the mark is lengthened (into its
 /// tailroom) to hold it; one with no tailroom for that, or shorter than `offset`, passes
 /// unchanged.
 pub struct Timestamp {
-    offset: Option<usize>,
+    place: Place,
 }
 
 /// Nanoseconds since an arbitrary epoch, from the TSC.
@@ -27,11 +35,22 @@ pub fn now_ns(tsc_now: u64) -> u64 {
     tsc::cycles_to_ns(tsc_now)
 }
 
+/// The time of the mark at `offset` in `data`, if one is there.
+#[inline]
+pub fn mark_at(data: &[u8], offset: usize) -> Option<u64> {
+    match data.get(offset..offset + MARK_SIZE) {
+        Some(m) if m[..4] == MARKER.to_le_bytes() => {
+            Some(u64::from_le_bytes(m[4..].try_into().unwrap()))
+        }
+        _ => None,
+    }
+}
+
 impl Module for Timestamp {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         let t = now_ns(ctx.refresh_now());
-        match self.offset {
-            Some(off) => {
+        match self.place {
+            Place::Offset(off) => {
                 let mut mark = [0u8; MARK_SIZE];
                 mark[..4].copy_from_slice(&MARKER.to_le_bytes());
                 mark[4..].copy_from_slice(&t.to_le_bytes());
@@ -46,7 +65,7 @@ impl Module for Timestamp {
                     p.data_mut()[off..off + MARK_SIZE].copy_from_slice(&mark);
                 }
             }
-            None => {
+            Place::Attr => {
                 let a = ctx.attr(0);
                 for p in batch.pkts_mut() {
                     p.set_attr(a, &t.to_le_bytes());
@@ -57,35 +76,37 @@ impl Module for Timestamp {
     }
 
     fn desc(&self) -> String {
-        match self.offset {
-            Some(o) => format!("offset {o}"),
-            None => "attribute".into(),
+        match self.place {
+            Place::Offset(o) => format!("offset {o}"),
+            Place::Attr => "attribute".into(),
         }
     }
 }
 
-/// Parses the oneof (offset | attr_name) shared by Timestamp and Measure.
+/// Parses the oneof (offset | attr_name) shared by Timestamp and Measure as the omec fork
+/// does: a non-zero `offset` puts the mark in the packet; otherwise the time is in the
+/// attribute `attr_name`, `timestamp` when none is named.
 pub fn parse_place(
     a: &mut Args,
     init: &mut bessemer_core::InitContext,
     mode: AccessMode,
     msg: &str,
-) -> bessemer_core::Result<Option<usize>> {
-    let offset = a.int("offset", 0, 4095)?;
+) -> bessemer_core::Result<Place> {
+    let offset = a.int("offset", 0, 4095)?.filter(|&o| o != 0);
     let attr = a.str("attr_name")?.filter(|s| !s.is_empty());
     match (offset, attr) {
         (Some(_), Some(_)) => Err(Error::invalid(format!(
             "{msg}: offset and attr_name are exclusive"
         ))),
-        (_, Some(name)) => {
+        (Some(o), None) => Ok(Place::Offset(o as usize)),
+        (None, name) => {
             init.add_attr(AttrSpec {
-                name: name.to_string(),
+                name: name.unwrap_or(DEFAULT_ATTR).to_string(),
                 size: 8,
                 mode,
             })?;
-            Ok(None)
+            Ok(Place::Attr)
         }
-        (o, None) => Ok(Some(o.map(|o| o as usize).unwrap_or(DEFAULT_OFFSET))),
     }
 }
 
@@ -96,9 +117,9 @@ pub static CLASS: ModuleClass = ModuleClass {
     help: "marks current time to packets (paired with Measure module)",
     arg_type: "TimestampArg",
     arg_doc: &[
-        "offset: uint64 — packet offset of the 12-byte mark (4-byte marker 0x54c5be55, 8-byte ns time; default 42, after Ethernet/IPv4/UDP)",
+        "attr_name: string — the 8-byte metadata attribute to hold the time in ns (default: timestamp)",
+        "offset: uint64 — or, when not 0: the packet offset of a 12-byte mark instead (4-byte marker 0x54c5be55, 8-byte ns time)",
         "a packet ending inside the mark grows to hold it (if it has tailroom); one shorter than offset passes unchanged",
-        "attr_name: string — or: an 8-byte metadata attribute to hold the time",
     ],
     igates: 1,
     ogates: 1,
@@ -107,9 +128,9 @@ pub static CLASS: ModuleClass = ModuleClass {
     mt_safe: true,
     create: |init, arg| {
         let mut a = Args::new(arg, "TimestampArg")?;
-        let offset = parse_place(&mut a, init, AccessMode::Write, "TimestampArg")?;
+        let place = parse_place(&mut a, init, AccessMode::Write, "TimestampArg")?;
         a.finish()?;
-        Ok(Instance::Exclusive(Box::new(Timestamp { offset })))
+        Ok(Instance::Exclusive(Box::new(Timestamp { place })))
     },
 };
 
@@ -149,15 +170,30 @@ mod tests {
     }
 
     #[test]
-    fn default_offset_is_after_ethernet_ipv4_udp() {
+    fn without_an_offset_the_time_goes_into_the_timestamp_attribute_and_the_packet_is_untouched() {
+        // The omec fork's default (the UPF's `Timestamp()` before GtpuParser): a mark at
+        // offset 42 would overwrite the GTP-U header of every uplink packet.
         let mut h = Harness::new();
         h.add(&CLASS, "ts", &Value::map()).unwrap();
-        let c = h.capture("ts", 0);
-        h.inject("ts", 0, &[vec![0u8; 60], vec![0u8; 42]]);
-        let got = c.take_data();
-        assert_eq!(&got[0][42..46], &[0x55, 0xbe, 0xc5, 0x54]);
-        assert_eq!(got[0].len(), 60);
-        assert_eq!(got[1].len(), 54);
-        assert_eq!(&got[1][42..46], &[0x55, 0xbe, 0xc5, 0x54]);
+        assert_eq!(h.desc("ts"), "attribute");
+        h.add(&super::super::measure::CLASS, "m", &Value::map())
+            .unwrap();
+        h.connect("ts", 0, "m", 0).unwrap();
+        let c = h.capture("m", 0);
+        let frame: Vec<u8> = (0..60u8).collect();
+        h.inject("ts", 0, &vec![frame.clone(); 3]);
+        assert_eq!(c.take_data(), vec![frame; 3], "the packets are not written");
+        let s = h.command("m", "get_summary", &Value::map()).unwrap();
+        let lat = s.get("latency").unwrap();
+        assert_eq!(
+            lat.get("count").unwrap().as_i64(),
+            Some(3),
+            "read from the attribute"
+        );
+        // offset 0 is "not given", as the fork reads it.
+        h.add(&CLASS, "ts0", &Value::map().with("offset", 0))
+            .unwrap();
+        assert_eq!(h.desc("ts0"), "attribute");
+        assert_eq!(h.in_use(), 0);
     }
 }
