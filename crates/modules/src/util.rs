@@ -48,6 +48,22 @@ pub const IDLE: TaskResult = TaskResult {
     bits: 0,
 };
 
+/// Parses a `set_burst` command's argument (`<Class>CommandSetBurstArg.burst`): 0..MAX_BURST,
+/// absent meaning 0, as every BESS class with the command takes it (0 switches the task's
+/// packets off: scripts stop a Source that way).
+pub fn parse_burst(arg: &Value, msg: &str) -> Result<usize> {
+    let mut a = bessemer_core::Args::new(arg, msg)?;
+    let b = a.uint("burst", u64::MAX)?.unwrap_or(0);
+    a.finish()?;
+    if b > bessemer_core::batch::MAX_BURST as u64 {
+        return Err(Error::invalid(format!(
+            "{msg}.burst: burst size must be [0,{}], not {b}",
+            bessemer_core::batch::MAX_BURST
+        )));
+    }
+    Ok(b as usize)
+}
+
 /// Parses a repeated `gates` field: each an output gate id below MAX_GATES.
 pub fn parse_gates(list: &[Value], msg: &str, allow_empty: bool) -> Result<Vec<u16>> {
     if list.is_empty() && !allow_empty {

@@ -462,12 +462,7 @@ impl FlowGen {
 
     /// The `set_burst` command.
     fn cmd_set_burst(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
-        let mut a = Args::new(arg, "FlowGenCommandSetBurstArg")?;
-        let b = a
-            .uint("burst", MAX_BURST as u64)?
-            .ok_or_else(|| Error::invalid("FlowGenCommandSetBurstArg.burst is required"))?;
-        a.finish()?;
-        self.burst = b as usize;
+        self.burst = crate::util::parse_burst(arg, "FlowGenCommandSetBurstArg")?;
         Ok(Value::Null)
     }
 }

@@ -35,17 +35,16 @@ impl Source {
 
     /// The `set_burst` command.
     fn cmd_set_burst(&mut self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
-        let mut a = Args::new(arg, "SourceCommandSetBurstArg")?;
-        let v = a.int("burst", 1, MAX_BURST as i64)?;
-        a.finish()?;
-        self.burst =
-            v.ok_or_else(|| Error::invalid("SourceCommandSetBurstArg.burst is required"))? as usize;
+        self.burst = crate::util::parse_burst(arg, "SourceCommandSetBurstArg")?;
         Ok(Value::Null)
     }
 }
 
 impl Module for Source {
     fn run_task(&mut self, ctx: &mut Context, _arg: u64) -> TaskResult {
+        if self.burst == 0 {
+            return IDLE;
+        }
         let mut batch = ctx.new_batch();
         let n = ctx.alloc_bulk(&mut batch, self.burst, self.pkt_size);
         if n == 0 {
@@ -130,6 +129,15 @@ mod tests {
         assert_eq!(h.run_task("src", 0).packets, 3);
         let lens: Vec<usize> = c.take().iter().map(|p| p.data.len()).collect();
         assert_eq!(lens, vec![1500; 3]);
+        // burst 0 switches the Source off, as in BESS (scripts stop a direction that way);
+        // an argument with no field set is burst 0, as protobuf sends it.
+        for arg in [Value::map().with("burst", 0), Value::map()] {
+            h.command("src", "set_burst", &arg).unwrap();
+            let r = h.run_task("src", 0);
+            assert!(r.block && r.packets == 0);
+            assert!(c.take().is_empty());
+            assert_eq!(h.drops("src", "pool_exhausted"), 0);
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@ pub mod queue_out;
 use crate::util::IDLE;
 use bessemer_core::port::{QueueClaim, RxQueue, TxQueue};
 use bessemer_core::sched::TaskResult;
-use bessemer_core::{Args, Context, Error, ModuleClass, PacketBatch, Result, Value, MAX_BURST};
+use bessemer_core::{Args, Context, Error, ModuleClass, PacketBatch, Result};
 
 /// The classes of this kind.
 pub static CLASSES: &[&ModuleClass] = &[
@@ -36,6 +36,9 @@ pub(crate) struct Rx {
 impl Rx {
     /// Receives a burst and sends it out of gate 0, counting it on the queue.
     pub(crate) fn poll(&mut self, ctx: &mut Context, burst: usize) -> TaskResult {
+        if burst == 0 {
+            return IDLE; // set_burst 0: the task is off (drivers need not handle 0)
+        }
         let mut batch = PacketBatch::new();
         let n = self.queue.recv(ctx.cache(), &mut batch, burst);
         if n == 0 {
@@ -74,15 +77,6 @@ impl Tx {
             ctx.drop_batch(batch, TxDrop::TxFailed);
         }
     }
-}
-
-/// Parses a `set_burst` command argument (`<Class>CommandSetBurstArg.burst`, 1..MAX_BURST).
-pub(crate) fn parse_burst(arg: &Value, msg: &str) -> Result<usize> {
-    let mut a = Args::new(arg, msg)?;
-    let b = a.int("burst", 1, MAX_BURST as i64)?;
-    a.finish()?;
-    b.map(|b| b as usize)
-        .ok_or_else(|| Error::invalid(format!("{msg}.burst is required (1..{MAX_BURST})")))
 }
 
 /// The `port` field every I/O argument has.

@@ -1,5 +1,6 @@
 //! PortInc: receives from every incoming queue of a port, one task per queue.
-use super::{claim_all, parse_burst, port_name, queues_desc, Rx};
+use super::{claim_all, port_name, queues_desc, Rx};
+use crate::util::parse_burst;
 use bessemer_core::sched::TaskResult;
 use bessemer_core::{
     handler, Args, CommandSpec, Context, InitContext, Instance, Module, ModuleClass, Result, Value,

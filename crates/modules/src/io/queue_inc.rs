@@ -1,5 +1,6 @@
 //! QueueInc: receives from one incoming queue of a port.
-use super::{parse_burst, port_name, Rx};
+use super::{port_name, Rx};
+use crate::util::parse_burst;
 use bessemer_core::sched::TaskResult;
 use bessemer_core::{
     handler, Args, CommandSpec, Context, InitContext, Instance, Module, ModuleClass, Result, Value,

@@ -57,12 +57,8 @@ fn check_size(size: u64, msg: &str) -> Result<usize> {
 impl Queue {
     /// The `set_burst` command.
     fn cmd_set_burst(&self, _ctx: &mut Context, arg: &Value) -> Result<Value> {
-        let mut a = Args::new(arg, "QueueCommandSetBurstArg")?;
-        let b = a
-            .int("burst", 1, MAX_BURST as i64)?
-            .ok_or_else(|| Error::invalid("QueueCommandSetBurstArg.burst is required"))?;
-        a.finish()?;
-        self.burst.store(b as usize, Ordering::Relaxed);
+        let b = crate::util::parse_burst(arg, "QueueCommandSetBurstArg")?;
+        self.burst.store(b, Ordering::Relaxed);
         Ok(Value::Null)
     }
 
