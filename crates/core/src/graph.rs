@@ -219,9 +219,33 @@ unsafe impl Send for Pipeline {}
 pub const MAX_NAME_LEN: usize = 1024;
 
 /// True if `name` is acceptable as a module or port name. BESS takes any non-empty string
-/// (`soc_3_2026-11-24-10-00`, `my-mod.1`, ...); so do we, up to [`MAX_NAME_LEN`] bytes.
+/// (`soc_3_2026-11-24-10-00`, `my-mod.1`, ...); so do we, up to [`MAX_NAME_LEN`] bytes, except
+/// for control characters (newlines, escapes, tabs): a name is printed in logs, tables and
+/// terminals, where they would forge lines or send escape sequences (docs/compat.md).
 pub fn valid_name(name: &str) -> bool {
-    !name.is_empty() && name.len() <= MAX_NAME_LEN
+    name_problem(name).is_none()
+}
+
+/// Why `name` is not acceptable as a module or port name (see [`valid_name`]), if it is not.
+pub fn name_problem(name: &str) -> Option<String> {
+    if name.is_empty() {
+        return Some("the name is empty".into());
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Some(format!(
+            "the name is too long ({} bytes; at most {MAX_NAME_LEN})",
+            name.len()
+        ));
+    }
+    let (at, c) = name.char_indices().find(|(_, c)| c.is_control())?;
+    Some(format!(
+        "the name '{}' holds a control character ({} at byte {at}); names are printed in \
+         logs, tables and terminals",
+        name.chars()
+            .flat_map(char::escape_default)
+            .collect::<String>(),
+        c.escape_default()
+    ))
 }
 
 impl Pipeline {
@@ -371,11 +395,8 @@ impl Pipeline {
     ) -> Result<BuiltModule> {
         let name = match name {
             Some(n) if !n.is_empty() => {
-                if !valid_name(n) {
-                    return Err(Error::invalid(format!(
-                        "module name is too long ({} bytes; at most {MAX_NAME_LEN})",
-                        n.len()
-                    )));
+                if let Some(why) = name_problem(n) {
+                    return Err(Error::invalid(format!("module name: {why}")));
                 }
                 if self.by_name.contains_key(n) {
                     return Err(Error::exists(format!("module '{n}' already exists")));

@@ -374,12 +374,8 @@ impl PortTable {
                 .map(|i| format!("{}{i}", driver.name_template))
                 .find(|n| !ports.contains_key(n))
                 .expect("a free name");
-        } else if !crate::graph::valid_name(&params.name) {
-            return Err(Error::invalid(format!(
-                "port name is too long ({} bytes; at most {})",
-                params.name.len(),
-                crate::graph::MAX_NAME_LEN
-            )));
+        } else if let Some(why) = crate::graph::name_problem(&params.name) {
+            return Err(Error::invalid(format!("port name: {why}")));
         } else if ports.contains_key(&params.name) {
             return Err(Error::exists(format!(
                 "port '{}' already exists",

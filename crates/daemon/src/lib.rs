@@ -9,6 +9,7 @@
 //! * [`server`]: listening (TCP or unix socket), pid file, signals and clean shutdown.
 
 pub mod convert;
+pub mod listen;
 pub mod memory;
 pub mod nic_plan;
 pub mod observe;

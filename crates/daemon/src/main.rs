@@ -80,6 +80,21 @@ struct Cli {
     /// (anyone who reaches it controls the daemon).
     #[arg(long)]
     insecure_remote: bool,
+    /// Most control connections open at once; more are refused with a message (at most a
+    /// quarter of the open-descriptor limit, which bessemerd raises to its hard limit).
+    #[arg(long, value_name = "N", default_value_t = server::MAX_CONTROL_CONNECTIONS as u32,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    max_connections: u32,
+    /// Close a control or HTTP connection that sends nothing, or does not finish its TLS
+    /// handshake, within this many seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 10,
+          value_parser = clap::value_parser!(u32).range(1..=3600))]
+    handshake_timeout: u32,
+    /// Close a connection that has sent nothing for this many seconds (the control port's
+    /// keepalive pings keep live gRPC clients talking; at least 35 there).
+    #[arg(long, value_name = "SECS", default_value_t = 60,
+          value_parser = clap::value_parser!(u32).range(1..=86400))]
+    idle_timeout: u32,
 }
 
 fn init_logs(cli: &Cli) -> Result<(), String> {
@@ -125,6 +140,9 @@ fn main() {
     settings.metrics = cli.metrics;
     settings.http = cli.http;
     settings.http_allow = cli.http_allow.clone();
+    settings.max_connections = cli.max_connections as usize;
+    settings.handshake_timeout = std::time::Duration::from_secs(cli.handshake_timeout.into());
+    settings.idle_timeout = std::time::Duration::from_secs(cli.idle_timeout.into());
     settings.security = server::Security {
         tls_cert: cli.tls_cert.clone(),
         tls_key: cli.tls_key.clone(),

@@ -8,9 +8,9 @@ use std::time::Duration;
 use bessemer_core::mem::PagePolicy;
 use bessemer_core::{Engine, EngineConfig};
 use tokio::sync::watch;
-use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 
 use crate::bessemer::pb::bessemer_control_server::BessemerControlServer;
+use crate::listen::{self, Accept, Label, Limits, Refusal};
 use crate::observe::{self, http::Allowed, http::Endpoints};
 use crate::pb::bess_control_server::BessControlServer;
 use crate::service::Control;
@@ -54,7 +54,21 @@ pub struct Settings {
     pub http_allow: Vec<String>,
     /// Who may use the control port.
     pub security: Security,
+    /// Most control connections open at once (fewer when the descriptor limit is low).
+    pub max_connections: usize,
+    /// How long a new control or HTTP connection may stay silent (or in its TLS handshake).
+    pub handshake_timeout: Duration,
+    /// How long a connection may go without sending a byte once it has spoken.
+    pub idle_timeout: Duration,
 }
+
+/// Default of [`Settings::max_connections`].
+pub const MAX_CONTROL_CONNECTIONS: usize = 512;
+/// Default of [`Settings::handshake_timeout`].
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default of [`Settings::idle_timeout`]: well above the keepalive pings' 20 + 10 s, which a
+/// live gRPC client answers.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Who may use the control port: TLS (optionally with client certificates) and a bearer
 /// token. A control port beyond loopback needs TLS and a credential, unless
@@ -170,6 +184,9 @@ impl Settings {
             http: None,
             http_allow: Vec::new(),
             security: Security::default(),
+            max_connections: MAX_CONTROL_CONNECTIONS,
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
         }
     }
 
@@ -295,6 +312,18 @@ async fn stop_requested(mut sig: StopSignals, mut kill: watch::Receiver<bool>) {
 pub async fn run(settings: Settings) -> Result<(), String> {
     let signals = StopSignals::install();
     let creds = settings.security.load(&settings.listen)?;
+    let nofile = listen::raise_nofile_limit();
+    let (control_max, http_max) = listen::caps(
+        nofile,
+        settings.max_connections,
+        observe::http::MAX_CONNECTIONS,
+    );
+    tracing::info!(
+        nofile,
+        control_max,
+        http_max,
+        "descriptor limit and connection caps"
+    );
     let mut engine = Engine::new(settings.engine.clone())
         .map_err(|e| format!("cannot create the packet pool: {e}"))?;
     engine
@@ -353,9 +382,19 @@ pub async fn run(settings: Settings) -> Result<(), String> {
             l.local_addr().map_err(|e| e.to_string())?
         );
         let mut stop = http_stop_rx.clone();
-        http_tasks.push(tokio::spawn(observe::http::serve(l, r, async move {
-            let _ = stop.wait_for(|s| *s).await;
-        })));
+        let limits = Limits {
+            max: http_max,
+            first: settings.handshake_timeout,
+            idle: settings.idle_timeout,
+        };
+        http_tasks.push(tokio::spawn(observe::http::serve(
+            l,
+            r,
+            limits,
+            async move {
+                let _ = stop.wait_for(|s| *s).await;
+            },
+        )));
     }
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let shutdown = async {
@@ -363,11 +402,17 @@ pub async fn run(settings: Settings) -> Result<(), String> {
     };
     let secured =
         creds.tls.is_some() && (creds.token.is_some() || settings.security.tls_client_ca.is_some());
-    let mut builder = tonic::transport::Server::builder();
+    // Keepalive pings find dead and half-open peers; a live client answers them well within
+    // the guarded connection's idle limit (at least 35 s).
+    let mut builder = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(20)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)));
+    let mut refusal = Refusal::Http2;
     if let (Some(tls), Listen::Tcp(_)) = (creds.tls, &settings.listen) {
         builder = builder
             .tls_config(tls)
             .map_err(|e| format!("bad TLS certificate or key: {e}"))?;
+        refusal = Refusal::Close;
     }
     let router = builder.add_service(svc).add_service(ext_svc);
     tracing::info!("bessemerd listening on {}", settings.listen);
@@ -386,25 +431,29 @@ pub async fn run(settings: Settings) -> Result<(), String> {
         Listener::Unix(_, p) => Some(p.clone()),
         Listener::Tcp(_) => None,
     };
-    let server = match listener {
-        Listener::Tcp(l) => {
-            tokio::spawn(router.serve_with_incoming_shutdown(TcpListenerStream::new(l), shutdown))
-        }
-        Listener::Unix(l, _) => {
-            tokio::spawn(router.serve_with_incoming_shutdown(UnixListenerStream::new(l), shutdown))
-        }
+    let accept = match listener {
+        Listener::Tcp(l) => Accept::Tcp(l),
+        Listener::Unix(l, _) => Accept::Unix(l),
     };
-    let mut server = server;
+    let limits = Limits {
+        max: control_max,
+        first: settings.handshake_timeout,
+        idle: settings.idle_timeout.max(Duration::from_secs(35)),
+    };
+    let incoming = accept.incoming(Label("control port"), limits, refusal);
+    let mut server = tokio::spawn(router.serve_with_incoming_shutdown(incoming, shutdown));
     let served = tokio::select! {
         r = &mut server => Some(r),
         _ = stop_requested(signals, kill_rx) => None,
     };
     let result = match served {
-        Some(r) => match r {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(format!("server failed: {e}")),
-            Err(e) => Err(format!("server task failed: {e}")),
-        },
+        // The accept loop never ends by itself: a server that returns without a stop request
+        // has failed, however it says it ended.
+        Some(r) => Err(match r {
+            Ok(Ok(())) => "the control server stopped without a stop request".to_string(),
+            Ok(Err(e)) => format!("the control server failed: {e}"),
+            Err(e) => format!("the control server's task failed: {e}"),
+        }),
         None => {
             let _ = stop_tx.send(());
             // Graceful: in-flight requests finish; clients that hold connections open do

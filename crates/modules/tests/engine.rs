@@ -159,7 +159,11 @@ fn bad_requests_name_the_problem_and_change_nothing() {
     let err = e
         .create_module(class("Source"), Some(&long), &Value::map())
         .unwrap_err();
-    assert!(err.msg.contains("module name is too long"), "{}", err.msg);
+    assert!(
+        err.msg.contains("module name: the name is too long"),
+        "{}",
+        err.msg
+    );
     let err = e
         .create_module(class("Source"), None, &Value::map().with("bogus", 1))
         .unwrap_err();

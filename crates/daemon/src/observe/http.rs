@@ -119,7 +119,7 @@ async fn only_allowed(
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.strip_prefix("Bearer "));
             if !got.is_some_and(|t| crate::server::same_secret(t.as_bytes(), want.as_bytes())) {
-                tracing::warn!(%peer, "HTTP request refused: no or wrong bearer token");
+                log_refusal(peer, req.uri().path(), "no or wrong bearer token");
                 return (
                     StatusCode::UNAUTHORIZED,
                     "this daemon requires 'Authorization: Bearer <token>' from beyond loopback\n",
@@ -129,7 +129,7 @@ async fn only_allowed(
         }
     }
     if !s.allowed.permits(peer.ip()) {
-        tracing::warn!(%peer, path = %req.uri().path(), "HTTP request refused: peer not allowed");
+        log_refusal(peer, req.uri().path(), "peer not allowed");
         return (
             StatusCode::FORBIDDEN,
             format!(
@@ -140,6 +140,19 @@ async fn only_allowed(
             .into_response();
     }
     next.run(req).await
+}
+
+/// HTTP refusals logged per second (a peer probing in a loop cannot flood the log); the rest
+/// are counted and summarised.
+static REFUSALS_LOG: crate::listen::LogBudget = crate::listen::LogBudget::new(5);
+
+fn log_refusal(peer: SocketAddr, path: &str, why: &str) {
+    let (log, held) = REFUSALS_LOG.allow();
+    if log {
+        let path = crate::listen::log_safe(path);
+        let path = path.get(..200).unwrap_or(&path);
+        tracing::warn!(%peer, path, held_back = held, "HTTP request refused: {why}");
+    }
 }
 
 /// The router for `what`; `token` is required from peers beyond loopback.
@@ -185,17 +198,47 @@ pub async fn bind(
     Ok((l, router(engine, allowed, token, what)))
 }
 
-/// Serves a bound listener until `stop` resolves.
+/// Most HTTP connections at once (fewer when the descriptor limit is low: `listen::caps`).
+pub const MAX_CONNECTIONS: usize = 128;
+
+/// Serves a bound listener until `stop` resolves: each connection through the guarded accept
+/// loop (`crate::listen`: at most `limits.max`, silent ones closed, accept errors never end
+/// it), HTTP/1.1. Connections still open at the stop are closed.
 pub async fn serve(
     l: tokio::net::TcpListener,
     r: Router,
+    limits: crate::listen::Limits,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
-    let addr = l.local_addr().ok();
-    if let Err(e) = axum::serve(l, r.into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(stop)
-        .await
-    {
-        tracing::error!(?addr, "HTTP server failed: {e}");
+    use crate::listen::{Accept, Label, Refusal};
+    use tokio_stream::StreamExt;
+    let mut incoming =
+        std::pin::pin!(Accept::Tcp(l).incoming(Label("HTTP endpoints"), limits, Refusal::Http1));
+    let mut stop = std::pin::pin!(stop);
+    let mut conns = tokio::task::JoinSet::new();
+    loop {
+        let conn = tokio::select! {
+            c = incoming.next() => c,
+            _ = &mut stop => break,
+            Some(_) = conns.join_next(), if !conns.is_empty() => continue,
+        };
+        let Some(Ok(conn)) = conn else { continue };
+        let Some(peer) = conn.peer() else { continue };
+        let router = r.clone();
+        let svc =
+            hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+                req.extensions_mut().insert(ConnectInfo(peer));
+                let mut router = router.clone();
+                async move {
+                    use tower::Service;
+                    router.call(req.map(axum::body::Body::new)).await
+                }
+            });
+        conns.spawn(async move {
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(conn), svc)
+                .await;
+        });
     }
+    conns.abort_all();
 }

@@ -171,46 +171,20 @@ type RpcResult<T> = std::result::Result<Response<T>, Status>;
 
 /// Refused requests logged at INFO per second; beyond it they are counted and summarised,
 /// so a client sending bad requests in a loop cannot flood the log.
-const REFUSALS_LOGGED_PER_SEC: u64 = 20;
-
-/// The current one-second window (seconds since the epoch), refusals logged in it, and
-/// refusals not logged since the last summary.
-static REFUSAL_LOG: Mutex<(u64, u64, u64)> = Mutex::new((0, 0, 0));
-
-/// True if a refused request may be logged now; logs how many were suppressed when a new
-/// window opens.
-fn may_log_refusal() -> bool {
-    let sec = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let mut g = REFUSAL_LOG.lock().unwrap_or_else(|p| p.into_inner());
-    let (window, logged, suppressed) = &mut *g;
-    if *window != sec {
-        if *suppressed > 0 {
-            tracing::info!(
-                suppressed = *suppressed,
-                "refused requests not logged (more than {REFUSALS_LOGGED_PER_SEC} a second)"
-            );
-        }
-        (*window, *logged, *suppressed) = (sec, 0, 0);
-    }
-    if *logged < REFUSALS_LOGGED_PER_SEC {
-        *logged += 1;
-        true
-    } else {
-        *suppressed += 1;
-        false
-    }
-}
+static REFUSALS_LOG: crate::listen::LogBudget = crate::listen::LogBudget::new(20);
 
 /// Wraps a result into a response: errors go into `error`, the status stays OK.
 fn answer<T: Reply>(rpc: &str, r: Result<T>) -> RpcResult<T> {
     Ok(Response::new(match r {
         Ok(t) => t,
         Err(e) => {
-            if may_log_refusal() {
-                tracing::info!(rpc, code = e.code, "{}", truncate(&e.msg, 500));
+            let (log, held) = REFUSALS_LOG.allow();
+            if log {
+                // The message quotes what the client sent (names, paths): escaped, so a name
+                // holding a newline cannot forge a log line.
+                let msg = truncate(&e.msg, 500);
+                let msg = crate::listen::log_safe(&msg);
+                tracing::info!(rpc, code = e.code, held_back = held, "{msg}");
             }
             let mut t = T::default();
             t.set_error(pb::Error {
@@ -250,6 +224,9 @@ fn need_name(s: &str, what: &str) -> Result<String> {
         return Err(Error::invalid(format!("{what} is empty")));
     }
     check_len(s, what)?;
+    if let Some(why) = bessemer_core::graph::name_problem(s) {
+        return Err(Error::invalid(format!("{what}: {why}")));
+    }
     Ok(s.to_string())
 }
 
