@@ -390,14 +390,26 @@ fn http_get(s: &mut TcpStream, path: &str) -> String {
     }
 }
 
-fn web_root() -> PathBuf {
-    let root = std::env::temp_dir().join(format!("bessemer-limits-test-{}", std::process::id()));
+/// The directory httpd serves; removed when dropped (also when a test fails).
+struct WebRoot(PathBuf);
+
+impl Drop for WebRoot {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn web_root(app: App) -> WebRoot {
+    let root = std::env::temp_dir().join(format!(
+        "bessemer-limits-test-{}-{app:?}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&root).unwrap();
     std::fs::write(root.join("hello.txt"), BODY).unwrap();
     for i in 0..UNCACHED_FILES {
         std::fs::write(root.join(format!("f{i}.txt")), BODY).unwrap();
     }
-    root
+    WebRoot(root)
 }
 
 /// 10 000 connections held open: a sample of them and a fresh client are served meanwhile;
@@ -408,9 +420,9 @@ fn survives_many_connections(app: App) {
         eprintln!("skipped: {why}");
         return;
     }
-    let root = web_root();
+    let root = web_root(app);
     for io in ["megapipe", "epoll"] {
-        let srv = Server::start(app, io, &root, None);
+        let srv = Server::start(app, io, &root.0, None);
         let started = Instant::now();
         let mut conns = flood(srv.addr, FLOOD);
         assert_eq!(
@@ -462,7 +474,6 @@ fn survives_many_connections(app: App) {
         );
         srv.stop();
     }
-    let _ = std::fs::remove_dir_all(&root);
 }
 
 /// The server's own descriptor limit is 256 and 1 000 connections arrive: it keeps serving
@@ -474,9 +485,9 @@ fn survives_low_descriptor_limit(app: App) {
         eprintln!("skipped: {why}");
         return;
     }
-    let root = web_root();
+    let root = web_root(app);
     for io in ["megapipe", "epoll"] {
-        let srv = Server::start(app, io, &root, Some(LOW_NOFILE));
+        let srv = Server::start(app, io, &root.0, Some(LOW_NOFILE));
         // The accept queue (4 096) holds what the server cannot take, so all connect.
         let mut conns = flood(srv.addr, LOW_FLOOD);
         assert_eq!(conns.len(), LOW_FLOOD, "{}: {}", srv.what, srv.log());
@@ -518,7 +529,6 @@ fn survives_low_descriptor_limit(app: App) {
         }
         srv.stop();
     }
-    let _ = std::fs::remove_dir_all(&root);
 }
 
 #[test]
