@@ -268,6 +268,13 @@ fn write_tx_maxrate(iface: &str, netns: Option<&str>, queue: u16, mbps: u32) -> 
         })
 }
 
+/// The link's speed in Mb/s from sysfs; `None` when the driver reports none (the file
+/// is unreadable or says -1, as for a link that is down or a device without a speed).
+fn read_speed(iface: &str, netns: Option<&str>) -> Option<u32> {
+    let text = run_in(netns, "cat", &[format!("/sys/class/net/{iface}/speed")]).ok()?;
+    text.trim().parse::<u32>().ok().filter(|s| *s > 0)
+}
+
 /// Whether the driver takes per-queue TX rates: queue 0's rate written back unchanged
 /// (the kernel refuses the write before anything else when the driver has no such hook).
 fn probe_tx_maxrate(iface: &str, netns: Option<&str>) -> bool {
@@ -306,6 +313,7 @@ pub fn read_interface(iface: &str, netns: Option<&str>) -> Result<EthtoolNic, Mo
         ntuple,
         ntuple_rules: if ntuple { ASSUMED_NTUPLE_RULES } else { 0 },
         tx_maxrate: probe_tx_maxrate(iface, netns),
+        link_mbps: read_speed(iface, netns),
     })
 }
 
@@ -511,6 +519,7 @@ mod tests {
             ntuple: true,
             ntuple_rules: 16,
             tx_maxrate: false,
+            link_mbps: None,
         };
         let mut cfg = crate::nic::NicModel::initial_config(&nic);
         let dns = Conj::eq(Field::IpProto, PROTO_UDP)

@@ -81,8 +81,8 @@ struct PlanArgs {
     /// Queues reserved for high-priority flows (isolation, bandwidth).
     #[arg(long, default_value_t = 1)]
     hp_queues: u16,
-    /// Weight of high-priority bandwidth mismatch (bandwidth).
-    #[arg(long, default_value_t = 10.0)]
+    /// Weight of high-priority bandwidth mismatch (bandwidth), 0 or more.
+    #[arg(long, default_value_t = 10.0, allow_negative_numbers = true)]
     hp_penalty: f64,
     /// Flow file: lines "udp 10.0.0.1:1234 10.1.0.1:11211 [hp] [bw=MBPS]".
     #[arg(long, conflicts_with = "generate")]
