@@ -352,7 +352,8 @@ struct Before {
 /// meanwhile follows RSS: steered elsewhere for a moment, not dropped. On a failure the
 /// steps already run are undone as far as ethtool allows (rules deleted, the RSS table back
 /// to an equal spread or the driver's default, rates restored) and the error names the
-/// step that failed and what could not be undone.
+/// step that failed and what could not be undone. A signal recorded by
+/// [`crate::interrupt`] (the CLI's SIGINT or SIGTERM) counts as a failure before the next step.
 pub fn apply(
     nic: &EthtoolNic,
     netns: Option<&str>,
@@ -374,6 +375,11 @@ pub fn apply(
     let used: Vec<u32> = (0..cfg.filters.len() as u32).collect();
     let mut result = Ok(());
     for step in &plan {
+        // A signal (the CLI's Ctrl-C) stops here, between steps, and what ran is undone.
+        if let Err(e) = crate::interrupt::check() {
+            result = Err(format!("{e} before {step}"));
+            break;
+        }
         if let Step::Rule { loc, .. } = step {
             let loc = *loc;
             if before.rules.contains(&loc) && !applied.removed.contains(&loc) {
@@ -395,6 +401,9 @@ pub fn apply(
             break;
         }
         applied.done.push(step.clone());
+    }
+    if result.is_ok() {
+        result = crate::interrupt::check();
     }
     if result.is_ok() {
         for loc in before.rules.iter().filter(|l| !used.contains(l)) {
