@@ -493,24 +493,22 @@ impl<'a> Planner<'a> {
     /// Refuses a flow the link cannot carry beside the live flows (see [`check_demand`]);
     /// nothing changes then.
     fn check_room(&self, flow: &FlowSpec) -> Result<(), ModelError> {
-        let Some(link) = self.model.link_mbps() else {
+        // A flow asking for nothing always fits (no walk over the live flows then).
+        let (Some(link), true) = (self.model.link_mbps(), flow.bw_mbps > 0) else {
             return Ok(());
         };
-        let live: Vec<&FlowSpec> = self
-            .flows()
-            .map(|(_, f)| f)
-            .filter(|f| f.bw_mbps > 0)
-            .collect();
-        let before: u64 = live.iter().map(|f| f.bw_mbps as u64).sum();
+        let (mut asking, mut before) = (0usize, 0u64);
+        for (_, f) in self.flows().filter(|(_, f)| f.bw_mbps > 0) {
+            asking += 1;
+            before += f.bw_mbps as u64;
+        }
         let total = before + flow.bw_mbps as u64;
-        if flow.bw_mbps == 0 || total <= link as u64 {
+        if total <= link as u64 {
             return Ok(());
         }
         Err(ModelError::Input(format!(
-            "flow {flow} asks {} Mb/s; with the {} Mb/s of the {} live flow(s) asking for bandwidth that is {total} Mb/s, more than the {}'s {link} Mb/s link",
+            "flow {flow} asks {} Mb/s; with the {before} Mb/s of the {asking} live flow(s) asking for bandwidth that is {total} Mb/s, more than the {}'s {link} Mb/s link",
             flow.bw_mbps,
-            before,
-            live.len(),
             self.model.name()
         )))
     }
