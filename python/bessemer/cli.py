@@ -262,8 +262,10 @@ def replay(s: Session, args) -> None:
     last, still_since = -1, time.monotonic()
     try:
         while True:
-            done = s.bess.get_port_stats(port).inc.packets
-            progress.update(done=done)
+            st = s.bess.get_port_stats(port)
+            done = st.inc.packets
+            # The rate over the daemon's timestamps (the client's clock only paces this loop).
+            progress.update(done=done, at=st.timestamp)
             now = time.monotonic()
             if done != last:
                 last, still_since = done, now

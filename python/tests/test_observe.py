@@ -521,3 +521,28 @@ def test_monitor_rates_come_from_the_daemons_timestamps(daemon, tmp_path, monkey
     assert code == 0, err
     tx_drops = _number(_last_frame_rows(out)["u"][6])
     assert PPS / 3 < tx_drops < PPS * 3, out
+
+
+def test_replay_progress_rate_comes_from_the_daemons_timestamps(daemon, tmp_path, monkeypatch):
+    from bessemer import progress
+
+    # 2,000 packets recorded 1 ms apart, replayed at their recorded times: 1,000 packets/s.
+    frames = [Ether() / IP() / UDP() / (b"x" * 20) for _ in range(2000)]
+    for i, f in enumerate(frames):
+        f.time = 1_700_000_000 + i / 1000
+    pcap = tmp_path / "timed.pcap"
+    wrpcap(str(pcap), frames)
+    monkeypatch.setenv("BESSEMER_PROGRESS", "1")
+    # The client's clock runs 20 times fast (see _FastClock): a rate over it is 20 times low.
+    clock = _FastClock(20)
+    monkeypatch.setattr(cli, "time", clock)
+    monkeypatch.setattr(progress, "time", clock)
+    code, out, err = _cli(daemon.port, "replay", str(pcap), "--timing", "--idle", "60")
+    assert code == 0, err
+    assert "replayed 2,000/2,000 packets" in out
+    rates = []
+    for m in re.finditer(r"packets \((\d+)%\), ([\d.]+) (k?)/s", err):
+        if 10 <= int(m.group(1)) < 100:  # under way: past the start, not yet done
+            rates.append(float(m.group(2)) * (1000 if m.group(3) else 1))
+    assert rates, err
+    assert 1000 / 3 < rates[-1] < 1000 * 3, err
