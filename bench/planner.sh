@@ -2,7 +2,8 @@
 # Seed 003 Table 5.1 on the planner's 82599 model (10 queues, balancing policy): full
 # search, +1/+10/-1/-10 flows at 10/100/250/500 flows, basic and incremental flow maps,
 # median [min..max] of several runs beside the thesis's figures. Arguments go to
-# planner-bench (--runs N, --basic-runs N, --quick).
+# planner-bench (--runs N, --basic-runs N, --quick); --quick also shortens the offload case
+# and the isolation experiment (planner-isolation --quick), the others are planner-bench's.
 #
 # Then, as root, the offload case on make bench-ports' topology (bench/ports.sh): 64-byte
 # UDP frames through a pipeline that classifies (ExactMatch on 1000 5-tuples), rewrites
@@ -63,7 +64,9 @@ elif [ "$(id -u)" -ne 0 ]; then
   iso_why="needs root (network namespaces, veth, BPF)"
 else
   echo
-  if iso=$(target/release/planner-isolation "$@" 2>&1); then
+  iso_args=()
+  [ $quick = 1 ] && iso_args=(--quick)
+  if iso=$(target/release/planner-isolation ${iso_args[@]+"${iso_args[@]}"} 2>&1); then
     printf '%s\n' "$iso" | sed '$d'
     iso_json=$(printf '%s\n' "$iso" | tail -n 1)
   else

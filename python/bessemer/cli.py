@@ -7,6 +7,9 @@
     bessemer check constraints                   bessemer monitor pipeline|port|tc
     bessemer tcpdump MODULE [in|out] [GATE] [tcpdump options]
     bessemer shell      (or no command at all: an interactive shell)
+    bessemer --version  (this client's version, and the daemon's if one answers)
+
+`--unix PATH` talks to a daemon listening on a unix-domain socket (`bessemerd --unix PATH`).
 
 Every command has `--help`. Arguments written as Python literals (`"{'pkt_size': 60}"`) are
 module or command arguments, as in bessctl.
@@ -28,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import multicore, render
+from . import __version__, multicore, render
 from .client import BESS, DEFAULT_PORT, split_queue_args
 from .progress import Progress
 from .script import ScriptError, run_script
@@ -41,26 +44,37 @@ class CliError(Exception):
 class Session:
     """The daemon a command talks to; connects lazily, so `daemon start` works without one."""
 
-    def __init__(self, host: str, port: int, **security):
-        self.host, self.port = host, port
+    def __init__(self, host: str, port: int, unix: str | None = None, **security):
+        self.host, self.port, self.unix = host, port, unix
+        if not unix and host.startswith("unix:"):
+            self.unix = host.removeprefix("unix:")
         # TLS and token options for BESS(): tls_ca, cert, key, token.
         self.security = security
         self._bess: BESS | None = None
 
     @property
+    def address(self) -> str:
+        """Where the daemon is, as the user would write it: HOST:PORT or unix:PATH."""
+        return f"unix:{self.unix}" if self.unix else f"{self.host}:{self.port}"
+
+    def connect(self, timeout: float = 10) -> BESS:
+        """A new client of the daemon that answered GetVersion (CliError if none did)."""
+        bess = BESS(self.host, self.port, timeout=timeout, unix=self.unix, **self.security)
+        try:
+            bess.get_version()
+        except BESS.Error as exc:
+            bess.close()
+            why = "nothing answers there" if "UNAVAILABLE" in exc.errmsg else exc.errmsg
+            raise CliError(
+                f"cannot talk to the daemon at {self.address}: {why}\n"
+                "  (start one with 'bessemer daemon start')"
+            ) from None
+        return bess
+
+    @property
     def bess(self) -> BESS:
         if self._bess is None:
-            bess = BESS(self.host, self.port, timeout=10, **self.security)
-            try:
-                bess.get_version()
-            except BESS.Error as exc:
-                bess.close()
-                why = "nothing answers there" if "UNAVAILABLE" in exc.errmsg else exc.errmsg
-                raise CliError(
-                    f"cannot talk to the daemon at {self.host}:{self.port}: {why}\n"
-                    "  (start one with 'bessemer daemon start')"
-                ) from None
-            self._bess = bess
+            self._bess = self.connect()
         return self._bess
 
     def close(self) -> None:
@@ -68,9 +82,9 @@ class Session:
             self._bess.close()
             self._bess = None
 
-    def reconnect(self, host: str, port: int) -> None:
+    def reconnect(self, host: str, port: int, unix: str | None = None) -> None:
         self.close()
-        self.host, self.port = host, port
+        self.host, self.port, self.unix = host, port, unix
 
 
 def _literal(text: str | None, what: str) -> dict[str, Any]:
@@ -89,19 +103,23 @@ def _literal(text: str | None, what: str) -> dict[str, Any]:
 
 
 def _find_daemon() -> str:
+    """$BESSEMERD, else the source tree's build when this package runs from the tree, else
+    `bessemerd` on PATH (an installed package has no tree around it)."""
     env = os.environ.get("BESSEMERD")
     if env:
         return env
     root = Path(__file__).resolve().parents[2]
-    for build in ("release", "debug"):
-        path = root / "target" / build / "bessemerd"
-        if path.exists():
-            return str(path)
+    if (root / "Cargo.toml").exists():
+        for build in ("release", "debug"):
+            path = root / "target" / build / "bessemerd"
+            if path.exists():
+                return str(path)
     found = shutil.which("bessemerd")
     if found:
         return found
     raise CliError(
-        "bessemerd not found: build it with 'make build' (or set $BESSEMERD to its path)"
+        "bessemerd not found: put it on PATH or set $BESSEMERD to its path "
+        "(in the source tree, 'make build' builds it)"
     )
 
 
@@ -111,14 +129,29 @@ def _port_open(host: str, port: int) -> bool:
     return False
 
 
+def _listening(s: Session) -> bool:
+    """Whether something accepts connections where the session's daemon would be."""
+    if not s.unix:
+        return _port_open(s.host, s.port)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
+        c.settimeout(0.5)
+        try:
+            c.connect(s.unix)
+        except OSError:
+            return False
+    return True
+
+
 START_TIMEOUT = 30
 
 
 def daemon_start(s: Session, args) -> None:
-    if _port_open(s.host, s.port):
-        raise CliError(f"a daemon already listens on {s.host}:{s.port} ('bessemer daemon stop')")
-    cmd = [_find_daemon(), "--port", str(s.port), *args.options]
-    log = Path(tempfile.gettempdir()) / f"bessemerd-{s.port}.log"
+    if _listening(s):
+        raise CliError(f"a daemon already listens on {s.address} ('bessemer daemon stop')")
+    listen = ["--unix", s.unix] if s.unix else ["--port", str(s.port)]
+    cmd = [_find_daemon(), *listen, *args.options]
+    tag = f"unix-{Path(s.unix).name}" if s.unix else str(s.port)
+    log = Path(tempfile.gettempdir()) / f"bessemerd-{tag}.log"
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             cmd, stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True
@@ -140,18 +173,18 @@ def daemon_start(s: Session, args) -> None:
                     f"bessemerd did not answer within {START_TIMEOUT} s; log: {log}"
                 ) from None
             time.sleep(0.1)
-    print(f"{version} started (pid {proc.pid}) on {s.host}:{s.port}; log: {log}")
+    print(f"{version} started (pid {proc.pid}) on {s.address}; log: {log}")
 
 
 def daemon_stop(s: Session, args) -> None:
     s.bess.kill()
     s.close()
     deadline = time.monotonic() + args.timeout
-    while _port_open(s.host, s.port):
+    while _listening(s):
         if time.monotonic() > deadline:
-            raise CliError(f"the daemon on {s.host}:{s.port} did not stop within {args.timeout} s")
+            raise CliError(f"the daemon on {s.address} did not stop within {args.timeout} s")
         time.sleep(0.1)
-    print(f"daemon on {s.host}:{s.port} stopped")
+    print(f"daemon on {s.address} stopped")
 
 
 def daemon_reset(s: Session, _args) -> None:
@@ -160,14 +193,17 @@ def daemon_reset(s: Session, _args) -> None:
 
 
 def daemon_connect(s: Session, args) -> None:
-    host, _, port = args.address.rpartition(":")
-    if not host:
-        host, port = args.address, str(DEFAULT_PORT)
-    try:
-        s.reconnect(host, int(port))
-    except ValueError:
-        raise CliError(f"'{args.address}' is not HOST[:PORT]") from None
-    print(f"connected to {s.bess.get_version()} at {host}:{port}")
+    if args.address.startswith("unix:"):
+        s.reconnect(s.host, s.port, args.address.removeprefix("unix:"))
+    else:
+        host, _, port = args.address.rpartition(":")
+        if not host:
+            host, port = args.address, str(DEFAULT_PORT)
+        try:
+            s.reconnect(host, int(port))
+        except ValueError:
+            raise CliError(f"'{args.address}' is not HOST[:PORT] or unix:PATH") from None
+    print(f"connected to {s.bess.get_version()} at {s.address}")
 
 
 # --- run, add, delete, command -----------------------------------------------------------
@@ -226,8 +262,10 @@ def replay(s: Session, args) -> None:
     last, still_since = -1, time.monotonic()
     try:
         while True:
-            done = s.bess.get_port_stats(port).inc.packets
-            progress.update(done=done)
+            st = s.bess.get_port_stats(port)
+            done = st.inc.packets
+            # The rate over the daemon's timestamps (the client's clock only paces this loop).
+            progress.update(done=done, at=st.timestamp)
             now = time.monotonic()
             if done != last:
                 last, still_since = done, now
@@ -351,7 +389,7 @@ def command_module(s: Session, args) -> None:
         out = s.bess.run_module_command(name, args.cmd, args.arg_type, arg)
         if len(names) > 1:
             print(f"{name}:")
-        print(render.message(out))
+        print(render.message(out, arg))
 
 
 def duplicate(s: Session, args) -> None:
@@ -367,8 +405,24 @@ def duplicate(s: Session, args) -> None:
             dup = multicore.duplicate(
                 s.bess, args.template, workers, args.dup_port, args.out_port, args.name
             )
+        except multicore.MissingWorkers as exc:
+            wids = ", ".join(str(w) for w in exc.missing)
+            raise CliError(
+                f"duplicate: no worker {wids}; add each first with 'bessemer add worker WID CORE'"
+            ) from None
+        except multicore.TooFewQueues as exc:
+            n = exc.need
+            raise CliError(
+                f"duplicate: port '{exc.port}' has {exc.have} {exc.what} queue(s), one per "
+                f"worker is needed ({n}); create it with them, e.g. 'bessemer add port "
+                f"DRIVER NAME \"{{..., 'num_inc_q': {n}, 'num_out_q': {n}}}\"'"
+            ) from None
         except SyntaxError as exc:
             raise CliError(f"template: {exc.msg}") from None
+        except BESS.Error:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the template is user code: say what failed
+            raise CliError(f"template: {type(exc).__name__}: {exc}") from None
     for wid, copy in zip(dup.workers, dup.copies, strict=True):
         print(f"worker {wid}: {', '.join(m.name for m in copy.values())}")
 
@@ -378,6 +432,26 @@ def duplicate(s: Session, args) -> None:
 
 def show_version(s: Session, _args) -> None:
     print(s.bess.get_version())
+
+
+def print_versions(s: Session) -> None:
+    """`--version`: this client's version, then the daemon's when one answers (without a
+    daemon the client's version is still printed, and the exit status is 0)."""
+    print(f"bessemer {__version__}")
+    try:
+        bess = s.connect(timeout=3)
+    except CliError:
+        print(f"daemon at {s.address}: none answers")
+        return
+    except Exception as exc:  # noqa: BLE001 - the client's version stands on its own
+        print(f"daemon at {s.address}: not asked ({exc})")
+        return
+    try:
+        print(f"daemon at {s.address}: {bess.get_version()}")
+    except BESS.Error as exc:
+        print(f"daemon at {s.address}: {exc.errmsg}")
+    finally:
+        bess.close()
 
 
 def show_status(s: Session, _args) -> None:
@@ -466,8 +540,28 @@ def plan_nic(s: Session, args) -> None:
 
 
 def show_errors(s: Session, args) -> None:
-    resp = s.bess.show_errors(args.names, include_zero=args.all)
-    print(render.errors(resp, args.sort))
+    """Modules' drops by reason (ShowErrors) and ports' drops (GetPortStats), a port's
+    under its own name; NAMES may be modules or ports."""
+    b = s.bess
+    ports = {p.name: p.driver for p in b.list_ports()}
+    names = list(args.names)
+    if names:
+        modules = {m.name for m in b.list_modules()}
+        unknown = [n for n in names if n not in ports and n not in modules]
+        if unknown:
+            raise CliError(f"no module or port named {', '.join(unknown)}")
+        mod_names = [n for n in names if n in modules]
+        port_names = [n for n in names if n in ports]
+    else:
+        mod_names, port_names = [], sorted(ports)
+    resp = b.show_errors(mod_names, include_zero=args.all) if mod_names or not names else None
+    port_drops = []
+    for name in port_names:
+        st = b.get_port_stats(name)
+        for reason, count in (("rx_dropped", st.inc.dropped), ("tx_dropped", st.out.dropped)):
+            if count or args.all:
+                port_drops.append((name, ports[name], reason, count))
+    print(render.errors(resp, args.sort, port_drops))
 
 
 def show_mclass(s: Session, args) -> None:
@@ -542,38 +636,67 @@ def check_constraints(s: Session, _args) -> None:
 
 
 def _monitor(args, sample, draw) -> None:
-    """Samples every `interval` s and redraws in place (a plain log when not a terminal)."""
+    """Samples every `interval` s and redraws in place (a plain log when not a terminal).
+
+    Rates divide each counter's change by the change of the timestamp the daemon put beside
+    it, as bessctl does: the client's clock only paces the samples (a slow or busy client
+    would otherwise show rates its pauses made up)."""
     tty = sys.stdout.isatty()
-    prev, t_prev = sample(), time.monotonic()
+    prev = sample()
     end = time.monotonic() + args.seconds if args.seconds else None
     try:
         while end is None or time.monotonic() < end:
             time.sleep(args.interval)
-            cur, t = sample(), time.monotonic()
-            frame = draw(prev, cur, t - t_prev)
+            cur = sample()
+            frame = draw(prev, cur)
             if tty:
                 sys.stdout.write("\x1b[H\x1b[2J")
             sys.stdout.write(time.strftime("%H:%M:%S") + "  (Ctrl-C to stop)\n" + frame + "\n")
             sys.stdout.flush()
-            prev, t_prev = cur, t
+            prev = cur
     except KeyboardInterrupt:
         print()
 
 
 def monitor_pipeline(s: Session, args) -> None:
     b = s.bess
+    # Gates count bytes only while a Track hook with `bits` is on them (BESS's `track`):
+    # one of our own, on every connected output gate, for as long as the monitor runs.
+    hook = "" if args.no_bits else f"monitor{os.getpid()}"
+    if hook:
+        try:
+            b.configure_gatehook("track", "", True, "out", -1, "TrackArg", {"bits": True}, hook)
+        except BESS.Error:
+            hook = ""  # nothing connected yet, or a daemon that refuses: bits/s stays '-'
 
     def sample():
-        return render.edge_counters(_pipeline(b)[1])
+        return render.edge_counters(_pipeline(b)[1], hook)
 
-    _monitor(args, sample, render.edge_rates)
+    try:
+        _monitor(args, sample, render.edge_rates)
+    finally:
+        if hook:
+            with contextlib.suppress(BESS.Error):
+                b.configure_gatehook("track", "", False, "out", -1, hook_name=hook)
+
+
+def _stats(get, names: list[str]) -> dict:
+    """{name: get(name)} for each name still there (one may go between listing and asking)."""
+    out = {}
+    for n in names:
+        try:
+            out[n] = get(n)
+        except BESS.Error as exc:
+            if exc.code != 2:  # ENOENT: gone meanwhile
+                raise
+    return out
 
 
 def monitor_port(s: Session, args) -> None:
     b = s.bess
 
     def sample():
-        return {p.name: b.get_port_stats(p.name) for p in b.list_ports()}
+        return _stats(b.get_port_stats, [p.name for p in b.list_ports()])
 
     _monitor(args, sample, render.port_rates)
 
@@ -582,8 +705,7 @@ def monitor_tc(s: Session, args) -> None:
     b = s.bess
 
     def sample():
-        names = [getattr(c, "class").name for c in b.list_tcs()]
-        return {n: b.get_tc_stats(n) for n in names}
+        return _stats(b.get_tc_stats, [getattr(c, "class").name for c in b.list_tcs()])
 
     _monitor(args, sample, render.tc_rates)
 
@@ -638,8 +760,19 @@ def _parser() -> argparse.ArgumentParser:
         description="Drive a Bessemer (or BESS) daemon: bessctl's commands.",
         exit_on_error=False,
     )
+    p.add_argument(
+        "--version",
+        action="store_true",
+        help="print this client's version, and the daemon's if one answers",
+    )
     p.add_argument("--host", default="localhost", help="daemon address (default localhost)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"daemon port ({DEFAULT_PORT})")
+    p.add_argument(
+        "--unix",
+        metavar="PATH",
+        help="talk to the daemon on this unix-domain socket (bessemerd --unix PATH) instead "
+        "of HOST:PORT; --host unix:PATH does the same",
+    )
     p.add_argument("--tls-ca", metavar="PEM", help="connect over TLS, trusting this CA")
     p.add_argument("--cert", metavar="PEM", help="client certificate (with --key)")
     p.add_argument("--key", metavar="PEM", help="client certificate's key")
@@ -668,7 +801,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--timeout", type=float, default=30, help="seconds to wait for it (30)")
     cmd(d, "reset", daemon_reset, "remove every module, port, traffic class and worker")
     c = cmd(d, "connect", daemon_connect, "talk to the daemon at HOST[:PORT] from now on")
-    c.add_argument("address", help="HOST[:PORT]")
+    c.add_argument("address", help="HOST[:PORT], or unix:PATH for a unix-domain socket")
 
     c = top.add_parser(
         "run", help="run a .bess script", description="run a .bess script", exit_on_error=False
@@ -725,8 +858,13 @@ def _parser() -> argparse.ArgumentParser:
     cmd(sh, "module", show_module, "modules: gates, counters, metadata").add_argument(
         "names", nargs="*"
     )
-    c = cmd(sh, "errors", show_errors, "packets dropped, by module and named reason, with rates")
-    c.add_argument("names", nargs="*", help="only these modules")
+    c = cmd(
+        sh,
+        "errors",
+        show_errors,
+        "packets dropped, by module and named reason, with rates, and by port",
+    )
+    c.add_argument("names", nargs="*", help="only these modules or ports")
     c.add_argument("--all", action="store_true", help="also reasons that dropped nothing")
     c.add_argument(
         "--sort",
@@ -753,6 +891,12 @@ def _parser() -> argparse.ArgumentParser:
         c = cmd(mo, name, func, text)
         c.add_argument("--interval", type=float, default=1.0, help="seconds between samples (1)")
         c.add_argument("--seconds", type=float, default=0, help="stop after this long (0: never)")
+        if name == "pipeline":
+            c.add_argument(
+                "--no-bits",
+                action="store_true",
+                help="leave the gates alone: no Track hook, so no bits/s",
+            )
 
     c = top.add_parser(
         "splice",
@@ -911,8 +1055,11 @@ def execute(argv: list[str], session: Session | None = None) -> int:
             print(f"bessemer: cannot read the token file: {exc}", file=sys.stderr)
             return 2
     security = {"tls_ca": args.tls_ca, "cert": args.cert, "key": args.key, "token": token}
-    s = session or Session(args.host, args.port, **security)
+    s = session or Session(args.host, args.port, args.unix, **security)
     try:
+        if args.version:
+            print_versions(s)
+            return 0
         if getattr(args, "func", None) is None:
             if args.command == "shell" or args.command is None:
                 from .shell import Shell

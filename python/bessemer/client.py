@@ -21,6 +21,18 @@ DEFAULT_PORT = 10514
 _QUEUE_FIELDS = ("num_inc_q", "num_out_q", "size_inc_q", "size_out_q")
 
 
+def grpc_target(host: str = "localhost", port: int = DEFAULT_PORT, unix: str | None = None) -> str:
+    """The gRPC target of a daemon: `unix:PATH` for a unix-domain socket (`unix`, or a
+    `host` already written so), else `HOST:PORT` (an IPv6 address in brackets)."""
+    if unix:
+        return f"unix:{unix}"
+    if host.startswith("unix:"):
+        return host
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"{host}:{port}"
+
+
 def split_queue_args(arg: dict[str, Any]) -> tuple[dict[str, Any], int, int, int, int]:
     """Separates CreatePortRequest's queue fields (given beside a driver's own arguments, as
     in `PMDPort(port_id=0, num_inc_q=2)`) from the driver argument: returns the driver
@@ -114,10 +126,19 @@ class BESS:
         token: str | None = None,
         cert: str | None = None,
         key: str | None = None,
+        unix: str | None = None,
     ):
-        """`tls_ca` (a PEM file) connects over TLS, trusting that CA; `cert` and `key` (PEM
-        files) present a client certificate; `token` is sent as a bearer token with every
-        call. Without them the channel is plain, as BESS's."""
+        """`unix` (a socket path, as `bessemerd --unix PATH`) connects there instead of to
+        `host`:`port`; so does a `host` written `unix:PATH`. `tls_ca` (a PEM file) connects
+        over TLS, trusting that CA; `cert` and `key` (PEM files) present a client
+        certificate; `token` is sent as a bearer token with every call. Without them the
+        channel is plain, as BESS's."""
+        self.target = grpc_target(host, port, unix)
+        # gRPC sends a unix socket's path as the HTTP/2 authority, which bessemerd's HTTP/2
+        # server refuses as malformed (the request is reset); name the local host instead.
+        options = (
+            [("grpc.default_authority", "localhost")] if self.target.startswith("unix:") else []
+        )
         self._pb = pb.load()
         self.timeout = timeout
         self._metadata = [("authorization", f"Bearer {token}")] if token else None
@@ -131,9 +152,9 @@ class BESS:
                 private_key=pem(key),
                 certificate_chain=pem(cert),
             )
-            self.channel = grpc.secure_channel(f"{host}:{port}", creds)
+            self.channel = grpc.secure_channel(self.target, creds, options)
         else:
-            self.channel = grpc.insecure_channel(f"{host}:{port}")
+            self.channel = grpc.insecure_channel(self.target, options)
         self.stub = self._pb["service_grpc"].BESSControlStub(self.channel)
         self.ext_stub = self._pb["ext_service_grpc"].BessemerControlStub(self.channel)
         # Called after every request (progress reports count them).

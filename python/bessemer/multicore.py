@@ -105,6 +105,32 @@ class Duplicate:
             raise AttributeError(str(exc)) from None
 
 
+class MissingWorkers(BESS.Error):
+    """Some of the workers asked for do not exist (`missing`); the message says how to add
+    them from Python, a front end may say it its own way."""
+
+    def __init__(self, missing: list[int]):
+        super().__init__(
+            22,
+            f"duplicate: worker(s) {missing} do not exist; add them first "
+            f"(bess.add_worker(WID, CORE))",
+        )
+        self.missing = missing
+
+
+class TooFewQueues(BESS.Error):
+    """`port` has `have` queues in direction `what` ("incoming" or "outgoing"), fewer than
+    the `need` workers; the message says how to fix it from Python."""
+
+    def __init__(self, port: str, what: str, have: int, need: int):
+        super().__init__(
+            22,
+            f"duplicate: port '{port}' has {have} {what} queue(s), one per worker is needed "
+            f"({need}); create it with num_inc_q/num_out_q={need}",
+        )
+        self.port, self.what, self.have, self.need = port, what, have, need
+
+
 def _queues(bess: BESS, port: str) -> tuple[int, int]:
     for p in bess.list_ports():
         if p.name == port:
@@ -140,11 +166,7 @@ def duplicate(
     have = {w.wid for w in bess.list_workers()}
     missing = [w for w in workers if w not in have]
     if missing:
-        raise BESS.Error(
-            22,
-            f"duplicate: worker(s) {missing} do not exist; add them first "
-            f"(bess.add_worker(WID, CORE))",
-        )
+        raise MissingWorkers(missing)
     port = getattr(port, "name", port)
     out_port = getattr(out_port, "name", out_port) or port
     if port:
@@ -152,12 +174,7 @@ def duplicate(
         _, nout = _queues(bess, out_port)
         for what, p, n in (("incoming", port, nin), ("outgoing", out_port, nout)):
             if n < len(workers):
-                raise BESS.Error(
-                    22,
-                    f"duplicate: port '{p}' has {n} {what} queue(s), one per worker is "
-                    f"needed ({len(workers)}); create it with num_inc_q/num_out_q="
-                    f"{len(workers)}",
-                )
+                raise TooFewQueues(p, what, n, len(workers))
     if factories is None:
         factories = {m: _factory(bess, m) for m in bess.list_mclasses()}
     code = None

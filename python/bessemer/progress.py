@@ -52,28 +52,43 @@ class Progress:
         self.interval, self.delay = interval, (0.0 if forced else delay)
         self.done = 0
         self.start = time.monotonic()
+        # With counts the daemon timestamps (`update(at=...)`): the first and the latest
+        # (timestamp, count), so the rate is over the daemon's clock, not the client's.
+        self._first: tuple[float, int] | None = None
+        self._latest: tuple[float, int] | None = None
         self._last_draw = 0.0
         self._drawn = False
 
     def line(self) -> str:
         """The progress text for the current count."""
         elapsed = max(time.monotonic() - self.start, 1e-9)
-        rate = self.done / elapsed
+        rate: float | None = self.done / elapsed
+        if self._first is not None and self._latest is not None:
+            (t0, n0), (t1, n1) = self._first, self._latest
+            rate = (n1 - n0) / (t1 - t0) if t1 > t0 else None
         text = f"{self.label}: {_count(self.done)}"
         if self.total:
             pct = 100.0 * self.done / self.total
             text += f"/{_count(self.total)} {self.unit} ({pct:.0f}%)"
-            if 0 < rate and self.done < self.total:
+            if rate and self.done < self.total:
                 text += f", {_rate(rate)}, {(self.total - self.done) / rate:.0f} s left"
-            else:
+            elif rate is not None:
                 text += f", {_rate(rate)}"
-        else:
+        elif rate is not None:
             text += f" {self.unit}, {_rate(rate)}"
+        else:
+            text += f" {self.unit}"
         return text + f", {elapsed:.1f} s"
 
-    def update(self, done: int | None = None, step: int = 1) -> None:
-        """Sets (or advances by `step`) the count; redraws if due."""
+    def update(self, done: int | None = None, step: int = 1, at: float | None = None) -> None:
+        """Sets (or advances by `step`) the count; redraws if due. `at` is the daemon's
+        timestamp of a count the daemon keeps: the rate is then taken over those
+        timestamps (none is shown until two differ)."""
         self.done = done if done is not None else self.done + step
+        if at is not None:
+            self._latest = (at, self.done)
+            if self._first is None:
+                self._first = self._latest
         if not self.enabled:
             return
         now = time.monotonic()

@@ -21,12 +21,43 @@ def _si(x: float) -> str:
     return f"{x:.0f}"
 
 
-def message(msg) -> str:
-    """A protobuf message (a command's result) as indented `key: value` lines."""
+def message(msg, arg: dict[str, Any] | None = None) -> str:
+    """A protobuf message (a command's result) as indented `key: value` lines; `arg` is the
+    command's argument, which says what some results are (percentiles)."""
     from google.protobuf import json_format
 
     d = json_format.MessageToDict(msg, preserving_proto_field_name=True)
+    if arg:
+        _label_percentiles(d, arg)
     return value(d) if d else "(no result)"
+
+
+def _percentile_label(q: Any) -> str:
+    try:
+        return f"p{float(q):g}"
+    except (TypeError, ValueError):
+        return f"p{q}"
+
+
+def _label_percentiles(d: Any, arg: dict[str, Any]) -> None:
+    """Measure's get_summary and FlowMeasure's read answer a histogram's percentiles as a
+    bare list in the order asked (`latency_percentiles`, `jitter_percentiles`): each value
+    is labelled with its percentile (`p50`, `p99`, `p99.9`), wherever the histogram is."""
+    if isinstance(d, list):
+        for x in d:
+            _label_percentiles(x, arg)
+        return
+    if not isinstance(d, dict):
+        return
+    for key, x in d.items():
+        asked = arg.get(f"{key}_percentiles") if isinstance(x, dict) else None
+        vals = x.get("percentile_values_ns") if isinstance(x, dict) else None
+        if isinstance(asked, (list, tuple)) and isinstance(vals, list) and len(vals) == len(asked):
+            x["percentile_values_ns"] = {
+                _percentile_label(q): v for q, v in zip(asked, vals, strict=True)
+            }
+        else:
+            _label_percentiles(x, arg)
 
 
 def value(v: Any, indent: int = 0) -> str:
@@ -173,24 +204,30 @@ def module(info) -> str:
 ERRORS_SORT = ("count", "rate", "module", "reason")
 
 
-def errors(resp, sort: str = "count") -> str:
-    """`show errors`: one row per module and drop reason, like VPP's."""
-    rows = [
-        [m.name, m.mclass, d.reason, d.count, f"{d.rate:,.1f}"]
-        for m in resp.modules
+def errors(resp, sort: str = "count", ports=()) -> str:
+    """`show errors`: one row per module and drop reason, like VPP's, and one per port and
+    direction that dropped (`ports`: (port, driver, reason, count) tuples; a port's drops
+    have no daemon-side rate, so `per s` is '-')."""
+    rows: list[list[Any]] = [
+        [m.name, m.mclass, d.reason, d.count, d.rate]
+        for m in (resp.modules if resp is not None else [])
         for d in m.drops
     ]
+    rows += [[name, driver, reason, count, None] for name, driver, reason, count in ports]
     if not rows:
         return "no packets dropped"
     key = {
         "count": lambda r: (-r[3], r[0], r[2]),
-        "rate": lambda r: (-float(r[4].replace(",", "")), r[0], r[2]),
+        "rate": lambda r: (r[4] is None, -(r[4] or 0.0), r[0], r[2]),
         "module": lambda r: (r[0], r[2]),
         "reason": lambda r: (r[2], r[0]),
     }[sort]
     rows.sort(key=key)
     total = sum(r[3] for r in rows)
-    return _table(["module", "class", "reason", "packets", "per s"], rows) + f"\ntotal: {total:,}"
+    for r in rows:
+        r[4] = "-" if r[4] is None else f"{r[4]:,.1f}"
+    headers = ["module/port", "class", "reason", "packets", "per s"]
+    return _table(headers, rows) + f"\ntotal: {total:,}"
 
 
 def ports(ps, stats: dict) -> str:
@@ -241,36 +278,73 @@ def status(version: str, ws, mods, ps, classes, hs) -> str:
     )
 
 
-def edge_counters(infos: dict) -> dict:
-    """Packets and bytes per connection, keyed by (src, ogate, dst, igate)."""
-    return {(s, og, d, ig): (p, b) for s, og, d, ig, p, b in _edges(infos)}
+def edge_counters(infos: dict, hook: str = "") -> dict:
+    """Per connection, keyed by (src, ogate, dst, igate): the daemon's timestamp of the
+    gate's counters, packets, bytes, and whether the gate counts bytes (Track hook `hook`
+    on it, or bytes counted already)."""
+    out = {}
+    for name, info in infos.items():
+        for og in info.ogates:
+            counting = og.bytes > 0 or bool(hook) and any(h.hook_name == hook for h in og.gatehooks)
+            out[(name, og.ogate, og.name, og.igate)] = (og.timestamp, og.pkts, og.bytes, counting)
+    return out
 
 
-def edge_rates(prev: dict, cur: dict, dt: float) -> str:
+def per_second(t0: float, t1: float, delta: int | float) -> float | None:
+    """A counter's change per second between two samples, over the timestamps the daemon
+    put beside them (as bessctl computes it); None when it cannot be known (no time between
+    them, or a counter that went back: reset or re-created)."""
+    if t1 <= t0 or delta < 0:
+        return None
+    return delta / (t1 - t0)
+
+
+def _rate(r: float | None, scale: float = 1) -> str:
+    return "-" if r is None else _si(r * scale)
+
+
+def edge_rates(prev: dict, cur: dict) -> str:
+    """`monitor pipeline`: packets and bits per second on each connection. A gate whose
+    timestamp is 0 keeps no counters (BESS without a Track hook): '?'; a connection new
+    since the last sample, or a gate that counts no bytes: '-'."""
     rows = []
     for key in sorted(cur):
-        p0, b0 = prev.get(key, (0, 0))
-        p1, b1 = cur[key]
+        t1, p1, b1, counting = cur[key]
         s, og, d, ig = key
-        pps = max(p1 - p0, 0) / dt
-        bps = max(b1 - b0, 0) * 8 / dt
-        rows.append([f"{s}:{og} -> {ig}:{d}", _si(pps), _si(bps) if b1 else "-", f"{p1:,}"])
+        if t1 == 0:
+            pps = bps = "?"
+        elif key not in prev:
+            pps = bps = "-"
+        else:
+            t0, p0, b0, _ = prev[key]
+            pps = _rate(per_second(t0, t1, p1 - p0))
+            bps = _rate(per_second(t0, t1, b1 - b0), 8) if counting else "-"
+        rows.append([f"{s}:{og} -> {ig}:{d}", pps, bps, f"{p1:,}"])
     if not rows:
         return "no connections"
     return _table(["connection", "pkts/s", "bits/s", "total pkts"], rows)
 
 
-def _rates(prev: dict, cur: dict, dt: float, key: str, columns) -> list[list[str]]:
-    """One row per name in `cur`: the name, then each (header, counter, scale) column as the
-    counter's change per second (times `scale`)."""
+def _rates(prev: dict, cur: dict, key: str, columns) -> str:
+    """One row per name in `cur` (messages with the daemon's `timestamp`): the name, then
+    each (header, counter, scale) column as the counter's change per second of the daemon's
+    clock (times `scale`); '-' for a name new since the last sample."""
     rows = []
     for name in sorted(cur):
-        a, b = prev.get(name, cur[name]), cur[name]
-        rows.append([name] + [_si((get(b) - get(a)) * k / dt) for _, get, k in columns])
+        b, a = cur[name], prev.get(name)
+        rows.append(
+            [name]
+            + [
+                "-"
+                if a is None
+                else _rate(per_second(a.timestamp, b.timestamp, get(b) - get(a)), k)
+                for _, get, k in columns
+            ]
+        )
     return _table([key] + [h for h, _, _ in columns], rows)
 
 
-def port_rates(prev: dict, cur: dict, dt: float) -> str:
+def port_rates(prev: dict, cur: dict) -> str:
     if not cur:
         return "no ports"
     columns = [
@@ -281,10 +355,10 @@ def port_rates(prev: dict, cur: dict, dt: float) -> str:
         ("tx bits/s", lambda s: s.out.bytes, 8),
         ("tx drop/s", lambda s: s.out.dropped, 1),
     ]
-    return _rates(prev, cur, dt, "port", columns)
+    return _rates(prev, cur, "port", columns)
 
 
-def tc_rates(prev: dict, cur: dict, dt: float) -> str:
+def tc_rates(prev: dict, cur: dict) -> str:
     if not cur:
         return "no traffic classes"
     columns = [
@@ -293,4 +367,4 @@ def tc_rates(prev: dict, cur: dict, dt: float) -> str:
         ("pkts/s", lambda s: s.packets, 1),
         ("bits/s", lambda s: s.bits, 1),
     ]
-    return _rates(prev, cur, dt, "class", columns)
+    return _rates(prev, cur, "class", columns)

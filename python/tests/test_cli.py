@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -213,3 +215,150 @@ def test_shell_runs_commands_from_stdin(daemon):
     assert r.returncode == 0
     assert "bessemer" in r.stdout and "s1 :: Sink" in r.stdout
     assert "invalid choice" in r.stderr
+
+
+def test_version_with_and_without_a_daemon(daemon):
+    import bessemer
+
+    r = cli(free_port(), "--version")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == f"bessemer {bessemer.__version__}"
+    assert lines[1].endswith(": none answers"), r.stdout
+    r = cli(daemon.port, "--version")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        f"bessemer {bessemer.__version__}",
+        f"daemon at localhost:{daemon.port}: {daemon.client.get_version()}",
+    ]
+
+
+def test_unix_socket_daemon_start_use_and_stop(tmp_path):
+    sock = tmp_path / "bessemer.sock"
+    unix = ("--unix", str(sock))
+    # --port 1: nothing listens there, so every answer below came over the socket.
+    r = cli(1, *unix, "daemon", "start", "--no-hugepages", "--no-pin", "--buffers", "4096")
+    pid = int(r.stdout.split("(pid ")[1].split(")")[0]) if "(pid " in r.stdout else None
+    try:
+        assert r.returncode == 0, r.stderr
+        assert f"on unix:{sock}" in r.stdout
+        again = cli(1, *unix, "daemon", "start", "--no-hugepages")
+        assert again.returncode == 1 and f"already listens on unix:{sock}" in again.stderr
+        assert cli(1, *unix, "add", "module", "Sink", "s").stdout.strip() == "s"
+        st = cli(1, *unix, "show", "status")
+        assert st.returncode == 0 and "modules:  1" in st.stdout, st.stderr
+        # The same socket as a unix: address, and from the shell's `daemon connect`.
+        assert "s :: Sink" in cli(1, "--host", f"unix:{sock}", "show", "module").stdout
+        sh = cli(1, "shell", stdin=f"daemon connect unix:{sock}\nshow module s\n")
+        assert f"at unix:{sock}" in sh.stdout and "s :: Sink" in sh.stdout, sh.stderr
+        stop = cli(1, *unix, "daemon", "stop")
+        assert stop.returncode == 0 and f"daemon on unix:{sock} stopped" in stop.stdout
+        pid = None
+    finally:
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+    gone = cli(1, *unix, "show", "status")
+    assert gone.returncode == 1 and f"cannot talk to the daemon at unix:{sock}" in gone.stderr
+
+
+def test_duplicate_errors_say_what_to_type(daemon, tmp_path):
+    b, p = daemon.client, daemon.port
+    r = cli(p, "duplicate", "UpdateTTL()", "--workers", "5")
+    assert r.returncode == 1, r.stdout
+    assert "no worker 5" in r.stderr and "'bessemer add worker WID CORE'" in r.stderr
+    assert "bess.add_worker" not in r.stderr
+    b.add_worker(0, 0)
+    b.add_worker(1, 1 % (os.cpu_count() or 1))
+    b.create_port("UnixSocketPort", "u", {"path": str(tmp_path / "u.sock")})
+    r = cli(p, "duplicate", "UpdateTTL()", "--workers", "0,1", "--port", "u")
+    assert r.returncode == 1, r.stdout
+    assert "port 'u' has 1 incoming queue(s)" in r.stderr and "'bessemer add port" in r.stderr
+    assert "'num_inc_q': 2, 'num_out_q': 2" in r.stderr
+    # A template naming something that does not exist: an error, not a traceback.
+    r = cli(p, "duplicate", "nosuch -> Sink()", "--workers", "0")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "template: NameError" in r.stderr and "nosuch" in r.stderr
+    assert [m.name for m in b.list_modules()] == []
+
+
+def test_measure_percentiles_are_labelled(daemon):
+    b, p = daemon.client, daemon.port
+    for mclass, name in (("Source", "src"), ("Timestamp", "ts"), ("Measure", "m")):
+        b.create_module(mclass, name)
+    b.create_module("Sink", "sink")
+    b.connect_modules("src", "ts")
+    b.connect_modules("ts", "m")
+    b.connect_modules("m", "sink")
+    b.resume_all()
+    deadline = time.monotonic() + 10
+    while ogate_packets(b, "m") < 1000 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    b.pause_all()
+    arg = {"latency_percentiles": [50, 99, 99.9], "jitter_percentiles": [90]}
+    want = b.run_module_command("m", "get_summary", "MeasureCommandGetSummaryArg", arg)
+    assert want.latency.count > 0
+    r = cli(p, "command", "module", "m", "get_summary", "MeasureCommandGetSummaryArg", repr(arg))
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+
+    def percentiles(section: str) -> list[str]:
+        at = lines.index(f"{section}:")
+        at = lines.index("  percentile_values_ns:", at)
+        out = []
+        for line in lines[at + 1 :]:
+            if not line.startswith("    "):
+                break
+            out.append(line.strip())
+        return out
+
+    assert percentiles("latency") == [
+        f"{q}: {v}"
+        for q, v in zip(("p50", "p99", "p99.9"), want.latency.percentile_values_ns, strict=True)
+    ]
+    assert percentiles("jitter") == [f"p90: {want.jitter.percentile_values_ns[0]}"]
+
+
+def test_shell_completes_classes_options_and_files(daemon, tmp_path, monkeypatch):
+    import readline
+
+    from bessemer import cli as cli_module
+    from bessemer.shell import Shell
+
+    b = daemon.client
+    session = cli_module.Session("localhost", daemon.port)
+    try:
+        sh = Shell(session, cli_module._parser)
+        assert sh.matches("add mod") == ["module "]
+        assert sh.matches("add module ") == sorted(c + " " for c in b.list_mclasses())
+        assert sh.matches("add module Sou") == ["Source "]
+        b.create_module("Queue", "q")
+        assert sh.matches("command module ") == ["q "]
+        assert "get_status " in sh.matches("command module q ")
+        assert sh.matches("command module q get_status ") == ["QueueCommandGetStatusArg "]
+        assert sh.matches("add port ") == sorted(d + " " for d in b.list_drivers())
+        # Option names, and an option's choices.
+        assert sh.matches("monitor pipeline --") == [
+            "--help ",
+            "--interval ",
+            "--no-bits ",
+            "--seconds ",
+        ]
+        assert sh.matches("show errors --sort r") == ["rate ", "reason "]
+        assert sh.matches("tcpdump q ") == ["in ", "out "]
+        # File names after run (and for options that take a file); a folder ends in '/'.
+        files = tmp_path / "files"
+        (files / "sub").mkdir(parents=True)
+        (files / "one.bess").write_text("Sink()\n")
+        assert sh.matches(f"run {files}/") == [f"{files}/one.bess ", f"{files}/sub/"]
+        assert sh.matches(f"run {files}/o") == [f"{files}/one.bess "]
+        assert sh.matches(f"show pipeline --dot {files}/s") == [f"{files}/sub/"]
+        assert sh.matches(f"run {files}/one.bess ") == []
+        assert sh.matches('run "unclosed') == []
+        # readline's entry point, as readline calls it.
+        line = "add module Sou"
+        monkeypatch.setattr(readline, "get_line_buffer", lambda: line)
+        monkeypatch.setattr(readline, "get_endidx", lambda: len(line))
+        assert sh.complete("Sou", 0) == "Source " and sh.complete("Sou", 1) is None
+    finally:
+        session.close()

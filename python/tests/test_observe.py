@@ -140,7 +140,7 @@ def test_show_errors_and_show_module_in_the_cli(daemon):
     code, out, _ = _cli(daemon.port, "show", "errors")
     assert code == 0
     lines = out.splitlines()
-    assert lines[0].split() == ["module", "class", "reason", "packets", "per", "s"]
+    assert lines[0].split() == ["module/port", "class", "reason", "packets", "per", "s"]
     body = [ln.split() for ln in lines[2:] if ln and not ln.startswith("total")]
     assert {(r[0], r[2]) for r in body} == set(EXPECTED)
     counts = [int(r[3]) for r in body]
@@ -408,3 +408,141 @@ def test_script_progress_counts_requests(daemon, tmp_path, monkeypatch):
     monkeypatch.setenv("BESSEMER_PROGRESS", "0")
     code, _, err = _cli(daemon.port, "run", str(table("quiet")))
     assert code == 0 and "requests" not in err, err
+
+
+def test_show_errors_lists_port_drops_under_the_port(daemon, tmp_path):
+    b = daemon.client
+    path = str(tmp_path / "up.sock")
+    b.create_port("UnixSocketPort", "up", {"path": path})
+    b.create_module("PortInc", "up_in", {"port": "up"})
+    b.create_module("Sink", "sink")
+    b.connect_modules("up_in", "sink")
+    b.resume_all()
+    # Messages longer than a packet buffer: the port drops each on receipt (inc.dropped),
+    # and no module ever sees them.
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    c.settimeout(10)
+    try:
+        c.connect(path)
+        for _ in range(10):
+            c.send(b"x" * 20000)
+        assert _until(lambda: b.get_port_stats("up").inc.dropped >= 10, 10)
+    finally:
+        c.close()
+    b.pause_all()
+    assert b.get_port_stats("up").inc.dropped == 10
+
+    def rows(out: str) -> list[list[str]]:
+        return [ln.split() for ln in out.splitlines()[2:] if ln and not ln.startswith("total")]
+
+    code, out, err = _cli(daemon.port, "show", "errors")
+    assert code == 0, err
+    assert out.splitlines()[0].split() == ["module/port", "class", "reason", "packets", "per", "s"]
+    assert ["up", "UnixSocketPort", "rx_dropped", "10", "-"] in rows(out)
+    assert out.rstrip().endswith("total: 10"), out
+    code, out, _ = _cli(daemon.port, "show", "errors", "up")
+    assert rows(out) == [["up", "UnixSocketPort", "rx_dropped", "10", "-"]]
+    code, out, _ = _cli(daemon.port, "show", "errors", "--all", "--sort", "reason", "up")
+    assert rows(out) == [
+        ["up", "UnixSocketPort", "rx_dropped", "10", "-"],
+        ["up", "UnixSocketPort", "tx_dropped", "0", "-"],
+    ]
+    code, _, err = _cli(daemon.port, "show", "errors", "up", "nope")
+    assert code == 1 and "nope" in err
+
+
+class _FastClock:
+    """The `time` module as a busy client sees it: its monotonic clock runs `factor` times
+    faster than the daemon's (its own stalls stretch every interval it measures)."""
+
+    def __init__(self, factor: float):
+        self.factor, self.start = factor, time.monotonic()
+
+    def monotonic(self) -> float:
+        return self.start + (time.monotonic() - self.start) * self.factor
+
+    def __getattr__(self, name: str):
+        return getattr(time, name)
+
+
+def _number(text: str) -> float:
+    scale = {"k": 1e3, "M": 1e6, "G": 1e9}.get(text[-1], 1)
+    return float(text.rstrip("kMG").replace(",", "")) * scale
+
+
+def _last_frame_rows(out: str) -> dict[str, list[str]]:
+    """The last frame of a monitor's output: its rows by first word."""
+    frames = out.split("(Ctrl-C to stop)")
+    assert len(frames) >= 3, out
+    lines = frames[-1].strip().splitlines()[2:]
+    return {ln.split()[0]: ln.split() for ln in lines if ln.strip()}
+
+
+PPS = 20000
+
+
+def test_monitor_rates_come_from_the_daemons_timestamps(daemon, tmp_path, monkeypatch):
+    b = daemon.client
+    # A Source held to PPS packets/s by a rate-limit class, sending into a port with no
+    # client (every packet a tx drop): every rate below is about PPS, whatever the client.
+    b.add_worker(0, 0)
+    b.add_tc("lim", wid=0, policy="rate_limit", resource="packet", limit={"packet": PPS})
+    b.create_port("UnixSocketPort", "u", {"path": str(tmp_path / "u.sock")})
+    b.create_module("Source", "src", {"pkt_size": 100})
+    b.create_module("PortOut", "out", {"port": "u"})
+    b.connect_modules("src", "out")
+    b.attach_task("src", parent="lim")
+    b.resume_all()
+    assert _until(lambda: b.get_port_stats("u").out.dropped > 0, 10)
+    # The client's clock runs 20 times fast: an interval of 0.4 s looks like 8 s to it, so
+    # a rate over the client's clock would be 20 times too low. (--seconds is paced by the
+    # same clock: 24 s of it is 1.2 s.)
+    monkeypatch.setattr(cli, "time", _FastClock(20))
+    run = ("--interval", "0.4", "--seconds", "24")
+
+    code, out, err = _cli(daemon.port, "monitor", "pipeline", *run)
+    assert code == 0, err
+    row = _last_frame_rows(out)["src:0"]
+    assert row[:3] == ["src:0", "->", "0:out"]
+    pps, bps = _number(row[3]), _number(row[4])
+    assert PPS / 3 < pps < PPS * 3, out
+    # bits/s is filled (a Track hook counts bytes while the monitor runs, then goes).
+    assert bps == pytest.approx(pps * 100 * 8, rel=0.02), out
+    assert b.list_gatehooks() == []
+
+    code, out, err = _cli(daemon.port, "monitor", "tc", *run)
+    assert code == 0, err
+    rows = _last_frame_rows(out)
+    # The class and its only task run the same packets: about PPS each.
+    for name in ("lim", "!leaf_src:0"):
+        assert PPS / 3 < _number(rows[name][3]) < PPS * 3, out
+
+    code, out, err = _cli(daemon.port, "monitor", "port", *run)
+    assert code == 0, err
+    tx_drops = _number(_last_frame_rows(out)["u"][6])
+    assert PPS / 3 < tx_drops < PPS * 3, out
+
+
+def test_replay_progress_rate_comes_from_the_daemons_timestamps(daemon, tmp_path, monkeypatch):
+    from bessemer import progress
+
+    # 2,000 packets recorded 1 ms apart, replayed at their recorded times: 1,000 packets/s.
+    frames = [Ether() / IP() / UDP() / (b"x" * 20) for _ in range(2000)]
+    for i, f in enumerate(frames):
+        f.time = 1_700_000_000 + i / 1000
+    pcap = tmp_path / "timed.pcap"
+    wrpcap(str(pcap), frames)
+    monkeypatch.setenv("BESSEMER_PROGRESS", "1")
+    # The client's clock runs 20 times fast (see _FastClock): a rate over it is 20 times low.
+    clock = _FastClock(20)
+    monkeypatch.setattr(cli, "time", clock)
+    monkeypatch.setattr(progress, "time", clock)
+    code, out, err = _cli(daemon.port, "replay", str(pcap), "--timing", "--idle", "60")
+    assert code == 0, err
+    assert "replayed 2,000/2,000 packets" in out
+    rates = []
+    for m in re.finditer(r"packets \((\d+)%\), ([\d.]+) (k?)/s", err):
+        if 10 <= int(m.group(1)) < 100:  # under way: past the start, not yet done
+            rates.append(float(m.group(2)) * (1000 if m.group(3) else 1))
+    assert rates, err
+    assert 1000 / 3 < rates[-1] < 1000 * 3, err

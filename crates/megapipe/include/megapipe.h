@@ -62,8 +62,10 @@ int mp_set_cookie(mp_channel *ch, mp_handle h, uint64_t cookie);
 /* Lightweight handle to regular fd (still owned by the channel); returns fd or -errno. */
 int mp_to_fd(mp_channel *ch, mp_handle h);
 
-/* Requests. count 0: keep accepting. size 0: a whole receive buffer. Buffers given to
- * mp_write/mp_writev must stay valid until their completion event. */
+/* Requests. count 0: keep accepting (re-armed by the channel after every end, 20 ms after an
+ * error such as EMFILE; regular fds while the direct-descriptor table is full; a failed
+ * accept is an MP_ACCEPT event with the error). size 0: a whole receive buffer. Buffers given
+ * to mp_write/mp_writev must stay valid until their completion event. */
 int mp_accept(mp_channel *ch, mp_handle listener, uint32_t count, int lightweight);
 int mp_read(mp_channel *ch, mp_handle h, size_t size);
 /* Beyond the seeds: one read that stays armed, an MP_READ per arrival, until EOF (0 bytes),
@@ -82,7 +84,8 @@ int mp_flush(mp_channel *ch);
 int mp_dispatch(mp_channel *ch, int timeout_ms, struct mp_event *ev);
 
 /* Counters: handles_open, lightweight_open, ops_in_flight, buffers_out, syscalls, sqes, cqes,
- * events, accepted, cancelled, reads_without_buffer. */
+ * events, accepted, cancelled, reads_without_buffer (the accept counters of the Rust Stats
+ * are not in the C ABI). */
 int mp_stats(mp_channel *ch, uint64_t out[11]);
 
 #ifdef __cplusplus

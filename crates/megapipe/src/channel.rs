@@ -5,7 +5,7 @@ use std::fmt;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd, RawFd};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
@@ -174,7 +174,9 @@ pub struct Config {
     pub batch_threshold: usize,
     /// Submission queue entries.
     pub ring_entries: u32,
-    /// Direct-descriptor table size (lightweight handles).
+    /// Direct-descriptor table size (lightweight handles), capped below the process's
+    /// descriptor limit. When it is full, keep-accepting listeners hand out regular
+    /// descriptors until it is three quarters full again (see [`Stats::direct_table_full`]).
     pub direct_slots: u32,
     /// Receive buffers in the provided buffer ring (a power of two, at most 32768).
     pub buffers: u16,
@@ -224,7 +226,28 @@ pub struct Stats {
     pub cancelled: u64,
     /// Reads that failed because the buffer ring was empty (ENOBUFS).
     pub reads_without_buffer: u64,
+    /// Accepts that failed (each also an `Accept` event with the error), cancellations
+    /// by `close` aside.
+    pub accept_errors: u64,
+    /// Lightweight accepts that found the direct-descriptor table full (`ENFILE`). The
+    /// kernel closes the connection it was accepting; keep-accepting listeners then accept
+    /// into regular descriptors until the table is three quarters full again.
+    pub direct_table_full: u64,
+    /// Connections a lightweight keep-accepting listener got as regular descriptors because
+    /// the direct-descriptor table was full.
+    pub accepted_regular_fallback: u64,
+    /// Times a keep-accepting listener's multishot accept ended and the channel armed it
+    /// again: at once after a full completion queue, a full direct-descriptor table or a
+    /// switch between lightweight and regular descriptors; after [`ACCEPT_RETRY_PAUSE`]
+    /// after any other error (e.g. `EMFILE`, `ENFILE`, `ENOMEM`).
+    pub accept_rearms: u64,
 }
+
+/// How long a keep-accepting listener waits before accepting again after an error such as
+/// `EMFILE` (the process's descriptor limit), `ENFILE` or `ENOMEM`. The connections wait in
+/// the listen queue meanwhile; the pause keeps a listener whose accepts keep failing from
+/// spinning.
+pub const ACCEPT_RETRY_PAUSE: Duration = Duration::from_millis(20);
 
 /// What a handle refers to.
 enum Kind {
@@ -296,6 +319,20 @@ struct HandleEntry {
     close_result: Option<std::result::Result<usize, Errno>>,
     /// Unregistered: remaining completions are dropped, not delivered.
     detached: bool,
+    /// For a listener: the keep-accepting request (`accept(h, 0, ..)`).
+    accept: Option<AcceptLoop>,
+}
+
+/// A listener's keep-accepting request, which the channel keeps armed until the listener
+/// closes: a multishot accept is re-armed whenever it ends.
+struct AcceptLoop {
+    /// The caller asked for lightweight handles.
+    lightweight: bool,
+    /// The armed multishot accept: its op index and whether it makes direct descriptors.
+    /// `None` while it waits out [`ACCEPT_RETRY_PAUSE`].
+    armed: Option<(u64, bool)>,
+    /// The armed accept is being cancelled to be re-armed in the other descriptor mode.
+    switching: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -422,6 +459,18 @@ pub struct Channel {
     stats: Stats,
     install_result: Option<std::result::Result<RawFd, Errno>>,
     cq_buf: Vec<(u64, i32, u32)>,
+    /// Submission entries that did not fit in the ring; they go to the kernel, in order,
+    /// ahead of any later entry as the ring makes room. A request is never dropped for want
+    /// of ring space.
+    sq_backlog: VecDeque<squeue::Entry>,
+    /// Size of the registered direct-descriptor table.
+    direct_slots: u32,
+    /// A lightweight accept found the direct-descriptor table full: keep-accepting listeners
+    /// accept into regular descriptors until it is three quarters full again.
+    direct_full: bool,
+    /// Keep-accepting listeners (slot, generation) waiting out `ACCEPT_RETRY_PAUSE`, and when
+    /// each may accept again.
+    accept_retries: Vec<(u32, u32, Instant)>,
     _not_send: std::marker::PhantomData<*const ()>,
 }
 
@@ -474,6 +523,10 @@ impl Channel {
             stats: Stats::default(),
             install_result: None,
             cq_buf: Vec::new(),
+            sq_backlog: VecDeque::new(),
+            direct_slots: slots,
+            direct_full: false,
+            accept_retries: Vec::new(),
             _not_send: std::marker::PhantomData,
         })
     }
@@ -520,6 +573,7 @@ impl Channel {
             close_submitted: false,
             close_result: None,
             detached: false,
+            accept: None,
         };
         if let Some(slot) = self.free_slots.pop() {
             let gen = self.handles[slot as usize].gen.wrapping_add(1);
@@ -612,26 +666,47 @@ impl Channel {
         }
     }
 
-    fn push_sqe(&mut self, sqe: squeue::Entry) -> Result<()> {
-        // SAFETY: every pointer in sqe refers to memory owned by an Op (or the buffer ring)
-        // that lives until the op's completion is reaped.
-        unsafe {
-            if self.ring.submission().push(&sqe).is_err() {
-                self.submit(0)?;
-                self.ring
-                    .submission()
-                    .push(&sqe)
-                    .map_err(|_| Error::Io(io::Error::other("submission queue full")))?;
+    /// Queues `sqe` for the kernel. It cannot fail: an entry the ring has no room for waits
+    /// in `sq_backlog` and goes in first when the ring next has room.
+    fn push_sqe(&mut self, sqe: squeue::Entry) {
+        self.unsubmitted += 1;
+        if self.sq_backlog.is_empty() {
+            // SAFETY: every pointer in sqe refers to memory owned by an Op (or the buffer
+            // ring) that lives until the op's completion is reaped.
+            if unsafe { self.ring.submission().push(&sqe) }.is_ok() {
+                if self.unsubmitted >= self.cfg.batch_threshold {
+                    self.flush_now();
+                }
+                return;
             }
         }
-        self.unsubmitted += 1;
-        if self.unsubmitted >= self.cfg.batch_threshold {
-            self.submit(0)?;
-        }
-        Ok(())
+        self.sq_backlog.push_back(sqe);
+        self.flush_now();
     }
 
-    fn submit_op(&mut self, op: Op, build: impl FnOnce(&Op) -> squeue::Entry) -> Result<()> {
+    /// Submits now. The requests stay queued if the kernel refuses them for the moment; a
+    /// lasting error shows at the next `dispatch`, whose wait submits them again.
+    fn flush_now(&mut self) {
+        let _ = self.submit(0);
+    }
+
+    /// Moves backlogged entries into the ring while it has room.
+    fn fill_sq(&mut self) {
+        if self.sq_backlog.is_empty() {
+            return;
+        }
+        let mut sq = self.ring.submission();
+        while let Some(sqe) = self.sq_backlog.front() {
+            // SAFETY: as in push_sqe; the entries were built the same way.
+            if unsafe { sq.push(sqe) }.is_err() {
+                break;
+            }
+            self.sq_backlog.pop_front();
+        }
+    }
+
+    /// Queues an op's request and returns the op's index (its user_data).
+    fn submit_op(&mut self, op: Op, build: impl FnOnce(&Op) -> squeue::Entry) -> u64 {
         let slot = op.slot;
         let ud = self.alloc_op(op);
         let sqe = build(self.ops[ud as usize].as_ref().unwrap()).user_data(ud);
@@ -639,19 +714,33 @@ impl Channel {
             self.handles[slot as usize].in_flight += 1;
         }
         self.stats.ops_in_flight += 1;
-        self.push_sqe(sqe)
+        self.push_sqe(sqe);
+        ud
     }
 
+    /// Hands the queued entries (backlog first) to the kernel and waits for `want` completions.
     fn submit(&mut self, want: usize) -> Result<usize> {
-        self.stats.sqes += self.unsubmitted as u64;
-        self.unsubmitted = 0;
-        self.stats.syscalls += 1;
         loop {
-            match self.ring.submitter().submit_and_wait(want) {
-                Ok(n) => return Ok(n),
+            self.fill_sq();
+            let in_ring = self.unsubmitted.saturating_sub(self.sq_backlog.len());
+            self.stats.sqes += in_ring as u64;
+            self.unsubmitted -= in_ring;
+            self.stats.syscalls += 1;
+            // With entries still backlogged, wait for nothing: the loop submits them next.
+            let backlogged = !self.sq_backlog.is_empty();
+            let n = match self
+                .ring
+                .submitter()
+                .submit_and_wait(if backlogged { 0 } else { want })
+            {
+                Ok(n) => n,
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
                 Err(e) if e.raw_os_error() == Some(libc::EBUSY) && want == 0 => return Ok(0),
                 Err(e) => return Err(e.into()),
+            };
+            // Stop when all is in, or when the kernel took nothing (it is out of room).
+            if !backlogged || n == 0 {
+                return Ok(n);
             }
         }
     }
@@ -732,7 +821,7 @@ impl Channel {
         self.bufs.publish();
         if self.handles[slot as usize].in_flight > 0 {
             let target = Self::target(self.handles[slot as usize].kind.as_ref().unwrap());
-            self.push_cancel(target)?;
+            self.push_cancel(target);
             while self.handles[slot as usize].in_flight > 0 {
                 self.submit(1)?;
                 self.reap();
@@ -756,7 +845,7 @@ impl Channel {
         })
     }
 
-    fn push_cancel(&mut self, target: Target) -> Result<()> {
+    fn push_cancel(&mut self, target: Target) {
         let builder = match target {
             Target::Fd(fd) => types::CancelBuilder::fd(types::Fd(fd)),
             Target::Fixed(i) => types::CancelBuilder::fd(types::Fixed(i)),
@@ -765,14 +854,27 @@ impl Channel {
         let sqe = opcode::AsyncCancel2::new(builder)
             .build()
             .user_data(CANCEL_TAG);
-        self.push_sqe(sqe)
+        self.push_sqe(sqe);
+    }
+
+    /// Cancels the op with index `ud` and submits at once: the cancel names the op by index,
+    /// and an index is reused as soon as its op's last completion is reaped, so a cancel
+    /// left queued across a reap could hit a later op.
+    fn cancel_op_now(&mut self, ud: u64) {
+        let sqe = opcode::AsyncCancel::new(ud).build().user_data(CANCEL_TAG);
+        self.push_sqe(sqe);
+        self.flush_now();
     }
 
     // ---- requests ----
 
-    /// `mp_accept`: accepts connections on listener `h`. `count == 0` keeps accepting (one
-    /// multishot request, re-armed as needed) until the handle closes; `count > 0` accepts
-    /// exactly that many. `lightweight` puts new connections in direct descriptors.
+    /// `mp_accept`: accepts connections on listener `h`. `count == 0` keeps accepting until
+    /// the handle closes: one multishot request, which the channel arms again whenever it
+    /// ends (after [`ACCEPT_RETRY_PAUSE`] if it ended with an error such as `EMFILE`); a
+    /// second call only changes `lightweight`. `count > 0` accepts exactly that many (each
+    /// failure completes one of them). `lightweight` puts new connections in direct
+    /// descriptors; while the direct-descriptor table is full, a keep-accepting listener
+    /// accepts into regular descriptors instead.
     pub fn accept(&mut self, h: Handle, count: u32, lightweight: bool) -> Result<()> {
         let e = self.entry_open(h)?;
         let Some(Kind::Listener { orig, clone }) = e.kind.as_ref() else {
@@ -781,38 +883,62 @@ impl Channel {
         let fd = clone.as_ref().unwrap_or(orig).as_raw_fd();
         let slot = h.slot();
         if count == 0 {
-            self.arm_multishot_accept(slot, fd, lightweight)
-        } else {
-            for _ in 0..count {
-                let op = Op {
-                    slot,
-                    kind: OpKind::Accept {
-                        multishot: false,
-                        lightweight,
-                    },
-                    data: None,
-                    addr: None,
-                };
-                self.submit_op(op, |_| {
-                    let mut a = opcode::Accept::new(
-                        types::Fd(fd),
-                        std::ptr::null_mut(),
-                        std::ptr::null_mut(),
-                    );
-                    // Direct descriptors have no fd-table entry, so CLOEXEC is refused for them.
-                    if lightweight {
-                        a = a.file_index(Some(types::DestinationSlot::auto_target()));
-                    } else {
-                        a = a.flags(libc::SOCK_CLOEXEC);
-                    }
-                    a.build()
-                })?;
+            if let Some(acc) = e.accept.as_mut() {
+                acc.lightweight = lightweight;
+                self.sync_accept_modes();
+            } else {
+                e.accept = Some(AcceptLoop {
+                    lightweight,
+                    armed: None,
+                    switching: false,
+                });
+                self.arm_accept(slot);
             }
-            Ok(())
+            return Ok(());
         }
+        for _ in 0..count {
+            let op = Op {
+                slot,
+                kind: OpKind::Accept {
+                    multishot: false,
+                    lightweight,
+                },
+                data: None,
+                addr: None,
+            };
+            self.submit_op(op, |_| {
+                let mut a =
+                    opcode::Accept::new(types::Fd(fd), std::ptr::null_mut(), std::ptr::null_mut());
+                // Direct descriptors have no fd-table entry, so CLOEXEC is refused for them.
+                if lightweight {
+                    a = a.file_index(Some(types::DestinationSlot::auto_target()));
+                } else {
+                    a = a.flags(libc::SOCK_CLOEXEC);
+                }
+                a.build()
+            });
+        }
+        Ok(())
     }
 
-    fn arm_multishot_accept(&mut self, slot: u32, fd: RawFd, lightweight: bool) -> Result<()> {
+    /// Whether a keep-accepting listener that asked for `lightweight` handles gets them now.
+    fn accept_mode(&self, lightweight: bool) -> bool {
+        lightweight && !self.direct_full
+    }
+
+    /// Arms the keep-accepting listener in `slot` (if it is one, open, and not armed).
+    fn arm_accept(&mut self, slot: u32) {
+        let e = &self.handles[slot as usize];
+        let (Some(Kind::Listener { orig, clone }), Some(acc)) =
+            (e.kind.as_ref(), e.accept.as_ref())
+        else {
+            return;
+        };
+        if acc.armed.is_some() || e.closing || e.detached {
+            return;
+        }
+        let fd = clone.as_ref().unwrap_or(orig).as_raw_fd();
+        let lightweight = self.accept_mode(acc.lightweight);
         let op = Op {
             slot,
             kind: OpKind::Accept {
@@ -822,12 +948,94 @@ impl Channel {
             data: None,
             addr: None,
         };
-        self.submit_op(op, |_| {
+        let ud = self.submit_op(op, |_| {
             opcode::AcceptMulti::new(types::Fd(fd))
                 .allocate_file_index(lightweight)
                 .flags(if lightweight { 0 } else { libc::SOCK_CLOEXEC })
                 .build()
-        })
+        });
+        if let Some(acc) = self.handles[slot as usize].accept.as_mut() {
+            acc.armed = Some((ud, lightweight));
+        }
+    }
+
+    /// Cancels every armed keep-accepting request whose descriptor mode is no longer the one
+    /// wanted; each is armed again in the other mode when its cancellation completes.
+    fn sync_accept_modes(&mut self) {
+        for slot in 0..self.handles.len() {
+            let e = &self.handles[slot];
+            let Some(acc) = e.accept.as_ref() else {
+                continue;
+            };
+            let Some((ud, lightweight)) = acc.armed else {
+                continue;
+            };
+            if e.closing
+                || e.detached
+                || acc.switching
+                || lightweight == self.accept_mode(acc.lightweight)
+            {
+                continue;
+            }
+            self.handles[slot].accept.as_mut().unwrap().switching = true;
+            self.cancel_op_now(ud);
+        }
+    }
+
+    /// A keep-accepting listener's multishot accept ended with `result`: arm it again, at
+    /// once or after a pause.
+    fn accept_ended(&mut self, slot: u32, result: std::result::Result<usize, Errno>) {
+        let e = &mut self.handles[slot as usize];
+        let gen = e.gen;
+        let closing = e.closing || e.detached;
+        let Some(acc) = e.accept.as_mut() else {
+            return;
+        };
+        let was_lightweight = acc.armed.take().is_some_and(|(_, lw)| lw);
+        let switching = std::mem::take(&mut acc.switching);
+        if closing {
+            return;
+        }
+        self.stats.accept_rearms += 1;
+        let at_once = match result {
+            // The kernel ends a multishot accept when the completion queue is full.
+            Ok(_) => true,
+            Err(Errno(libc::ECANCELED)) => switching,
+            // The direct-descriptor table is full: regular descriptors from now on.
+            Err(Errno(libc::ENFILE)) => was_lightweight,
+            Err(_) => false,
+        };
+        if at_once {
+            self.arm_accept(slot);
+        } else {
+            self.accept_retries
+                .push((slot, gen, Instant::now() + ACCEPT_RETRY_PAUSE));
+        }
+    }
+
+    /// Arms listeners whose pause is over, and returns to lightweight accepts once the
+    /// direct-descriptor table has drained to three quarters.
+    fn housekeeping(&mut self) {
+        if self.direct_full && self.stats.lightweight_open <= self.direct_slots as u64 * 3 / 4 {
+            self.direct_full = false;
+            self.sync_accept_modes();
+        }
+        if self.accept_retries.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let mut due = Vec::new();
+        self.accept_retries.retain(|&(slot, gen, at)| {
+            if at <= now {
+                due.push((slot, gen));
+            }
+            at > now
+        });
+        for (slot, gen) in due {
+            if self.handles[slot as usize].gen == gen {
+                self.arm_accept(slot);
+            }
+        }
     }
 
     /// `mp_read`: receives up to `size` bytes (0: a whole buffer) into a buffer the kernel takes
@@ -849,7 +1057,8 @@ impl Channel {
             e.reads.push_back(size);
             return Ok(());
         }
-        self.issue_read(h.slot(), size)
+        self.issue_read(h.slot(), size);
+        Ok(())
     }
 
     /// A read that stays armed (multishot receive): one Read event per arrival of data, with
@@ -868,10 +1077,11 @@ impl Channel {
             return Err(Error::Busy(h));
         }
         e.stop_requested = false;
-        self.arm_multishot_read(h.slot())
+        self.arm_multishot_read(h.slot());
+        Ok(())
     }
 
-    fn arm_multishot_read(&mut self, slot: u32) -> Result<()> {
+    fn arm_multishot_read(&mut self, slot: u32) {
         let e = &mut self.handles[slot as usize];
         e.read_in_flight = true;
         let target = Self::target(e.kind.as_ref().unwrap());
@@ -881,18 +1091,11 @@ impl Channel {
             data: None,
             addr: None,
         };
-        let ud = self.ops_next_index();
-        self.handles[slot as usize].multishot_read = Some(ud);
-        self.submit_op(op, |_| match target {
+        let ud = self.submit_op(op, |_| match target {
             Target::Fd(fd) => opcode::RecvMulti::new(types::Fd(fd), BufRing::GROUP).build(),
             Target::Fixed(i) => opcode::RecvMulti::new(types::Fixed(i), BufRing::GROUP).build(),
-        })
-    }
-
-    fn ops_next_index(&self) -> u64 {
-        self.free_ops
-            .last()
-            .map_or(self.ops.len() as u64, |&i| i as u64)
+        });
+        self.handles[slot as usize].multishot_read = Some(ud);
     }
 
     /// Disarms a multishot read; it ends with an `ECANCELED` Read event (data already on its
@@ -906,11 +1109,11 @@ impl Channel {
             return Ok(());
         }
         e.stop_requested = true;
-        let sqe = opcode::AsyncCancel::new(ud).build().user_data(CANCEL_TAG);
-        self.push_sqe(sqe)
+        self.cancel_op_now(ud);
+        Ok(())
     }
 
-    fn issue_read(&mut self, slot: u32, size: u32) -> Result<()> {
+    fn issue_read(&mut self, slot: u32, size: u32) {
         let e = &mut self.handles[slot as usize];
         e.read_in_flight = true;
         let target = Self::target(e.kind.as_ref().unwrap());
@@ -934,7 +1137,7 @@ impl Channel {
                 .ioprio(ioprio)
                 .build()
                 .flags(squeue::Flags::BUFFER_SELECT)
-        })
+        });
     }
 
     /// `mp_write`: sends all of `buf`. The event reports `buf.len()` bytes, or fewer if the
@@ -991,7 +1194,8 @@ impl Channel {
             return Err(Error::WrongKind("write on a listening handle"));
         }
         e.writes.push_back(Pending::Write(data));
-        self.pump_writes(h.slot())
+        self.pump_writes(h.slot());
+        Ok(())
     }
 
     /// `mp_disconnect`: shuts down the sending side once queued writes are sent (the peer sees
@@ -1002,7 +1206,8 @@ impl Channel {
             return Err(Error::WrongKind("disconnect on a listening handle"));
         }
         e.writes.push_back(Pending::Disconnect);
-        self.pump_writes(h.slot())
+        self.pump_writes(h.slot());
+        Ok(())
     }
 
     /// `mp_close`: after queued writes are sent, cancels outstanding reads and accepts (they
@@ -1012,17 +1217,18 @@ impl Channel {
         let e = self.entry_open(h)?;
         e.closing = true;
         e.writes.push_back(Pending::Close);
-        self.pump_writes(h.slot())
+        self.pump_writes(h.slot());
+        Ok(())
     }
 
     /// Starts the next write-side request of a handle if none is in flight.
-    fn pump_writes(&mut self, slot: u32) -> Result<()> {
+    fn pump_writes(&mut self, slot: u32) {
         let e = &mut self.handles[slot as usize];
         if e.write_in_flight || e.detached {
-            return Ok(());
+            return;
         }
         let Some(next) = e.writes.pop_front() else {
-            return Ok(());
+            return;
         };
         let kind = e.kind.as_ref().unwrap();
         let target = Self::target(kind);
@@ -1053,7 +1259,7 @@ impl Channel {
                             .build()
                         }
                     }
-                })
+                });
             }
             Pending::Disconnect => {
                 e.write_in_flight = true;
@@ -1068,13 +1274,13 @@ impl Channel {
                     Target::Fixed(i) => {
                         opcode::Shutdown::new(types::Fixed(i), libc::SHUT_WR).build()
                     }
-                })
+                });
             }
             Pending::Close => {
                 e.write_in_flight = true;
                 e.close_submitted = true;
                 if e.in_flight > 0 {
-                    self.push_cancel(target)?;
+                    self.push_cancel(target);
                 }
                 let op = Op {
                     slot,
@@ -1093,7 +1299,7 @@ impl Channel {
                         // accept must be cancelled first); a Nop carries the ordering.
                         self.submit_op(op, |_| opcode::Nop::new().build())
                     }
-                }
+                };
             }
         }
     }
@@ -1118,7 +1324,7 @@ impl Channel {
                 a.len,
             )
             .build()
-        })?;
+        });
         Ok(h)
     }
 
@@ -1147,7 +1353,7 @@ impl Channel {
         let sqe = opcode::FixedFdInstall::new(types::Fixed(idx), 0)
             .build()
             .user_data(ud);
-        self.push_sqe(sqe)?;
+        self.push_sqe(sqe);
         self.install_result = None;
         while self.handles[h.slot() as usize].in_flight > 0 {
             self.submit(1)?;
@@ -1175,18 +1381,36 @@ impl Channel {
     /// queued requests and fetches completions from the kernel in one batch, waiting up to
     /// `timeout` (`None`: forever; zero: not at all). `Ok(None)` means the timeout passed.
     /// The bytes of a Read event stay readable through [`Channel::data`] until the next call.
+    /// Listeners pausing after a failed accept are armed again from here, so a channel must
+    /// be dispatched to keep accepting.
     pub fn dispatch(&mut self, timeout: Option<Duration>) -> Result<Option<Event>> {
         if let Some(bid) = self.lent.take() {
             self.bufs.give(bid);
             self.bufs.publish();
             self.stats.buffers_out -= 1;
         }
+        self.housekeeping();
         if self.events.is_empty() {
             self.reap();
         }
         if self.events.is_empty() {
-            self.wait(timeout)?;
-            self.reap();
+            let deadline = timeout.map(|t| Instant::now() + t);
+            loop {
+                let now = Instant::now();
+                let mut wait = deadline.map(|d| d.saturating_duration_since(now));
+                // Wake for the first paused listener too.
+                if let Some(at) = self.accept_retries.iter().map(|r| r.2).min() {
+                    let until = at.saturating_duration_since(now);
+                    wait = Some(wait.map_or(until, |w| w.min(until)));
+                }
+                self.wait(wait)?;
+                self.reap();
+                self.housekeeping();
+                // Completions that make no event (cancellations) do not end the wait early.
+                if !self.events.is_empty() || deadline.is_some_and(|d| Instant::now() >= d) {
+                    break;
+                }
+            }
         }
         let Some(ev) = self.events.pop_front() else {
             return Ok(None);
@@ -1220,8 +1444,13 @@ impl Channel {
     }
 
     fn wait(&mut self, timeout: Option<Duration>) -> Result<()> {
-        self.stats.sqes += self.unsubmitted as u64;
-        self.unsubmitted = 0;
+        if !self.sq_backlog.is_empty() {
+            self.submit(0)?;
+        }
+        self.fill_sq();
+        let in_ring = self.unsubmitted.saturating_sub(self.sq_backlog.len());
+        self.stats.sqes += in_ring as u64;
+        self.unsubmitted -= in_ring;
         self.stats.syscalls += 1;
         let r = match timeout {
             None => self.ring.submitter().submit_and_wait(1),
@@ -1338,26 +1567,53 @@ impl Channel {
                 lightweight,
             } => {
                 ev.command = Command::Accept;
-                if let Ok(n) = result {
-                    let k = if lightweight {
-                        Kind::Direct(n as u32)
-                    } else {
-                        // SAFETY: the kernel installed this new descriptor for us alone.
-                        Kind::Fd(unsafe {
-                            <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(n as RawFd)
-                        })
-                    };
-                    self.stats.accepted += 1;
-                    ev.new_handle = Some(self.alloc_handle(k, 0));
-                    ev.result = Ok(0);
-                }
-                self.events.push_back(ev);
+                let ended = multishot && !more;
                 let e = &self.handles[slot as usize];
-                if multishot && !more && result.is_ok() && !e.closing {
-                    if let Some(Kind::Listener { orig, clone }) = e.kind.as_ref() {
-                        let fd = clone.as_ref().unwrap_or(orig).as_raw_fd();
-                        let _ = self.arm_multishot_accept(slot, fd, lightweight);
+                let acc = e.accept.as_ref();
+                // The end of an accept cancelled to switch descriptor modes is the channel's
+                // own business: no event (a close meanwhile gets its ECANCELED as usual).
+                let switched = ended
+                    && acc.is_some_and(|a| a.switching)
+                    && result == Err(Errno(libc::ECANCELED))
+                    && !e.closing;
+                let wants_lightweight = acc.is_some_and(|a| a.lightweight);
+                let mut table_filled = false;
+                match result {
+                    Ok(n) => {
+                        let k = if lightweight {
+                            Kind::Direct(n as u32)
+                        } else {
+                            // SAFETY: the kernel installed this new descriptor for us alone.
+                            Kind::Fd(unsafe {
+                                <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(n as RawFd)
+                            })
+                        };
+                        self.stats.accepted += 1;
+                        if multishot && !lightweight && wants_lightweight {
+                            self.stats.accepted_regular_fallback += 1;
+                        }
+                        ev.new_handle = Some(self.alloc_handle(k, 0));
+                        ev.result = Ok(0);
                     }
+                    Err(Errno(libc::ECANCELED)) => {}
+                    Err(Errno(errno)) => {
+                        self.stats.accept_errors += 1;
+                        if lightweight && errno == libc::ENFILE {
+                            self.stats.direct_table_full += 1;
+                            table_filled = !self.direct_full;
+                            self.direct_full = true;
+                        }
+                    }
+                }
+                if !switched {
+                    self.events.push_back(ev);
+                }
+                if ended {
+                    self.accept_ended(slot, result);
+                }
+                if table_filled {
+                    // Other listeners of this channel would find the table full as well.
+                    self.sync_accept_modes();
                 }
             }
             OpKind::ReadMulti => {
@@ -1369,11 +1625,26 @@ impl Channel {
                     e.multishot_read = None;
                     // The kernel may end a multishot receive on its own (e.g. a full completion
                     // queue); only data-carrying ends are re-armed, so EOF and errors stay final.
-                    if matches!(result, Ok(n) if n > 0) && !e.closing && !e.stop_requested {
-                        let _ = self.arm_multishot_read(slot);
-                    } else if !e.closing {
-                        if let Some(size) = e.reads.pop_front() {
-                            let _ = self.issue_read(slot, size);
+                    let data = matches!(result, Ok(n) if n > 0);
+                    if data && !e.closing && !e.stop_requested {
+                        self.arm_multishot_read(slot);
+                    } else {
+                        if data && e.stop_requested {
+                            // It ended on its own before stop_reading's cancel reached it;
+                            // the caller still gets the ECANCELED event that ends a stopped
+                            // read, as documented, and may wait for it to read again.
+                            self.events.push_back(Event {
+                                result: Err(Errno(libc::ECANCELED)),
+                                buf: None,
+                                written: 0,
+                                ..ev
+                            });
+                        }
+                        let e = &mut self.handles[slot as usize];
+                        if !e.closing {
+                            if let Some(size) = e.reads.pop_front() {
+                                self.issue_read(slot, size);
+                            }
                         }
                     }
                 }
@@ -1385,7 +1656,7 @@ impl Channel {
                 e.read_in_flight = false;
                 if !e.closing {
                     if let Some(size) = e.reads.pop_front() {
-                        let _ = self.issue_read(slot, size);
+                        self.issue_read(slot, size);
                     }
                 }
             }
@@ -1397,7 +1668,7 @@ impl Channel {
                 };
                 self.events.push_back(ev);
                 self.handles[slot as usize].write_in_flight = false;
-                let _ = self.pump_writes(slot);
+                self.pump_writes(slot);
             }
             OpKind::Close => {
                 let e = &mut self.handles[slot as usize];

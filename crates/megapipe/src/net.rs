@@ -229,19 +229,40 @@ pub fn online_cpus() -> usize {
         .unwrap_or(1)
 }
 
-/// Raises the soft `RLIMIT_NOFILE` to the hard limit and returns the new soft limit.
+/// The process's `RLIMIT_NOFILE` as (soft, hard); `libc::RLIM_INFINITY` means unlimited.
+pub fn nofile_limits() -> io::Result<(u64, u64)> {
+    // SAFETY: rlimit is plain data, valid for the call.
+    let mut lim: libc::rlimit = unsafe { zeroed() };
+    cvt(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) })?;
+    Ok((lim.rlim_cur, lim.rlim_max))
+}
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit (to `fs.nr_open` when the hard limit is
+/// unlimited, since no process may have more) and returns the soft limit now in force.
 pub fn raise_nofile_limit() -> u64 {
-    // SAFETY: rlimit is plain data, valid for the calls.
-    unsafe {
-        let mut lim: libc::rlimit = zeroed();
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
-            return 1024;
-        }
-        if lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-        }
-        lim.rlim_cur
+    let Ok((soft, hard)) = nofile_limits() else {
+        return 1024;
+    };
+    let want = if hard == libc::RLIM_INFINITY {
+        std::fs::read_to_string("/proc/sys/fs/nr_open")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(soft)
+    } else {
+        hard
+    };
+    if soft >= want {
+        return soft;
+    }
+    let lim = libc::rlimit {
+        rlim_cur: want,
+        rlim_max: hard,
+    };
+    // SAFETY: lim is valid for the call.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } == 0 {
+        want
+    } else {
+        soft
     }
 }
 

@@ -667,3 +667,146 @@ fn multishot_read_delivers_every_arrival_until_stopped_or_eof() {
         "nothing left in flight"
     );
 }
+
+/// Clients whose connection the server side has closed (EOF or reset seen without blocking).
+fn closed_clients(clients: &[TcpStream]) -> usize {
+    let mut buf = [0u8; 1];
+    clients
+        .iter()
+        .filter(|c| {
+            c.set_nonblocking(true).unwrap();
+            let closed = match (&**c).read(&mut buf) {
+                Ok(0) => true,
+                Ok(_) => false,
+                Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+            };
+            c.set_nonblocking(false).unwrap();
+            closed
+        })
+        .count()
+}
+
+/// Echoes one message through `h` (read, then write back).
+fn echo_through(ch: &mut Channel, h: Handle, client: &mut TcpStream) {
+    ch.read(h, 0).unwrap();
+    client.write_all(b"ping").unwrap();
+    let ev = next_for(ch, h);
+    assert_eq!((ev.command, ev.result), (Command::Read, Ok(4)));
+    let data = ch.data(&ev).to_vec();
+    ch.write(h, data).unwrap();
+    assert_eq!(next_for(ch, h).result, Ok(4));
+    let mut buf = [0u8; 4];
+    client.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"ping");
+}
+
+/// A keep-accepting listener whose direct-descriptor table fills goes on accepting into
+/// regular descriptors, and back into lightweight ones once the table has drained.
+#[test]
+fn a_full_direct_descriptor_table_falls_back_to_regular_descriptors_and_back() {
+    let slots = 8;
+    let mut ch = Channel::new(Config {
+        direct_slots: slots,
+        ..Config::default()
+    })
+    .unwrap();
+    let (lfd, addr) = listener();
+    let l = ch.register(lfd, 7, 0).unwrap();
+    ch.accept(l, 0, true).unwrap();
+    let n = 20;
+    let mut clients: Vec<_> = (0..n).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    let mut handles = Vec::new();
+    let mut errors = Vec::new();
+    while handles.len() + errors.len() < n {
+        let ev = next(&mut ch);
+        assert_eq!((ev.command, ev.handle), (Command::Accept, l), "{ev:?}");
+        match ev.new_handle {
+            Some(h) => handles.push(h),
+            None => errors.push(ev.result.unwrap_err().0),
+        }
+    }
+    assert_eq!(errors, [libc::ENFILE], "one accept finds the table full");
+    let lightweight: Vec<bool> = handles
+        .iter()
+        .map(|&h| ch.is_lightweight(h).unwrap())
+        .collect();
+    let full = slots as usize;
+    assert!(
+        lightweight[..full].iter().all(|&lw| lw) && lightweight[full..].iter().all(|&lw| !lw),
+        "{slots} lightweight, then regular: {lightweight:?}"
+    );
+    // The kernel closed the connection it was accepting when the table was full.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while closed_clients(&clients) == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(closed_clients(&clients), 1, "exactly one connection lost");
+    let lost = clients
+        .iter()
+        .position(|c| closed_clients(std::slice::from_ref(c)) == 1)
+        .unwrap();
+    clients.remove(lost);
+    // Both kinds serve; clients are in accept order.
+    echo_through(&mut ch, handles[0], &mut clients[0]);
+    echo_through(&mut ch, handles[n - 2], &mut clients[n - 2]);
+
+    // Drained to three quarters (here: empty), the listener goes back to lightweight
+    // handles; the switch itself makes no event.
+    for &h in &handles[..full] {
+        ch.close(h).unwrap();
+    }
+    let mut closed = 0;
+    while closed < full {
+        let ev = next(&mut ch);
+        assert_eq!(ev.command, Command::Close, "{ev:?}");
+        closed += 1;
+    }
+    assert!(ch
+        .dispatch(Some(Duration::from_millis(100)))
+        .unwrap()
+        .is_none());
+    let mut c = TcpStream::connect(addr).unwrap();
+    let ev = next(&mut ch);
+    assert_eq!((ev.command, ev.result), (Command::Accept, Ok(0)), "{ev:?}");
+    let h = ev.new_handle.unwrap();
+    assert!(ch.is_lightweight(h).unwrap(), "lightweight again");
+    echo_through(&mut ch, h, &mut c);
+}
+
+/// More requests than the submission ring holds, queued before any is submitted, all run.
+#[test]
+fn requests_beyond_the_submission_ring_all_complete() {
+    let mut ch = Channel::new(Config {
+        ring_entries: 4,
+        batch_threshold: 1000,
+        ..Config::default()
+    })
+    .unwrap();
+    let (lfd, addr) = listener();
+    let l = ch.register(lfd, 7, 0).unwrap();
+    let n = 24;
+    ch.accept(l, n as u32, true).unwrap();
+    let mut clients: Vec<_> = (0..n).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    let hs: Vec<Handle> = (0..n).map(|_| next(&mut ch).new_handle.unwrap()).collect();
+    for &h in &hs {
+        ch.read(h, 0).unwrap();
+        ch.write(h, b"hi").unwrap();
+    }
+    for c in clients.iter_mut() {
+        c.write_all(b"x").unwrap();
+    }
+    let (mut reads, mut writes) = (0, 0);
+    while reads + writes < 2 * n {
+        match next(&mut ch).command {
+            Command::Read => reads += 1,
+            Command::Write => writes += 1,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    for c in clients.iter_mut() {
+        let mut buf = [0u8; 2];
+        c.read_exact(&mut buf).unwrap();
+        assert_eq!(&buf, b"hi");
+    }
+    assert_eq!(ch.stats().ops_in_flight, 0);
+}

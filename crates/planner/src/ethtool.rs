@@ -268,6 +268,13 @@ fn write_tx_maxrate(iface: &str, netns: Option<&str>, queue: u16, mbps: u32) -> 
         })
 }
 
+/// The link's speed in Mb/s from sysfs; `None` when the driver reports none (the file
+/// is unreadable or says -1, as for a link that is down or a device without a speed).
+fn read_speed(iface: &str, netns: Option<&str>) -> Option<u32> {
+    let text = run_in(netns, "cat", &[format!("/sys/class/net/{iface}/speed")]).ok()?;
+    text.trim().parse::<u32>().ok().filter(|s| *s > 0)
+}
+
 /// Whether the driver takes per-queue TX rates: queue 0's rate written back unchanged
 /// (the kernel refuses the write before anything else when the driver has no such hook).
 fn probe_tx_maxrate(iface: &str, netns: Option<&str>) -> bool {
@@ -306,6 +313,7 @@ pub fn read_interface(iface: &str, netns: Option<&str>) -> Result<EthtoolNic, Mo
         ntuple,
         ntuple_rules: if ntuple { ASSUMED_NTUPLE_RULES } else { 0 },
         tx_maxrate: probe_tx_maxrate(iface, netns),
+        link_mbps: read_speed(iface, netns),
     })
 }
 
@@ -344,7 +352,8 @@ struct Before {
 /// meanwhile follows RSS: steered elsewhere for a moment, not dropped. On a failure the
 /// steps already run are undone as far as ethtool allows (rules deleted, the RSS table back
 /// to an equal spread or the driver's default, rates restored) and the error names the
-/// step that failed and what could not be undone.
+/// step that failed and what could not be undone. A signal recorded by
+/// [`crate::interrupt`] (the CLI's SIGINT or SIGTERM) counts as a failure before the next step.
 pub fn apply(
     nic: &EthtoolNic,
     netns: Option<&str>,
@@ -366,6 +375,11 @@ pub fn apply(
     let used: Vec<u32> = (0..cfg.filters.len() as u32).collect();
     let mut result = Ok(());
     for step in &plan {
+        // A signal (the CLI's Ctrl-C) stops here, between steps, and what ran is undone.
+        if let Err(e) = crate::interrupt::check() {
+            result = Err(format!("{e} before {step}"));
+            break;
+        }
         if let Step::Rule { loc, .. } = step {
             let loc = *loc;
             if before.rules.contains(&loc) && !applied.removed.contains(&loc) {
@@ -387,6 +401,9 @@ pub fn apply(
             break;
         }
         applied.done.push(step.clone());
+    }
+    if result.is_ok() {
+        result = crate::interrupt::check();
     }
     if result.is_ok() {
         for loc in before.rules.iter().filter(|l| !used.contains(l)) {
@@ -511,6 +528,7 @@ mod tests {
             ntuple: true,
             ntuple_rules: 16,
             tx_maxrate: false,
+            link_mbps: None,
         };
         let mut cfg = crate::nic::NicModel::initial_config(&nic);
         let dns = Conj::eq(Field::IpProto, PROTO_UDP)

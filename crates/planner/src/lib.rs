@@ -6,6 +6,7 @@
 pub mod embed;
 pub mod ethtool;
 pub mod graph;
+pub mod interrupt;
 pub mod nic;
 pub mod offload;
 pub mod pipeline;

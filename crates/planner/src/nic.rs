@@ -118,6 +118,23 @@ pub struct FlowSpec {
     pub bw_mbps: u32,
 }
 
+impl fmt::Display for FlowSpec {
+    /// The flow's 5-tuple as users write it: `udp 10.0.0.5:4000 -> 10.0.0.1:53`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use crate::pred::{ip_str, proto_name};
+        let h = &self.header;
+        write!(
+            f,
+            "{} {}:{} -> {}:{}",
+            proto_name(h.get(Field::IpProto)),
+            ip_str(h.get(Field::SrcIp)),
+            h.get(Field::SrcPort),
+            ip_str(h.get(Field::DstIp)),
+            h.get(Field::DstPort)
+        )
+    }
+}
+
 /// The matcher that fixes a flow's full 5-tuple.
 pub fn exact_match(h: &Header) -> Conj {
     match_fields(h, &FIVE)
@@ -141,6 +158,14 @@ pub trait NicModel: Send + Sync {
     fn queues(&self) -> u16;
     /// True when rate limits are hardware TX limiters; false: software token buckets.
     fn hw_rate_limiters(&self) -> bool;
+    /// The link's capacity in Mb/s (each direction), when the model knows it: what all
+    /// flows' requested bandwidth together may not exceed.
+    fn link_mbps(&self) -> Option<u32>;
+    /// The rates a queue's limit may be set to, in Mb/s (inclusive). A software token bucket
+    /// takes any rate from 1 Mb/s up to the link's; hardware limiters say what theirs take.
+    fn rate_limit_range(&self) -> (u32, u32) {
+        (1, self.link_mbps().unwrap_or(u32::MAX))
+    }
     /// The configuration a NIC starts with: no filters, no limits, a 128-entry RSS table
     /// spread over every queue (the 82599's and the SFC9020's; other models override it).
     fn initial_config(&self) -> NicConfig {
@@ -429,6 +454,35 @@ fn only_five(f: &Filter) -> Result<(), ModelError> {
     Ok(())
 }
 
+/// Per-queue rate limits: one per queue at most, each within what the queue's limiter (or
+/// software token bucket) can be set to.
+fn check_limits(m: &dyn NicModel, cfg: &NicConfig) -> Result<(), ModelError> {
+    if cfg.limits.len() > m.queues() as usize {
+        return Err(ModelError::Constraint(format!(
+            "rate limits for {} queues, the NIC has {}",
+            cfg.limits.len(),
+            m.queues()
+        )));
+    }
+    let (lo, hi) = m.rate_limit_range();
+    for (q, l) in cfg.limits.iter().enumerate() {
+        if let Some(r) = *l {
+            if r < lo || r > hi {
+                let what = if m.hw_rate_limiters() {
+                    "TX rate limiter"
+                } else {
+                    "software token bucket"
+                };
+                return Err(ModelError::Constraint(format!(
+                    "Q{q}: a {r} Mb/s rate limit is outside the {}'s per-queue {what} range, {lo} to {hi} Mb/s",
+                    m.name()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn spread(queues: u16, size: usize) -> Vec<u16> {
     (0..size).map(|i| (i % queues as usize) as u16).collect()
 }
@@ -441,16 +495,26 @@ fn rss_lookup(cfg: &NicConfig, h: &Header) -> Dest {
     Dest::Queue(cfg.rss[i])
 }
 
-fn limit_changes(cfg: &NicConfig, flow: &FlowSpec, q: u16, base: Change) -> Vec<Change> {
+fn limit_changes(
+    m: &dyn NicModel,
+    cfg: &NicConfig,
+    flow: &FlowSpec,
+    q: u16,
+    base: Change,
+) -> Vec<Change> {
     if flow.bw_mbps == 0 {
         return vec![base];
     }
     // Fig. 6.6: the flow's rate on top of what the queue has, or the queue left as it is.
+    // Only rates the limiter takes: a limit below its minimum is its minimum, and one above
+    // its maximum (the link's rate) is the maximum. The current limit can hold the shares of
+    // flows that left (removal is lazy), so the sum alone could pass the maximum.
+    let (lo, hi) = m.rate_limit_range();
     let cur = cfg.limits.get(q as usize).copied().flatten().unwrap_or(0);
     let mut with = base.clone();
     with.push(Action::SetLimit {
         queue: q,
-        mbps: Some(cur + flow.bw_mbps),
+        mbps: Some(cur.saturating_add(flow.bw_mbps).clamp(lo, hi)),
     });
     vec![with, base]
 }
@@ -468,6 +532,15 @@ pub struct Intel82599 {
 pub const I82599_5T: usize = 128;
 /// Flow Director perfect-match filters of the 82599.
 pub const I82599_FDIR: usize = 8192;
+/// RX (and TX) queues of the 82599.
+pub const I82599_QUEUES: u16 = 128;
+/// The 82599's link: 10 GbE.
+pub const I82599_LINK_MBPS: u32 = 10_000;
+/// The lowest rate the 82599's per-queue TX rate limiter takes, Mb/s. Its register
+/// (RTTBCNRC) holds the rate factor link speed / rate with a 10-bit integer part, so at
+/// 10 Gb/s a queue can be limited to about 9.8 Mb/s at the least; the ixgbe driver refuses
+/// rates below 10 Mb/s or above the link speed. The model's range: 10 to 10 000 Mb/s.
+pub const I82599_RATE_MIN_MBPS: u32 = 10;
 
 impl Intel82599 {
     /// The Flow Director masks the oracle offers for the first FDir filter (Fig. 5.2): the
@@ -487,6 +560,12 @@ impl NicModel for Intel82599 {
     fn hw_rate_limiters(&self) -> bool {
         true
     }
+    fn link_mbps(&self) -> Option<u32> {
+        Some(I82599_LINK_MBPS)
+    }
+    fn rate_limit_range(&self) -> (u32, u32) {
+        (I82599_RATE_MIN_MBPS, I82599_LINK_MBPS)
+    }
     fn unconfigured(&self) -> Graph {
         skeleton("e10kPRG", self.queues, &["5tuple", "fdir"], true)
     }
@@ -501,7 +580,14 @@ impl NicModel for Intel82599 {
         }
     }
     fn check(&self, cfg: &NicConfig) -> Result<(), ModelError> {
+        if self.queues > I82599_QUEUES {
+            return Err(ModelError::Constraint(format!(
+                "{} queues (the 82599 has {I82599_QUEUES})",
+                self.queues
+            )));
+        }
         check_rss(cfg, self.queues, 128)?;
+        check_limits(self, cfg)?;
         let (mut n5, mut nf, mut mask) = (0, 0, None);
         for f in &cfg.filters {
             only_five(f)?;
@@ -599,7 +685,7 @@ impl NicModel for Intel82599 {
                     matcher,
                     dest: Dest::Queue(q),
                 })];
-                out.extend(limit_changes(cfg, flow, q, base));
+                out.extend(limit_changes(self, cfg, flow, q, base));
             }
         }
         out
@@ -609,7 +695,7 @@ impl NicModel for Intel82599 {
             format!("C5tuple: <,{I82599_5T}> (proto, sip, dip, sport, dport each exact or *, queue), ordered"),
             format!("Cfdir: <,{I82599_FDIR}> (masked 5-tuple, queue), one global mask for all entries"),
             "CRSS: 128-entry indirection table -> queue".into(),
-            "CTxRateLimiterN: rate in Mb/s or none, per TX queue".into(),
+            format!("CTxRateLimiterN: rate {I82599_RATE_MIN_MBPS} to {I82599_LINK_MBPS} Mb/s or none, per TX queue (link: {I82599_LINK_MBPS} Mb/s)"),
         ]
     }
 }
@@ -624,6 +710,8 @@ pub struct Sfc9020 {
 
 /// Filter entries of the SFC9020 model (the multiplicity of the public Dragonet PRG).
 pub const SFC_FILTERS: usize = 4048;
+/// The SFC9020's link: 10 GbE.
+pub const SFC_LINK_MBPS: u32 = 10_000;
 
 impl NicModel for Sfc9020 {
     fn name(&self) -> String {
@@ -634,6 +722,9 @@ impl NicModel for Sfc9020 {
     }
     fn hw_rate_limiters(&self) -> bool {
         false
+    }
+    fn link_mbps(&self) -> Option<u32> {
+        Some(SFC_LINK_MBPS)
     }
     fn unconfigured(&self) -> Graph {
         // The full table precedes the wildcard table: that chain order is "most specific
@@ -652,6 +743,7 @@ impl NicModel for Sfc9020 {
     }
     fn check(&self, cfg: &NicConfig) -> Result<(), ModelError> {
         check_rss(cfg, self.queues, 128)?;
+        check_limits(self, cfg)?;
         if cfg.filters.len() > SFC_FILTERS {
             return Err(ModelError::Constraint(format!(
                 "{} filters (max {SFC_FILTERS})",
@@ -728,7 +820,7 @@ impl NicModel for Sfc9020 {
                     matcher,
                     dest: Dest::Queue(q),
                 })];
-                out.extend(limit_changes(cfg, flow, q, base));
+                out.extend(limit_changes(self, cfg, flow, q, base));
             }
         }
         out
@@ -738,7 +830,7 @@ impl NicModel for Sfc9020 {
             format!("Csffull: <,{SFC_FILTERS}> (proto, sip, dip, sport, dport exact, queue), hash table"),
             "Csfwild: same table, (proto, dip, dport exact; sip, sport wildcard), below full matches".into(),
             "CRSS: 128-entry indirection table -> queue".into(),
-            "rate limits: none in hardware (software token bucket per queue)".into(),
+            format!("rate limits: none in hardware (software token bucket per queue, 1 to {SFC_LINK_MBPS} Mb/s; link: {SFC_LINK_MBPS} Mb/s)"),
         ]
     }
 }
@@ -759,6 +851,8 @@ pub struct EthtoolNic {
     pub ntuple_rules: usize,
     /// The driver sets per-TX-queue rates (sysfs `queues/tx-N/tx_maxrate`).
     pub tx_maxrate: bool,
+    /// The link's speed in Mb/s (sysfs `speed`), when the driver reports one.
+    pub link_mbps: Option<u32>,
 }
 
 impl NicModel for EthtoolNic {
@@ -770,6 +864,9 @@ impl NicModel for EthtoolNic {
     }
     fn hw_rate_limiters(&self) -> bool {
         self.tx_maxrate
+    }
+    fn link_mbps(&self) -> Option<u32> {
+        self.link_mbps
     }
     fn initial_config(&self) -> NicConfig {
         NicConfig {
@@ -804,6 +901,7 @@ impl NicModel for EthtoolNic {
     }
     fn check(&self, cfg: &NicConfig) -> Result<(), ModelError> {
         check_rss(cfg, self.queues, self.rss_size)?;
+        check_limits(self, cfg)?;
         if cfg.filters.len() > self.ntuple_rules {
             return Err(ModelError::Constraint(format!(
                 "{} ntuple rules (max {})",
@@ -840,7 +938,7 @@ impl NicModel for EthtoolNic {
                 dest: Dest::Queue(q),
             })];
             if self.tx_maxrate {
-                out.extend(limit_changes(cfg, flow, q, base));
+                out.extend(limit_changes(self, cfg, flow, q, base));
             } else {
                 out.push(base);
             }
@@ -860,7 +958,8 @@ impl NicModel for EthtoolNic {
             ),
             format!("CRSS: {}-entry indirection table -> queue", self.rss_size),
             if self.tx_maxrate {
-                "CTxRate: per TX queue rate (tx_maxrate, Mb/s)".into()
+                let (lo, hi) = self.rate_limit_range();
+                format!("CTxRate: per TX queue rate (tx_maxrate), {lo} to {hi} Mb/s")
             } else {
                 "rate limits: none in hardware (the driver takes no tx_maxrate)".into()
             },
@@ -888,6 +987,10 @@ impl NicModel for XdpPort {
     }
     fn hw_rate_limiters(&self) -> bool {
         false
+    }
+    /// The port's interface is not part of the model, so neither is its speed.
+    fn link_mbps(&self) -> Option<u32> {
+        None
     }
     fn initial_config(&self) -> NicConfig {
         NicConfig {
@@ -992,6 +1095,7 @@ impl NicModel for XdpPort {
                 "the XDP port has no RSS table".into(),
             ));
         }
+        check_limits(self, cfg)?;
         if cfg.filters.len() > self.map_entries {
             return Err(ModelError::Constraint(format!(
                 "{} map entries (max {})",

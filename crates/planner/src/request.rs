@@ -4,7 +4,7 @@
 
 use crate::embed::{demo_pipeline, specialise, Lpg, QueuePipeline};
 use crate::graph::{Dest, ModelError};
-use crate::nic::{configured_prg, FlowSpec, Intel82599, NicModel, Sfc9020, XdpPort};
+use crate::nic::{configured_prg, FlowSpec, Intel82599, NicModel, Sfc9020, XdpPort, I82599_QUEUES};
 use crate::pred::{ip_str, proto_name, Field, Header, PROTO_TCP, PROTO_UDP};
 use crate::search::{
     full_search_from, generate_flows, Balance, Bandwidth, CostFn, FlowMapMode, Isolation, Planner,
@@ -27,6 +27,11 @@ pub fn model(
         return Err(ModelError::Input(format!("--queues {queues}: 1 to 256")));
     }
     Ok(match nic {
+        "82599" if queues > I82599_QUEUES => {
+            return Err(ModelError::Input(format!(
+                "--queues {queues}: the 82599 has {I82599_QUEUES} queues"
+            )))
+        }
         "82599" => Box::new(Intel82599 { queues }),
         "sfc9020" => Box::new(Sfc9020 { queues }),
         "xdp" => Box::new(XdpPort {

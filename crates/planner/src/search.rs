@@ -114,6 +114,28 @@ pub trait CostFn: Send + Sync {
     fn name(&self) -> String;
     /// Scores a flow map.
     fn cost(&self, q: &Qmap) -> Verdict;
+    /// Refuses parameters that make no sense on a NIC with `queues` queues (checked when a
+    /// planner is made, so a policy is never silently clamped into something else).
+    fn check(&self, queues: u16) -> Result<(), ModelError> {
+        let _ = queues;
+        Ok(())
+    }
+}
+
+/// Alg. 1's partition: the first `k` queues for the high-priority class, the rest (at
+/// least one) for best effort.
+fn check_partition(name: &str, k: u16, queues: u16) -> Result<(), ModelError> {
+    if k == 0 || k >= queues {
+        return Err(ModelError::Input(if queues < 2 {
+            format!("{name}: needs at least 2 queues (high-priority and best-effort), the NIC has {queues}")
+        } else {
+            format!(
+                "{name}: k, the queues reserved for high-priority flows (--hp-queues), must be 1 to {} on {queues} queues (the rest are best-effort)",
+                queues - 1
+            )
+        }));
+    }
+    Ok(())
 }
 
 fn variance(counts: impl Iterator<Item = f64>) -> f64 {
@@ -170,6 +192,9 @@ impl CostFn for Isolation {
         let be = variance(q.loads[k..].iter().map(|l| l.be as f64));
         Verdict::Accept(hp + be)
     }
+    fn check(&self, queues: u16) -> Result<(), ModelError> {
+        check_partition(&self.name(), self.k, queues)
+    }
 }
 
 /// Static bandwidth management (Alg. 3): isolation's partition, then the mismatch between
@@ -199,6 +224,82 @@ impl CostFn for Bandwidth {
         let be: f64 = (k..q.loads.len()).map(diff).sum::<f64>().abs();
         Verdict::Accept(self.hp_penalty * hp + be)
     }
+    fn check(&self, queues: u16) -> Result<(), ModelError> {
+        check_partition(&self.name(), self.k, queues)?;
+        // A negative weight would reward mismatch; NaN would make every score equal.
+        if !self.hp_penalty.is_finite() || self.hp_penalty < 0.0 {
+            return Err(ModelError::Input(format!(
+                "{}: hp_penalty {} (--hp-penalty) must be a finite number, 0 or more",
+                self.name(),
+                self.hp_penalty
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// "flows 1..4, 7" from 1-based positions in increasing order.
+fn positions(p: &[usize]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < p.len() {
+        let mut j = i;
+        while j + 1 < p.len() && p[j + 1] == p[j] + 1 {
+            j += 1;
+        }
+        parts.push(if j > i {
+            format!("{}..{}", p[i], p[j])
+        } else {
+            p[i].to_string()
+        });
+        i = j + 1;
+    }
+    parts.join(", ")
+}
+
+/// Refuses flows whose requested bandwidth the NIC's link cannot carry: a flow asking for
+/// more than the link by itself, or all of them together asking for more. Flows are named
+/// by their position in `flows` (from 1) and their 5-tuple. Models that do not know their
+/// link's speed accept any demand.
+pub fn check_demand(model: &dyn NicModel, flows: &[FlowSpec]) -> Result<(), ModelError> {
+    let Some(link) = model.link_mbps() else {
+        return Ok(());
+    };
+    let on = |l: u32| format!("the {}'s {l} Mb/s link", model.name());
+    if let Some((i, f)) = flows.iter().enumerate().find(|(_, f)| f.bw_mbps > link) {
+        return Err(ModelError::Input(format!(
+            "flow {} ({f}) asks {} Mb/s, more than {}",
+            i + 1,
+            f.bw_mbps,
+            on(link)
+        )));
+    }
+    let asking: Vec<(usize, &FlowSpec)> = flows
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f.bw_mbps > 0)
+        .map(|(i, f)| (i + 1, f))
+        .collect();
+    let total: u64 = asking.iter().map(|(_, f)| f.bw_mbps as u64).sum();
+    if total <= link as u64 {
+        return Ok(());
+    }
+    const SHOWN: usize = 4;
+    let mut listed: Vec<String> = asking
+        .iter()
+        .take(SHOWN)
+        .map(|(i, f)| format!("{i} {f} ({} Mb/s)", f.bw_mbps))
+        .collect();
+    if asking.len() > SHOWN {
+        listed.push(format!("and {} more", asking.len() - SHOWN));
+    }
+    let at: Vec<usize> = asking.iter().map(|(i, _)| *i).collect();
+    Err(ModelError::Input(format!(
+        "flows {} ask {total} Mb/s together, more than {}: {}",
+        positions(&at),
+        on(link),
+        listed.join(", ")
+    )))
 }
 
 /// How flow maps are computed during the search.
@@ -278,6 +379,7 @@ impl<'a> Planner<'a> {
         mode: FlowMapMode,
         cfg: NicConfig,
     ) -> Result<Planner<'a>, ModelError> {
+        cost.check(model.queues())?;
         let graph = configured_prg(model, &cfg)?;
         let qmap = Qmap::new(model.queues(), cfg.limits.clone());
         Ok(Planner {
@@ -350,6 +452,7 @@ impl<'a> Planner<'a> {
     /// Adds a flow: places it where the NIC sends it now, then applies the oracle's best
     /// change for it (greedy step of Alg. 2). Returns the flow id.
     pub fn add_flow(&mut self, flow: FlowSpec) -> Result<usize, ModelError> {
+        self.check_room(&flow)?;
         let id = self.flows.len();
         self.flows.push(Some(flow));
         self.flow_filter.push(None);
@@ -385,6 +488,29 @@ impl<'a> Planner<'a> {
         }
         self.pending = None;
         Ok(id)
+    }
+
+    /// Refuses a flow the link cannot carry beside the live flows (see [`check_demand`]);
+    /// nothing changes then.
+    fn check_room(&self, flow: &FlowSpec) -> Result<(), ModelError> {
+        // A flow asking for nothing always fits (no walk over the live flows then).
+        let (Some(link), true) = (self.model.link_mbps(), flow.bw_mbps > 0) else {
+            return Ok(());
+        };
+        let (mut asking, mut before) = (0usize, 0u64);
+        for (_, f) in self.flows().filter(|(_, f)| f.bw_mbps > 0) {
+            asking += 1;
+            before += f.bw_mbps as u64;
+        }
+        let total = before + flow.bw_mbps as u64;
+        if total <= link as u64 {
+            return Ok(());
+        }
+        Err(ModelError::Input(format!(
+            "flow {flow} asks {} Mb/s; with the {before} Mb/s of the {asking} live flow(s) asking for bandwidth that is {total} Mb/s, more than the {}'s {link} Mb/s link",
+            flow.bw_mbps,
+            self.model.name()
+        )))
     }
 
     /// Removes a flow lazily: its filter stays in the NIC, marked stale.
@@ -782,6 +908,7 @@ pub fn full_search_from<'a>(
     local_moves: usize,
 ) -> Result<Planner<'a>, ModelError> {
     let mut p = Planner::with_config(model, cost, mode, initial)?;
+    check_demand(model, flows)?;
     // High-priority flows first: the flow-sorting function the thesis pairs with
     // isolation-style costs to avoid jumps.
     let mut order: Vec<&FlowSpec> = flows.iter().collect();

@@ -177,3 +177,84 @@ fn apply_and_unapply_on_a_veth() {
     ]);
     assert!(!ok && err.contains("no interface named 'nosuch'"), "{err}");
 }
+
+#[test]
+fn impossible_bandwidth_and_out_of_range_numbers_are_refused() {
+    let refused = |args: &[&str], want: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_bessemer-planner"))
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        for w in want {
+            assert!(err.contains(w), "{args:?}: {err}");
+        }
+    };
+    refused(
+        &[
+            "plan",
+            "--nic",
+            "82599",
+            "--policy",
+            "bandwidth",
+            "--generate",
+            "4",
+            "--bw",
+            "5000",
+        ],
+        &["flows 1..4 ask 20000 Mb/s", "the 82599's 10000 Mb/s link"],
+    );
+    let f = flow_file(
+        "bw",
+        "udp 10.0.0.5:4000 10.0.0.1:53 bw=100\n# a comment\ntcp 10.0.0.7:4002 10.0.0.2:80 bw=15000\n",
+    );
+    refused(
+        &["plan", "--nic", "sfc9020", "--flows", f.to_str().unwrap()],
+        &["flow 2 (tcp 10.0.0.7:4002 -> 10.0.0.2:80) asks 15000 Mb/s"],
+    );
+    std::fs::remove_file(f).ok();
+    refused(
+        &[
+            "plan",
+            "--policy",
+            "isolation",
+            "--hp-queues",
+            "4",
+            "--generate",
+            "4",
+        ],
+        &["isolation(k=4)", "1 to 3"],
+    );
+    refused(
+        &[
+            "plan",
+            "--policy",
+            "bandwidth",
+            "--hp-penalty",
+            "-1",
+            "--generate",
+            "4",
+        ],
+        &["hp_penalty -1"],
+    );
+    refused(
+        &["show", "--nic", "82599", "--queues", "200"],
+        &["--queues 200", "128"],
+    );
+    // Feasible: the same four flows at 2500 Mb/s each are planned, each queue's limit its
+    // flows' demand.
+    let (ok, out, err) = planner(&[
+        "plan",
+        "--nic",
+        "82599",
+        "--policy",
+        "bandwidth",
+        "--generate",
+        "4",
+        "--bw",
+        "2500",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("verdict: Accept(0.0)"), "{out}");
+}

@@ -1,7 +1,8 @@
 //! `bessemer-planner apply --nic ethtool` against a stand-in `ethtool` that keeps a NIC's
 //! ntuple table and RSS setting in files (no NIC with ntuple filters here: veth has none).
-//! It refuses, as drivers do, to insert at a location in use or delete an empty one, and
-//! fails any command holding the text in `$FAKE_FAIL`.
+//! It refuses, as drivers do, to insert at a location in use or delete an empty one, fails
+//! any command holding the text in `$FAKE_FAIL`, and after a command holding the text in
+//! `$FAKE_SIGNAL` sends SIGINT to its parent (the planner), as a user's Ctrl-C would.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -29,6 +30,7 @@ case "$1" in
     fi ;;
 *) echo "fake ethtool: unexpected $*" >&2; exit 1 ;;
 esac
+case "$*" in *"$FAKE_SIGNAL"*) if [ -n "$FAKE_SIGNAL" ]; then kill -INT $PPID; fi;; esac
 "#;
 
 struct Fake {
@@ -50,23 +52,28 @@ impl Fake {
     }
 
     fn planner(&self, args: &[&str], fail: &str) -> (bool, String, String) {
-        let path = format!(
-            "{}:{}",
-            self.dir.join("bin").display(),
-            std::env::var("PATH").unwrap_or_default()
-        );
-        let out = Command::new(env!("CARGO_BIN_EXE_bessemer-planner"))
-            .args(args)
-            .env("PATH", path)
-            .env("FAKE_DIR", &self.dir)
-            .env("FAKE_FAIL", fail)
-            .output()
-            .expect("run bessemer-planner");
+        let out = self.run(args, fail, "");
         (
             out.status.success(),
             String::from_utf8_lossy(&out.stdout).into_owned(),
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
+    }
+
+    fn run(&self, args: &[&str], fail: &str, signal: &str) -> std::process::Output {
+        let path = format!(
+            "{}:{}",
+            self.dir.join("bin").display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        Command::new(env!("CARGO_BIN_EXE_bessemer-planner"))
+            .args(args)
+            .env("PATH", path)
+            .env("FAKE_DIR", &self.dir)
+            .env("FAKE_FAIL", fail)
+            .env("FAKE_SIGNAL", signal)
+            .output()
+            .expect("run bessemer-planner")
     }
 
     fn rules(&self) -> Vec<u32> {
@@ -164,6 +171,36 @@ fn a_failed_step_is_named_and_what_ran_is_undone() {
     // replace is still there.
     assert_eq!(fake.rules(), vec![100], "{}", fake.log());
     assert!(fake.log().contains("-N fake0 delete 1"), "{}", fake.log());
+}
+
+/// Ctrl-C in the middle of an apply: the planner stops before the next step, undoes what
+/// it ran (as for a failed step) and ends as killed by SIGINT.
+#[test]
+fn an_interrupted_apply_undoes_what_it_ran() {
+    let fake = Fake::new("sigint");
+    std::fs::write(fake.dir.join("rules"), "100\n").unwrap();
+    let out = fake.run(APPLY, "", "loc 1");
+    let err = String::from_utf8_lossy(&out.stderr);
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGINT),
+        "{:?}: {err}",
+        out.status
+    );
+    assert!(
+        err.contains("interrupted by SIGINT") && err.contains("undone"),
+        "{err}"
+    );
+    let log = fake.log();
+    assert!(!log.contains("loc 2"), "no step after the signal: {log}");
+    assert!(
+        log.contains("-N fake0 delete 1") && log.contains("-N fake0 delete 0"),
+        "{log}"
+    );
+    // The RSS table is back to the even spread it had; the earlier rule stays.
+    assert_eq!(read(&fake.dir.join("rss")).trim(), "equal 4", "{log}");
+    assert_eq!(fake.rules(), vec![100], "{log}");
 }
 
 #[test]

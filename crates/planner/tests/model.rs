@@ -183,7 +183,7 @@ proptest! {
 
     #[test]
     fn fidelity_ethtool_ntuple(cfg in common::config_ntuple(3, 8), pkts in prop::collection::vec(common::header(), 1..40)) {
-        let nic = EthtoolNic { iface: "test0".into(), queues: 3, rss_size: 8, ntuple: true, ntuple_rules: 16, tx_maxrate: false };
+        let nic = EthtoolNic { iface: "test0".into(), queues: 3, rss_size: 8, ntuple: true, ntuple_rules: 16, tx_maxrate: false, link_mbps: Some(10_000) };
         fidelity(&nic, &cfg, &pkts)?;
     }
 

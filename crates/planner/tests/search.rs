@@ -273,3 +273,170 @@ proptest! {
         }
     }
 }
+
+/// Four 5 Gb/s flows on a 10 GbE 82599 cannot all be carried: the search refuses them and
+/// names the flows and the link, in the library, in the request path the CLI and the
+/// daemon's PlanNic share, and when flows are added one by one.
+#[test]
+fn bandwidth_beyond_the_link_is_refused_with_the_flows_named() {
+    let bw = Bandwidth {
+        k: 1,
+        hp_penalty: 10.0,
+    };
+    let four = generate_flows(4, 1, 0, 5000);
+    for m in [
+        &Intel82599 { queues: 4 } as &dyn NicModel,
+        &Sfc9020 { queues: 4 },
+    ] {
+        let e = full_search(m, &bw, FlowMapMode::Incremental, &four, 10)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(
+            e.contains("flows 1..4 ask 20000 Mb/s") && e.contains("10000 Mb/s link"),
+            "{}: {e}",
+            m.name()
+        );
+        assert!(e.contains("udp 10.0.77.173:1024 -> 10.1.0.1:11211"), "{e}");
+    }
+    // One flow alone above the link is named by itself.
+    let mut three = generate_flows(3, 1, 0, 100);
+    three[1].bw_mbps = 15000;
+    let m = Intel82599 { queues: 4 };
+    let e = full_search(&m, &Balance, FlowMapMode::Incremental, &three, 0)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        e.contains("flow 2 (udp 10.0.96.118:1025 -> 10.1.0.1:11211) asks 15000 Mb/s")
+            && e.contains("the 82599's 10000 Mb/s link"),
+        "{e}"
+    );
+    // The request path (CLI and PlanNic): the same refusal.
+    use bessemer_planner::request;
+    let model = request::model("82599", 4, None, None).unwrap();
+    let cost = request::policy("bandwidth", 1, 10.0).unwrap();
+    let flows = request::flows(None, Some(4), 1, 0, 5000).unwrap();
+    let e = request::search(model.as_ref(), cost.as_ref(), &flows, &Default::default())
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(e.contains("flows 1..4 ask 20000 Mb/s"), "{e}");
+    // Flows added one by one: the one that does not fit is refused and not placed; once
+    // another leaves, it fits.
+    let mut p = full_search(
+        &m,
+        &bw,
+        FlowMapMode::Incremental,
+        &generate_flows(2, 1, 0, 4000),
+        0,
+    )
+    .unwrap();
+    let extra = generate_flows(3, 1, 0, 4000)[2];
+    let e = p.add_flow(extra).unwrap_err().to_string();
+    assert!(
+        e.contains("asks 4000 Mb/s") && e.contains("12000 Mb/s") && e.contains("10000 Mb/s link"),
+        "{e}"
+    );
+    assert_eq!(p.flows().count(), 2);
+    assert_eq!(p.qmap.loads.iter().map(|l| l.bw).sum::<u64>(), 8000);
+    p.remove_flow(0).unwrap();
+    p.add_flow(extra).unwrap();
+    assert_eq!(p.qmap.loads.iter().map(|l| l.bw).sum::<u64>(), 8000);
+}
+
+/// A per-queue limit outside what the queue's limiter can be set to is refused by the
+/// model's constraints: above the 82599's 10 Gb/s maximum, below its 10 Mb/s minimum, and
+/// for a software token bucket zero or above the link.
+#[test]
+fn a_rate_limit_outside_the_limiters_range_is_refused() {
+    let m = Intel82599 { queues: 4 };
+    let mut cfg = m.initial_config();
+    cfg.limits[1] = Some(15000);
+    let e = m.check(&cfg).unwrap_err().to_string();
+    assert!(
+        e.contains("Q1") && e.contains("15000 Mb/s") && e.contains("10 to 10000 Mb/s"),
+        "{e}"
+    );
+    assert!(Planner::with_config(&m, &Balance, FlowMapMode::Incremental, cfg.clone()).is_err());
+    cfg.limits[1] = Some(5);
+    assert!(m.check(&cfg).is_err());
+    cfg.limits[1] = Some(10000);
+    m.check(&cfg).unwrap();
+    let s = Sfc9020 { queues: 2 };
+    let mut cfg = s.initial_config();
+    for bad in [0, 10001] {
+        cfg.limits[0] = Some(bad);
+        let e = s.check(&cfg).unwrap_err().to_string();
+        assert!(e.contains("Q0") && e.contains("1 to 10000 Mb/s"), "{e}");
+    }
+    cfg.limits = vec![None; 3];
+    assert!(s.check(&cfg).unwrap_err().to_string().contains("3 queues"));
+}
+
+/// Isolation ignores limits, so the oracle's "queue limit + the flow's rate" change wins
+/// every tie; with flows leaving lazily (their share stays in the limit) and others joining,
+/// that sum used to climb past the limiter's maximum. A flow below the limiter's minimum
+/// gets the minimum.
+#[test]
+fn the_oracle_keeps_limits_within_the_limiters_range() {
+    let m = Intel82599 { queues: 2 };
+    let iso = Isolation { k: 1 };
+    let mut p = Planner::new(&m, &iso, FlowMapMode::Incremental).unwrap();
+    for round in 0..6u64 {
+        let ids: Vec<usize> = generate_flows(2, round + 1, 0, 3000)
+            .into_iter()
+            .map(|f| p.add_flow(f).unwrap())
+            .collect();
+        for id in ids {
+            p.remove_flow(id).unwrap();
+        }
+    }
+    assert!(
+        p.cfg
+            .limits
+            .iter()
+            .flatten()
+            .all(|r| (10..=10000).contains(r)),
+        "{:?}",
+        p.cfg.limits
+    );
+    m.check(&p.cfg).unwrap();
+    let mut p = Planner::new(&m, &iso, FlowMapMode::Incremental).unwrap();
+    p.add_flow(generate_flows(1, 1, 0, 4)[0]).unwrap();
+    assert_eq!(
+        p.cfg.limits.iter().flatten().max(),
+        Some(&10),
+        "{:?}",
+        p.cfg.limits
+    );
+}
+
+/// Numeric policy inputs that make no sense are refused, not silently clamped: isolation
+/// with no high-priority queue or no best-effort one, a negative or NaN HP penalty.
+#[test]
+fn policy_parameters_out_of_range_are_refused() {
+    let m = Intel82599 { queues: 4 };
+    let flows = generate_flows(6, 1, 2, 0);
+    for k in [0, 4, 9] {
+        let e = full_search(&m, &Isolation { k }, FlowMapMode::Incremental, &flows, 0)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(e.contains(&format!("k={k}")) && e.contains("1 to 3"), "{e}");
+    }
+    for hp_penalty in [-1.0, f64::NAN, f64::INFINITY] {
+        let e = full_search(
+            &m,
+            &Bandwidth { k: 1, hp_penalty },
+            FlowMapMode::Incremental,
+            &flows,
+            0,
+        )
+        .err()
+        .expect("refused")
+        .to_string();
+        assert!(e.contains("hp_penalty"), "{e}");
+    }
+    full_search(&m, &Isolation { k: 3 }, FlowMapMode::Incremental, &flows, 0).unwrap();
+}

@@ -1,5 +1,6 @@
 //! HTTP/1.1 static files: GET and HEAD, keep-alive, pipelining, header and body sent with one
-//! writev, Content-Length; 400/404/405/414/431 for bad requests.
+//! writev, Content-Length; 400/404/405/414/431 for bad requests, 503 when a file cannot be
+//! opened for want of descriptors or memory.
 
 use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
@@ -28,25 +29,45 @@ impl StaticFiles {
         }
     }
 
-    fn lookup(&self, path: &str) -> Option<Arc<[u8]>> {
+    fn lookup(&self, path: &str) -> Lookup {
         if let Some(b) = self.cache.read().unwrap().get(path) {
-            return Some(b.clone());
+            return Lookup::Found(b.clone());
         }
         let rel = Path::new(path.trim_start_matches('/'));
         if rel.components().any(|c| !matches!(c, Component::Normal(_))) {
-            return None;
+            return Lookup::NotFound;
         }
         let mut full = self.root.join(rel);
         if full.is_dir() {
             full.push("index.html");
         }
-        let data: Arc<[u8]> = std::fs::read(&full).ok()?.into();
+        let data: Arc<[u8]> = match std::fs::read(&full) {
+            Ok(d) => d.into(),
+            // Out of descriptors or memory: the file may well exist; the client may retry.
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EMFILE | libc::ENFILE | libc::ENOMEM)
+                ) =>
+            {
+                return Lookup::Unavailable
+            }
+            Err(_) => return Lookup::NotFound,
+        };
         self.cache
             .write()
             .unwrap()
             .insert(path.to_string(), data.clone());
-        Some(data)
+        Lookup::Found(data)
     }
+}
+
+/// What a path names.
+enum Lookup {
+    Found(Arc<[u8]>),
+    NotFound,
+    /// The server could not open it for now (e.g. at its descriptor limit).
+    Unavailable,
 }
 
 fn content_type(path: &str) -> &'static str {
@@ -186,7 +207,7 @@ impl Service for StaticFiles {
                 break Flow::Close;
             };
             match self.lookup(&path) {
-                Some(body) => {
+                Lookup::Found(body) => {
                     let ct = if path.ends_with('/') {
                         "text/html"
                     } else {
@@ -202,7 +223,14 @@ impl Service for StaticFiles {
                         out.push(OutBuf::Shared(body));
                     }
                 }
-                None => status_response(out, 404, "Not Found", "", keep_alive),
+                Lookup::NotFound => status_response(out, 404, "Not Found", "", keep_alive),
+                Lookup::Unavailable => status_response(
+                    out,
+                    503,
+                    "Service Unavailable",
+                    "Retry-After: 1\r\n",
+                    keep_alive,
+                ),
             }
             if !keep_alive {
                 break Flow::Close;

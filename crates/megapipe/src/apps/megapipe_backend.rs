@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{Flow, ServerStats, Service, MAX_PENDING_OUT};
 use crate::{Channel, Command, Config};
@@ -34,6 +34,52 @@ struct Conn<C> {
 }
 
 const LISTENER: u64 = u64::MAX;
+
+/// Reports failed accepts on stderr, each errno at most once per `EVERY` in a row: a listener at the descriptor
+/// limit fails once per `ACCEPT_RETRY_PAUSE`, and the channel keeps accepting by itself.
+struct AcceptErrorLog {
+    cpu: usize,
+    last: Option<Instant>,
+    /// The errno reported last.
+    last_errno: Option<i32>,
+    /// Failures since the last report.
+    failed: u64,
+    /// `Stats::direct_table_full` at the last report.
+    table_full_seen: u64,
+}
+
+impl AcceptErrorLog {
+    const EVERY: Duration = Duration::from_secs(1);
+
+    fn failed(&mut self, errno: crate::Errno, stats: &crate::Stats) {
+        self.failed += 1;
+        // A new kind of failure is reported at once, a repeated one once per EVERY.
+        if self.last_errno == Some(errno.0) && self.last.is_some_and(|t| t.elapsed() < Self::EVERY)
+        {
+            return;
+        }
+        self.last_errno = Some(errno.0);
+        let what = if errno.0 == libc::ENFILE && stats.direct_table_full > self.table_full_seen {
+            format!(
+                "the direct-descriptor table is full ({} lightweight handles open): that \
+                 connection was closed; new ones get regular descriptors until it drains",
+                stats.lightweight_open
+            )
+        } else {
+            format!(
+                "{errno}; accepting again in {:?}",
+                crate::channel::ACCEPT_RETRY_PAUSE
+            )
+        };
+        eprintln!(
+            "megapipe server (cpu {}): accept failed: {what} ({} failed accepts since the last report)",
+            self.cpu, self.failed
+        );
+        self.last = Some(Instant::now());
+        self.failed = 0;
+        self.table_full_seen = stats.direct_table_full;
+    }
+}
 
 /// Runs until `stop` is set.
 pub fn run<S: Service>(
@@ -85,6 +131,13 @@ pub fn run<S: Service>(
     let mut free: Vec<usize> = Vec::new();
     let mut out = Vec::new();
     let mut last_syscalls = 0;
+    let mut accept_log = AcceptErrorLog {
+        cpu,
+        last: None,
+        last_errno: None,
+        failed: 0,
+        table_full_seen: 0,
+    };
     while !stop.load(Ordering::Relaxed) {
         let s = ch.stats().syscalls;
         stats
@@ -96,7 +149,14 @@ pub fn run<S: Service>(
         };
         match ev.command {
             Command::Accept => {
-                let Some(h) = ev.new_handle else { continue };
+                let Some(h) = ev.new_handle else {
+                    if let Err(errno) = ev.result {
+                        if errno.0 != libc::ECANCELED {
+                            accept_log.failed(errno, &ch.stats());
+                        }
+                    }
+                    continue;
+                };
                 stats.accepted.fetch_add(1, Ordering::Relaxed);
                 let idx = free.pop().unwrap_or_else(|| {
                     conns.push(None);

@@ -260,8 +260,9 @@ extern "C" fn on_signal(_: libc::c_int) {
     SIGNALLED.store(true, Ordering::SeqCst);
 }
 
-/// What the server binaries share: parses `--addr`/`--port`/`--cpus`, serves `service`,
-/// prints where it listens, and runs until SIGTERM or SIGINT; a bad argument exits with 2 and
+/// What the server binaries share: raises the soft descriptor limit to the hard one (and
+/// logs both to stderr), parses `--addr`/`--port`/`--cpus`, serves `service`, prints where
+/// it listens, and runs until SIGTERM or SIGINT; a bad argument exits with 2 and
 /// a listener that cannot be made with 1, each with a message naming `name` and the problem.
 pub fn run_server<S: Service>(
     name: &str,
@@ -286,6 +287,15 @@ pub fn run_server<S: Service>(
         Ok(a) => a,
         Err(e) => fail(2, format!("bad address {addr}:{port}: {e}")),
     };
+    // Every connection needs a descriptor (the epoll backend, and MegaPipe's once its
+    // direct-descriptor tables are full): take all the hard limit allows.
+    let soft = net::raise_nofile_limit();
+    let hard = match net::nofile_limits() {
+        Ok((_, libc::RLIM_INFINITY)) => "unlimited".to_string(),
+        Ok((_, hard)) => hard.to_string(),
+        Err(e) => format!("unknown: {e}"),
+    };
+    eprintln!("{name}: RLIMIT_NOFILE soft limit {soft} (hard {hard})");
     let cfg = ServeConfig {
         addr,
         cpus: cpus.clone(),

@@ -1,7 +1,10 @@
 //! `bessemer-planner`: shows a NIC model's PRG, runs a policy over a flow list and prints
 //! the chosen configuration and the per-queue specialised pipelines (text or Graphviz).
+//! `apply` and `unapply` change an interface: on SIGINT or SIGTERM they stop before their
+//! next step, undo what this run applied, and end as killed by the signal.
 
 use bessemer_planner::graph::ModelError;
+use bessemer_planner::interrupt;
 use bessemer_planner::nic::NicModel;
 use bessemer_planner::request::{self, SearchOptions};
 use bessemer_planner::search::{CostFn, Planner};
@@ -12,6 +15,7 @@ use std::process::ExitCode;
 #[derive(Parser)]
 #[command(
     name = "bessemer-planner",
+    version,
     about = "Dragonet-style NIC planner: PRG models, policies, per-queue pipelines"
 )]
 struct Cli {
@@ -81,8 +85,8 @@ struct PlanArgs {
     /// Queues reserved for high-priority flows (isolation, bandwidth).
     #[arg(long, default_value_t = 1)]
     hp_queues: u16,
-    /// Weight of high-priority bandwidth mismatch (bandwidth).
-    #[arg(long, default_value_t = 10.0)]
+    /// Weight of high-priority bandwidth mismatch (bandwidth), 0 or more.
+    #[arg(long, default_value_t = 10.0, allow_negative_numbers = true)]
     hp_penalty: f64,
     /// Flow file: lines "udp 10.0.0.1:1234 10.1.0.1:11211 [hp] [bw=MBPS]".
     #[arg(long, conflicts_with = "generate")]
@@ -334,6 +338,8 @@ fn apply(nic: &NicArgs, plan: &PlanArgs) -> Result<(), ModelError> {
     let (flows, cost, o) = search_inputs(plan)?;
     let p = search(m.as_ref(), cost.as_ref(), &o, &flows)?;
     let t = testbed::tables(m.as_ref(), &p.cfg)?;
+    // The search may take a while; nothing is on the interface yet.
+    interrupt::check().map_err(ModelError::Input)?;
     let (s, how) = match existing {
         Some(s) => (s, "updated"),
         None => (Steering::attach(iface, ns, true)?, "attached"),
@@ -393,6 +399,8 @@ fn apply_ethtool(nic: &NicArgs, plan: &PlanArgs, channels: Option<u16>) -> Resul
     let caps = bessemer_planner::ethtool::read_interface(iface, netns)?;
     let (flows, cost, o) = search_inputs(plan)?;
     let p = search(&caps, cost.as_ref(), &o, &flows)?;
+    // ethtool::apply checks for a signal before each step and undoes what ran.
+    interrupt::check().map_err(ModelError::Input)?;
     let done = bessemer_planner::ethtool::apply(&caps, netns, &p.cfg)?;
     for s in &done.done {
         println!("{iface}: {s}");
@@ -432,11 +440,22 @@ fn apply_ethtool(nic: &NicArgs, plan: &PlanArgs, channels: Option<u16>) -> Resul
 }
 
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
+    let cli = Cli::parse();
+    // Only the commands that change an interface hold signals back until they have undone
+    // their work; show and plan die at once, as there is nothing to undo.
+    if matches!(cli.cmd, Cmd::Apply { .. } | Cmd::Unapply { .. }) {
+        if let Err(e) = interrupt::install() {
+            eprintln!("bessemer-planner: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    let code = match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("bessemer-planner: {e}");
             ExitCode::from(2)
         }
-    }
+    };
+    interrupt::exit_if_signalled();
+    code
 }

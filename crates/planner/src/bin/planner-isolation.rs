@@ -14,17 +14,23 @@
 //! transactions per second. BE clients keep 16 requests in flight each: they load the
 //! machine. Needs root (namespaces, veth, BPF) and the testbed's BPF programs (clang).
 //! Prints a table and ends with one JSON line. `--quick`: 2 runs of 2 s per policy instead
-//! of 3 of 3 s. `ISO_DEBUG=1` also prints, per run, what each server thread served and the
-//! server namespace's UDP counters.
+//! of 3 of 3 s; `--runs N` and `--seconds S` set them. `ISO_DEBUG=1` also prints, per run,
+//! what each server thread served and the server namespace's UDP counters.
+//!
+//! SIGINT or SIGTERM stop the clients at the next check (at most about 100 ms), the
+//! namespaces are removed (with the veths and the programs on them) and the process ends as
+//! killed by the signal.
 
 use bessemer_drivers::netns;
+use bessemer_planner::interrupt;
 use bessemer_planner::nic::{FlowSpec, Intel82599, NicModel, Sfc9020};
 use bessemer_planner::pred::{Header, PROTO_UDP};
 use bessemer_planner::search::{full_search, Balance, CostFn, FlowMapMode, Isolation};
 use bessemer_planner::testbed::{tables, QueueCpus, Steering};
+use clap::Parser;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::os::fd::FromRawFd;
-use std::process::{Command, ExitCode};
+use std::process::{Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -40,7 +46,38 @@ const QUEUE_CPU: [usize; 2] = [1, 0];
 const HP_CPU: usize = 1;
 const BE_CPU: usize = 0;
 
+/// What to run.
+#[derive(Parser)]
+#[command(
+    name = "planner-isolation",
+    version,
+    about = "Seed 003's isolation experiment on the veth testbed: HP and BE UDP echo clients, the 82599 and SFC9020 models planned by the balancing and the isolation policy (root, clang, 2 CPUs)",
+    after_help = "Makes two network namespaces (pisocPID, pisosPID) joined by a 2-queue veth and removes them when it ends, also on SIGINT or SIGTERM. Prints a table and ends with one JSON line."
+)]
+struct Args {
+    /// Shorter: 2 runs of 2 s per model and policy instead of 3 of 3 s.
+    #[arg(long)]
+    quick: bool,
+    /// Runs per model and policy, 1 to 100 (default 3, 2 with --quick).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100))]
+    runs: Option<u32>,
+    /// Seconds per run, 0.05 to 3600 (default 3, 2 with --quick); the timeline's phases
+    /// last this long too, 2 s at most.
+    #[arg(long, value_parser = seconds)]
+    seconds: Option<f64>,
+}
+
+fn seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.05..=3600.0).contains(&v) => Ok(v),
+        Ok(_) => Err("seconds per run: 0.05 to 3600".into()),
+        Err(_) => Err(format!("{s:?} is not a number of seconds")),
+    }
+}
+
 fn sh(args: &[&str]) -> Result<String, String> {
+    // A signal stops the setup between commands.
+    interrupt::check()?;
     let out = Command::new(args[0])
         .args(&args[1..])
         .output()
@@ -55,28 +92,44 @@ fn sh(args: &[&str]) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// The two namespaces; removed on drop, also after an error.
+/// The two namespaces; the ones made are removed on drop (with the veth, which lives in
+/// them, and the programs on it), after an error, a signal or a panic too.
 struct Bed {
     cli: String,
     srv: String,
+    made: Vec<String>,
 }
 
 impl Drop for Bed {
     fn drop(&mut self) {
-        for ns in [&self.cli, &self.srv] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        for ns in self.made.drain(..) {
+            match Command::new("ip")
+                .args(["netns", "del", &ns])
+                .stderr(Stdio::piped())
+                .output()
+            {
+                Ok(o) if o.status.success() => {}
+                Ok(o) => eprintln!(
+                    "planner-isolation: cannot remove namespace {ns}: {}",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                ),
+                Err(e) => eprintln!("planner-isolation: cannot remove namespace {ns}: {e}"),
+            }
         }
     }
 }
 
 fn bed() -> Result<Bed, String> {
     let pid = std::process::id();
-    let b = Bed {
+    let mut b = Bed {
         cli: format!("pisoc{pid}"),
         srv: format!("pisos{pid}"),
+        made: Vec::new(),
     };
-    for ns in [&b.cli, &b.srv] {
+    for ns in [b.cli.clone(), b.srv.clone()] {
+        let ns = ns.as_str();
         sh(&["ip", "netns", "add", ns])?;
+        b.made.push(ns.to_string());
         sh(&[
             "ip",
             "netns",
@@ -385,7 +438,12 @@ fn run_phases(
                 }
                 phase.store(ph, Ordering::Relaxed);
             }
-            std::thread::sleep(Duration::from_secs_f64(secs).saturating_sub(t.elapsed()));
+            if let Err(e) =
+                interrupt::sleep(Duration::from_secs_f64(secs).saturating_sub(t.elapsed()))
+            {
+                change_err = Err(e);
+                break;
+            }
             took[ph] = t.elapsed().as_secs_f64();
         }
         stop.store(true, Ordering::Relaxed);
@@ -556,17 +614,24 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() -> ExitCode {
-    let quick = std::env::args().any(|a| a == "--quick");
-    match experiment(quick) {
+    let args = Args::parse();
+    if let Err(e) = interrupt::install() {
+        eprintln!("planner-isolation: {e}");
+        return ExitCode::from(2);
+    }
+    let code = match experiment(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("planner-isolation: {e}");
             ExitCode::from(2)
         }
-    }
+    };
+    // Everything is cleaned up by now (the experiment's values have dropped).
+    interrupt::exit_if_signalled();
+    code
 }
 
-fn experiment(quick: bool) -> Result<(), String> {
+fn experiment(args: &Args) -> Result<(), String> {
     if let Some(why) = bessemer_planner::testbed::unavailable() {
         return Err(why);
     }
@@ -578,7 +643,9 @@ fn experiment(quick: bool) -> Result<(), String> {
     if cpus < 2 {
         return Err(format!("needs 2 CPUs, this process may use {cpus}"));
     }
-    let (reps, secs) = if quick { (2, 2.0) } else { (3, 3.0) };
+    let (reps, secs) = if args.quick { (2, 2.0) } else { (3, 3.0) };
+    let reps = args.runs.unwrap_or(reps);
+    let secs = args.seconds.unwrap_or(secs);
     let bed = bed()?;
     // The same policies on both models (the thesis's portability claim, measured).
     let models: [Box<dyn NicModel>; 2] = [
