@@ -61,19 +61,21 @@ class Daemon:
 
 
 @contextlib.contextmanager
-def running_daemon(tmp_path: Path, *extra: str):
-    """A bessemerd on a free loopback port with `extra` options, stopped afterwards."""
+def running_daemon(tmp_path: Path, *extra: str, wrap: tuple[str, ...] = (), client=None):
+    """A bessemerd on a free loopback port with `extra` options, stopped afterwards; `wrap`
+    is a command line it runs under (e.g. `prlimit --nofile=256:256`), `client(port)` makes
+    the client (default: plain, 5 s timeout)."""
     port = free_port()
     log = tmp_path / f"bessemerd-{port}.log"
-    args = [str(daemon_binary()), "--port", str(port), "--no-pin", "--no-hugepages"]
+    args = [*wrap, str(daemon_binary()), "--port", str(port), "--no-pin", "--no-hugepages"]
     args += ["--buffers", "8192", "--log-file", str(log), *extra]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    client = None
+    client_of, client = client, None
     try:
         deadline = time.monotonic() + 30
         while True:
             try:
-                client = BESS(port=port, timeout=5)
+                client = client_of(port) if client_of else BESS(port=port, timeout=5)
                 client.get_version()
                 break
             except BESS.Error:

@@ -9,11 +9,18 @@
 //! - every accepted TCP connection gets TCP_NODELAY (a gRPC answer over ~0.5 KB otherwise
 //!   waits ~40 ms for Nagle and the peer's delayed ACK);
 //! - connections are capped per listener: beyond the cap a connection is answered with a
-//!   refusal that names the cause (an HTTP/2 GOAWAY, an HTTP/1 503) and closed;
-//! - a connection from which nothing has been read for a while is closed: [`Limits::first`]
-//!   for the first bytes (a peer that connects and says nothing, or stalls in its TLS
-//!   handshake), [`Limits::idle`] afterwards (a live gRPC client answers the server's
-//!   keepalive pings well within it; a dead or half-open peer does not).
+//!   refusal that names the cause and closed. On the control port up to a quarter more are
+//!   handed to the gRPC service marked [`ConnInfo::over_cap`], which fails their calls with
+//!   RESOURCE_EXHAUSTED and the reason (a gRPC client shows it; a bare GOAWAY only reaches its
+//!   log, and it reconnects at once); beyond those an HTTP/2 GOAWAY (or, under TLS, a plain
+//!   close). The HTTP endpoints answer an HTTP/1 503;
+//! - a connection must be established within [`Limits::first`] of its accept: the peer has
+//!   sent bytes after the daemon's first bytes (a TLS client its Finished after the
+//!   ServerHello, an HTTP/2 client its frames after the server's SETTINGS, an HTTP/1 client
+//!   its second request), so a peer that says nothing, stalls in its TLS handshake or sends
+//!   a request a byte at a time is closed then; once established, after [`Limits::idle`]
+//!   without a byte read (a live gRPC client answers the server's keepalive pings well
+//!   within it; a dead or half-open peer does not).
 
 use std::future::Future;
 use std::io;
@@ -34,22 +41,36 @@ use tokio_stream::Stream;
 pub struct Limits {
     /// Most connections open at once.
     pub max: usize,
-    /// Longest wait for a new connection's first bytes.
+    /// Longest time from accept until the connection is established (see the module doc).
     pub first: Duration,
-    /// Longest time without a byte read once the peer has spoken.
+    /// Longest time without a byte read once established.
     pub idle: Duration,
 }
 
 /// How a connection beyond the cap is told why it is closed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Refusal {
-    /// A plain-text HTTP/2 server preface and a GOAWAY whose debug data says why (gRPC
-    /// clients report it).
-    Http2,
+    /// gRPC over plain HTTP/2: a quarter more connections are handed on marked over the cap
+    /// (their calls fail with the reason); beyond those, a server preface and a GOAWAY whose
+    /// debug data says why.
+    Grpc,
+    /// gRPC over TLS: the same, but beyond the quarter a plain close (nothing can be said
+    /// before the handshake).
+    GrpcTls,
     /// An HTTP/1.1 503 response.
     Http1,
-    /// Closed without a word (TLS: nothing can be said before the handshake).
-    Close,
+}
+
+/// How long a connection handed on over the cap may live: long enough for a TLS handshake and
+/// the one call whose refusal tells the client why.
+const OVER_CAP_LIMIT: Duration = Duration::from_secs(2);
+
+/// The message a refused connection or call carries.
+pub fn over_cap_message(label: Label, max: usize) -> String {
+    format!(
+        "bessemerd: too many connections to the {} ({max} open); try again later",
+        label.0
+    )
 }
 
 /// Which listener, for logs and refusals.
@@ -211,6 +232,16 @@ impl Accept {
         refusal: Refusal,
     ) -> impl Stream<Item = io::Result<Guarded<Conn>>> {
         let slots = Arc::new(Semaphore::new(limits.max));
+        let spare = match refusal {
+            Refusal::Grpc | Refusal::GrpcTls => limits.max.div_ceil(4),
+            Refusal::Http1 => 0,
+        };
+        let spare = Arc::new(Semaphore::new(spare));
+        let over_cap = Limits {
+            max: limits.max,
+            first: OVER_CAP_LIMIT.min(limits.first),
+            idle: OVER_CAP_LIMIT,
+        };
         async_stream::stream! {
             loop {
                 let (conn, peer) = match self.accept().await {
@@ -232,8 +263,15 @@ impl Accept {
                         continue;
                     }
                 };
-                match slots.clone().try_acquire_owned() {
-                    Ok(permit) => yield Ok(Guarded::new(conn, permit, limits)),
+                if let Ok(permit) = slots.clone().try_acquire_owned() {
+                    yield Ok(Guarded::new(conn, permit, limits, false));
+                    continue;
+                }
+                match spare.clone().try_acquire_owned() {
+                    Ok(permit) => {
+                        REFUSED.fetch_add(1, Ordering::Relaxed);
+                        yield Ok(Guarded::new(conn, permit, over_cap, true));
+                    }
                     Err(_) => {
                         REFUSED.fetch_add(1, Ordering::Relaxed);
                         let (log, held) = REFUSED_LOG.allow();
@@ -257,19 +295,16 @@ impl Accept {
 
 /// Tells a connection beyond the cap why it is closed, without waiting for it, and closes it.
 fn refuse(conn: Conn, how: Refusal, label: Label, max: usize) {
-    let why = format!(
-        "bessemerd: too many connections to the {} ({max} open); try again later",
-        label.0
-    );
+    let why = over_cap_message(label, max);
     let bytes = match how {
-        Refusal::Close => Vec::new(),
+        Refusal::GrpcTls => Vec::new(),
         Refusal::Http1 => format!(
             "HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\n\
              content-length: {}\r\nconnection: close\r\n\r\n{why}\n",
             why.len() + 1
         )
         .into_bytes(),
-        Refusal::Http2 => {
+        Refusal::Grpc => {
             // Server preface (an empty SETTINGS frame), then GOAWAY: last stream 0,
             // ENHANCE_YOUR_CALM (0xb), the reason as debug data.
             let mut b = vec![0, 0, 0, 4, 0, 0, 0, 0, 0];
@@ -296,19 +331,30 @@ pub struct Guarded<T> {
     inner: T,
     _slot: OwnedSemaphorePermit,
     limits: Limits,
-    spoke: bool,
+    over_cap: bool,
+    /// The daemon has written to the peer.
+    wrote: bool,
+    /// The peer has sent bytes after the daemon wrote: from now on only idleness closes it.
+    established: bool,
     deadline: Pin<Box<Sleep>>,
 }
 
 impl<T> Guarded<T> {
-    fn new(inner: T, slot: OwnedSemaphorePermit, limits: Limits) -> Guarded<T> {
+    fn new(inner: T, slot: OwnedSemaphorePermit, limits: Limits, over_cap: bool) -> Guarded<T> {
         Guarded {
             inner,
             _slot: slot,
             limits,
-            spoke: false,
+            over_cap,
+            wrote: false,
+            established: false,
             deadline: Box::pin(tokio::time::sleep(limits.first)),
         }
+    }
+
+    /// True if the connection came beyond the cap: its calls are to be refused.
+    pub fn over_cap(&self) -> bool {
+        self.over_cap
     }
 
     /// The connection itself.
@@ -386,9 +432,13 @@ impl<T: AsyncRead + Unpin> AsyncRead for Guarded<T> {
         match Pin::new(&mut this.inner).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
                 if buf.filled().len() > before {
-                    this.spoke = true;
-                    let at = tokio::time::Instant::now() + this.limits.idle;
-                    this.deadline.as_mut().reset(at);
+                    // Before it is established the deadline stays where the accept put it,
+                    // so a peer trickling bytes cannot hold the connection.
+                    this.established |= this.wrote;
+                    if this.established {
+                        let at = tokio::time::Instant::now() + this.limits.idle;
+                        this.deadline.as_mut().reset(at);
+                    }
                 }
                 Poll::Ready(Ok(()))
             }
@@ -398,14 +448,22 @@ impl<T: AsyncRead + Unpin> AsyncRead for Guarded<T> {
             Poll::Pending => match this.deadline.as_mut().poll(cx) {
                 Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
                     io::ErrorKind::ConnectionAborted,
-                    if this.spoke {
+                    if this.established {
                         "connection idle too long"
                     } else {
-                        "no request within the first-bytes timeout"
+                        "connection not established within the handshake timeout"
                     },
                 ))),
                 Poll::Pending => Poll::Pending,
             },
+        }
+    }
+}
+
+impl<T: AsyncWrite + Unpin> Guarded<T> {
+    fn note_write(&mut self, r: &Poll<io::Result<usize>>) {
+        if matches!(r, Poll::Ready(Ok(n)) if *n > 0) {
+            self.wrote = true;
         }
     }
 }
@@ -416,7 +474,10 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.note_write(&r);
+        r
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -432,7 +493,10 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.note_write(&r);
+        r
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -440,12 +504,13 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
     }
 }
 
-/// What tonic learns of a connection: the TCP peer and local address (for the request's
-/// `remote_addr`), nothing for unix sockets.
+/// What tonic learns of a connection (it puts it in every request's extensions).
 #[derive(Clone, Debug)]
 pub struct ConnInfo {
     /// The peer's address, if TCP.
     pub remote: Option<std::net::SocketAddr>,
+    /// The refusal to answer every call with, for a connection beyond the cap.
+    pub over_cap: Option<Arc<str>>,
 }
 
 impl tonic::transport::server::Connected for Guarded<Conn> {
@@ -457,6 +522,9 @@ impl tonic::transport::server::Connected for Guarded<Conn> {
                 Conn::Tcp(s) => s.peer_addr().ok(),
                 Conn::Unix(_) => None,
             },
+            over_cap: self
+                .over_cap
+                .then(|| Arc::from(over_cap_message(Label("control port"), self.limits.max))),
         }
     }
 }

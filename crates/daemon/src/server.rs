@@ -149,12 +149,20 @@ pub(crate) fn same_secret(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Refuses RPCs without the bearer token (when one is set).
+/// Refuses RPCs on a connection beyond the cap (with the reason), and RPCs without the bearer
+/// token (when one is set).
 #[derive(Clone)]
 struct TokenCheck(Option<Arc<str>>);
 
 impl tonic::service::Interceptor for TokenCheck {
     fn call(&mut self, req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(why) = req
+            .extensions()
+            .get::<listen::ConnInfo>()
+            .and_then(|c| c.over_cap.as_ref())
+        {
+            return Err(tonic::Status::resource_exhausted(why.as_ref()));
+        }
         let Some(want) = &self.0 else { return Ok(req) };
         let got = req
             .metadata()
@@ -407,12 +415,12 @@ pub async fn run(settings: Settings) -> Result<(), String> {
     let mut builder = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(20)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)));
-    let mut refusal = Refusal::Http2;
+    let mut refusal = Refusal::Grpc;
     if let (Some(tls), Listen::Tcp(_)) = (creds.tls, &settings.listen) {
         builder = builder
             .tls_config(tls)
             .map_err(|e| format!("bad TLS certificate or key: {e}"))?;
-        refusal = Refusal::Close;
+        refusal = Refusal::GrpcTls;
     }
     let router = builder.add_service(svc).add_service(ext_svc);
     tracing::info!("bessemerd listening on {}", settings.listen);

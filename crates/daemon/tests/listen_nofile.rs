@@ -37,7 +37,7 @@ async fn running_out_of_descriptors_pauses_accepting_and_never_ends_it() {
             first: Duration::from_secs(5),
             idle: Duration::from_secs(5),
         },
-        Refusal::Http2
+        Refusal::Grpc
     ));
     // Clients made now, while descriptors are free; the kernel queues their connections.
     let clients: Vec<TcpStream> = (0..8).map(|_| TcpStream::connect(addr).unwrap()).collect();
