@@ -67,7 +67,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     arg_doc: &[
         "size: uint64 — bytes to read, 1..8 (big-endian)",
         "attribute: string — metadata attribute to read (or:)",
-        "offset: int64 — packet data offset to read",
+        "offset: int64 — packet data offset to read (0 when neither is given, as BESS)",
     ],
     igates: 1,
     ogates: MAX_GATES,
@@ -89,9 +89,8 @@ pub static CLASS: ModuleClass = ModuleClass {
                     "SplitArg: give either attribute or offset, not both",
                 ))
             }
-            (None, None) => {
-                return Err(Error::invalid("SplitArg: attribute or offset is required"))
-            }
+            // protobuf cannot tell offset 0 from no offset: BESS reads byte 0 then.
+            (None, None) => Some(0),
             (Some(name), None) => {
                 init.add_attr(AttrSpec {
                     name: name.to_string(),
@@ -136,11 +135,11 @@ mod tests {
         assert!(h
             .add(&CLASS, "a", &Value::map().with("size", 9).with("offset", 0))
             .is_err());
-        assert!(h
-            .add(&CLASS, "b", &Value::map().with("size", 1))
-            .unwrap_err()
-            .msg
-            .contains("required"));
+        // Neither attribute nor offset: offset 0 (what an `offset: 0` arrives as), as BESS.
+        h.add(&CLASS, "b", &Value::map().with("size", 1)).unwrap();
+        let c = h.capture("b", 7);
+        h.inject("b", 0, &[vec![7u8, 1, 2]]);
+        assert_eq!(c.take().len(), 1);
         let both = Value::map()
             .with("size", 1)
             .with("offset", 0)
