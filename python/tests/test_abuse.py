@@ -61,21 +61,23 @@ def _log_lines(log: Path, text: str) -> int:
 
 @pytest.mark.skipif(PRLIMIT is None, reason="needs prlimit (util-linux)")
 def test_a_connection_flood_past_the_descriptor_limit_never_stops_the_daemon(tmp_path):
-    """256 descriptors: the control port takes 64 connections, the HTTP endpoints 32; 300
-    idle connections to each are refused beyond that, with the cause, while the pipeline
-    keeps forwarding; once they close, new clients are served."""
-    metrics = _free_port()
+    """256 descriptors: the control port takes 64 connections, each HTTP listener (metrics,
+    web view) 32; 300 idle connections to each are refused beyond that, with the cause, while
+    the pipeline keeps forwarding; once they close, new clients are served."""
+    metrics, view = _free_port(), _free_port()
     with running_daemon(
         tmp_path,
         "--metrics",
         f"127.0.0.1:{metrics}",
+        "--http",
+        f"127.0.0.1:{view}",
         wrap=(PRLIMIT, "--nofile=256:256"),
     ) as d:
         b = d.client
         _source_to_sink(b)
         before = _forwarded(b)
         control = _flood(d.port, 300)
-        http = _flood(metrics, 300)
+        http = _flood(metrics, 300) + _flood(view, 300)
         time.sleep(1)
         assert d.proc.poll() is None, "the daemon is running"
         # The client connected before the flood keeps its connection and its answers.
@@ -104,6 +106,7 @@ def test_a_connection_flood_past_the_descriptor_limit_never_stops_the_daemon(tmp
         assert err == "", err
         assert _forwarded(b) > during
         assert _http_get(metrics, "/metrics").startswith("HTTP/1.1 200")
+        assert _http_get(view, "/api/snapshot").startswith("HTTP/1.1 200")
         assert d.proc.poll() is None
         # The refusals are logged, rate-limited (about one line a second).
         assert 1 <= _log_lines(d.log, "refusing a connection") <= 20
