@@ -89,10 +89,15 @@ class Upf:
     def write_conf(self) -> None:
         self.conf_file.write_text(json.dumps(self.conf, indent=1))
 
-    def start_daemon(self, *extra: str) -> None:
-        args = ["ip", "netns", "exec", self.ns, str(daemon_binary()), "--port", str(self.port)]
-        args += ["--no-hugepages", "--buffers", "16384", "--log-file", str(self.log), *extra]
-        self.daemon = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    def start_daemon(self, *extra: str, command: list[str] | None = None) -> None:
+        """bessemerd (or `command`, e.g. the real bessd) in the namespace on the BESS port."""
+        if command is None:
+            command = [str(daemon_binary()), "--port", str(self.port), "--no-hugepages"]
+            command += ["--buffers", "16384", "--log-file", str(self.log), *extra]
+        log = open(self.log, "a")  # noqa: SIM115 - the daemon writes it until close()
+        self.daemon = subprocess.Popen(
+            ["ip", "netns", "exec", self.ns, *command], stdout=log, stderr=subprocess.STDOUT
+        )
         deadline = time.monotonic() + 30
         while True:
             r = sh("ip", "netns", "exec", self.ns, str(PY), str(PROBE), str(self.port), "ports")
@@ -249,7 +254,8 @@ def upf_host(cache: Path, tmp: Path, conf: dict, access_ip: str | None, core_ip:
     """A namespace holding bessemerd. With `access_ip` and `core_ip`, the UPF's two
     interfaces are made there too, as veth pairs whose peers stay in the same namespace (sim
     mode only needs the interfaces and their addresses); otherwise the caller joins them to
-    other hosts with `neighbour`."""
+    other hosts with `neighbour`. `command` runs another daemon instead of bessemerd (the
+    real bessd, for benchmarks)."""
     ns = f"upf{uuid.uuid4().hex[:6]}"
     u = Upf(cache=cache, ns=ns, tmp=tmp, conf=conf)
     assert sh("ip", "netns", "add", ns).returncode == 0
@@ -264,7 +270,7 @@ def upf_host(cache: Path, tmp: Path, conf: dict, access_ip: str | None, core_ip:
                 sh("ip", "-n", ns, "link", "set", ifname, "up")
                 sh("ip", "-n", ns, "link", "set", peer, "up")
         u.write_conf()
-        u.start_daemon()
+        u.start_daemon(command=command)
     except BaseException:
         u.close()
         raise

@@ -6,7 +6,9 @@
 Requests: `desc:MODULE` (GetModuleInfo's desc), `ogates:MODULE` ({gate: packets}),
 `igates:MODULE` (packets in), `drops:MODULE` ({reason: count}), `modules` (names and
 classes), `measure:MODULE` (Measure's get_summary), `rules:MODULE` (get_runtime_config's
-rules, ExactMatch/WildcardMatch), `ports` (names and drivers)."""
+rules, ExactMatch/WildcardMatch), `ports` (names and drivers); and, for benchmarks,
+`burst:MODULE=N` (a Source's set_burst), `pause`, `resume` (all workers). Works against
+bessemerd and the real bessd alike (one BESS protocol)."""
 
 from __future__ import annotations
 
@@ -35,6 +37,16 @@ def main() -> None:
             out[req] = sum(g.pkts for g in b.get_module_info(name).igates)
         elif kind == "drops":
             out[req] = {d.reason: d.count for d in b.get_module_info(name).drops}
+        elif kind == "burst":
+            mod, _, n = name.partition("=")
+            b.run_module_command(mod, "set_burst", "SourceCommandSetBurstArg", {"burst": int(n)})
+            out[req] = int(n)
+        elif kind == "pause":
+            b.pause_all()
+            out[req] = True
+        elif kind == "resume":
+            b.resume_all()
+            out[req] = True
         elif kind == "measure":
             r = b.run_module_command(name, "get_summary", "MeasureCommandGetSummaryArg", {})
             out[req] = MessageToDict(r, preserving_proto_field_name=True)
