@@ -707,14 +707,14 @@ impl Pipeline {
     }
 
     /// Modules run by more workers than their class allows (BESS's
-    /// `CheckModuleConstraints`: a class that is not `mt_safe` allows one), each with the
-    /// workers that run it, as of the last [`Pipeline::set_task_workers`].
+    /// `CheckModuleConstraints` against `ModuleClass::max_workers`), each with the workers
+    /// that run it, as of the last [`Pipeline::set_task_workers`].
     pub fn worker_violations(&self) -> Vec<(String, Vec<usize>)> {
         let mut out: Vec<(String, Vec<usize>)> = self
             .nodes
             .iter()
             .flatten()
-            .filter(|n| n.multi && !n.class.mt_safe)
+            .filter(|n| n.workers.count_ones() > n.class.max_workers)
             .map(|n| {
                 let ws = (0..64).filter(|w| n.workers & (1u64 << w) != 0).collect();
                 (n.name.clone(), ws)

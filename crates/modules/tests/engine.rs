@@ -364,7 +364,7 @@ const PROBE_CLASS: bessemer_core::ModuleClass = bessemer_core::ModuleClass {
     ogates: 0,
     commands: &[],
     drop_reasons: &[],
-    mt_safe: false,
+    max_workers: 1,
     create: |_, _| Ok(bessemer_core::Instance::Exclusive(Box::new(Probe))),
 };
 

@@ -168,9 +168,9 @@ fn check_constraints(e: &mut Engine) -> Result<pb::CheckSchedulingConstraintsRes
     let violations = e.constraint_violations();
     for (m, ws) in &violations {
         tracing::warn!(
-            "scheduling constraint violated: module '{m}' is run by workers {ws:?}, but its \
-             class allows one worker; attach the tasks that reach it to one worker or put a \
-             Queue in front of it"
+            "scheduling constraint violated: module '{m}' is run by workers {ws:?}, more \
+             than its class allows (show mclass); attach the tasks that reach it to fewer \
+             workers or put a Queue in front of it"
         );
     }
     Ok(pb::CheckSchedulingConstraintsResponse {

@@ -390,7 +390,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         },
     ],
     drop_reasons: DrrDrop::NAMES,
-    mt_safe: false,
+    max_workers: bessemer_core::ALL_WORKERS,
     create,
 };
 
