@@ -66,6 +66,8 @@ struct WorkerShared {
     idle_rounds: AtomicU64,
     /// Naps taken while idle (see [`Engine::set_idle_sleep_max_us`]).
     naps: AtomicU64,
+    /// Packets the worker's modules dropped ([`Context::dropped`], published every round).
+    silent_drops: AtomicU64,
 }
 /// One change of an [`Engine::transaction`].
 pub enum TxOp {
@@ -221,6 +223,9 @@ pub struct WorkerInfo {
     pub naps: u64,
     /// TSC cycles spent running (not paused) since the worker started.
     pub run_cycles: u64,
+    /// Packets the worker's modules dropped, dead ends included (BESS's `silent_drops`, the
+    /// "Deadend pkts" of bessctl's `show worker`).
+    pub silent_drops: u64,
 }
 
 /// Where a module's task is attached.
@@ -421,6 +426,7 @@ impl Engine {
             rounds: AtomicU64::new(0),
             idle_rounds: AtomicU64::new(0),
             naps: AtomicU64::new(0),
+            silent_drops: AtomicU64::new(0),
         });
         let (sh, graph, pool, pin, nap) = (
             shared.clone(),
@@ -617,6 +623,7 @@ impl Engine {
                     idle_rounds: w.shared.idle_rounds.load(Ordering::Relaxed),
                     naps: w.shared.naps.load(Ordering::Relaxed),
                     run_cycles: w.shared.run_cycles(),
+                    silent_drops: w.shared.silent_drops.load(Ordering::Relaxed),
                 }
             })
             .collect()
@@ -1308,6 +1315,9 @@ fn worker_main(
         round = next;
         sh.rounds
             .store(sh.rounds.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        // Published every round (a relaxed store of what the context counted), so a paused
+        // worker's figure is final.
+        sh.silent_drops.store(ctx.dropped(), Ordering::Relaxed);
         if !ran {
             sh.idle_rounds.store(
                 sh.idle_rounds.load(Ordering::Relaxed) + 1,

@@ -92,7 +92,7 @@ pub(super) async fn list_workers(ctl: &Control) -> RpcResult<pb::ListWorkersResp
                         core: w.core as i64,
                         running: w.state == WorkerState::Running,
                         num_tcs: w.num_tcs as i64,
-                        silent_drops: 0,
+                        silent_drops: w.silent_drops as i64,
                     })
                     .collect(),
             })
