@@ -672,15 +672,21 @@ impl Engine {
         Ok(unsafe { &*w.shared.tree.get() })
     }
 
-    /// Tells the graph which workers run which modules (workers paused).
+    /// Tells the graph which workers run which modules (workers paused): for the parts of
+    /// the graph changed since the last call (see [`Pipeline::refresh_workers`]).
     fn refresh_task_workers(&mut self) {
-        let places: HashMap<TaskId, usize> = self
-            .places
-            .iter()
-            .filter_map(|(t, p)| p.wid.map(|w| (*t, w)))
-            .collect();
-        self.graph_mut()
-            .set_task_workers(&|t| places.get(&t).copied());
+        // SAFETY: called inside `paused` (as `graph_mut`); `places` is another field.
+        let graph = unsafe { &mut *self.graph.0.get() };
+        let places = &self.places;
+        graph.refresh_workers(&|t| places.get(&t).and_then(|p| p.wid));
+    }
+
+    /// Checks the graph's bookkeeping and derived state against a computation from scratch
+    /// (see [`Pipeline::verify`]), with the workers' task placement. For tests.
+    #[doc(hidden)]
+    pub fn verify_graph(&self) -> std::result::Result<(), String> {
+        let places = &self.places;
+        self.graph().verify(&|t| places.get(&t).and_then(|p| p.wid))
     }
 
     /// Modules run by more workers than their class allows, with those workers (what
@@ -738,6 +744,7 @@ impl Engine {
                 leaf,
             },
         );
+        self.graph_mut().task_moved(t);
         Ok(())
     }
 
@@ -915,6 +922,7 @@ impl Engine {
 
     fn unplace_task(&mut self, t: TaskId) {
         self.orphans.retain(|&o| o != t);
+        self.graph_mut().task_moved(t);
         if let Some(TaskPlace { wid: Some(w), leaf }) = self.places.remove(&t) {
             if let Ok(tree) = self.tree_mut(w) {
                 tree.detach_task(t);
@@ -1102,13 +1110,16 @@ impl Engine {
             .collect())
     }
 
-    /// Destroys all modules (ResetModules).
+    /// Destroys all modules (ResetModules), under one pause of the workers (not one per
+    /// module).
     pub fn reset_modules(&mut self) -> Result<()> {
         let names: Vec<String> = self.graph().modules().into_iter().map(|m| m.name).collect();
-        for n in names {
-            self.destroy_module(&n)?;
-        }
-        Ok(())
+        self.paused(|e| {
+            for n in &names {
+                e.remove_paused(n)?;
+            }
+            Ok(())
+        })
     }
 
     /// Destroys everything: modules, classes, workers (ResetAll).
