@@ -223,6 +223,10 @@ pub struct Pipeline {
     /// [`Pipeline::refresh_workers`].
     workers_dirty: Vec<u32>,
     scratch: Scratch,
+    /// Per class name template (of the classes with modules so far, and not ending in a
+    /// digit): a number below which every generated name `<template><n>` is taken, so that
+    /// finding the lowest free one does not walk every name taken.
+    name_hints: HashMap<&'static str, u64>,
     /// Modules whose derived state was recomputed so far, by [`Pipeline::settle`] and
     /// [`Pipeline::refresh_workers`] (what a change costs; see [`Pipeline::recomputed`]).
     recomputed: u64,
@@ -360,10 +364,46 @@ impl Pipeline {
         class: &ModuleClass,
         taken: &dyn Fn(&str) -> bool,
     ) -> String {
-        (0..)
+        let from = self
+            .name_hints
+            .get(class.name_template)
+            .copied()
+            .unwrap_or(0);
+        (from..)
             .map(|i| format!("{}{}", class.name_template, i))
             .find(|n| !self.by_name.contains_key(n) && !taken(n))
             .expect("some name is free")
+    }
+
+    /// Keeps `name_hints` true after `name` was taken (by a module of `class`).
+    fn name_taken(&mut self, class: &ModuleClass, name: &str) {
+        let t = class.name_template;
+        if !self.name_hints.contains_key(t) && !t.ends_with(|c: char| c.is_ascii_digit()) {
+            let free = (0..)
+                .find(|i| !self.by_name.contains_key(&format!("{t}{i}")))
+                .expect("some name is free");
+            self.name_hints.insert(t, free);
+        }
+        if let Some((prefix, n)) = generated_number(name) {
+            if let Some((&t, h)) = self.name_hints.get_key_value(prefix) {
+                if n == *h {
+                    let mut h = n;
+                    while self.by_name.contains_key(&format!("{t}{h}")) {
+                        h += 1;
+                    }
+                    self.name_hints.insert(t, h);
+                }
+            }
+        }
+    }
+
+    /// Keeps `name_hints` true after `name` was freed.
+    fn name_freed(&mut self, name: &str) {
+        if let Some((prefix, n)) = generated_number(name) {
+            if let Some(h) = self.name_hints.get_mut(prefix) {
+                *h = (*h).min(n);
+            }
+        }
     }
 
     /// Takes a connection out of the graph with its counters and hooks, to be put back
@@ -545,7 +585,8 @@ impl Pipeline {
             multi: false,
             lock: std::sync::atomic::AtomicBool::new(false),
         });
-        self.by_name.insert(name, id);
+        self.by_name.insert(name.clone(), id);
+        self.name_taken(class, &name);
         if moved {
             self.refresh_gates();
         }
@@ -595,6 +636,7 @@ impl Pipeline {
     fn drop_node(&mut self, id: u32) -> Node {
         let node = self.nodes[id as usize].take().expect("module exists");
         self.by_name.remove(&node.name);
+        self.name_freed(&node.name);
         for t in &node.tasks {
             self.tasks[t.0 as usize] = None;
             self.free_tasks.insert(t.0);
@@ -1528,6 +1570,11 @@ impl Pipeline {
         if users != self.attr_users {
             return Err("attribute users differ".into());
         }
+        for (t, &h) in &self.name_hints {
+            if let Some(i) = (0..h).find(|i| !self.by_name.contains_key(&format!("{t}{i}"))) {
+                return Err(format!("'{t}{i}' is free below the name hint {h}"));
+            }
+        }
         for (t, e) in self.tasks.iter().enumerate() {
             if let Some(e) = e {
                 if !self.nodes.get(e.module as usize).is_some_and(|n| {
@@ -1658,6 +1705,17 @@ impl Pipeline {
             }
         }
     }
+}
+
+/// A name of the form `<prefix><n>` as a generated name has it (`n` in decimal without
+/// leading zeros): the prefix and `n`.
+fn generated_number(name: &str) -> Option<(&str, u64)> {
+    let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    let (prefix, num) = name.split_at(name.len() - digits);
+    if num.is_empty() || (num.len() > 1 && num.starts_with('0')) {
+        return None;
+    }
+    Some((prefix, num.parse().ok()?))
 }
 
 /// Longest-path distance of each module of a component from the modules nothing feeds

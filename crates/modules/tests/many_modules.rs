@@ -197,6 +197,41 @@ fn a_change_recomputes_only_the_part_of_the_graph_it_touches() {
     e.verify_graph().unwrap();
 }
 
+/// Generated names are BESS's: the class's template and the lowest number no module has,
+/// whichever modules took or freed numbers before (a name is found without walking every
+/// name taken).
+#[test]
+fn generated_names_take_the_lowest_free_number() {
+    let mut e = engine();
+    let sink = common::class("Sink");
+    let new = |e: &mut bessemer_core::Engine| e.create_module(sink, None, &Value::Null).unwrap();
+    let lowest_free = |e: &bessemer_core::Engine| {
+        (0..)
+            .map(|i| format!("sink{i}"))
+            .find(|n| e.graph().id_of(n).is_err())
+            .unwrap()
+    };
+    for i in 0..2000 {
+        assert_eq!(new(&mut e), format!("sink{i}"));
+    }
+    for n in ["sink7", "sink1500", "sink3"] {
+        e.destroy_module(n).unwrap();
+    }
+    // Names another class's module takes count too, and so do explicit names.
+    add_module(&mut e, "Bypass", "sink3", &Value::map());
+    for _ in 0..3 {
+        let want = lowest_free(&e);
+        assert_eq!(new(&mut e), want);
+    }
+    assert!(e.graph().id_of("sink2000").is_ok(), "7, 1500, then 2000");
+    add_sink(&mut e, "sink2001");
+    add_sink(&mut e, "sink02");
+    assert_eq!(new(&mut e), "sink2002");
+    e.destroy_module("sink0").unwrap();
+    assert_eq!(new(&mut e), "sink0");
+    e.verify_graph().unwrap();
+}
+
 use proptest::prelude::*;
 
 /// One change of a random graph: modules are picked by position among those created.
