@@ -135,7 +135,7 @@ static FEED: ModuleClass = ModuleClass {
     ogates: 1,
     commands: &[],
     drop_reasons: &[],
-    mt_safe: false,
+    max_workers: 1,
     create: |_, _| {
         let s = NEXT_STREAM
             .with(|c| c.borrow_mut().take())

@@ -144,7 +144,7 @@ static REPLAY: ModuleClass = ModuleClass {
     ogates: 1,
     commands: &[],
     drop_reasons: &[],
-    mt_safe: false,
+    max_workers: 1,
     create: |_, _| {
         let (frames, wrapped) = NEXT_FRAMES
             .with(|c| c.borrow_mut().take())

@@ -66,6 +66,8 @@ struct WorkerShared {
     idle_rounds: AtomicU64,
     /// Naps taken while idle (see [`Engine::set_idle_sleep_max_us`]).
     naps: AtomicU64,
+    /// Packets the worker's modules dropped ([`Context::dropped`], published every round).
+    silent_drops: AtomicU64,
 }
 /// One change of an [`Engine::transaction`].
 pub enum TxOp {
@@ -221,6 +223,9 @@ pub struct WorkerInfo {
     pub naps: u64,
     /// TSC cycles spent running (not paused) since the worker started.
     pub run_cycles: u64,
+    /// Packets the worker's modules dropped, dead ends included (BESS's `silent_drops`, the
+    /// "Deadend pkts" of bessctl's `show worker`).
+    pub silent_drops: u64,
 }
 
 /// Where a module's task is attached.
@@ -421,6 +426,7 @@ impl Engine {
             rounds: AtomicU64::new(0),
             idle_rounds: AtomicU64::new(0),
             naps: AtomicU64::new(0),
+            silent_drops: AtomicU64::new(0),
         });
         let (sh, graph, pool, pin, nap) = (
             shared.clone(),
@@ -617,6 +623,7 @@ impl Engine {
                     idle_rounds: w.shared.idle_rounds.load(Ordering::Relaxed),
                     naps: w.shared.naps.load(Ordering::Relaxed),
                     run_cycles: w.shared.run_cycles(),
+                    silent_drops: w.shared.silent_drops.load(Ordering::Relaxed),
                 }
             })
             .collect()
@@ -665,15 +672,21 @@ impl Engine {
         Ok(unsafe { &*w.shared.tree.get() })
     }
 
-    /// Tells the graph which workers run which modules (workers paused).
+    /// Tells the graph which workers run which modules (workers paused): for the parts of
+    /// the graph changed since the last call (see [`Pipeline::refresh_workers`]).
     fn refresh_task_workers(&mut self) {
-        let places: HashMap<TaskId, usize> = self
-            .places
-            .iter()
-            .filter_map(|(t, p)| p.wid.map(|w| (*t, w)))
-            .collect();
-        self.graph_mut()
-            .set_task_workers(&|t| places.get(&t).copied());
+        // SAFETY: called inside `paused` (as `graph_mut`); `places` is another field.
+        let graph = unsafe { &mut *self.graph.0.get() };
+        let places = &self.places;
+        graph.refresh_workers(&|t| places.get(&t).and_then(|p| p.wid));
+    }
+
+    /// Checks the graph's bookkeeping and derived state against a computation from scratch
+    /// (see [`Pipeline::verify`]), with the workers' task placement. For tests.
+    #[doc(hidden)]
+    pub fn verify_graph(&self) -> std::result::Result<(), String> {
+        let places = &self.places;
+        self.graph().verify(&|t| places.get(&t).and_then(|p| p.wid))
     }
 
     /// Modules run by more workers than their class allows, with those workers (what
@@ -731,6 +744,7 @@ impl Engine {
                 leaf,
             },
         );
+        self.graph_mut().task_moved(t);
         Ok(())
     }
 
@@ -908,6 +922,7 @@ impl Engine {
 
     fn unplace_task(&mut self, t: TaskId) {
         self.orphans.retain(|&o| o != t);
+        self.graph_mut().task_moved(t);
         if let Some(TaskPlace { wid: Some(w), leaf }) = self.places.remove(&t) {
             if let Ok(tree) = self.tree_mut(w) {
                 tree.detach_task(t);
@@ -1095,13 +1110,16 @@ impl Engine {
             .collect())
     }
 
-    /// Destroys all modules (ResetModules).
+    /// Destroys all modules (ResetModules), under one pause of the workers (not one per
+    /// module).
     pub fn reset_modules(&mut self) -> Result<()> {
         let names: Vec<String> = self.graph().modules().into_iter().map(|m| m.name).collect();
-        for n in names {
-            self.destroy_module(&n)?;
-        }
-        Ok(())
+        self.paused(|e| {
+            for n in &names {
+                e.remove_paused(n)?;
+            }
+            Ok(())
+        })
     }
 
     /// Destroys everything: modules, classes, workers (ResetAll).
@@ -1308,6 +1326,9 @@ fn worker_main(
         round = next;
         sh.rounds
             .store(sh.rounds.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        // Published every round (a relaxed store of what the context counted), so a paused
+        // worker's figure is final.
+        sh.silent_drops.store(ctx.dropped(), Ordering::Relaxed);
         if !ran {
             sh.idle_rounds.store(
                 sh.idle_rounds.load(Ordering::Relaxed) + 1,

@@ -85,6 +85,8 @@ pub struct Context {
     fast_input: *const PacketBatch,
     /// Where the batch being processed was forwarded whole (`og` null: it was not).
     moved: Moved,
+    /// Packets dropped through this context (every reason; BESS's worker `silent_drops`).
+    dropped: u64,
 }
 
 // SAFETY: the raw pointers are only dereferenced while the owning worker runs the graph, and
@@ -107,7 +109,15 @@ impl Context {
             cur_input: std::ptr::null(),
             fast_input: std::ptr::null(),
             moved: Moved::NONE,
+            dropped: 0,
         }
+    }
+
+    /// Packets dropped through this context so far, under any reason (dead ends included):
+    /// what BESS counts as its worker's `silent_drops` (its modules' `DropPacket` and sends
+    /// to a dead end). Drops of packets that never existed (`count_drops`) are not in it.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
     }
 
     #[inline(always)]
@@ -247,6 +257,7 @@ impl Context {
     #[inline(always)]
     pub fn drop_packet(&mut self, pkt: Packet, reason: impl DropReason) {
         self.count_drop(reason, 1);
+        self.dropped += 1;
         self.cache.free(pkt);
     }
 
@@ -255,6 +266,7 @@ impl Context {
     pub fn drop_batch(&mut self, batch: &mut PacketBatch, reason: impl DropReason) {
         if !batch.is_empty() {
             self.count_drop(reason, batch.len() as u64);
+            self.dropped += batch.len() as u64;
             self.cache.free_bulk(batch);
         }
     }

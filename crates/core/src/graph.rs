@@ -6,14 +6,14 @@
 
 use std::any::Any;
 use std::cell::UnsafeCell;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::exec::Context;
 use crate::hook::{GateDir, GateHook, HookPlace, NamedHook};
-use crate::metadata::{assign_offsets, AttrOffset, AttrSpec, MetaModule};
+use crate::metadata::{assign_offsets, check_declarations, AttrOffset, AttrSpec, MetaModule};
 use crate::module::{
     CommandSpec, CoreDrop, Handler, InitContext, Instance, Module, ModuleClass, SharedModule,
     MAX_GATES,
@@ -155,6 +155,8 @@ pub struct Node {
     pub(crate) drops: Box<[Counter]>,
     pub(crate) tasks: Vec<TaskId>,
     pub(crate) prio: u32,
+    /// Metadata warnings about this module: (attribute, text).
+    warnings: Vec<(String, String)>,
     /// Workers whose tasks reach this module (bit per worker id), set by
     /// [`Pipeline::set_task_workers`] while those workers are paused.
     pub(crate) workers: u64,
@@ -200,13 +202,95 @@ pub struct ModuleSummary {
 }
 
 /// The module graph.
+///
+/// What is derived from the graph (metadata offsets, input-gate priorities, which workers run
+/// a module, each output gate's fast-path flag and destination pointer) depends only on the
+/// weakly connected component a module is in, so every change recomputes just the
+/// components it touched: a change costs what those components cost, not what the whole
+/// graph does.
 #[derive(Default)]
 pub struct Pipeline {
     nodes: Vec<Option<Node>>,
     by_name: HashMap<String, u32>,
     tasks: Vec<Option<TaskEntry>>,
-    warnings: Vec<String>,
+    /// Empty slots of `nodes` and `tasks`; the lowest is reused first (so modules list in
+    /// the order they would have with a scan for the first empty slot).
+    free_nodes: BTreeSet<u32>,
+    free_tasks: BTreeSet<u32>,
+    /// Modules declaring each metadata attribute name (for the size check of a new module).
+    attr_users: HashMap<String, BTreeSet<u32>>,
+    /// Modules whose component's worker placement must be recomputed by the next
+    /// [`Pipeline::refresh_workers`].
+    workers_dirty: Vec<u32>,
+    scratch: Scratch,
+    /// Per class name template (of the classes with modules so far, and not ending in a
+    /// digit): a number below which every generated name `<template><n>` is taken, so that
+    /// finding the lowest free one does not walk every name taken.
+    name_hints: HashMap<&'static str, u64>,
+    /// Modules whose derived state was recomputed so far, by [`Pipeline::settle`] and
+    /// [`Pipeline::refresh_workers`] (what a change costs; see [`Pipeline::recomputed`]).
+    recomputed: u64,
     ports: crate::port::PortTable,
+}
+
+/// What [`Pipeline::settle`] computes for one component before writing it.
+struct Derived {
+    ids: Vec<u32>,
+    offsets: Option<Vec<Vec<AttrOffset>>>,
+    warnings: Vec<Vec<(String, String)>>,
+    prio: Vec<u32>,
+}
+
+/// Per-slot scratch for walks over components, kept between changes so that a walk costs
+/// what the component does (no per-walk clearing or hashing).
+#[derive(Default)]
+struct Scratch {
+    /// `mark[i] == epoch`: slot `i` was visited by the current walk.
+    mark: Vec<u32>,
+    epoch: u32,
+    /// A module's index within the component being computed (valid for its members).
+    local: Vec<u32>,
+}
+
+impl Scratch {
+    /// Starts a walk over a graph of `slots` slots.
+    fn begin(&mut self, slots: usize) {
+        if self.mark.len() < slots {
+            self.mark.resize(slots, 0);
+            self.local.resize(slots, 0);
+        }
+        self.epoch = self.epoch.wrapping_add(1);
+        if self.epoch == 0 {
+            self.mark.fill(0);
+            self.epoch = 1;
+        }
+    }
+
+    /// Marks slot `i`; false if the current walk had already.
+    fn visit(&mut self, i: u32) -> bool {
+        let m = &mut self.mark[i as usize];
+        if *m == self.epoch {
+            return false;
+        }
+        *m = self.epoch;
+        true
+    }
+}
+
+/// Edges of one component by local index: module `k` feeds `to[at[k]..at[k + 1]]`.
+struct Edges {
+    at: Vec<usize>,
+    to: Vec<usize>,
+}
+
+impl Edges {
+    fn of(&self, k: usize) -> &[usize] {
+        &self.to[self.at[k]..self.at[k + 1]]
+    }
+
+    fn len(&self) -> usize {
+        self.at.len() - 1
+    }
 }
 
 // SAFETY: an Exclusive instance reached by several workers (`Node::multi`, kept current by
@@ -304,10 +388,46 @@ impl Pipeline {
         class: &ModuleClass,
         taken: &dyn Fn(&str) -> bool,
     ) -> String {
-        (0..)
+        let from = self
+            .name_hints
+            .get(class.name_template)
+            .copied()
+            .unwrap_or(0);
+        (from..)
             .map(|i| format!("{}{}", class.name_template, i))
             .find(|n| !self.by_name.contains_key(n) && !taken(n))
             .expect("some name is free")
+    }
+
+    /// Keeps `name_hints` true after `name` was taken (by a module of `class`).
+    fn name_taken(&mut self, class: &ModuleClass, name: &str) {
+        let t = class.name_template;
+        if !self.name_hints.contains_key(t) && !t.ends_with(|c: char| c.is_ascii_digit()) {
+            let free = (0..)
+                .find(|i| !self.by_name.contains_key(&format!("{t}{i}")))
+                .expect("some name is free");
+            self.name_hints.insert(t, free);
+        }
+        if let Some((prefix, n)) = generated_number(name) {
+            if let Some((&t, h)) = self.name_hints.get_key_value(prefix) {
+                if n == *h {
+                    let mut h = n;
+                    while self.by_name.contains_key(&format!("{t}{h}")) {
+                        h += 1;
+                    }
+                    self.name_hints.insert(t, h);
+                }
+            }
+        }
+    }
+
+    /// Keeps `name_hints` true after `name` was freed.
+    fn name_freed(&mut self, name: &str) {
+        if let Some((prefix, n)) = generated_number(name) {
+            if let Some(h) = self.name_hints.get_mut(prefix) {
+                *h = (*h).min(n);
+            }
+        }
     }
 
     /// Takes a connection out of the graph with its counters and hooks, to be put back
@@ -338,7 +458,7 @@ impl Pipeline {
                 }
             }
         }
-        self.recompute()?;
+        self.settle(&[src, og.dst])?;
         Ok(Some(DetachedGate {
             src,
             ogate,
@@ -370,7 +490,7 @@ impl Pipeline {
             n.ogates[ogate as usize] = Some(og);
         }
         // The graph with this connection was valid before.
-        let _ = self.recompute();
+        let _ = self.settle(&[src]);
     }
 
     /// Creates a module (not yet connected). Returns its id and the task ids it registered.
@@ -431,21 +551,27 @@ impl Pipeline {
         if self.by_name.contains_key(&name) {
             return Err(Error::exists(format!("module '{name}' already exists")));
         }
+        let id = match self.free_nodes.first() {
+            Some(&i) => i,
+            None => self.nodes.len() as u32,
+        };
+        self.check_attr_sizes(id, &name, &init.attrs)?;
         let inst = match inst {
             Instance::Exclusive(m) => InstanceCell::Exclusive(UnsafeCell::new(m)),
             Instance::Shared(m) => InstanceCell::Shared(m),
         };
-        let id = match self.nodes.iter().position(|n| n.is_none()) {
-            Some(i) => i as u32,
-            None => {
-                self.nodes.push(None);
-                (self.nodes.len() - 1) as u32
-            }
+        let moved = if self.free_nodes.remove(&id) {
+            false
+        } else {
+            let at = self.nodes.as_ptr();
+            self.nodes.push(None);
+            // A reallocation moved every node: each gate's destination pointer is stale.
+            at != self.nodes.as_ptr()
         };
         let mut tasks = Vec::new();
         for &arg in &init.tasks {
-            let t = match self.tasks.iter().position(|t| t.is_none()) {
-                Some(i) => i,
+            let t = match self.free_tasks.pop_first() {
+                Some(i) => i as usize,
                 None => {
                     self.tasks.push(None);
                     self.tasks.len() - 1
@@ -453,6 +579,12 @@ impl Pipeline {
             };
             self.tasks[t] = Some(TaskEntry { module: id, arg });
             tasks.push(TaskId(t as u32));
+        }
+        for a in &init.attrs {
+            self.attr_users
+                .entry(a.name.clone())
+                .or_default()
+                .insert(id);
         }
         let nattrs = init.attrs.len();
         self.nodes[id as usize] = Some(Node {
@@ -469,12 +601,17 @@ impl Pipeline {
                 .collect(),
             tasks: tasks.clone(),
             prio: 0,
+            warnings: Vec::new(),
             workers: 0,
             multi: false,
             lock: std::sync::atomic::AtomicBool::new(false),
         });
-        self.by_name.insert(name, id);
-        if let Err(e) = self.recompute() {
+        self.by_name.insert(name.clone(), id);
+        self.name_taken(class, &name);
+        if moved {
+            self.refresh_gates();
+        }
+        if let Err(e) = self.settle(&[id]) {
             // Atomic: undo the creation (no packets can be held yet).
             self.drop_node(id);
             return Err(e);
@@ -482,11 +619,67 @@ impl Pipeline {
         Ok((id, tasks))
     }
 
+    /// Refuses a new module (to be slot `id`) that declares an attribute under a size other
+    /// modules declare it with, with the error a whole-graph assignment names: the modules
+    /// declaring those attributes, in slot order, checked as `assign_offsets` checks them.
+    fn check_attr_sizes(&self, id: u32, name: &str, attrs: &[AttrSpec]) -> Result<()> {
+        let mut ids: BTreeSet<u32> = attrs
+            .iter()
+            .filter_map(|a| self.attr_users.get(&a.name))
+            .flatten()
+            .copied()
+            .collect();
+        if ids.is_empty() {
+            return Ok(());
+        }
+        ids.insert(id);
+        let shared = |a: &AttrSpec| attrs.iter().any(|b| b.name == a.name);
+        let metas: Vec<MetaModule> = ids
+            .iter()
+            .map(|&i| {
+                let (name, attrs) = if i == id {
+                    (name.to_string(), attrs.to_vec())
+                } else {
+                    let n = self.node(i);
+                    let mine = n.attrs.iter().filter(|a| shared(a)).cloned().collect();
+                    (n.name.clone(), mine)
+                };
+                MetaModule {
+                    name,
+                    attrs,
+                    downstream: Vec::new(),
+                }
+            })
+            .collect();
+        check_declarations(&metas).map_err(|e| Error::invalid(e.to_string()))
+    }
+
     fn drop_node(&mut self, id: u32) -> Node {
         let node = self.nodes[id as usize].take().expect("module exists");
         self.by_name.remove(&node.name);
+        self.name_freed(&node.name);
         for t in &node.tasks {
             self.tasks[t.0 as usize] = None;
+            self.free_tasks.insert(t.0);
+        }
+        for a in &node.attrs {
+            if let Some(users) = self.attr_users.get_mut(&a.name) {
+                users.remove(&id);
+                if users.is_empty() {
+                    self.attr_users.remove(&a.name);
+                }
+            }
+        }
+        if id as usize + 1 == self.nodes.len() {
+            // Keep `nodes` no longer than its last module (as a scan for a free slot would
+            // find the same slots).
+            self.nodes.pop();
+            while let Some(None) = self.nodes.last() {
+                self.nodes.pop();
+                self.free_nodes.pop_last();
+            }
+        } else {
+            self.free_nodes.insert(id);
         }
         node
     }
@@ -496,6 +689,8 @@ impl Pipeline {
         let id = self.id_of(name)?;
         // Disconnect our output gates and every upstream gate pointing at us.
         let ups: Vec<(u32, u16)> = self.node(id).igates.iter().flatten().copied().collect();
+        let mut neighbours: Vec<u32> = ups.iter().map(|&(src, _)| src).collect();
+        neighbours.extend(self.node(id).ogates.iter().flatten().map(|g| g.dst));
         for (src, og) in ups {
             self.unlink(src, og);
         }
@@ -511,7 +706,8 @@ impl Pipeline {
             }
             InstanceCell::Shared(m) => m.deinit(ctx),
         }
-        self.recompute()?;
+        neighbours.retain(|&n| n != id);
+        self.settle(&neighbours)?;
         Ok(node.tasks)
     }
 
@@ -575,9 +771,9 @@ impl Pipeline {
             }
             d.igates[igate as usize].push((src, ogate));
         }
-        if let Err(e) = self.recompute() {
+        if let Err(e) = self.settle(&[src]) {
             self.unlink(src, ogate);
-            self.recompute().expect("previous graph was valid");
+            self.settle(&[src, dst]).expect("previous graph was valid");
             return Err(e);
         }
         Ok(())
@@ -595,86 +791,220 @@ impl Pipeline {
                 class.name, class.ogates
             )));
         }
-        if self.unlink(src, ogate) {
-            self.recompute()?;
-        }
-        Ok(())
+        let dst = match self.node(src).ogates.get(ogate as usize) {
+            Some(Some(g)) => g.dst,
+            _ => return Ok(()),
+        };
+        self.unlink(src, ogate);
+        self.settle(&[src, dst])
     }
 
-    /// Recomputes every output gate's `plain` flag and destination pointer (after a change
-    /// of hooks, bit tracking, connections, modules or worker placement).
+    /// Recomputes every output gate's `plain` flag and destination pointer (after the node
+    /// list moved in memory).
     pub(crate) fn refresh_gates(&mut self) {
-        let at: Vec<*const Node> = self
-            .nodes
-            .iter()
-            .map(|n| n.as_ref().map_or(std::ptr::null(), |n| n as *const Node))
-            .collect();
-        for n in self.nodes.iter_mut().flatten() {
+        let ids: Vec<u32> = self.live_ids().collect();
+        self.refresh_gates_of(&ids);
+    }
+
+    /// Recomputes the `plain` flag and destination pointer of the output gates of `ids` (after
+    /// a change of their hooks, bit tracking, connections or worker placement).
+    fn refresh_gates_of(&mut self, ids: &[u32]) {
+        let mut at: Vec<*const Node> = Vec::new();
+        for &i in ids {
+            let Some(n) = self.nodes[i as usize].as_ref() else {
+                continue;
+            };
+            at.clear();
+            at.extend(n.ogates.iter().flatten().map(|g| {
+                self.nodes[g.dst as usize]
+                    .as_ref()
+                    .map_or(std::ptr::null(), |d| d as *const Node)
+            }));
+            let n = self.nodes[i as usize].as_mut().unwrap();
             let multi = n.multi;
-            for og in n.ogates.iter_mut().flatten() {
+            for (og, &p) in n.ogates.iter_mut().flatten().zip(&at) {
                 og.plain = !multi && og.hooks.is_empty() && !og.track_bits;
-                og.dst_node = at[og.dst as usize];
+                og.dst_node = p;
             }
         }
     }
 
-    /// Recomputes derived state: input-gate priorities and metadata offsets.
-    pub fn recompute(&mut self) -> Result<()> {
-        self.refresh_gates();
-        let ids: Vec<u32> = (0..self.nodes.len() as u32)
-            .filter(|&i| self.nodes[i as usize].is_some())
-            .collect();
-        let index: HashMap<u32, usize> = ids.iter().enumerate().map(|(k, &i)| (i, k)).collect();
-        let metas: Vec<MetaModule> = ids
+    fn live_ids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.nodes
             .iter()
-            .map(|&i| {
-                let n = self.node(i);
-                MetaModule {
-                    name: n.name.clone(),
-                    attrs: n.attrs.clone(),
-                    downstream: n.ogates.iter().flatten().map(|g| index[&g.dst]).collect(),
-                }
-            })
-            .collect();
-        let assignment = assign_offsets(&metas).map_err(|e| Error::invalid(e.to_string()))?;
-        // Longest-path distance from task modules orders pending batches so that batches for
-        // the same input gate meet before it runs (BESS's igate priority).
-        let mut dist = vec![0u32; ids.len()];
-        let cap = ids.len() as u32;
-        for _ in 0..ids.len() {
-            let mut changed = false;
-            for (k, m) in metas.iter().enumerate() {
-                for &d in &m.downstream {
-                    if d != k && dist[d] < dist[k] + 1 && dist[k] < cap {
-                        dist[d] = dist[k] + 1;
-                        changed = true;
+            .enumerate()
+            .filter(|(_, n)| n.is_some())
+            .map(|(i, _)| i as u32)
+    }
+
+    /// The weakly connected components (modules joined by connections in either direction)
+    /// containing the live modules among `seeds`, each sorted by slot.
+    fn components_of(&self, seeds: &[u32], sc: &mut Scratch) -> Vec<Vec<u32>> {
+        sc.begin(self.nodes.len());
+        let mut out = Vec::new();
+        for &s in seeds {
+            if self.nodes.get(s as usize).is_none_or(|n| n.is_none()) || !sc.visit(s) {
+                continue;
+            }
+            let mut comp = vec![s];
+            let mut k = 0;
+            while k < comp.len() {
+                let n = self.node(comp[k]);
+                k += 1;
+                let ups = n.igates.iter().flatten().map(|&(src, _)| src);
+                let downs = n.ogates.iter().flatten().map(|g| g.dst);
+                for j in ups.chain(downs) {
+                    if sc.visit(j) {
+                        comp.push(j);
                     }
                 }
             }
-            if !changed {
-                break;
-            }
+            comp.sort_unstable();
+            out.push(comp);
         }
+        out
+    }
+
+    /// Numbers the members of a component (`sc.local`) and lists its edges by those numbers.
+    fn edges(&self, ids: &[u32], sc: &mut Scratch) -> Edges {
         for (k, &i) in ids.iter().enumerate() {
-            let n = self.nodes[i as usize].as_mut().unwrap();
-            n.offsets = assignment.offsets[k].clone();
-            n.prio = dist[k];
-            for g in n.ogates.iter_mut().flatten() {
-                g.dst_prio = dist[index[&g.dst]];
-            }
+            sc.local[i as usize] = k as u32;
         }
-        for w in &assignment.warnings {
-            if !self.warnings.contains(w) {
-                tracing::warn!("{w}");
-            }
+        let mut at = Vec::with_capacity(ids.len() + 1);
+        let mut to = Vec::new();
+        at.push(0);
+        for &i in ids {
+            let n = self.node(i);
+            to.extend(
+                n.ogates
+                    .iter()
+                    .flatten()
+                    .map(|g| sc.local[g.dst as usize] as usize),
+            );
+            at.push(to.len());
         }
-        self.warnings = assignment.warnings;
+        Edges { at, to }
+    }
+
+    /// Recomputes derived state for the whole graph: input-gate priorities and metadata
+    /// offsets (every change already keeps them current; see [`Pipeline::settle`]).
+    pub fn recompute(&mut self) -> Result<()> {
+        let ids: Vec<u32> = self.live_ids().collect();
+        self.refresh_gates_of(&ids);
+        self.settle(&ids)
+    }
+
+    /// Recomputes what is derived from the graph for the components containing `seeds` (the
+    /// modules a change touched): metadata offsets and warnings, input-gate priorities, the
+    /// output gates' flags; their worker placement is left to the next
+    /// [`Pipeline::refresh_workers`]. A component's result is the one a whole-graph
+    /// computation gives it, since nothing crosses components. On an error (attributes that
+    /// do not fit) nothing is written.
+    fn settle(&mut self, seeds: &[u32]) -> Result<()> {
+        let mut sc = std::mem::take(&mut self.scratch);
+        let r = self.settle_with(seeds, &mut sc);
+        self.scratch = sc;
+        r
+    }
+
+    fn settle_with(&mut self, seeds: &[u32], sc: &mut Scratch) -> Result<()> {
+        let comps = self.components_of(seeds, sc);
+        let mut results = Vec::with_capacity(comps.len());
+        for ids in comps {
+            results.push(self.derive(ids, sc)?);
+        }
+        for mut d in results {
+            for (k, &i) in d.ids.iter().enumerate() {
+                // Components are disjoint: `local` still numbers this one's members.
+                sc.local[i as usize] = k as u32;
+            }
+            for (k, &i) in d.ids.iter().enumerate() {
+                let n = self.nodes[i as usize].as_mut().unwrap();
+                match &d.offsets {
+                    Some(o) => n.offsets.clone_from(&o[k]),
+                    None => n.offsets.clear(),
+                }
+                for (_, w) in &d.warnings[k] {
+                    if !n.warnings.iter().any(|(_, old)| old == w) {
+                        tracing::warn!("{w}");
+                    }
+                }
+                n.warnings = std::mem::take(&mut d.warnings[k]);
+                n.prio = d.prio[k];
+                for g in n.ogates.iter_mut().flatten() {
+                    g.dst_prio = d.prio[sc.local[g.dst as usize] as usize];
+                }
+            }
+            self.refresh_gates_of(&d.ids);
+            self.recomputed += d.ids.len() as u64;
+            self.workers_dirty.append(&mut d.ids);
+        }
+        if self.workers_dirty.len() > 2 * self.nodes.len() + 64 {
+            // A graph nobody refreshes the workers of (tests build those): stay bounded.
+            self.workers_dirty = self.live_ids().collect();
+        }
         Ok(())
     }
 
-    /// Metadata warnings of the current graph (e.g. attributes read without a writer).
-    pub fn warnings(&self) -> &[String] {
-        &self.warnings
+    /// How many times a module's derived state (metadata, priority, gate flags, workers) has
+    /// been recomputed so far: a change recomputes the modules of the components it touched,
+    /// so what it adds does not grow with the rest of the graph. For tests.
+    #[doc(hidden)]
+    pub fn recomputed(&self) -> u64 {
+        self.recomputed
+    }
+
+    /// Metadata offsets and warnings and input-gate priorities of one component (`ids`,
+    /// sorted by slot), computed as for the whole graph.
+    fn derive(&self, ids: Vec<u32>, sc: &mut Scratch) -> Result<Derived> {
+        let edges = self.edges(&ids, sc);
+        // Without any attribute in the component there is nothing to place or warn about.
+        let any_attrs = ids.iter().any(|&i| !self.node(i).attrs.is_empty());
+        let (offsets, warnings) = if any_attrs {
+            let metas: Vec<MetaModule> = ids
+                .iter()
+                .enumerate()
+                .map(|(k, &i)| {
+                    let n = self.node(i);
+                    MetaModule {
+                        name: n.name.clone(),
+                        attrs: n.attrs.clone(),
+                        downstream: edges.of(k).to_vec(),
+                    }
+                })
+                .collect();
+            let a = assign_offsets(&metas).map_err(|e| Error::invalid(e.to_string()))?;
+            let mut warnings = vec![Vec::new(); ids.len()];
+            for ((m, attr), text) in a.warned.into_iter().zip(a.warnings) {
+                warnings[m].push((attr, text));
+            }
+            (Some(a.offsets), warnings)
+        } else {
+            (None, vec![Vec::new(); ids.len()])
+        };
+        let prio = longest_paths(&edges);
+        Ok(Derived {
+            ids,
+            offsets,
+            warnings,
+            prio,
+        })
+    }
+
+    /// Metadata warnings of the current graph (e.g. attributes read without a writer), by
+    /// attribute and then module.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut all: Vec<(&str, u32, &str)> = self
+            .live_ids()
+            .flat_map(|i| {
+                self.node(i)
+                    .warnings
+                    .iter()
+                    .map(move |(a, w)| (a.as_str(), i, w.as_str()))
+            })
+            .collect();
+        all.sort();
+        all.into_iter().map(|(_, _, w)| w.to_string()).collect()
     }
 
     /// Modules reachable downstream of a module (including itself).
@@ -686,56 +1016,92 @@ impl Pipeline {
     /// input gates and a task of its own (Queue, DRR: BESS's `propagate_workers_ = false`) is
     /// included but not expanded: its own task, not the caller's, runs what follows it.
     fn reach(&self, start: u32, stop_at_buffers: bool) -> Vec<u32> {
-        let mut seen = vec![false; self.nodes.len()];
-        let mut stack = vec![start];
         let mut out = Vec::new();
-        while let Some(i) = stack.pop() {
-            if std::mem::replace(&mut seen[i as usize], true) {
-                continue;
-            }
-            out.push(i);
+        self.reach_into(start, stop_at_buffers, &mut Scratch::default(), &mut out);
+        out
+    }
+
+    /// [`Pipeline::reach`] into `out`, marking visits in `sc`.
+    fn reach_into(&self, start: u32, stop_at_buffers: bool, sc: &mut Scratch, out: &mut Vec<u32>) {
+        sc.begin(self.nodes.len());
+        out.clear();
+        sc.visit(start);
+        out.push(start);
+        let mut k = 0;
+        while k < out.len() {
+            let i = out[k];
+            k += 1;
             let n = self.node(i);
             if stop_at_buffers && i != start && n.class.igates > 0 && !n.tasks.is_empty() {
                 continue;
             }
             for g in n.ogates.iter().flatten() {
-                stack.push(g.dst);
+                if sc.visit(g.dst) {
+                    out.push(g.dst);
+                }
             }
         }
-        out
     }
 
     /// Records which workers run each module, from where each task is placed (`task_worker`;
     /// None for a task on no worker). Call with every worker that runs the graph paused.
     pub fn set_task_workers(&mut self, task_worker: &dyn Fn(TaskId) -> Option<usize>) {
-        let mut masks = vec![0u64; self.nodes.len()];
-        for (t, e) in self.tasks.iter().enumerate() {
-            let Some(e) = e else { continue };
-            let Some(w) = task_worker(TaskId(t as u32)) else {
-                continue;
-            };
-            for m in self.reach(e.module, true) {
-                masks[m as usize] |= 1u64 << (w % 64);
-            }
+        self.workers_dirty = self.live_ids().collect();
+        self.refresh_workers(task_worker);
+    }
+
+    /// Says that task `t` moved (placed on a worker, or taken off): the next
+    /// [`Pipeline::refresh_workers`] recomputes its component.
+    pub fn task_moved(&mut self, t: TaskId) {
+        if let Some(e) = self.task(t) {
+            self.workers_dirty.push(e.module);
         }
-        for (n, mask) in self.nodes.iter_mut().zip(masks) {
-            if let Some(n) = n {
+    }
+
+    /// As [`Pipeline::set_task_workers`], for the components changed since the last call
+    /// (by graph changes and [`Pipeline::task_moved`]): which workers' tasks reach each of
+    /// their modules. Call with every worker that runs the graph paused.
+    pub fn refresh_workers(&mut self, task_worker: &dyn Fn(TaskId) -> Option<usize>) {
+        if self.workers_dirty.is_empty() {
+            return;
+        }
+        let dirty = std::mem::take(&mut self.workers_dirty);
+        let mut sc = std::mem::take(&mut self.scratch);
+        let mut walk = Vec::new();
+        for ids in self.components_of(&dirty, &mut sc) {
+            for (k, &i) in ids.iter().enumerate() {
+                sc.local[i as usize] = k as u32;
+            }
+            let mut masks = vec![0u64; ids.len()];
+            for &i in &ids {
+                for &t in &self.node(i).tasks {
+                    let Some(w) = task_worker(t) else { continue };
+                    self.reach_into(i, true, &mut sc, &mut walk);
+                    for &m in &walk {
+                        masks[sc.local[m as usize] as usize] |= 1u64 << (w % 64);
+                    }
+                }
+            }
+            for (&i, mask) in ids.iter().zip(masks) {
+                let n = self.nodes[i as usize].as_mut().unwrap();
                 n.workers = mask;
                 n.multi = mask.count_ones() > 1;
             }
+            self.refresh_gates_of(&ids);
+            self.recomputed += ids.len() as u64;
         }
-        self.refresh_gates();
+        self.scratch = sc;
     }
 
     /// Modules run by more workers than their class allows (BESS's
-    /// `CheckModuleConstraints`: a class that is not `mt_safe` allows one), each with the
-    /// workers that run it, as of the last [`Pipeline::set_task_workers`].
+    /// `CheckModuleConstraints` against `ModuleClass::max_workers`), each with the workers
+    /// that run it, as of the last [`Pipeline::set_task_workers`].
     pub fn worker_violations(&self) -> Vec<(String, Vec<usize>)> {
         let mut out: Vec<(String, Vec<usize>)> = self
             .nodes
             .iter()
             .flatten()
-            .filter(|n| n.multi && !n.class.mt_safe)
+            .filter(|n| n.workers.count_ones() > n.class.max_workers)
             .map(|n| {
                 let ws = (0..64).filter(|w| n.workers & (1u64 << w) != 0).collect();
                 (n.name.clone(), ws)
@@ -853,7 +1219,10 @@ impl Pipeline {
                 g.track_bits = on;
             }
         }
-        self.refresh_gates();
+        match only {
+            Some(id) => self.refresh_gates_of(&[id]),
+            None => self.refresh_gates(),
+        }
         Ok(())
     }
 
@@ -1038,7 +1407,7 @@ impl Pipeline {
                 hook: hook.clone(),
             });
         }
-        self.refresh_gates();
+        self.refresh_gates_of(&[id]);
         Ok(())
     }
 
@@ -1059,7 +1428,7 @@ impl Pipeline {
             hooks.retain(|h| h.name != name);
             removed += before - hooks.len();
         }
-        self.refresh_gates();
+        self.refresh_gates_of(&[id]);
         if removed == 0 {
             return Err(Error::not_found(format!(
                 "module '{module}' has no hook named '{name}' on that gate"
@@ -1110,7 +1479,7 @@ impl Pipeline {
                 og.track_bits = on;
             }
         }
-        self.refresh_gates();
+        self.refresh_gates_of(&[id]);
         Ok(())
     }
 
@@ -1134,6 +1503,216 @@ impl Pipeline {
         Ok(())
     }
 
+    /// Checks the graph's bookkeeping and everything derived from it against a computation
+    /// from scratch over the whole graph (metadata offsets and warnings, input-gate
+    /// priorities, worker placement from `task_worker`, output gates' flags and pointers);
+    /// names the first difference. For tests: it costs a whole-graph computation.
+    #[doc(hidden)]
+    pub fn verify(
+        &self,
+        task_worker: &dyn Fn(TaskId) -> Option<usize>,
+    ) -> std::result::Result<(), String> {
+        let ids: Vec<u32> = self.live_ids().collect();
+        if ids.len() != self.by_name.len() {
+            return Err(format!(
+                "{} modules, {} names",
+                ids.len(),
+                self.by_name.len()
+            ));
+        }
+        if matches!(self.nodes.last(), Some(None)) {
+            return Err("the module list ends in an empty slot".into());
+        }
+        let empty: BTreeSet<u32> = (0..self.nodes.len() as u32)
+            .filter(|&i| self.nodes[i as usize].is_none())
+            .collect();
+        if empty != self.free_nodes {
+            return Err(format!("free slots {:?}, empty {empty:?}", self.free_nodes));
+        }
+        let empty: BTreeSet<u32> = (0..self.tasks.len() as u32)
+            .filter(|&t| self.tasks[t as usize].is_none())
+            .collect();
+        if empty != self.free_tasks {
+            return Err(format!("free tasks {:?}, empty {empty:?}", self.free_tasks));
+        }
+        let mut users: HashMap<String, BTreeSet<u32>> = HashMap::new();
+        for &i in &ids {
+            let n = self.node(i);
+            if self.by_name.get(&n.name) != Some(&i) {
+                return Err(format!("module '{}' is not named by slot {i}", n.name));
+            }
+            for t in &n.tasks {
+                if self.task(*t).map(|e| e.module) != Some(i) {
+                    return Err(format!("task {t:?} of '{}' is not its", n.name));
+                }
+            }
+            for a in &n.attrs {
+                users.entry(a.name.clone()).or_default().insert(i);
+            }
+            for (g, og) in n.ogates.iter().enumerate() {
+                let Some(og) = og else { continue };
+                let Some(d) = self.nodes.get(og.dst as usize).and_then(|d| d.as_ref()) else {
+                    return Err(format!("gate {}:{g} leads to an empty slot", n.name));
+                };
+                if !d
+                    .igates
+                    .get(og.igate as usize)
+                    .is_some_and(|u| u.contains(&(i, g as u16)))
+                {
+                    return Err(format!(
+                        "gate {}:{g} is not among {}'s inputs",
+                        n.name, d.name
+                    ));
+                }
+                if !std::ptr::eq(og.dst_node, d) {
+                    return Err(format!("gate {}:{g} points elsewhere", n.name));
+                }
+                if og.plain != (!n.multi && og.hooks.is_empty() && !og.track_bits) {
+                    return Err(format!("gate {}:{g} has a stale fast-path flag", n.name));
+                }
+                if og.dst_prio != d.prio {
+                    return Err(format!("gate {}:{g} has a stale priority", n.name));
+                }
+            }
+            for (ig, ups) in n.igates.iter().enumerate() {
+                for &(src, g) in ups {
+                    let back = self
+                        .nodes
+                        .get(src as usize)
+                        .and_then(|s| s.as_ref())
+                        .and_then(|s| s.ogates.get(g as usize))
+                        .and_then(|o| o.as_ref());
+                    if !back.is_some_and(|o| o.dst == i && o.igate as usize == ig) {
+                        return Err(format!("input {}:{ig} lists a gate that is not", n.name));
+                    }
+                }
+            }
+        }
+        if users != self.attr_users {
+            return Err("attribute users differ".into());
+        }
+        for (t, &h) in &self.name_hints {
+            if let Some(i) = (0..h).find(|i| !self.by_name.contains_key(&format!("{t}{i}"))) {
+                return Err(format!("'{t}{i}' is free below the name hint {h}"));
+            }
+        }
+        for (t, e) in self.tasks.iter().enumerate() {
+            if let Some(e) = e {
+                if !self.nodes.get(e.module as usize).is_some_and(|n| {
+                    n.as_ref()
+                        .is_some_and(|n| n.tasks.contains(&TaskId(t as u32)))
+                }) {
+                    return Err(format!("task {t} belongs to no module"));
+                }
+            }
+        }
+        // Metadata over the whole graph at once.
+        let index: HashMap<u32, usize> = ids.iter().enumerate().map(|(k, &i)| (i, k)).collect();
+        let downstream: Vec<Vec<usize>> = ids
+            .iter()
+            .map(|&i| {
+                self.node(i)
+                    .ogates
+                    .iter()
+                    .flatten()
+                    .map(|g| index[&g.dst])
+                    .collect()
+            })
+            .collect();
+        let metas: Vec<MetaModule> = ids
+            .iter()
+            .zip(&downstream)
+            .map(|(&i, d)| MetaModule {
+                name: self.node(i).name.clone(),
+                attrs: self.node(i).attrs.clone(),
+                downstream: d.clone(),
+            })
+            .collect();
+        let a = assign_offsets(&metas).map_err(|e| e.to_string())?;
+        for (k, &i) in ids.iter().enumerate() {
+            let n = self.node(i);
+            let want: &[AttrOffset] = if n.attrs.is_empty() {
+                &[]
+            } else {
+                &a.offsets[k]
+            };
+            if n.offsets != want {
+                return Err(format!(
+                    "'{}': offsets {:?}, want {want:?}",
+                    n.name, n.offsets
+                ));
+            }
+        }
+        if self.warnings() != a.warnings {
+            return Err(format!(
+                "warnings {:?}, want {:?}",
+                self.warnings(),
+                a.warnings
+            ));
+        }
+        // Priorities by relaxation over each component, and worker placement.
+        for comp in self.components_of(&ids, &mut Scratch::default()) {
+            let local: HashMap<u32, usize> =
+                comp.iter().enumerate().map(|(k, &i)| (i, k)).collect();
+            let down: Vec<Vec<usize>> = comp
+                .iter()
+                .map(|&i| {
+                    let n = self.node(i);
+                    n.ogates.iter().flatten().map(|g| local[&g.dst]).collect()
+                })
+                .collect();
+            let cap = comp.len() as u32;
+            let mut dist = vec![0u32; comp.len()];
+            for _ in 0..comp.len() {
+                let mut changed = false;
+                for (k, ds) in down.iter().enumerate() {
+                    for &d in ds {
+                        if d != k && dist[d] < dist[k] + 1 && dist[k] < cap {
+                            dist[d] = dist[k] + 1;
+                            changed = true;
+                        }
+                    }
+                }
+                if !changed {
+                    break;
+                }
+            }
+            for (k, &i) in comp.iter().enumerate() {
+                if self.node(i).prio != dist[k] {
+                    return Err(format!(
+                        "'{}': priority {}, want {}",
+                        self.node(i).name,
+                        self.node(i).prio,
+                        dist[k]
+                    ));
+                }
+            }
+        }
+        let mut masks: HashMap<u32, u64> = HashMap::new();
+        let (mut sc, mut walk) = (Scratch::default(), Vec::new());
+        for (t, e) in self.tasks.iter().enumerate() {
+            let Some(e) = e else { continue };
+            let Some(w) = task_worker(TaskId(t as u32)) else {
+                continue;
+            };
+            self.reach_into(e.module, true, &mut sc, &mut walk);
+            for &m in &walk {
+                *masks.entry(m).or_default() |= 1u64 << (w % 64);
+            }
+        }
+        for &i in &ids {
+            let n = self.node(i);
+            let want = masks.get(&i).copied().unwrap_or(0);
+            if n.workers != want || n.multi != (want.count_ones() > 1) {
+                return Err(format!(
+                    "'{}': workers {:#x}, want {want:#x}",
+                    n.name, n.workers
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Resets every gate and drop counter.
     pub fn reset_stats(&self) {
         for n in self.nodes.iter().flatten() {
@@ -1147,6 +1726,72 @@ impl Pipeline {
             }
         }
     }
+}
+
+/// A name of the form `<prefix><n>` as a generated name has it (`n` in decimal without
+/// leading zeros): the prefix and `n`.
+fn generated_number(name: &str) -> Option<(&str, u64)> {
+    let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    let (prefix, num) = name.split_at(name.len() - digits);
+    if num.is_empty() || (num.len() > 1 && num.starts_with('0')) {
+        return None;
+    }
+    Some((prefix, num.parse().ok()?))
+}
+
+/// Longest-path distance of each module of a component from the modules nothing feeds
+/// (`downstream[k]`: the modules module `k` feeds, by index; self-loops ignored), which
+/// orders pending batches so that batches for the same input gate meet before it runs
+/// (BESS's igate priority). In a component with a loop, distances grow along the loop until
+/// they reach the component's size, as an iterative relaxation bounded by it gives.
+fn longest_paths(edges: &Edges) -> Vec<u32> {
+    let n = edges.len();
+    let mut dist = vec![0u32; n];
+    // Kahn's order: exact for a loop-free component, in time linear in its size.
+    let mut indeg = vec![0u32; n];
+    for k in 0..n {
+        for &d in edges.of(k) {
+            if d != k {
+                indeg[d] += 1;
+            }
+        }
+    }
+    let mut ready: Vec<usize> = (0..n).filter(|&k| indeg[k] == 0).collect();
+    let mut done = 0;
+    while let Some(k) = ready.pop() {
+        done += 1;
+        for &d in edges.of(k) {
+            if d != k {
+                dist[d] = dist[d].max(dist[k] + 1);
+                indeg[d] -= 1;
+                if indeg[d] == 0 {
+                    ready.push(d);
+                }
+            }
+        }
+    }
+    if done == n {
+        return dist;
+    }
+    // A loop: relax edges in slot order until nothing changes, distances bounded by the
+    // component's size (at most that many passes).
+    dist.iter_mut().for_each(|d| *d = 0);
+    let cap = n as u32;
+    for _ in 0..n {
+        let mut changed = false;
+        for k in 0..n {
+            for &d in edges.of(k) {
+                if d != k && dist[d] < dist[k] + 1 && dist[k] < cap {
+                    dist[d] = dist[k] + 1;
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    dist
 }
 
 /// A class whose command entry's handler kind does not match its instance kind (a class bug).

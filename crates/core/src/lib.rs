@@ -30,7 +30,7 @@ pub use exec::Context;
 pub use metadata::{AccessMode, AttrOffset, AttrSpec};
 pub use module::{
     CommandSpec, CoreDrop, DropReason, Handler, InitContext, Instance, Module, ModuleClass,
-    SharedModule,
+    SharedModule, ALL_WORKERS,
 };
 pub use packet::Packet;
 pub use pool::{PacketPool, PoolCache, PoolKind};

@@ -81,6 +81,8 @@ pub struct MetaAssignment {
     pub offsets: Vec<Vec<AttrOffset>>,
     /// Warnings naming module and attribute (readers refused as `NoRead`).
     pub warnings: Vec<String>,
+    /// For each of `warnings`, the module (index) and the attribute it is about.
+    pub warned: Vec<(usize, String)>,
     /// Bytes of the metadata area in use (the largest end offset).
     pub bytes_used: usize,
 }
@@ -315,6 +317,7 @@ fn solve(modules: &[MetaModule]) -> Result<(MetaAssignment, Vec<Component>), Met
         })
         .collect();
     let mut warnings = Vec::new();
+    let mut warned = Vec::new();
     let mut comps: Vec<Component> = Vec::new();
 
     // Per-attribute scratch, reset after each attribute.
@@ -390,6 +393,7 @@ fn solve(modules: &[MetaModule]) -> Result<(MetaAssignment, Vec<Component>), Met
                     "module '{}' {verb} metadata attribute '{attr}' but no upstream module sets it on some path",
                     modules[m].name
                 ));
+                warned.push((m, attr.to_string()));
             }
         }
 
@@ -526,10 +530,17 @@ fn solve(modules: &[MetaModule]) -> Result<(MetaAssignment, Vec<Component>), Met
         MetaAssignment {
             offsets,
             warnings,
+            warned,
             bytes_used,
         },
         comps,
     ))
+}
+
+/// Checks the declarations alone (sizes, counts, one size per attribute name), as
+/// [`assign_offsets`] does first, with the same error.
+pub fn check_declarations(modules: &[MetaModule]) -> Result<(), MetadataError> {
+    index_attrs(modules).map(|_| ())
 }
 
 /// Assigns an offset (or `NoWrite` / `NoRead`) to every module's declared attributes.

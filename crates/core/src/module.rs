@@ -22,6 +22,10 @@ use crate::value::Value;
 /// Most gates a module may have in each direction (BESS's MAX_GATES).
 pub const MAX_GATES: u16 = 8192;
 
+/// [`ModuleClass::max_workers`] of a class any number of workers may run at once (BESS's
+/// `Worker::kMaxWorkers`, which is also the most workers there can be).
+pub const ALL_WORKERS: u32 = crate::engine::MAX_WORKERS as u32;
+
 /// A command handler bound to its table entry. The instance arrives as `dyn Any` and is
 /// downcast to the class's type by the handler ([`handler!`](crate::handler) writes that part).
 #[derive(Clone, Copy)]
@@ -233,10 +237,12 @@ pub struct ModuleClass {
     /// Named reasons a module of this class drops packets, in counter order: the `NAMES` of
     /// the class's [`drop_reasons!`](crate::drop_reasons) enum.
     pub drop_reasons: &'static [&'static str],
-    /// BESS's `max_allowed_workers_`: true if one instance may be run by several workers at
-    /// once (BESS: `Worker::kMaxWorkers`), false if by one. A placement beyond it is reported by
-    /// `CheckSchedulingConstraints`; the runner still executes it safely (see `graph::Node`).
-    pub mt_safe: bool,
+    /// BESS's `max_allowed_workers_`: how many workers may run one instance at once —
+    /// [`ALL_WORKERS`] (BESS's `Worker::kMaxWorkers`) for most stateless classes and the
+    /// classifiers, 1 (BESS's default) for most stateful ones, 2 for NAT. A placement beyond it
+    /// is reported by `CheckSchedulingConstraints`; the runner still executes it safely (see
+    /// `graph::Node`).
+    pub max_workers: u32,
     /// Constructs an instance from its argument.
     pub create: fn(&mut InitContext, &Value) -> Result<Instance>,
 }
@@ -272,12 +278,18 @@ impl ModuleClass {
             }
         }
         // Thread safety and what `duplicate` (docs/multicore.md) makes of the class.
-        s += if self.mt_safe {
-            "  workers: any number; duplicated: a copy per worker (its own state), or one \
-             instance the copies share (the template references it)\n"
-        } else {
-            "  workers: one; duplicated: a copy per worker with its own state (commands on the \
-             template name reach every copy)\n"
+        s += &match self.max_workers {
+            1 => "  workers: one; duplicated: a copy per worker with its own state (commands on \
+                  the template name reach every copy)\n"
+                .to_string(),
+            ALL_WORKERS.. => "  workers: any number; duplicated: a copy per worker (its own \
+                              state), or one instance the copies share (the template \
+                              references it)\n"
+                .to_string(),
+            n => format!(
+                "  workers: up to {n}; duplicated: a copy per worker with its own state \
+                 (commands on the template name reach every copy)\n"
+            ),
         };
         if !self.drop_reasons.is_empty() {
             s += &format!("  drop reasons: {}\n", self.drop_reasons.join(", "));

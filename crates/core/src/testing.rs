@@ -63,7 +63,7 @@ pub static CAPTURE: ModuleClass = ModuleClass {
     ogates: 0,
     commands: &[],
     drop_reasons: &[],
-    mt_safe: false,
+    max_workers: 1,
     create: |_, _| {
         let store = NEXT_STORE
             .with(|s| s.borrow_mut().take())
@@ -123,7 +123,7 @@ pub static INJECT: ModuleClass = ModuleClass {
     ogates: 1,
     commands: &[],
     drop_reasons: &[],
-    mt_safe: false,
+    max_workers: 1,
     create: |init: &mut InitContext, _| {
         init.register_task(0);
         let feed = NEXT_FEED

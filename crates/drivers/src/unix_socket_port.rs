@@ -40,6 +40,8 @@ struct Shared {
     connected: AtomicBool,
     connects: AtomicU64,
     rx_oversize: AtomicU64,
+    /// Zero-length messages: no frame to forward (BESS skips them uncounted).
+    rx_empty: AtomicU64,
 }
 
 impl Shared {
@@ -270,6 +272,7 @@ fn create(params: &PortParams, arg: &Value) -> Result<NewPort> {
         connected: AtomicBool::new(false),
         connects: AtomicU64::new(0),
         rx_oversize: AtomicU64::new(0),
+        rx_empty: AtomicU64::new(0),
     });
     let acceptor = Acceptor {
         shared: shared.clone(),
@@ -519,12 +522,17 @@ impl Port for UnixSocketPort {
     }
 
     fn driver_drops(&self) -> (u64, u64) {
-        (self.shared.rx_oversize.load(Ordering::Relaxed), 0)
+        (
+            self.shared.rx_oversize.load(Ordering::Relaxed)
+                + self.shared.rx_empty.load(Ordering::Relaxed),
+            0,
+        )
     }
 
     fn desc(&self) -> String {
         format!(
-            "{} ({}), {}, {} connect(s), {} oversize message(s) dropped",
+            "{} ({}), {}, {} connect(s), {} oversize message(s) dropped, {} empty message(s) \
+             dropped",
             self.shown_path,
             if self.bound_file.is_some() {
                 "file"
@@ -538,6 +546,7 @@ impl Port for UnixSocketPort {
             },
             self.shared.connects.load(Ordering::Relaxed),
             self.shared.rx_oversize.load(Ordering::Relaxed),
+            self.shared.rx_empty.load(Ordering::Relaxed),
         )
     }
 }
@@ -590,19 +599,36 @@ impl RxQueue for Rx {
         };
         let got = r.max(0) as usize;
         let mut oversize = 0;
+        // Zero-length entries: empty messages, or, once the client has closed, end-of-file
+        // markers (recvmmsg fills every remaining entry with one). The latter can only follow
+        // the last message with bytes.
+        let (mut zero, mut trailing_zero) = (0u64, 0u64);
         for (i, p) in batch.pkts_mut()[base..].iter_mut().enumerate() {
             let h = &hdrs[i];
-            // Empty entries are end-of-file markers (or empty messages: nothing to forward).
             let len = if i >= got {
                 0
             } else if h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
                 oversize += 1;
+                trailing_zero = 0;
                 0
             } else {
+                if h.msg_len == 0 {
+                    zero += 1;
+                    trailing_zero += 1;
+                } else {
+                    trailing_zero = 0;
+                }
                 h.msg_len as usize
             };
             p.set_len(len);
         }
+        // Trailing zero-length entries from a client that has closed are taken as its end of
+        // file (an empty message it sent just before closing is then not counted).
+        let empty = if trailing_zero > 0 && peer_closed(self.shared.slot.as_raw_fd()) {
+            zero - trailing_zero
+        } else {
+            zero
+        };
         let mut unused = PacketBatch::new();
         let mut idx = 0;
         batch.split_off_if(&mut unused, |p| {
@@ -616,10 +642,31 @@ impl RxQueue for Rx {
                 .rx_oversize
                 .fetch_add(oversize, Ordering::Relaxed);
         }
+        if empty != 0 {
+            self.shared.rx_empty.fetch_add(empty, Ordering::Relaxed);
+        }
         let received = batch.len() - base;
-        self.idle_since = if received == 0 { Some(now) } else { None };
+        // Idle (the next poll waits `min_interval`) only when nothing at all was read: a
+        // burst of dropped messages may have frames behind it.
+        self.idle_since = if received == 0 && oversize == 0 && empty == 0 {
+            Some(now)
+        } else {
+            None
+        };
         received
     }
+}
+
+/// True if the client has closed its end (its remaining messages can still be read).
+fn peer_closed(fd: RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd; a zero timeout never blocks.
+    let r = unsafe { libc::poll(&mut p, 1, 0) };
+    r > 0 && p.revents & (libc::POLLRDHUP | libc::POLLHUP) != 0
 }
 
 /// The outgoing queue.

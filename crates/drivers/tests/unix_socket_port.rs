@@ -351,6 +351,70 @@ fn oversize_messages_are_dropped_and_counted() {
 }
 
 #[test]
+fn empty_messages_are_dropped_and_counted() {
+    let mut h = Harness::new();
+    let path = temp_path();
+    create(&h, "p0", &Value::map().with("path", path.as_str())).unwrap();
+    h.add(&port_inc::CLASS, "inc", &Value::map().with("port", "p0"))
+        .unwrap();
+    let cap = h.capture("inc", 0);
+    let c = Client::connect(&path).unwrap();
+    wait_until("the client", || link_up(&h, "p0"));
+    let f = frames(&[60, 70, 80]);
+    c.send(&f[0]);
+    c.send(&[]);
+    c.send(&[]);
+    c.send(&f[1]);
+    c.send(&[]);
+    c.send(&f[2]);
+    receive(&mut h, &cap, 3);
+    assert_eq!(cap.take_data(), f);
+    let port = h.graph.ports().get("p0").unwrap();
+    let (inc, _) = port.counts();
+    assert_eq!(
+        (inc.packets, inc.dropped),
+        (3, 3),
+        "the three empty messages"
+    );
+    let desc = port.port().desc();
+    assert!(desc.contains("3 empty message(s) dropped"), "{desc}");
+    // The client leaving is no empty message.
+    drop(c);
+    wait_until("link down", || {
+        h.run_task("inc", 0);
+        !link_up(&h, "p0")
+    });
+    assert_eq!(port.counts().0.dropped, 3);
+}
+
+#[test]
+fn a_run_of_empty_messages_does_not_hold_back_the_frame_behind_it() {
+    let mut h = Harness::new();
+    let path = temp_path();
+    create(&h, "p0", &Value::map().with("path", path.as_str())).unwrap();
+    h.add(&port_inc::CLASS, "inc", &Value::map().with("port", "p0"))
+        .unwrap();
+    let cap = h.capture("inc", 0);
+    let c = Client::connect(&path).unwrap();
+    wait_until("the client", || link_up(&h, "p0"));
+    let empties = 100;
+    for _ in 0..empties {
+        c.send(&[]);
+    }
+    let f = frames(&[60]);
+    c.send(&f[0]);
+    // Each poll reads up to a burst of messages; one that read only empty messages must not
+    // make the next poll wait out the idle interval.
+    let polls = empties / bessemer_core::MAX_BURST + 2;
+    for _ in 0..polls {
+        h.run_task("inc", 0);
+    }
+    assert_eq!(cap.take_data(), f, "after {polls} polls");
+    let (inc, _) = h.graph.ports().get("p0").unwrap().counts();
+    assert_eq!((inc.packets, inc.dropped), (1, empties as u64));
+}
+
+#[test]
 fn bad_paths_are_refused_with_clear_errors() {
     let h = Harness::new();
     let long = format!("/tmp/{}", "x".repeat(120));

@@ -410,7 +410,7 @@ static TICKER: ModuleClass = ModuleClass {
         },
     ],
     drop_reasons: &[],
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create: |init: &mut InitContext, arg| {
         Args::new(arg, "EmptyArg")?.finish()?;
         init.register_task(0);

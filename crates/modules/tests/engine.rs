@@ -368,7 +368,7 @@ const PROBE_CLASS: bessemer_core::ModuleClass = bessemer_core::ModuleClass {
     ogates: 0,
     commands: &[],
     drop_reasons: &[],
-    mt_safe: false,
+    max_workers: 1,
     create: |_, _| Ok(bessemer_core::Instance::Exclusive(Box::new(Probe))),
 };
 
@@ -423,4 +423,52 @@ fn modules_are_built_while_traffic_flows_and_inserted_atomically() {
         .create_module(&PROBE, Some("big"), &Value::map())
         .unwrap_err();
     assert_eq!(err.code, libc::EEXIST);
+}
+
+/// A worker's `silent_drops` (BESS's, bessctl's "Deadend pkts") counts every packet its
+/// modules dropped: sends to an unconnected gate and drops under a class's own reasons.
+#[test]
+fn worker_silent_drops_count_what_its_modules_drop() {
+    let mut e = engine();
+    add_two_workers(&mut e);
+    // Worker 0: a Bypass whose output is a dead end. Worker 1: UpdateTTL, which drops the
+    // Source's zero-filled (TTL 0, non-IPv4) packets under its own reason.
+    add_source(&mut e, "src0");
+    add_module(&mut e, "Bypass", "bp", &Value::map());
+    e.connect("src0", 0, "bp", 0).unwrap();
+    add_source(&mut e, "src1");
+    add_module(&mut e, "UpdateTTL", "ttl", &Value::map());
+    add_sink(&mut e, "sink");
+    e.connect("src1", 0, "ttl", 0).unwrap();
+    e.connect("ttl", 0, "sink", 0).unwrap();
+    e.attach_task("src0", 0, None, Some(0)).unwrap();
+    e.attach_task("src1", 0, None, Some(1)).unwrap();
+    e.resume_all().unwrap();
+    assert!(eventually(|| e
+        .list_workers()
+        .iter()
+        .all(|w| w.silent_drops > 10_000)));
+    e.pause_all().unwrap();
+    let workers = e.list_workers();
+    let dropped = |m: &str| -> u64 {
+        e.graph()
+            .drops_of(m)
+            .unwrap()
+            .into_iter()
+            .filter(|(r, _)| r != "pool_exhausted")
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let deadends = e
+        .graph()
+        .drops_of("bp")
+        .unwrap()
+        .into_iter()
+        .find(|(r, _)| r == "deadend")
+        .unwrap()
+        .1;
+    assert_eq!(workers[0].silent_drops, deadends);
+    assert_eq!(workers[0].silent_drops, dropped("bp") + dropped("src0"));
+    assert_eq!(workers[1].silent_drops, dropped("ttl") + dropped("src1"));
+    assert_eq!(packets(&e, "ttl", 0), 0, "every packet was dropped");
 }

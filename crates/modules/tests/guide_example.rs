@@ -64,7 +64,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         handler: handler!(Exclusive TrimTo, TrimTo::cmd_set_len),
     }],
     drop_reasons: TrimToDrop::NAMES,
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create: |_, arg| {
         let len = TrimTo::parse(arg, "TrimToArg")?;
         Ok(Instance::Exclusive(Box::new(TrimTo { len })))

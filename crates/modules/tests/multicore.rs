@@ -187,12 +187,9 @@ fn port_inc_queues_on_two_workers_count_exactly_and_are_reported() {
     e.attach_task("inc", 0, None, Some(0)).unwrap();
     e.attach_task("inc", 1, None, Some(1)).unwrap();
     e.resume_all().unwrap();
-    // PortInc allows one worker (as BESS): reported with both workers named, yet it runs
-    // (serialised) and counts exactly.
-    assert_eq!(
-        e.constraint_violations(),
-        vec![("inc".to_string(), vec![0, 1])]
-    );
+    // BESS's usual multi-core receive set-up: PortInc allows every worker (port_inc.h), so
+    // nothing is reported (pybess's resume_all would raise ConstraintError otherwise).
+    assert!(e.constraint_violations().is_empty());
     assert!(eventually(|| packets(&e, "inc", 0) == limit));
     e.pause_all().unwrap();
     let h = e.ports().get("p").unwrap();
@@ -289,8 +286,8 @@ fn constraint_checker_names_module_and_workers() {
     for src in ["a", "b"] {
         add_source(&mut e, src);
     }
-    // Two single-worker classes reached by both workers, one of them behind a classifier
-    // that allows every worker; a Queue's own task cuts the reach.
+    // NAT (two workers allowed) and a single-worker class reached by both workers, the
+    // latter behind a classifier that allows every worker; a Queue's own task cuts the reach.
     add_module(
         &mut e,
         "NAT",
@@ -324,13 +321,58 @@ fn constraint_checker_names_module_and_workers() {
     e.resume_all().unwrap();
     assert_eq!(
         e.constraint_violations(),
-        vec![
-            ("nat".to_string(), vec![0, 1]),
-            ("uf".to_string(), vec![0, 1]),
-        ],
-        "rr is behind the queue: worker 1 only"
+        vec![("uf".to_string(), vec![0, 1])],
+        "NAT allows two workers; rr is behind the queue: worker 1 only"
     );
     // Both sources on one worker: nothing to report.
     e.attach_task("b", 0, None, Some(0)).unwrap();
     assert!(e.constraint_violations().is_empty());
+}
+
+/// BESS's worker limits of the NAT classes: the fork's NAT allows two workers (nat.h), so a
+/// third is reported; StaticNAT allows one, so BESS's `test_nat_negative` (two sources on
+/// two workers into one StaticNAT) is refused.
+#[test]
+fn nat_allows_two_workers_and_static_nat_one() {
+    let mut e = engine();
+    add_two_workers(&mut e);
+    let cores = std::thread::available_parallelism().unwrap().get();
+    e.add_worker(2, 2 % cores).unwrap();
+    let ext = Value::map().with(
+        "ext_addrs",
+        Value::List(vec![Value::map().with("ext_addr", "192.0.2.1")]),
+    );
+    add_module(&mut e, "NAT", "nat", &ext);
+    add_module(&mut e, "StaticNAT", "snat", &Value::map());
+    add_sink(&mut e, "sink");
+    e.connect("nat", 0, "sink", 0).unwrap();
+    e.connect("nat", 1, "sink", 0).unwrap();
+    e.connect("snat", 0, "sink", 0).unwrap();
+    e.connect("snat", 1, "sink", 0).unwrap();
+    for (src, to, igate, wid) in [
+        ("a", "nat", 0, 0),
+        ("b", "nat", 1, 1),
+        ("c", "snat", 0, 0),
+        ("d", "snat", 1, 1),
+    ] {
+        add_source(&mut e, src);
+        e.connect(src, 0, to, igate).unwrap();
+        e.attach_task(src, 0, None, Some(wid)).unwrap();
+    }
+    assert_eq!(
+        e.constraint_violations(),
+        vec![("snat".to_string(), vec![0, 1])],
+        "NAT on two workers is allowed, StaticNAT on two is not"
+    );
+    add_source(&mut e, "x");
+    e.connect("x", 0, "nat", 0).unwrap();
+    e.attach_task("x", 0, None, Some(2)).unwrap();
+    assert_eq!(
+        e.constraint_violations(),
+        vec![
+            ("nat".to_string(), vec![0, 1, 2]),
+            ("snat".to_string(), vec![0, 1]),
+        ],
+        "a third worker on NAT is one too many"
+    );
 }

@@ -1408,36 +1408,3 @@ fn far_lookup_values_reach_the_outer_headers_in_network_order() {
     want[18..20].copy_from_slice(&hex("0513"));
     assert_eq!(out.take_data(), vec![want]);
 }
-
-/// The fork's worker limits (`max_allowed_workers_`) and command thread safety, as read in
-/// its headers and command tables.
-#[test]
-fn thread_safety_is_the_forks() {
-    let class = |n: &str| find(n).unwrap();
-    for n in ["Qos", "GtpuEncap"] {
-        assert!(class(n).mt_safe, "{n} allows every worker in the fork");
-    }
-    for n in ["GtpuPathMonitoring", "FlowMeasure", "SequentialUpdate"] {
-        assert!(!class(n).mt_safe, "{n} allows one worker in the fork");
-    }
-    for (c, cmds, want) in [
-        (
-            "Qos",
-            &["add", "delete", "clear", "set_default_gate"][..],
-            true,
-        ),
-        ("Counter", &["add", "remove", "removeAll"][..], true),
-        ("FlowMeasure", &["read", "flip"][..], true),
-        (
-            "GtpuPathMonitoring",
-            &["add", "delete", "clear", "read"][..],
-            true,
-        ),
-        ("IPFrag", &["get_eth_mtu"][..], true),
-        ("SequentialUpdate", &["add", "clear"][..], false),
-    ] {
-        for cmd in cmds {
-            assert_eq!(class(c).command(cmd).unwrap().mt_safe, want, "{c}.{cmd}");
-        }
-    }
-}

@@ -92,7 +92,7 @@ pub(super) async fn list_workers(ctl: &Control) -> RpcResult<pb::ListWorkersResp
                         core: w.core as i64,
                         running: w.state == WorkerState::Running,
                         num_tcs: w.num_tcs as i64,
-                        silent_drops: 0,
+                        silent_drops: w.silent_drops as i64,
                     })
                     .collect(),
             })
@@ -168,9 +168,9 @@ fn check_constraints(e: &mut Engine) -> Result<pb::CheckSchedulingConstraintsRes
     let violations = e.constraint_violations();
     for (m, ws) in &violations {
         tracing::warn!(
-            "scheduling constraint violated: module '{m}' is run by workers {ws:?}, but its \
-             class allows one worker; attach the tasks that reach it to one worker or put a \
-             Queue in front of it"
+            "scheduling constraint violated: module '{m}' is run by workers {ws:?}, more \
+             than its class allows (show mclass); attach the tasks that reach it to fewer \
+             workers or put a Queue in front of it"
         );
     }
     Ok(pb::CheckSchedulingConstraintsResponse {

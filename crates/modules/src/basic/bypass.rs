@@ -59,7 +59,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: MAX_GATES,
     commands: &[],
     drop_reasons: &[],
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create: |_, arg| {
         let mut a = Args::new(arg, "BypassArg")?;
         let per_batch = a.uint("cycles_per_batch", u32::MAX as u64)?.unwrap_or(0);

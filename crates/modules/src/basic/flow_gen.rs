@@ -621,7 +621,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         },
     ],
     drop_reasons: FlowGenDrop::NAMES,
-    mt_safe: false,
+    max_workers: 1,
     create,
 };
 

@@ -22,7 +22,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: 1,
     commands: &[],
     drop_reasons: &[],
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create: |_, arg| {
         Args::new(arg, "MergeArg")?.finish()?;
         Ok(Instance::Exclusive(Box::new(Merge)))

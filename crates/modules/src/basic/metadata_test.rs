@@ -76,7 +76,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: MAX_GATES,
     commands: &[],
     drop_reasons: &[],
-    mt_safe: false,
+    max_workers: bessemer_core::ALL_WORKERS,
     create,
 };
 

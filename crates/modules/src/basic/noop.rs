@@ -23,7 +23,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: 0,
     commands: &[],
     drop_reasons: &[],
-    mt_safe: false,
+    max_workers: 1,
     create: |init, arg| {
         Args::new(arg, "NoOpArg")?.finish()?;
         init.register_task(0);

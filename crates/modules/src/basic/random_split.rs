@@ -103,7 +103,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         },
     ],
     drop_reasons: RandomSplitDrop::NAMES,
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create: |_, arg| {
         let mut a = Args::new(arg, "RandomSplitArg")?;
         let drop_threshold = threshold(a.float("drop_rate")?, "RandomSplitArg")?;

@@ -86,11 +86,11 @@ pub static CLASS: ModuleClass = ModuleClass {
         name: "set_gates",
         arg_type: "ReplicateCommandSetGatesArg",
         help: "replaces the list of output gates",
-        mt_safe: true,
+        mt_safe: false,
         handler: handler!(Exclusive Replicate, Replicate::cmd_set_gates),
     }],
     drop_reasons: ReplicateDrop::NAMES,
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create: |_, arg| {
         let mut a = Args::new(arg, "ReplicateArg")?;
         let gates = parse_gates(a.list("gates")?, "ReplicateArg", true)?;

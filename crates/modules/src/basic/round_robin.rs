@@ -113,7 +113,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         },
     ],
     drop_reasons: RoundRobinDrop::NAMES,
-    mt_safe: false,
+    max_workers: 1,
     create: |_, arg| {
         let mut a = Args::new(arg, "RoundRobinArg")?;
         let gates = parse_gates(a.list("gates")?, "RoundRobinArg", false)?;

@@ -21,7 +21,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: 0,
     commands: &[],
     drop_reasons: &[],
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create: |_, arg| {
         Args::new(arg, "SinkArg")?.finish()?;
         Ok(Instance::Exclusive(Box::new(Sink)))

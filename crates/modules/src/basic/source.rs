@@ -101,7 +101,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         },
     ],
     drop_reasons: SourceDrop::NAMES,
-    mt_safe: false,
+    max_workers: 1,
     create,
 };
 

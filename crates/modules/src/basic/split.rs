@@ -73,7 +73,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: MAX_GATES,
     commands: &[],
     drop_reasons: SplitDrop::NAMES,
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create: |init, arg| {
         let mut a = Args::new(arg, "SplitArg")?;
         let size = a

@@ -249,7 +249,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         },
     ],
     drop_reasons: AclDrop::NAMES,
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create: |_, arg| {
         let mut acl = Acl {
             rules: Vec::new(),

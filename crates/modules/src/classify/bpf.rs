@@ -719,7 +719,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         },
     ],
     drop_reasons: &[],
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create: |_, arg| {
         let mut filters = Filters::default();
         add_sorted(&mut filters, parse_filters(arg, "BPFArg")?);

@@ -370,21 +370,21 @@ pub static CLASS: ModuleClass = ModuleClass {
             name: "add",
             arg_type: "ExactMatchCommandAddArg",
             help: "adds (or replaces) a rule: field values -> gate (8192 = drop)",
-            mt_safe: false,
+            mt_safe: true,
             handler: handler!(Exclusive ExactMatch, cmd_add::<ExactMatch>),
         },
         CommandSpec {
             name: "delete",
             arg_type: "ExactMatchCommandDeleteArg",
             help: "removes the rule with these field values",
-            mt_safe: false,
+            mt_safe: true,
             handler: handler!(Exclusive ExactMatch, ExactMatch::cmd_delete),
         },
         CommandSpec {
             name: "clear",
             arg_type: "EmptyArg",
             help: "removes all rules",
-            mt_safe: false,
+            mt_safe: true,
             handler: handler!(Exclusive ExactMatch, ExactMatch::cmd_clear),
         },
         CommandSpec {
@@ -396,7 +396,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         },
     ],
     drop_reasons: TableDrop::NAMES,
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create,
 };
 

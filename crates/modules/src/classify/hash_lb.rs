@@ -227,7 +227,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         },
     ],
     drop_reasons: HashLbDrop::NAMES,
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create: |_, arg| {
         let msg = "HashLBArg";
         let mut a = Args::new(arg, msg)?;

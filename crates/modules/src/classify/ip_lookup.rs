@@ -413,7 +413,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         },
     ],
     drop_reasons: IpLookupDrop::NAMES,
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create: |_, arg| {
         let what = "IPLookupArg";
         let mut a = Args::new(arg, what)?;

@@ -375,7 +375,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         },
     ],
     drop_reasons: TableDrop::NAMES,
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create: |_, arg| {
         let what = "L2ForwardArg";
         let mut a = Args::new(arg, what)?;

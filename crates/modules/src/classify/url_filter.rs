@@ -601,7 +601,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         },
     ],
     drop_reasons: UrlFilterDrop::NAMES,
-    mt_safe: false,
+    max_workers: 1,
     create: |_, arg| {
         let mut u = UrlFilter::new(
             bessemer_core::tsc::ns_to_cycles(BLOCK_NS),

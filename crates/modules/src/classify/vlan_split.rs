@@ -43,7 +43,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: MAX_GATES,
     commands: &[],
     drop_reasons: VlanSplitDrop::NAMES,
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create: |_, arg| {
         Args::new(arg, "VLANSplitArg")?.finish()?;
         Ok(Instance::Exclusive(Box::new(VlanSplit)))

@@ -660,21 +660,21 @@ pub static CLASS: ModuleClass = ModuleClass {
             name: "add",
             arg_type: "WildcardMatchCommandAddArg",
             help: "adds (or replaces) a rule: values/masks, priority -> gate (8192 = drop)",
-            mt_safe: false,
+            mt_safe: true,
             handler: handler!(Exclusive WildcardMatch, cmd_add::<WildcardMatch>),
         },
         CommandSpec {
             name: "delete",
             arg_type: "WildcardMatchCommandDeleteArg",
             help: "removes the rule with these values and masks",
-            mt_safe: false,
+            mt_safe: true,
             handler: handler!(Exclusive WildcardMatch, WildcardMatch::cmd_delete),
         },
         CommandSpec {
             name: "clear",
             arg_type: "EmptyArg",
             help: "removes all rules",
-            mt_safe: false,
+            mt_safe: true,
             handler: handler!(Exclusive WildcardMatch, WildcardMatch::cmd_clear),
         },
         CommandSpec {
@@ -686,7 +686,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         },
     ],
     drop_reasons: TableDrop::NAMES,
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create,
 };
 

@@ -129,7 +129,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         handler: handler!(Shared WorkerSplit, WorkerSplit::cmd_reset),
     }],
     drop_reasons: WorkerSplitDrop::NAMES,
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create: |_, arg| {
         let ws = WorkerSplit {
             gates: std::array::from_fn(|_| AtomicI32::new(-1)),

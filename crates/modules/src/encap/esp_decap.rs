@@ -255,7 +255,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         },
     ],
     drop_reasons: EspDecapDrop::NAMES,
-    mt_safe: false,
+    max_workers: 1,
     create: |_, arg: &Value| {
         let mut a = Args::new(arg, "ESPDecapArg")?;
         let sas = a.list("sas")?;

@@ -254,7 +254,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         },
     ],
     drop_reasons: EspEncapDrop::NAMES,
-    mt_safe: false,
+    max_workers: 1,
     create: |_, arg: &Value| {
         let mut a = Args::new(arg, "ESPEncapArg")?;
         let sas = a.list("sas")?;
@@ -305,7 +305,7 @@ mod tests {
         ogates: 1,
         commands: &[],
         drop_reasons: &[],
-        mt_safe: false,
+        max_workers: 1,
         create: |_, _| Ok(Instance::Exclusive(Box::new(FillTail))),
     };
 

@@ -50,7 +50,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: 1,
     commands: &[],
     drop_reasons: GenericDecapDrop::NAMES,
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create: |_, arg: &Value| {
         let mut a = Args::new(arg, "GenericDecapArg")?;
         let bytes = a.uint("bytes", MAX_DECAP)?.unwrap_or(0) as usize;

@@ -193,7 +193,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: 1,
     commands: &[],
     drop_reasons: GenericEncapDrop::NAMES,
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create,
 };
 

@@ -67,7 +67,7 @@ pub(crate) mod testutil {
         ogates: 1,
         commands: &[],
         drop_reasons: &[],
-        mt_safe: false,
+        max_workers: 1,
         create: |_, _| Ok(Instance::Exclusive(Box::new(EatHeadroom))),
     };
 

@@ -100,7 +100,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         handler: handler!(Exclusive MplsPop, MplsPop::cmd_set),
     }],
     drop_reasons: MplsPopDrop::NAMES,
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create: |_, arg| {
         let (remove, ty) = parse(arg, "MplsPopArg")?;
         Ok(Instance::Exclusive(Box::new(MplsPop {

@@ -40,7 +40,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: 1,
     commands: &[],
     drop_reasons: VlanPopDrop::NAMES,
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create: |_, arg: &Value| {
         Args::new(arg, "VLANPopArg")?.finish()?;
         Ok(Instance::Exclusive(Box::new(VlanPop)))

@@ -95,7 +95,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         },
     ],
     drop_reasons: VlanPushDrop::NAMES,
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create: |_, arg| {
         Ok(Instance::Exclusive(Box::new(VlanPush {
             tci: parse_tci(arg)?,

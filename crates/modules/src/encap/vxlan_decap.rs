@@ -113,7 +113,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: 1,
     commands: &[],
     drop_reasons: VxlanDecapDrop::NAMES,
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create: |init, arg: &Value| {
         Args::new(arg, "VXLANDecapArg")?.finish()?;
         add_attrs(

@@ -108,7 +108,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: 1,
     commands: &[],
     drop_reasons: VxlanEncapDrop::NAMES,
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create: |init, arg: &Value| {
         let mut a = Args::new(arg, "VXLANEncapArg")?;
         let port = a.uint("dstport", u64::MAX)?.unwrap_or(0);

@@ -72,6 +72,6 @@ pub static CLASS: ModuleClass = ModuleClass {
         handler: handler!(Exclusive PortInc, PortInc::cmd_set_burst),
     }],
     drop_reasons: &[],
-    mt_safe: false,
+    max_workers: bessemer_core::ALL_WORKERS,
     create,
 };

@@ -44,6 +44,6 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: 0,
     commands: &[],
     drop_reasons: super::TxDrop::NAMES,
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create,
 };

@@ -72,6 +72,6 @@ pub static CLASS: ModuleClass = ModuleClass {
         handler: handler!(Exclusive QueueInc, QueueInc::cmd_set_burst),
     }],
     drop_reasons: &[],
-    mt_safe: false,
+    max_workers: 1,
     create,
 };

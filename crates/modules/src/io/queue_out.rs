@@ -46,6 +46,6 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: 0,
     commands: &[],
     drop_reasons: super::TxDrop::NAMES,
-    mt_safe: false,
+    max_workers: 1,
     create,
 };

@@ -99,7 +99,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         handler: handler!(Exclusive Dump, Dump::cmd_set_interval),
     }],
     drop_reasons: &[],
-    mt_safe: false,
+    max_workers: 1,
     create: |_, arg| {
         let mut a = Args::new(arg, "DumpArg")?;
         let interval = interval(a.float("interval")?, "DumpArg")?;

@@ -273,7 +273,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         },
     ],
     drop_reasons: &[],
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create: |init, arg| {
         let mut a = Args::new(arg, "MeasureArg")?;
         let place = parse_place(&mut a, init, AccessMode::Read, "MeasureArg")?;

@@ -125,7 +125,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: 1,
     commands: &[],
     drop_reasons: &[],
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create: |init, arg| {
         let mut a = Args::new(arg, "TimestampArg")?;
         let place = parse_place(&mut a, init, AccessMode::Write, "TimestampArg")?;

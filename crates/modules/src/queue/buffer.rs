@@ -39,7 +39,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: 1,
     commands: &[],
     drop_reasons: &[],
-    mt_safe: false,
+    max_workers: 1,
     create: |_, arg: &Value| {
         Args::new(arg, "BufferArg")?.finish()?;
         Ok(Instance::Exclusive(Box::new(Buffer {

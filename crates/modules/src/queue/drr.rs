@@ -8,7 +8,8 @@ use bessemer_core::{
     Result, Value,
 };
 
-/// Flows tracked by default (BESS's kDefaultNumFlows).
+/// Slots of the flow ring by default (BESS's kDefaultNumFlows, used as it is when `num_flows`
+/// is 0).
 pub const DEFAULT_NUM_FLOWS: u64 = 4096;
 /// Bytes a flow may send per round by default (BESS's kDefaultQuantum).
 pub const DEFAULT_QUANTUM: u64 = 1500;
@@ -102,7 +103,11 @@ fn now_ns(ctx: &Context) -> u64 {
 pub struct Drr {
     quantum: u64,
     max_queue: usize,
-    max_flows: usize,
+    /// `num_flows` as configured (0: the default).
+    num_flows: u64,
+    /// Most flows the round-robin `ring` holds (see [`ring_capacity`]); a new flow is refused
+    /// while it is full.
+    ring_cap: usize,
     /// Flow slots; `None` is free.
     slots: Vec<Option<Flow>>,
     free: Vec<u32>,
@@ -116,15 +121,17 @@ pub struct Drr {
 }
 
 impl Drr {
-    fn new(max_flows: usize, quantum: u64, max_queue: usize) -> Drr {
+    fn new(num_flows: u64, quantum: u64, max_queue: usize) -> Drr {
+        let ring_cap = ring_capacity(num_flows);
         Drr {
             quantum,
             max_queue,
-            max_flows,
-            slots: Vec::with_capacity(max_flows.min(4096)),
+            num_flows,
+            ring_cap,
+            slots: Vec::with_capacity(ring_cap.min(4096)),
             free: Vec::new(),
-            map: HashMap::with_capacity(max_flows.min(4096)),
-            ring: VecDeque::with_capacity(max_flows.min(4096)),
+            map: HashMap::with_capacity(ring_cap.min(4096)),
+            ring: VecDeque::with_capacity(ring_cap.min(4096)),
             current: None,
             spare_queues: Vec::new(),
         }
@@ -282,7 +289,9 @@ impl Module for Drr {
             };
             let i = match self.map.get(&id) {
                 Some(&i) => i,
-                None if self.map.len() >= self.max_flows => {
+                // BESS refuses a new flow when its flow ring is full (`llring_full`); the
+                // flow being served after a batch filled up is outside the ring, as here.
+                None if self.ring.len() >= self.ring_cap => {
                     ctx.drop_packet(p, DrrDrop::TooManyFlows);
                     continue;
                 }
@@ -323,7 +332,8 @@ impl Module for Drr {
             .with("queued", queued)
             .with("quantum", self.quantum)
             .with("max_flow_queue_size", self.max_queue)
-            .with("num_flows", self.max_flows)
+            .with("num_flows", self.num_flows)
+            .with("max_flows", self.ring_cap)
     }
 
     fn deinit(&mut self, ctx: &mut Context) {
@@ -335,13 +345,21 @@ impl Module for Drr {
     }
 }
 
+/// Flows the round-robin ring holds, as BESS's DRR: its ring (an llring, which holds one
+/// entry fewer than its slots) has `num_flows + 1` rounded up to a power of two slots, or
+/// `DEFAULT_NUM_FLOWS` slots when `num_flows` is 0 — so 4 gives 7 flows, 0 gives 4095.
+fn ring_capacity(num_flows: u64) -> usize {
+    let slots = match num_flows {
+        0 => DEFAULT_NUM_FLOWS,
+        n => (n + 1).next_power_of_two(),
+    };
+    (slots - 1) as usize
+}
+
 fn create(init: &mut bessemer_core::InitContext, arg: &Value) -> Result<Instance> {
     let mut a = Args::new(arg, "DRRArg")?;
     // 0 means the default, as in BESS (proto3 cannot tell 0 from absent).
-    let num_flows = match a.uint("num_flows", MAX_NUM_FLOWS)?.unwrap_or(0) {
-        0 => DEFAULT_NUM_FLOWS,
-        n => n,
-    };
+    let num_flows = a.uint("num_flows", MAX_NUM_FLOWS)?.unwrap_or(0);
     let quantum = match a.uint("quantum", u32::MAX as u64)?.unwrap_or(0) {
         0 => DEFAULT_QUANTUM,
         n => n,
@@ -353,7 +371,7 @@ fn create(init: &mut bessemer_core::InitContext, arg: &Value) -> Result<Instance
     a.finish()?;
     init.register_task(0);
     Ok(Instance::Exclusive(Box::new(Drr::new(
-        num_flows as usize,
+        num_flows,
         quantum,
         max_queue as usize,
     ))))
@@ -366,7 +384,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     help: "deficit round robin scheduling over IPv4 5-tuple flows",
     arg_type: "DRRArg",
     arg_doc: &[
-        "num_flows: uint32 — most flows tracked at once (default 4096; idle flows are forgotten after 300 s)",
+        "num_flows: uint32 — sizes the flow table as BESS: 2^ceil(log2(num_flows + 1)) - 1 flows at once (7 for 4; default 4095); idle flows are forgotten after 300 s",
         "quantum: uint64 — bytes added to a flow's deficit per round (default 1500)",
         "max_flow_queue_size: uint32 — packets one flow may queue (default 8192)",
         "  its own task dequeues up to a batch (64 packets) per run; non-IPv4 frames share one flow",
@@ -390,7 +408,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         },
     ],
     drop_reasons: DrrDrop::NAMES,
-    mt_safe: false,
+    max_workers: bessemer_core::ALL_WORKERS,
     create,
 };
 
@@ -530,7 +548,8 @@ mod tests {
         let c = h.capture("drr", 0);
         let mut input: Vec<Vec<u8>> = (0..6).map(|_| pkt(1, 60)).collect();
         input.push(pkt(2, 60));
-        input.push(pkt(3, 60)); // a third flow
+        input.push(pkt(3, 60)); // a third flow: num_flows 2 admits 3 (a ring of 4 slots)
+        input.push(pkt(5, 60)); // a fourth flow
         input.push(vec![0u8; 10]); // too short for Ethernet
         input.push(pkt(1, 60)[..30].to_vec()); // IPv4 header cut off
         let mut bad = pkt(4, 60);
@@ -550,8 +569,50 @@ mod tests {
         h.inject("drr", 0, &[pkt(1, 60), pkt(1, 60)]);
         assert_eq!(h.drops("drr", "flow_queue_full"), 3);
         while !h.run_task("drr", 0).block {}
-        assert_eq!(c.take_data().len(), 6);
+        assert_eq!(c.take_data().len(), 7);
         assert_eq!(h.in_use(), 0);
+    }
+
+    /// BESS's test_drr_batch set-up: `num_flows` 4 sizes BESS's flow ring to 8 slots, so 7
+    /// flows are served and the 8th is refused; 1 admits 1, 0 the default 4095.
+    #[test]
+    fn num_flows_admits_as_many_flows_as_bess() {
+        for (num_flows, admitted) in [(4u64, 7usize), (1, 1), (7, 7), (8, 15)] {
+            let mut h = Harness::new();
+            drr(
+                &mut h,
+                Value::map()
+                    .with("num_flows", num_flows)
+                    .with("max_flow_queue_size", 100),
+            );
+            let c = h.capture("drr", 0);
+            let input: Vec<Vec<u8>> = (1..=admitted as u16 + 1).map(|f| pkt(f, 60)).collect();
+            for chunk in input.chunks(MAX_BURST) {
+                h.inject("drr", 0, chunk);
+            }
+            assert_eq!(h.drops("drr", "too_many_flows"), 1, "num_flows {num_flows}");
+            let mut runs = 0;
+            while !h.run_task("drr", 0).block {
+                runs += 1;
+                assert!(runs < 1000);
+            }
+            let out = c.take_data();
+            assert_eq!(out.len(), admitted, "num_flows {num_flows}");
+            assert!(out.iter().all(|p| sport(p) as usize <= admitted));
+            let info = h.graph.info_of("drr").unwrap();
+            assert_eq!(
+                info.get("max_flows").unwrap().as_i64(),
+                Some(admitted as i64)
+            );
+            assert_eq!(
+                info.get("num_flows").unwrap().as_i64(),
+                Some(num_flows as i64)
+            );
+        }
+        let mut h = Harness::new();
+        drr(&mut h, Value::map());
+        let info = h.graph.info_of("drr").unwrap();
+        assert_eq!(info.get("max_flows").unwrap().as_i64(), Some(4095));
     }
 
     #[test]

@@ -197,7 +197,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         },
     ],
     drop_reasons: QueueDrop::NAMES,
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create: |init, arg| {
         let mut a = Args::new(arg, "QueueArg")?;
         let size = check_size(a.uint("size", u64::MAX)?.unwrap_or(1024), "QueueArg")?;

@@ -132,7 +132,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         handler: handler!(Exclusive ArpResponder, ArpResponder::cmd_add),
     }],
     drop_reasons: ArpResponderDrop::NAMES,
-    mt_safe: false,
+    max_workers: 1,
     create: |_, arg| {
         Args::new(arg, "EmptyArg")?.finish()?;
         Ok(Instance::Exclusive(Box::new(ArpResponder {

@@ -72,7 +72,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: 2,
     commands: &[],
     drop_reasons: IpChecksumDrop::NAMES,
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create: |_, arg| {
         let verify = parse_checksum_arg(arg, "IPChecksumArg")?;
         Ok(Instance::Exclusive(Box::new(IpChecksum { verify })))

@@ -130,7 +130,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: 2,
     commands: &[],
     drop_reasons: L4ChecksumDrop::NAMES,
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create: |_, arg| {
         let verify = parse_checksum_arg(arg, "L4ChecksumArg")?;
         Ok(Instance::Exclusive(Box::new(L4Checksum { verify })))

@@ -39,7 +39,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: 1,
     commands: &[],
     drop_reasons: MacSwapDrop::NAMES,
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create: |_, arg| {
         Args::new(arg, "MACSwapArg")?.finish()?;
         Ok(Instance::Exclusive(Box::new(MacSwap)))

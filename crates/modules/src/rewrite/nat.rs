@@ -465,7 +465,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: 2,
     commands: nat_commands!(Nat, "NATArg"),
     drop_reasons: NatDrop::NAMES,
-    mt_safe: false,
+    max_workers: 2,
     create: |_, arg| {
         let ext = parse(arg)?;
         Ok(Instance::Exclusive(Box::new(Nat {

@@ -105,7 +105,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         CommandSpec { name: "clear", arg_type: "RandomUpdateCommandClearArg", help: "removes all fields", mt_safe: false, handler: handler!(Exclusive RandomUpdate, RandomUpdate::cmd_clear) },
     ],
     drop_reasons: RandomUpdateDrop::NAMES,
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create: |_, arg| {
         let fields = parse_fields_arg(arg, "RandomUpdateArg", parse_fields)?;
         let mut m = RandomUpdate { fields: OffsetFields::default(), rng: FastRng::from_tsc() };

@@ -223,7 +223,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         },
     ],
     drop_reasons: &[],
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create: |_, arg| {
         let mut a = Args::new(arg, "RewriteArg")?;
         let templates = parse_templates(a.list("templates")?, "RewriteArg")?;

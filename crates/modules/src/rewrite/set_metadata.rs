@@ -178,7 +178,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: 1,
     commands: &[],
     drop_reasons: SetMetadataDrop::NAMES,
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create: |init, arg| {
         let mut a = Args::new(arg, "SetMetadataArg")?;
         let list = a.list("attrs")?;

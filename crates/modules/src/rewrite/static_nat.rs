@@ -142,7 +142,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: 2,
     commands: nat_commands!(StaticNat, "StaticNATArg"),
     drop_reasons: Ipv4Error::NAMES,
-    mt_safe: true,
+    max_workers: 1,
     create: |_, arg| {
         let pairs = parse(arg)?;
         Ok(Instance::Exclusive(Box::new(StaticNat { pairs })))

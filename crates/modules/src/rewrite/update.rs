@@ -127,7 +127,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         },
     ],
     drop_reasons: UpdateDrop::NAMES,
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create: |_, arg| {
         let fields = parse_fields_arg(arg, "UpdateArg", parse_fields)?;
         let mut u = Update {

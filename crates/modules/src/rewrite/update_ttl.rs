@@ -43,7 +43,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: 1,
     commands: &[],
     drop_reasons: UpdateTtlDrop::NAMES,
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create: |_, arg| {
         Args::new(arg, "EmptyArg")?.finish()?;
         Ok(Instance::Exclusive(Box::new(UpdateTtl)))

@@ -181,7 +181,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         },
     ],
     drop_reasons: &[],
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create: |init, arg: &Value| {
         let mut a = Args::new(arg, "CounterArg")?;
         let name = a.str("name_id")?.unwrap_or("").to_string();

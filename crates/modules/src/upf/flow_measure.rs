@@ -229,7 +229,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         },
     ],
     drop_reasons: &[],
-    mt_safe: false,
+    max_workers: 1,
     create: |init, arg: &Value| {
         let mut a = Args::new(arg, "FlowMeasureArg")?;
         let flag_attr = a.str("flag_attr_name")?.unwrap_or("").to_string();

@@ -69,7 +69,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: 1,
     commands: &[],
     drop_reasons: GtpuDecapDrop::NAMES,
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create: |_, arg: &Value| {
         Args::new(arg, "EmptyArg")?.finish()?;
         Ok(Instance::Exclusive(Box::new(GtpuDecap)))

@@ -92,7 +92,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: 2,
     commands: &[],
     drop_reasons: GtpuEchoDrop::NAMES,
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create: |_, arg: &Value| {
         let mut a = Args::new(arg, "GtpuEchoArg")?;
         let ip = a.uint("s1u_sgw_ip", u32::MAX as u64)?.unwrap_or(0) as u32;

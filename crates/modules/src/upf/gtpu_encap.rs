@@ -150,7 +150,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: 2,
     commands: &[],
     drop_reasons: GtpuEncapDrop::NAMES,
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create: |init, arg: &Value| {
         let mut a = Args::new(arg, "GtpuEncapArg")?;
         let add_psc = a.bool("add_psc")?.unwrap_or(false);

@@ -218,7 +218,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: 2,
     commands: &[],
     drop_reasons: GtpuParserDrop::NAMES,
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create: |init, arg: &Value| {
         Args::new(arg, "EmptyArg")?.finish()?;
         add_attrs(

@@ -233,7 +233,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         },
     ],
     drop_reasons: GtpuPathMonitoringDrop::NAMES,
-    mt_safe: false,
+    max_workers: 1,
     create: |_, arg: &Value| {
         Args::new(arg, "EmptyArg")?.finish()?;
         Ok(Instance::Exclusive(Box::new(GtpuPathMonitoring {

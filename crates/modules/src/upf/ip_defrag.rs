@@ -293,7 +293,7 @@ pub static CLASS: ModuleClass = ModuleClass {
     ogates: 2,
     commands: &[],
     drop_reasons: IpDefragDrop::NAMES,
-    mt_safe: false,
+    max_workers: bessemer_core::ALL_WORKERS,
     create: |_, arg: &Value| {
         let mut a = Args::new(arg, "IPDefragArg")?;
         let num_flows = a.uint("num_flows", u32::MAX as u64)?.unwrap_or(0);

@@ -195,7 +195,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         handler: handler!(Exclusive IpFrag, IpFrag::cmd_get_eth_mtu),
     }],
     drop_reasons: IpFragDrop::NAMES,
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create: |_, arg: &Value| {
         let mut a = Args::new(arg, "IPFragArg")?;
         let mtu = a.int("mtu", i32::MIN as i64, i32::MAX as i64)?.unwrap_or(0);

@@ -722,7 +722,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         },
     ],
     drop_reasons: QosDrop::NAMES,
-    mt_safe: true,
+    max_workers: bessemer_core::ALL_WORKERS,
     create,
 };
 

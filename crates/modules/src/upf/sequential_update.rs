@@ -170,7 +170,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         },
     ],
     drop_reasons: SequentialUpdateDrop::NAMES,
-    mt_safe: false,
+    max_workers: 1,
     create: |_, arg: &Value| {
         let vars = parse_fields_arg(arg, "SequentialUpdateArg", parse)?;
         Ok(Instance::Exclusive(Box::new(SequentialUpdate { vars })))
