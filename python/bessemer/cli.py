@@ -624,8 +624,9 @@ def check_constraints(s: Session, _args) -> None:
     for m in r.modules:
         wids = ", ".join(str(w) for w in _workers_reaching(s, m.name)) or "?"
         lines.append(
-            f"module {m.name} is run by workers {wids}, but its class allows one worker; "
-            "attach the tasks that reach it to one worker, or put a Queue in front of it"
+            f"module {m.name} is run by workers {wids}, more than its class allows "
+            "('show mclass' gives the limit); attach the tasks that reach it to fewer "
+            "workers, or put a Queue in front of it"
         )
     raise CliError(
         "constraint violations" + (" (fatal)" if r.fatal else "") + ":\n  " + "\n  ".join(lines)
