@@ -290,7 +290,7 @@ for r in rows:
 kinds = sorted({r["generator"] for r in [gen] + rows if "generator" in r})
 gname = ", ".join(gen_names.get(k, k) for k in kinds) or "none ran"
 print(f"generator: {gname}, core 0"
-      + (f" (live-frames XDP refused: {gen['generator_reason']})" if gen.get("generator_reason") else ""))
+      + (f", because {gen['generator_reason']}" if gen.get("generator_reason") else ""))
 if "runs" in gen:
     own = ", ".join(f"{x['sink_mpps']:.2f} Mpps at {x['frame_bytes']} B" for x in gen["runs"])
     print(f"generator alone into the sink: {own}; bound: gen = a figure at {GEN_BOUND:.0%} of that "
@@ -301,7 +301,7 @@ if gens:
     big = f", {min(gens_l):.2f}-{max(gens_l):.2f} Mpps at 1518 B" if gens_l else ""
     print(f"generator offered {min(gens):.2f}-{max(gens):.2f} Mpps at 64 B{big} "
           f"through the switches; {secs} s per run")
-sinks = sorted({r.get("sink", "") for r in rows if "runs" in r})
+sinks = sorted({r["sink"] for r in rows if r.get("sink")})
 print("sink counter: " + ", ".join("XDP per-CPU counter" if k == "xdp" else
       "rx_packets, no XDP (BENCH_SINK=stats)" if k == "rx_packets" else k for k in sinks))
 print("each figure: the median of the runs (by the sink's rate); min-max: the runs' 64-byte rates")

@@ -176,7 +176,7 @@ fn choose_generator(ns: &str, ifname: &str) -> Result<(GenKind, Option<String>)>
         let idx = netns::ifindex(ifname)?;
         bpf::xdp_live_frames(prog.as_raw_fd(), &frame(FRAMES[0], 1024), idx, 1, 1).map_err(|e| {
             err(format!(
-                "the kernel refuses BPF_PROG_TEST_RUN with BPF_F_TEST_XDP_LIVE_FRAMES ({})",
+                "the kernel refuses BPF_PROG_TEST_RUN with BPF_F_TEST_XDP_LIVE_FRAMES: {}",
                 std::io::Error::from_raw_os_error(e.code)
             ))
         })
