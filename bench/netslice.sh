@@ -13,6 +13,8 @@
 #   kernel     the kernel's own forwarding: the Linux bridge (a static FDB entry)
 #   direct     no forwarder: ping over a veth pair straight between the namespaces (the
 #              baseline of the added round-trip latency)
+# The generator is bench-ports' (live-frames XDP, or where the kernel refuses it an AF_PACKET TX
+# ring; each bench-ports table names it and its own rate into the sink).
 # Needs root. Prints bench-ports' table, then the comparison table with the paper's ratios,
 # and ends with one JSON line ("bench": "netslice", "afxdp_vs_pcap_mmap", ...).
 #   --quick: 1 run of 2 s per case, 64-byte frames only (about 2-3 minutes); otherwise
@@ -43,13 +45,21 @@ for b in 1 2 4 8 16 32; do sweep="$sweep afxdp:$b"; done
 
 main_out=$(BENCH_FRAME_BYTES=$main_frames MODES="direct kernel pcap pcap-mmap afxdp" bench/ports.sh)
 echo "$main_out" | sed '$d'
+# The second run uses the generator the first picked (and does not print why again).
+BENCH_GEN=$(echo "$main_out" | tail -n1 |
+  python3 -c 'import json, sys; print(json.load(sys.stdin)["generator"]["kind"] or "auto")')
+export BENCH_GEN
 side_out=$(BENCH_FRAME_BYTES=64 MODES="$sweep pcap@0 pcap-mmap@0 mmsg:32@0 afxdp@0" bench/ports.sh)
 echo "$side_out" | sed '$d'
 
 report=$(cat <<'PY'
 import json, sys
 quick = sys.argv[1] == "1"
-rows = json.loads(sys.argv[2])["switches"] + json.loads(sys.argv[3])["switches"]
+main, side = json.loads(sys.argv[2]), json.loads(sys.argv[3])
+rows = main["switches"] + side["switches"]
+gen = main.get("generator") or {}
+gen_name = {"xdp-live": "live-frames XDP", "afpacket": "AF_PACKET TX ring"}.get(gen.get("kind"), "no generator ran")
+own = next((x["sink_mpps"] for x in (gen.get("alone") or {}).get("runs", []) if x["frame_bytes"] == 64), None)
 by = {r["mode"]: r for r in rows}
 def at(mode, size, key="sink_mpps"):
     r = by.get(mode)
@@ -62,7 +72,8 @@ def ratio(a, b):
 direct = by.get("direct", {})
 d50 = direct.get("rtt_p50_us") if direct.get("pings") else None
 print()
-print("NetSlice's comparison: 64-byte frames, generator on core 0 (live-frames XDP)")
+print(f"NetSlice's comparison: 64-byte frames, generator on core 0 ({gen_name}"
+      + (f", {own:.2f} Mpps alone into the sink" if own is not None else "") + ")")
 hdr = (f"{'forwarder':28} {'core':>4} {'Mpps':>7} {'(min-max)':>11} {'CPU%':>5} {'Mpps/core':>9} "
        f"{'1518B Gbps':>10} {'RTT p50':>7} {'p99':>6} {'+RTT':>5}")
 print(hdr)
@@ -133,7 +144,9 @@ print(f"target afxdp >= 4 x pcap-mmap (64 B, core 1): "
 out = {"bench": "netslice", "quick": quick, "seconds_per_run": float(sys.argv[4]),
        **figs, "mmsg_sweep_mpps": {str(b): v for b, v in sweep.items()},
        "afxdp_sweep_mpps": {str(b): v for b, v in afxdp_sweep.items()},
-       "rtt_direct_p50_us": d50, "added_rtt_p50_us": added, "rows": rows}
+       "rtt_direct_p50_us": d50, "added_rtt_p50_us": added,
+       "generator": {"kind": gen.get("kind"), "reason": gen.get("reason"), "alone_mpps_64": own},
+       "rows": rows}
 print(json.dumps(out))
 PY
 )

@@ -20,10 +20,17 @@
 #   direct     no switch: ping round trips over a veth pair straight between the namespaces
 # A mode may end in @0 or @1: the core the switch/forwarder runs on (default 1; 0 shares the
 # generator's core). BENCH_FRAME_BYTES (e.g. 64): measure only these frame sizes.
+# First, always, the generator alone ("generator" row): a veth pair straight from the generator
+# namespace into the sink's, the generator's own maximum rate. That call also picks the
+# generator for every switch: live-frames XDP where the kernel allows it, otherwise (the reason
+# is printed once) an AF_PACKET TX ring with PACKET_QDISC_BYPASS on the same core and the same
+# frames. A switch's figure at 90 % or more of the generator's own is marked as bounded by the
+# generator ("gen" in the table's bound column), not by the switch.
 # Needs root. Prints a table and one JSON line.
 #   SECONDS_PER_RUN (default 5): measured seconds per run
 #   BENCH_REPS (default 3): runs per switch and frame size; the median is shown (about 5 min)
 #   MODES (default: all of the above): a space-separated subset
+#   BENCH_GEN (default auto): xdp-live or afpacket, to use that generator (no trial)
 #   BENCH_SINK=stats (diagnostic): count with the sink's rx_packets and no XDP program there
 #     (spares the switch's core the copy veth makes to give an skb to XDP; not for xdp)
 set -euo pipefail
@@ -96,6 +103,22 @@ ip -n "$gen" link set "$g0" up
 ip -n "$sink" link set "$s0" up
 ip -n "$gen" link set lo up
 ip -n "$sink" link set lo up
+
+# The generator alone, into the sink's XDP counter over a veth pair of its own.
+gen_row='{"mode":"generator","error":"bench-ports failed, see stderr"}'
+echo "bench-ports: generator alone" >&2
+ip -n "$gen" link add "${t}d0" type veth peer name "${t}d1" netns "$sink"
+ip netns exec "$gen" sysctl -qw "net.ipv6.conf.${t}d0.disable_ipv6=1"
+ip netns exec "$sink" sysctl -qw "net.ipv6.conf.${t}d1.disable_ipv6=1"
+ip -n "$gen" link set "${t}d0" up
+ip -n "$sink" link set "${t}d1" up
+if out=$(timeout 300 "$bin" generator "$gen" "${t}d0" - - "$sink" "${t}d1" "$secs"); then
+  gen_row=$out
+  # Every switch's call uses the generator picked here (and does not print why again).
+  BENCH_GEN=$(python3 -c 'import json, sys; print(json.loads(sys.argv[1])["generator"])' "$out")
+  export BENCH_GEN
+fi
+ip -n "$gen" link del "${t}d0"
 
 results=()
 one() { # mode [switch_pid]
@@ -186,7 +209,9 @@ stop_ovs
 table=$(cat <<'PY'
 import json, sys
 secs = sys.argv[1]
-rows = [json.loads(a) for a in sys.argv[2:]]
+gen = json.loads(sys.argv[2])
+rows = [json.loads(a) for a in sys.argv[3:]]
+gen_names = {"xdp-live": "live-frames XDP", "afpacket": "AF_PACKET TX ring, qdisc bypass"}
 names = {
     "afxdp": "Bessemer, 2 x AFXDPPort (copy)",
     "em-user": "Bessemer classify+rewrite, user",
@@ -218,10 +243,29 @@ def run(r, size):
     return None
 base = next((r for r in rows if r["mode"] == "afxdp" and "runs" in r), None)
 b64 = run(base, 64)["sink_mpps"] if base else None
+# A figure at this share of the generator's own rate (at that frame size) or above is bounded
+# by the generator, not the switch.
+GEN_BOUND = 0.9
+def bound(a, size):
+    g = run(gen, size)
+    if a is None or g is None or not g["sink_mpps"]:
+        return "-"
+    return "gen" if a["sink_mpps"] >= GEN_BOUND * g["sink_mpps"] else "sw"
 hdr = (f"{'switch':32} {'64B Mpps':>8} {'(min-max)':>11} {'Gbps':>6} {'CPU%':>5} {'1518B Mpps':>10} {'Gbps':>6} "
-       f"{'CPU%':>5} {'x afxdp':>7} {'RTT p50':>8} {'p99 us':>7}")
+       f"{'CPU%':>5} {'x afxdp':>7} {'RTT p50':>8} {'p99 us':>7} {'bound':>7}")
 print(hdr)
 print("-" * len(hdr))
+if "error" in gen:
+    print(f"{'generator alone -> sink':32} {gen['error']}")
+else:
+    # Its CPU is the generator's own core, not a switch's: not shown.
+    a, b = run(gen, 64), run(gen, 1518)
+    rng = f"{a['sink_mpps_min']:.2f}-{a['sink_mpps_max']:.2f}" if a else ""
+    small = (f"{a['sink_mpps']:>8.3f} {rng:>11} {a['sink_gbps']:>6.2f}" if a
+             else f"{'-':>8} {'':>11} {'-':>6}")
+    big = f"{b['sink_mpps']:>10.3f} {b['sink_gbps']:>6.2f}" if b else f"{'-':>10} {'-':>6}"
+    flag = " *" if (a and a["disturbed"]) or (b and b["disturbed"]) else ""
+    print(f"{'generator alone -> sink':32} {small} {'-':>5} {big} {'-':>5} {'-':>7} {'-':>8} {'-':>7}{flag}")
 for r in rows:
     name = name_of(r["mode"])
     if "error" in r:
@@ -239,23 +283,35 @@ for r in rows:
     rng = f"{a['sink_mpps_min']:.2f}-{a['sink_mpps_max']:.2f}"
     big = (f"{b['sink_mpps']:>10.3f} {b['sink_gbps']:>6.2f} {b['cpu_switch_pct']:>5.0f}" if b
            else f"{'-':>10} {'-':>6} {'-':>5}")
+    bnd = f"{bound(a, 64)}/{bound(b, 1518)}"
     print(f"{name:32} {a['sink_mpps']:>8.3f} {rng:>11} {a['sink_gbps']:>6.2f} {a['cpu_switch_pct']:>5.0f} "
           f"{big} "
-          f"{(f'{ratio:.2f}' if ratio is not None else '-'):>7} {lat}{flag}")
+          f"{(f'{ratio:.2f}' if ratio is not None else '-'):>7} {lat} {bnd:>7}{flag}")
+kinds = sorted({r["generator"] for r in [gen] + rows if "generator" in r})
+gname = ", ".join(gen_names.get(k, k) for k in kinds) or "none ran"
+print(f"generator: {gname}, core 0"
+      + (f", because {gen['generator_reason']}" if gen.get("generator_reason") else ""))
+if "runs" in gen:
+    own = ", ".join(f"{x['sink_mpps']:.2f} Mpps at {x['frame_bytes']} B" for x in gen["runs"])
+    print(f"generator alone into the sink: {own}; bound: gen = a figure at {GEN_BOUND:.0%} of that "
+          f"or more (the generator bounds it), sw = below (the switch does), for 64/1518 B")
 gens = [x["offered_mpps"] for r in rows for x in r.get("runs", []) if x["frame_bytes"] == 64]
 gens_l = [x["offered_mpps"] for r in rows for x in r.get("runs", []) if x["frame_bytes"] == 1518]
 if gens:
     big = f", {min(gens_l):.2f}-{max(gens_l):.2f} Mpps at 1518 B" if gens_l else ""
     print(f"generator offered {min(gens):.2f}-{max(gens):.2f} Mpps at 64 B{big} "
-          f"(live-frames XDP, core 0); {secs} s per run")
-sinks = sorted({r.get("sink", "") for r in rows if "runs" in r})
+          f"through the switches; {secs} s per run")
+sinks = sorted({r["sink"] for r in rows if r.get("sink")})
 print("sink counter: " + ", ".join("XDP per-CPU counter" if k == "xdp" else
       "rx_packets, no XDP (BENCH_SINK=stats)" if k == "rx_packets" else k for k in sinks))
 print("each figure: the median of the runs (by the sink's rate); min-max: the runs' 64-byte rates")
 print("CPU% = all of core 1 (the switch's) + softirq on core 0 (veth receive of the switch side), "
       "in % of one core; "
       "* = a run disturbed by other load")
-print(json.dumps({"bench": "ports", "seconds_per_run": float(secs), "switches": rows}))
+print(json.dumps({"bench": "ports", "seconds_per_run": float(secs),
+                  "generator": {"kind": gen.get("generator"), "reason": gen.get("generator_reason"),
+                                "alone": gen},
+                  "switches": rows}))
 PY
 )
-python3 -c "$table" "$secs" "${results[@]}"
+python3 -c "$table" "$secs" "$gen_row" "${results[@]}"

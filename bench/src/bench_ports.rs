@@ -11,6 +11,13 @@
 //!   run of it transmits the frame out of `g0` towards the switch: no skb, no socket, no
 //!   copy per frame. It runs on a thread pinned to core 0 inside `gen_ns`, one call per flow
 //!   (8 flows: UDP source ports 1024..1031) of 65536 frames each, until the run ends.
+//!   Where the kernel refuses live frames (found by one trial call; EPERM on some kernels,
+//!   EINVAL before 5.18), the second generator sends the same frames instead: an AF_PACKET
+//!   socket with a TPACKET_V2 TX ring and `PACKET_QDISC_BYPASS` (packet_gen.rs), on the same
+//!   core, the reason printed once. `BENCH_GEN` (`xdp-live`, `afpacket`; default `auto`)
+//!   picks one; the JSON line names the one used.
+//! * Mode `generator`: no switch; `g0` and `s0` are the ends of a veth pair straight between
+//!   the namespaces (`g1`, `s1` unused): the generator's own maximum rate into the sink.
 //! * Sink: an XDP program on `s0` counts each frame in a per-CPU array and drops it.
 //! * Switch, by `mode`: `afxdp` / `afpacket` — Bessemer with two AFXDPPorts / AFPacketPorts
 //!   on `g1` and `s1`, PortInc -> PortOut both ways, one worker pinned to core 1; `em-user`
@@ -53,6 +60,7 @@ use bessemer_drivers::netns;
 
 #[path = "netslice_fwd.rs"]
 mod netslice_fwd;
+mod packet_gen;
 use netslice_fwd::{Api, Forwarder};
 
 /// Frame lengths without FCS (64 and 1518 bytes on a wire).
@@ -125,8 +133,69 @@ fn gettid() -> i32 {
     unsafe { libc::syscall(libc::SYS_gettid) as i32 }
 }
 
-/// The live-frames generator: a thread pinned to core 0 in `ns`, sending `len`-byte frames
-/// out of `ifname` until stopped.
+/// Which traffic generator sends the frames (`BENCH_GEN`; see [`choose_generator`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum GenKind {
+    /// The live-frames XDP program (`BPF_PROG_TEST_RUN`): the first choice.
+    XdpLive,
+    /// An AF_PACKET TX ring with `PACKET_QDISC_BYPASS` (packet_gen.rs): where the kernel
+    /// refuses live frames.
+    AfPacket,
+}
+
+impl GenKind {
+    /// Its name in the JSON line and in `BENCH_GEN`.
+    fn name(self) -> &'static str {
+        match self {
+            GenKind::XdpLive => "xdp-live",
+            GenKind::AfPacket => "afpacket",
+        }
+    }
+}
+
+/// The generator to use: `BENCH_GEN` (`xdp-live` or `afpacket`) when set, otherwise
+/// (`auto`, the default) the live-frames XDP generator if the kernel accepts one trial call
+/// on `ifname` in `ns`, and the AF_PACKET one if not. The second value is why the first
+/// choice was refused (printed once here; bench/ports.sh passes the choice on in
+/// `BENCH_GEN`, so the other calls do not try again).
+fn choose_generator(ns: &str, ifname: &str) -> Result<(GenKind, Option<String>)> {
+    match std::env::var("BENCH_GEN").as_deref() {
+        Ok("xdp-live") => return Ok((GenKind::XdpLive, None)),
+        Ok("afpacket") => return Ok((GenKind::AfPacket, None)),
+        Ok("auto") | Err(_) => {}
+        Ok(other) => {
+            return Err(err(format!(
+                "BENCH_GEN={other}: not a generator (xdp-live, afpacket or auto)"
+            )))
+        }
+    }
+    let trial = netns::run_in(ns, || {
+        let prog = bpf::load_xdp(&bpf::prog_tx_flows(u32::from(FLOWS)), "bench_gen")
+            .map_err(|e| format!("cannot load the live-frames program: {}", e.msg))
+            .map_err(err)?;
+        let idx = netns::ifindex(ifname)?;
+        bpf::xdp_live_frames(prog.as_raw_fd(), &frame(FRAMES[0], 1024), idx, 1, 1).map_err(|e| {
+            err(format!(
+                "the kernel refuses BPF_PROG_TEST_RUN with BPF_F_TEST_XDP_LIVE_FRAMES: {}",
+                std::io::Error::from_raw_os_error(e.code)
+            ))
+        })
+    });
+    match trial {
+        Ok(()) => Ok((GenKind::XdpLive, None)),
+        Err(e) => {
+            eprintln!(
+                "bench-ports: generator: AF_PACKET TX ring with qdisc bypass on core 0, \
+                 because {}",
+                e.msg
+            );
+            Ok((GenKind::AfPacket, Some(e.msg)))
+        }
+    }
+}
+
+/// The generator: a thread pinned to core 0 in `ns`, sending `len`-byte frames of the 8
+/// flows out of `ifname` until stopped.
 struct Generator {
     stop: Arc<AtomicBool>,
     sent: Arc<AtomicU64>,
@@ -135,8 +204,14 @@ struct Generator {
 }
 
 impl Generator {
-    fn start(ns: &str, ifname: &str, len: usize) -> Result<Generator> {
-        let prog = bpf::load_xdp(&bpf::prog_tx_flows(u32::from(FLOWS)), "bench_gen")?;
+    fn start(kind: GenKind, ns: &str, ifname: &str, len: usize) -> Result<Generator> {
+        let prog = match kind {
+            GenKind::XdpLive => Some(bpf::load_xdp(
+                &bpf::prog_tx_flows(u32::from(FLOWS)),
+                "bench_gen",
+            )?),
+            GenKind::AfPacket => None,
+        };
         let (stop, sent, tid) = (
             Arc::new(AtomicBool::new(false)),
             Arc::new(AtomicU64::new(0)),
@@ -155,6 +230,17 @@ impl Generator {
                 ti.store(gettid() as u64, Ordering::Relaxed);
                 enter_netns(&ns)?;
                 pin_self(GEN_CORE)?;
+                let Some(prog) = prog else {
+                    // The same frames as the live-frames program makes: source ports
+                    // 1024..1024+FLOWS, one after the other.
+                    let frames: Vec<Vec<u8>> = (0..FLOWS).map(|i| frame(len, 1024 + i)).collect();
+                    let mut ring = packet_gen::TxRing::open(&ifname, &frames).map_err(err)?;
+                    while !st.load(Ordering::Relaxed) {
+                        let n = ring.send_burst().map_err(err)?;
+                        se.fetch_add(n, Ordering::Relaxed);
+                    }
+                    return Ok(());
+                };
                 let idx = netns::ifindex(&ifname)?;
                 // Park the program on a spare veth of the namespace (native mode), so that
                 // it stays in the XDP dispatcher and no call waits for an RCU grace period.
@@ -521,6 +607,7 @@ struct Topo<'a> {
     s0: &'a str,
     switch_pid: u32,
     sink_stats: bool,
+    gen: GenKind,
 }
 
 /// One measured run at `len`-byte frames: a JSON object.
@@ -548,7 +635,7 @@ fn measure(t: &Topo, len: usize, secs: f64) -> Result<(f64, String)> {
     let mut tries = 0;
     loop {
         tries += 1;
-        let gen = Generator::start(t.gen_ns, t.g0, len)?;
+        let gen = Generator::start(t.gen, t.gen_ns, t.g0, len)?;
         std::thread::sleep(Duration::from_secs(1));
         let gen_tid = gen.tid.load(Ordering::Relaxed) as i32;
         let me = std::process::id();
@@ -806,6 +893,21 @@ fn frames() -> Result<Vec<usize>> {
         .collect()
 }
 
+/// `s` as a JSON string literal.
+fn json_string(s: &str) -> String {
+    let mut o = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            c if (c as u32) < 0x20 => o.push_str(&format!("\\u{:04x}", c as u32)),
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
 fn run(args: &[String]) -> Result<String> {
     let (mode, gen_ns, g0, g1, s1, sink_ns, s0, secs, pid) = match args {
         [m, gn, g0, g1, s1, sn, s0, secs, rest @ ..] if rest.len() <= 1 => (
@@ -823,7 +925,7 @@ fn run(args: &[String]) -> Result<String> {
         ),
         _ => {
             eprintln!(
-                "usage: bench-ports <afxdp[:B]|em-user|em-offload|afpacket|xdp|bridge|kernel|ovs-afxdp|ovs-netdev|pcap|pcap-mmap|mmsg:B|direct>[@CORE] <gen_ns> <g0> <g1> <s1> <sink_ns> <s0> <seconds> [switch_pid]"
+                "usage: bench-ports <afxdp[:B]|em-user|em-offload|afpacket|xdp|bridge|kernel|ovs-afxdp|ovs-netdev|pcap|pcap-mmap|mmsg:B|direct|generator>[@CORE] <gen_ns> <g0> <g1> <s1> <sink_ns> <s0> <seconds> [switch_pid]"
             );
             std::process::exit(2);
         }
@@ -839,10 +941,42 @@ fn run(args: &[String]) -> Result<String> {
             s0,
             switch_pid: pid,
             sink_stats: false,
+            // Not used: no frames are generated.
+            gen: GenKind::XdpLive,
         };
         let (p50, p99, n) = latency(&t, "10.98.0.2")?;
         return Ok(format!(
             "{{\"mode\":\"{mode}\",\"runs\":[],\"rtt_p50_us\":{p50:.1},\"rtt_p99_us\":{p99:.1},\"pings\":{n}}}"
+        ));
+    }
+    let (gen, gen_reason) = choose_generator(gen_ns, g0)?;
+    let reps = std::env::var("BENCH_REPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    if spec.base == "generator" {
+        // The generator alone, into the sink over a veth pair straight between the
+        // namespaces (the caller made it; `g0` and `s0` are its ends): its own maximum rate,
+        // against which each switch's figure shows whether the generator or the switch
+        // bounds it.
+        let t = Topo {
+            gen_ns,
+            g0,
+            sink_ns,
+            s0,
+            switch_pid: 0,
+            sink_stats: false,
+            gen,
+        };
+        let mut runs = Vec::new();
+        for len in frames()? {
+            runs.push(measure_reps(&t, len, secs, reps)?);
+        }
+        return Ok(format!(
+            "{{\"mode\":\"generator\",\"generator\":\"{}\",\"generator_reason\":{},\"sink\":\"xdp\",\"runs\":[{}],\"pings\":0}}",
+            gen.name(),
+            gen_reason.map_or("null".to_string(), |r| json_string(&r)),
+            runs.join(",")
         ));
     }
     let mut pass_g1 = None;
@@ -906,11 +1040,8 @@ fn run(args: &[String]) -> Result<String> {
         s0,
         switch_pid: pid,
         sink_stats: mode != "xdp" && std::env::var("BENCH_SINK").is_ok_and(|v| v == "stats"),
+        gen,
     };
-    let reps = std::env::var("BENCH_REPS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3);
     let mut runs = Vec::new();
     for len in frames()? {
         runs.push(measure_reps(&t, len, secs, reps)?);
@@ -927,9 +1058,10 @@ fn run(args: &[String]) -> Result<String> {
         _ => String::new(),
     };
     let line = format!(
-        "{{\"mode\":\"{mode}\",\"base\":\"{}\",\"batch\":{},\"core\":{core},\"sink\":\"{}\",\"runs\":[{}],\"rtt_p50_us\":{p50:.1},\"rtt_p99_us\":{p99:.1},\"pings\":{n}{fwd}}}",
+        "{{\"mode\":\"{mode}\",\"base\":\"{}\",\"batch\":{},\"core\":{core},\"generator\":\"{}\",\"sink\":\"{}\",\"runs\":[{}],\"rtt_p50_us\":{p50:.1},\"rtt_p99_us\":{p99:.1},\"pings\":{n}{fwd}}}",
         spec.base,
         spec.batch.map_or("null".to_string(), |b| b.to_string()),
+        gen.name(),
         if t.sink_stats { "rx_packets" } else { "xdp" },
         runs.join(",")
     );
