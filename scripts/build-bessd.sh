@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the real omec bessd once, with the sample plugin (SequentialUpdate) built in as omec's
-# image does (the UPF's sim mode needs it), into a cache outside the tree, for the benchmarks
+# Builds the real omec bessd once, with the sample plugin (SequentialUpdate, loaded from
+# core/modules/sequential_update.so) as omec's image has it (the UPF's sim mode needs it), into a cache outside the tree, for the benchmarks
 # that compare Bessemer with BESS in the same run. Uses ../shared/tools/build-bess.sh (Debian's
 # DPDK, pybess's stubs), with the plugin named in core/extra.mk before it builds (as BESS's
 # build.py --plugin does), and adds the plugin's Python stubs to pybess/plugin_pb.
@@ -45,6 +45,15 @@ fi
 echo "PLUGINS += $WORK/bess/sample_plugin" >"$WORK/bess/core/extra.mk"
 bessd=$("$TOOL" "$WORK" | tail -n 1)
 [ -x "$bessd" ] || { echo "build-bessd: build-bess.sh made no bessd" >&2; exit 2; }
+# The plugin's class is a shared object bessd loads from core/modules/ at start (`make
+# modules`). BESS's Makefile links it against the static libraries bessd uses, which fails
+# with Debian's libnuma.a (not position-independent); its symbols are all in bessd, which
+# exports them (-rdynamic), so it is linked against nothing, as a plugin can be.
+(
+  cd "$WORK/bess/core"
+  make -s VERSION="omec-${commit:0:12}" modules/sequential_update.o >/dev/null
+  g++ -shared -rdynamic -o modules/sequential_update.so modules/sequential_update.o
+)
 # pybess's stubs for the plugin's messages (package sample.supdate.pb), as build.py makes them.
 (
   cd "$WORK/bess"
