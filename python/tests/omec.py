@@ -250,7 +250,14 @@ class Upf:
             sh("ip", "netns", "del", ns)
 
 
-def upf_host(cache: Path, tmp: Path, conf: dict, access_ip: str | None, core_ip: str | None) -> Upf:
+def upf_host(
+    cache: Path,
+    tmp: Path,
+    conf: dict,
+    access_ip: str | None,
+    core_ip: str | None,
+    command: list[str] | None = None,
+) -> Upf:
     """A namespace holding bessemerd. With `access_ip` and `core_ip`, the UPF's two
     interfaces are made there too, as veth pairs whose peers stay in the same namespace (sim
     mode only needs the interfaces and their addresses); otherwise the caller joins them to
