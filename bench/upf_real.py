@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
 
-from tests.omec import Upf, peers, shipped_config, upf_host  # noqa: E402
+from tests.omec import Upf, peers, shipped_config, upf_host
 
 DIRECTIONS = ("uplink", "downlink", "both")
 
