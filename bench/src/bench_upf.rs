@@ -675,15 +675,7 @@ fn main() {
             }
             println!(
                 "{:<10} {:>9} {:>8.2} ({:>5.2}..{:<5.2}) {:>8.2} ({:>5.2}..{:<5.2}) {:>10.1}",
-                name,
-                n,
-                full.0,
-                full.1,
-                full.2,
-                noqer.0,
-                noqer.1,
-                noqer.2,
-                upf_ns
+                name, n, full.0, full.1, full.2, noqer.0, noqer.1, noqer.2, upf_ns
             );
             json.push((format!("{key}_{n}_mpps"), format!("{:.3}", full.0)));
             json.push((format!("{key}_{n}_noqer_mpps"), format!("{:.3}", noqer.0)));
