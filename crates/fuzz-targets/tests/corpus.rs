@@ -188,6 +188,7 @@ fn random_inputs(n: usize, seed: u64) -> Vec<Vec<u8>> {
 #[test]
 fn every_fuzz_target_survives_its_corpus_seeds_and_random_inputs() {
     for (i, target) in TARGETS.iter().enumerate() {
+        let t0 = std::time::Instant::now();
         let mut inputs = corpus(target);
         let saved = inputs.len();
         inputs.extend(seeds(target));
@@ -196,8 +197,9 @@ fn every_fuzz_target_survives_its_corpus_seeds_and_random_inputs() {
             run(target, input);
         }
         eprintln!(
-            "{target}: {} inputs ({saved} from fuzz/corpus)",
-            inputs.len()
+            "{target}: {} inputs ({saved} from fuzz/corpus) in {:.1} s",
+            inputs.len(),
+            t0.elapsed().as_secs_f64()
         );
     }
 }
