@@ -184,7 +184,7 @@ fn unix_socket(i: &mut Input) {
         match op % 5 {
             0 | 1 => {
                 for _ in 0..=op / 32 {
-                    let len = if op % 5 == 0 {
+                    let len = if op.is_multiple_of(5) {
                         i.u16() as usize % 12000
                     } else {
                         i.u8() as usize
