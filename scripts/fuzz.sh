@@ -6,6 +6,8 @@
 # coverage (edges and features) and corpus size, then one JSON line. A crash or a hang
 # (FUZZ_TIMEOUT seconds for one input, default 20) stops with the input saved in
 # fuzz/artifacts/<target>/ (add it to the corpus with a fix: make test replays the corpus).
+# FUZZ_CMIN=1 minimises each corpus afterwards (cargo fuzz cmin: the smallest set of inputs
+# with the same coverage), as the committed corpora are.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${FUZZ_SECS:-60}
@@ -45,6 +47,10 @@ for t in "${targets[@]}"; do
   echo "fuzz: $t for ${secs}s${d:+ (dictionary $d)}"
   cargo +nightly fuzz run "$t" "corpus/$t" -- "${opts[@]}" \
     >"$logs/$t.log" 2>&1 || { tail -60 "$logs/$t.log"; echo "fuzz: $t failed" >&2; exit 1; }
+  if [[ ${FUZZ_CMIN:-0} == 1 ]]; then
+    cargo +nightly fuzz cmin "$t" "corpus/$t" -- "${opts[@]:1}" >"$logs/$t.cmin.log" 2>&1 ||
+      { tail -30 "$logs/$t.cmin.log"; echo "fuzz: cmin of $t failed" >&2; exit 1; }
+  fi
   find "corpus/$t" -type f -printf "%s\n" | awk "{s+=\$1} END {print s+0}" >"$logs/$t.bytes"
   find "corpus/$t" -type f | wc -l >"$logs/$t.files"
 done

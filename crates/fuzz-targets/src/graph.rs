@@ -114,6 +114,25 @@ pub fn module_tables(data: &[u8]) {
     }
 }
 
+/// Injects tagged frames, runs of consecutive frames for the same module in one batch
+/// (one graph run per run of frames rather than per frame); `to` names the module a tag
+/// goes to.
+fn inject_runs(h: &mut Harness, frames: Vec<(u8, Vec<u8>)>, to: impl Fn(u8) -> &'static str) {
+    let mut run: Vec<Vec<u8>> = Vec::new();
+    let mut dest = "";
+    for (tag, f) in frames {
+        let d = to(tag);
+        if d != dest && !run.is_empty() {
+            h.inject(dest, 0, &std::mem::take(&mut run));
+        }
+        dest = d;
+        run.push(f);
+    }
+    if !run.is_empty() {
+        h.inject(dest, 0, &run);
+    }
+}
+
 // ---- the UPF pipeline --------------------------------------------------------------------
 
 /// Addresses and tunnel ids of the UPF scenario (the corpus generator uses the same).
@@ -370,10 +389,13 @@ fn upf(i: &mut Input) {
             );
         }
     }
-    for (tag, f) in tagged_frames(i.rest()) {
-        let side = if tag & 1 == 1 { "ul_meta" } else { "dl_meta" };
-        h.inject(side, 0, &[f]);
-    }
+    inject_runs(&mut h, tagged_frames(i.rest()), |tag| {
+        if tag & 1 == 1 {
+            "ul_meta"
+        } else {
+            "dl_meta"
+        }
+    });
     for c in caps {
         c.take();
     }
@@ -501,10 +523,13 @@ fn defrag(i: &mut Input) {
         h.capture("defrag", 1),
         h.capture("frag", 0),
     ];
-    for (tag, f) in tagged_frames(i.rest()) {
-        let to = if tag & 1 == 1 { "frag" } else { "defrag" };
-        h.inject(to, 0, &[f]);
-    }
+    inject_runs(&mut h, tagged_frames(i.rest()), |tag| {
+        if tag & 1 == 1 {
+            "frag"
+        } else {
+            "defrag"
+        }
+    });
     for c in caps {
         c.take();
     }
@@ -583,19 +608,21 @@ fn esp(i: &mut Input) {
         .iter()
         .map(|v| Sa::parse(v, "ESPSecurityAssociation", false).expect("a valid SA"))
         .collect();
-    let mut sent = 0;
-    for (tag, f) in tagged_frames(i.rest()) {
-        let frame = if tag & 1 == 0 {
-            f
-        } else {
-            let mut fi = Input::new(&f);
-            let seq = fi.u32();
-            let iv = fi.bytes(16).to_vec();
-            esp_frame(&sas[(tag >> 1) as usize & 1], seq, &iv, fi.rest())
-        };
-        h.inject("decap", 0, &[frame]);
-        sent += 1;
-    }
+    let frames: Vec<Vec<u8>> = tagged_frames(i.rest())
+        .into_iter()
+        .map(|(tag, f)| {
+            if tag & 1 == 0 {
+                f
+            } else {
+                let mut fi = Input::new(&f);
+                let seq = fi.u32();
+                let iv = fi.bytes(16).to_vec();
+                esp_frame(&sas[(tag >> 1) as usize & 1], seq, &iv, fi.rest())
+            }
+        })
+        .collect();
+    let sent = frames.len();
+    h.inject("decap", 0, &frames);
     let out: usize = caps.iter().map(|c| c.take().len()).sum();
     let dropped = h.graph.total_drops("decap").unwrap() + h.graph.total_drops("parse").unwrap();
     assert_eq!(out + dropped as usize, sent, "ESPDecap: frames lost");
