@@ -208,8 +208,8 @@ def module_tables(fs, whole, cut):
     # through IPFrag (tag 1).
     items = []
     for flow in range(24):
-        dg = IP(src="10.0.%d.1" % flow, dst="10.0.0.2", id=1000 + flow) / UDP(sport=flow, dport=9) / (b"%c" % (65 + flow % 26) * 900)
-        fr = [bytes(eth(f)) for f in fragment(dg, fragsize=256)]
+        dg = IP(src="10.0.%d.1" % flow, dst="10.0.0.2", id=1000 + flow) / UDP(sport=flow, dport=9) / (b"%c" % (65 + flow % 26) * 150)
+        fr = [bytes(eth(f)) for f in fragment(dg, fragsize=64)]
         if flow % 3 == 1:
             fr.reverse()
         if flow % 5 == 2:

@@ -168,11 +168,44 @@ fn attrs(list: &[(&str, u64)]) -> Value {
 /// The pipeline of `conf/upf/upf.bess` (as bench-upf builds it, without the generators) with
 /// 1..8 sessions' PDRs (WildcardMatch with values), FARs (ExactMatch with values), QERs
 /// (two Qos tables, metering or not) and counters, then tagged frames: odd tags enter on the
-/// access side (uplink), even ones on the core side (downlink).
+/// access side (uplink), even ones on the core side (downlink). The pipelines are built once
+/// per thread and session count (building one costs ten times what its frames do), so
+/// counters and meters carry over from input to input, as in a running UPF; after each
+/// input every buffer must be back in the pool (the pipeline holds none).
 fn upf(i: &mut Input) {
-    use upf_consts::*;
+    thread_local! {
+        static UPF: std::cell::RefCell<std::collections::HashMap<(u64, bool), UpfPipeline>> =
+            Default::default();
+    }
     let sessions = 1 + (i.u8() % 8) as u64;
     let qer = i.u8() & 1 == 1;
+    UPF.with(|cell| {
+        let mut map = cell.borrow_mut();
+        let p = map
+            .entry((sessions, qer))
+            .or_insert_with(|| build_upf(sessions, qer));
+        inject_runs(&mut p.h, tagged_frames(i.rest()), |tag| {
+            if tag & 1 == 1 {
+                "ul_meta"
+            } else {
+                "dl_meta"
+            }
+        });
+        for c in &p.caps {
+            c.take();
+        }
+        assert_eq!(p.h.in_use(), 0, "the UPF pipeline kept packet buffers");
+    });
+}
+
+/// A built UPF pipeline and the captures at its ends.
+struct UpfPipeline {
+    h: Harness,
+    caps: [CaptureHandle; 2],
+}
+
+fn build_upf(sessions: u64, qer: bool) -> UpfPipeline {
+    use upf_consts::*;
     let mut h = Harness::new();
     for (name, iface) in [("ul_meta", 1u64), ("dl_meta", 2)] {
         let a = Value::List(vec![Value::map()
@@ -389,16 +422,7 @@ fn upf(i: &mut Input) {
             );
         }
     }
-    inject_runs(&mut h, tagged_frames(i.rest()), |tag| {
-        if tag & 1 == 1 {
-            "ul_meta"
-        } else {
-            "dl_meta"
-        }
-    });
-    for c in caps {
-        c.take();
-    }
+    UpfPipeline { h, caps }
 }
 
 // ---- NAT ---------------------------------------------------------------------------------

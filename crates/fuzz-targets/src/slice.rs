@@ -32,8 +32,20 @@ fn wait_link(h: &Harness, up: bool) {
     }
 }
 
+/// Attaches an app. `Slice::attach` answers TimedOut at once when a signal interrupts its
+/// wait for the hello (libFuzzer's timeout alarm does; reported to the slice library's
+/// owner), so a TimedOut is retried while 5 s have not passed.
 fn attach(h: &Harness, path: &str) -> Slice {
-    let s = Slice::attach(path).expect("attach to the slice port");
+    let t = Instant::now();
+    let s = loop {
+        match Slice::attach_timeout(path, Duration::from_secs(5)) {
+            Ok(s) => break s,
+            Err(e)
+                if e.kind() == std::io::ErrorKind::TimedOut
+                    && t.elapsed() < Duration::from_secs(5) => {}
+            Err(e) => panic!("attach to the slice port: {e}"),
+        }
+    };
     wait_link(h, true);
     s
 }
