@@ -43,6 +43,26 @@ pub const TARGETS: &[&str] = &[
     "control_sequence",
 ];
 
+/// Removes the files this process's targets left in the temporary directory (the served
+/// root of `megapipe_apps`, the capture files of `control_sequence`); for the end of a
+/// replay (a fuzzing process just leaves its few).
+pub fn cleanup() {
+    let pid = std::process::id().to_string();
+    let Ok(dir) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in dir.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        // bessemer-fuzz-<what>-<pid>[-...|.pcap]
+        let ours = name.starts_with("bessemer-fuzz-")
+            && name.split(['-', '.']).nth(3).is_some_and(|p| p == pid);
+        if ours {
+            let p = e.path();
+            let _ = std::fs::remove_dir_all(&p).or_else(|_| std::fs::remove_file(&p));
+        }
+    }
+}
+
 /// Runs target `name` on `data`.
 pub fn run(name: &str, data: &[u8]) {
     match name {

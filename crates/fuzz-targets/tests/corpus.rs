@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use bessemer_fuzz_targets::{run, TARGETS};
+use bessemer_fuzz_targets::{cleanup, run, TARGETS};
 
 fn corpus(target: &str) -> Vec<Vec<u8>> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -200,6 +200,14 @@ fn random_inputs(n: usize, seed: u64) -> Vec<Vec<u8>> {
 
 #[test]
 fn every_fuzz_target_survives_its_corpus_seeds_and_random_inputs() {
+    // The targets' temporary files go when the test ends, passed or not.
+    struct Cleanup;
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            cleanup();
+        }
+    }
+    let _cleanup = Cleanup;
     // FUZZ_TARGETS="a b" replays only those (all by default).
     let only = std::env::var("FUZZ_TARGETS").unwrap_or_default();
     for (i, target) in TARGETS.iter().enumerate() {
