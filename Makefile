@@ -125,8 +125,9 @@ bench-megapipe: deps
 soak-megapipe:
 	MEGAPIPE_SOAK_CONNS=100000 $(CARGO) test --release -p megapipe --test soak -- --nocapture
 
-# Every fuzz target under libFuzzer for FUZZ_SECS seconds each (default 60; nightly
-# toolchain); make test replays the saved corpus on stable.
+# Every fuzz target under libFuzzer for FUZZ_SECS seconds each (default 60; FUZZ_TARGETS="a b"
+# for some; nightly toolchain): executions, exec/s, coverage and corpus size per target in a
+# table and one JSON line. make test replays the saved corpora on stable.
 fuzz:
 	scripts/fuzz.sh
 

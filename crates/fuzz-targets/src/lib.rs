@@ -3,6 +3,19 @@
 //! the fuzzer reports. `fuzz/` wraps them for cargo-fuzz (`make fuzz`); `tests/corpus.rs`
 //! runs every saved input through them in `make test`.
 
+mod apps;
+mod control;
+mod graph;
+pub mod input;
+mod ports;
+mod slice;
+
+pub use apps::megapipe_apps;
+pub use control::{control_sequence, http_endpoints};
+pub use graph::{module_graph, module_tables, upf_consts};
+pub use ports::port_rx;
+pub use slice::slice_port;
+
 use std::collections::HashSet;
 
 use bessemer_core::mem::PagePolicy;
@@ -21,7 +34,34 @@ pub const TARGETS: &[&str] = &[
     "module_commands",
     "vnet_frames",
     "xdp_descriptors",
+    "module_graph",
+    "module_tables",
+    "slice_port",
+    "port_rx",
+    "http_endpoints",
+    "megapipe_apps",
+    "control_sequence",
 ];
+
+/// Removes the files this process's targets left in the temporary directory (the served
+/// root of `megapipe_apps`, the capture files of `control_sequence`); for the end of a
+/// replay (a fuzzing process just leaves its few).
+pub fn cleanup() {
+    let pid = std::process::id().to_string();
+    let Ok(dir) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in dir.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        // bessemer-fuzz-<what>-<pid>[-...|.pcap]
+        let ours = name.starts_with("bessemer-fuzz-")
+            && name.split(['-', '.']).nth(3).is_some_and(|p| p == pid);
+        if ours {
+            let p = e.path();
+            let _ = std::fs::remove_dir_all(&p).or_else(|_| std::fs::remove_file(&p));
+        }
+    }
+}
 
 /// Runs target `name` on `data`.
 pub fn run(name: &str, data: &[u8]) {
@@ -32,13 +72,20 @@ pub fn run(name: &str, data: &[u8]) {
         "module_commands" => module_commands(data),
         "vnet_frames" => vnet_frames(data),
         "xdp_descriptors" => xdp_descriptors(data),
+        "module_graph" => module_graph(data),
+        "module_tables" => module_tables(data),
+        "slice_port" => slice_port(data),
+        "port_rx" => port_rx(data),
+        "http_endpoints" => http_endpoints(data),
+        "megapipe_apps" => megapipe_apps(data),
+        "control_sequence" => control_sequence(data),
         other => panic!("no fuzz target {other}"),
     }
 }
 
 /// Classes fed packets: every class with an input gate, except the port and queue I/O
 /// classes (they move packets to ports, whose own tests cover them).
-fn packet_classes() -> Vec<&'static ModuleClass> {
+pub(crate) fn packet_classes() -> Vec<&'static ModuleClass> {
     bessemer_modules::classes()
         .iter()
         .copied()
@@ -64,17 +111,6 @@ const HOLD_OR_CREATE: &[&str] = &[
     "Sink",
 ];
 
-/// Splits fuzz input into frames: a 2-byte big-endian length (mod 2 048) before each.
-fn frames(mut rest: &[u8]) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
-    while rest.len() >= 2 && out.len() < 256 {
-        let n = (u16::from_be_bytes([rest[0], rest[1]]) as usize % 2048).min(rest.len() - 2);
-        out.push(rest[2..2 + n].to_vec());
-        rest = &rest[2 + n..];
-    }
-    out
-}
-
 /// One module class (chosen by the first byte) fed arbitrary frames on input gate 0: it must
 /// not panic, every buffer must come back (the harness checks when dropped), and for a class
 /// that neither holds nor makes packets every frame must leave by a gate or be counted under
@@ -85,7 +121,7 @@ pub fn module_frames(data: &[u8]) {
     };
     let classes = packet_classes();
     let class = classes[pick as usize % classes.len()];
-    let frames = frames(rest);
+    let frames = input::frames(rest);
     let mut h = Harness::new();
     let arg = bessemer_modules::samples::minimal_arg(class.name, "p");
     let Ok(m) = h.add(class, "m", &arg) else {
