@@ -72,8 +72,19 @@ impl Slice {
     /// As [`attach`](Self::attach), waiting up to `timeout` for the hello.
     pub fn attach_timeout(path: &str, timeout: Duration) -> io::Result<Slice> {
         let sock = connect(path)?;
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        if !sys::poll_in(sock.as_raw_fd(), ms)? {
+        // poll_in answers false on EINTR too: wait again for what is left of the timeout, so a
+        // signal (a timer, SIGCHLD) does not turn into "another app is attached".
+        let deadline = std::time::Instant::now() + timeout;
+        let mut ready = false;
+        while !ready {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+            ready = sys::poll_in(sock.as_raw_fd(), ms)?;
+        }
+        if !ready {
             return Err(io::Error::new(
                 io::ErrorKind::TimedOut,
                 format!("no hello from slice '{path}' within {timeout:?}: another app is attached"),
