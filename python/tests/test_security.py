@@ -208,3 +208,35 @@ def test_http_endpoints_beyond_loopback_need_the_token_too(tmp_path, netns_link)
         assert _http_status(ns, url, token) == "200"
     finally:
         _stop(proc)
+
+
+def test_refused_http_requests_cannot_flood_the_log(tmp_path, netns_link):
+    """A peer that is not admitted and asks in a loop: every request gets its 403, the log
+    gets about five lines a second with the number held back (it got one per request)."""
+    ns, here, there = netns_link
+    hport = free_port()
+    proc, _ = _start(tmp_path, "127.0.0.1", "--metrics", f"0.0.0.0:{hport}")
+    try:
+        assert proc.poll() is None, proc.stderr.read()
+        code = (
+            "import http.client, sys\n"
+            "codes = []\n"
+            f"c = http.client.HTTPConnection({here!r}, {hport}, timeout=5)\n"
+            "for _ in range(400):\n"
+            "    c.request('GET', '/metrics')\n"
+            "    r = c.getresponse(); r.read(); codes.append(r.status)\n"
+            "print(sorted(set(codes)))\n"
+        )
+        t = time.monotonic()
+        r = subprocess.run(
+            ["ip", "netns", "exec", ns, sys.executable, "-c", code],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        took = time.monotonic() - t
+        assert r.stdout.strip() == "[403]", r.stdout + r.stderr
+        log = next(tmp_path.glob("d*.log")).read_text()
+        lines = log.count("HTTP request refused")
+        assert 1 <= lines <= 5 * (int(took) + 2), (lines, took)
+        assert "held_back" in log
+    finally:
+        _stop(proc)
