@@ -105,7 +105,10 @@ def test_a_connection_flood_past_the_descriptor_limit_never_stops_the_daemon(tmp
             time.sleep(0.2)
         assert err == "", err
         assert _forwarded(b) > during
-        assert _http_get(metrics, "/metrics").startswith("HTTP/1.1 200")
+        page = _http_get(metrics, "/metrics")
+        assert page.startswith("HTTP/1.1 200")
+        refused = re.search(r"^bessemer_connections_refused_total (\d+)", page, re.M)
+        assert refused and int(refused.group(1)) > 0, page[-2000:]
         assert _http_get(view, "/api/snapshot").startswith("HTTP/1.1 200")
         assert d.proc.poll() is None
         # The refusals are logged, rate-limited (about one line a second).

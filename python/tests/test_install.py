@@ -74,14 +74,15 @@ def _pip(python: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 def _source_copy(dest: Path) -> Path:
-    """python/ and proto/ copied into `dest` (symlinks kept as links), plus the plugin
-    proto; returns the copy's python/."""
+    """python/ and proto/ copied into `dest` (symlinks kept as links), with the sample
+    plugin's proto (written if the tree lacks it); returns the copy's python/."""
     junk = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "dist", ".pytest_cache")
     shutil.copytree(ROOT / "python", dest / "python", symlinks=True, ignore=junk)
     shutil.copytree(ROOT / "proto", dest / "proto", symlinks=True)
     plugin = dest / "proto" / "bess" / PLUGIN
-    plugin.parent.mkdir(parents=True)
-    plugin.write_text(PLUGIN_PROTO)
+    if not plugin.exists():
+        plugin.parent.mkdir(parents=True, exist_ok=True)
+        plugin.write_text(PLUGIN_PROTO)
     return dest / "python"
 
 

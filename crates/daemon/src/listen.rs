@@ -164,7 +164,7 @@ pub fn raise_nofile_limit() -> u64 {
 }
 
 /// The connection caps for a descriptor limit of `nofile`: the control port may hold a
-/// quarter of the descriptors and the HTTP listeners an eighth (together, at most
+/// quarter of the descriptors and each HTTP listener an eighth (and never more than
 /// `control_max` and `http_max`), so connections can never take the descriptors the
 /// dataplane needs (ports, pools, slices).
 pub fn caps(nofile: u64, control_max: usize, http_max: usize) -> (usize, usize) {
@@ -192,10 +192,11 @@ pub enum Conn {
 static ACCEPT_ERRORS_LOG: LogBudget = LogBudget::new(1);
 static REFUSED_LOG: LogBudget = LogBudget::new(1);
 
-/// Connections refused for the cap, over all listeners (`bessemer_connections_refused` in the
-/// metrics).
+/// Connections refused for the cap, over all listeners (`bessemer_connections_refused_total`
+/// in the metrics).
 pub static REFUSED: AtomicU64 = AtomicU64::new(0);
-/// Accept errors (descriptors exhausted, ...) over all listeners.
+/// Accept errors (descriptors exhausted, ...) over all listeners
+/// (`bessemer_accept_errors_total`).
 pub static ACCEPT_ERRORS: AtomicU64 = AtomicU64::new(0);
 
 fn transient(e: &io::Error) -> bool {

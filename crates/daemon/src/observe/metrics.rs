@@ -158,6 +158,23 @@ pub fn render(s: &Snapshot) -> String {
     .with_label_values::<&str>(&[])
     .inc_by(s.pool.alloc_failures);
 
+    // The listeners' own counters (process-wide, `crate::listen`).
+    use std::sync::atomic::Ordering::Relaxed;
+    b.counters(
+        "connections_refused_total",
+        "Connections refused because a listener had its most connections open",
+        &[],
+    )
+    .with_label_values::<&str>(&[])
+    .inc_by(crate::listen::REFUSED.load(Relaxed));
+    b.counters(
+        "accept_errors_total",
+        "accept() failures of the listeners (descriptors exhausted, ...), retried",
+        &[],
+    )
+    .with_label_values::<&str>(&[])
+    .inc_by(crate::listen::ACCEPT_ERRORS.load(Relaxed));
+
     let mut out = Vec::new();
     // Encoding into memory cannot fail for these metric types.
     let _ = TextEncoder::new().encode(&b.0.gather(), &mut out);
