@@ -546,3 +546,32 @@ def test_replay_progress_rate_comes_from_the_daemons_timestamps(daemon, tmp_path
             rates.append(float(m.group(2)) * (1000 if m.group(3) else 1))
     assert rates, err
     assert 1000 / 3 < rates[-1] < 1000 * 3, err
+
+
+def test_health_and_readiness_endpoints_and_the_alert_rules(tmp_path):
+    """/healthz and /readyz answer on the HTTP listeners; the build and process metrics are
+    served; the alerting rules load and fire on the series they should (promtool)."""
+    mport = free_port()
+    with running_daemon(tmp_path, "--metrics", f"127.0.0.1:{mport}") as d:
+        assert _get(f"http://127.0.0.1:{mport}/healthz")[::2] == (200, "ok\n")
+        assert _get(f"http://127.0.0.1:{mport}/readyz")[::2] == (200, "ready\n")
+        d.client.create_port("UnixSocketPort", "up", {"path": str(tmp_path / "u.sock")})
+        _, _, text = _get(f"http://127.0.0.1:{mport}/metrics")
+        assert re.search(r'^bessemer_build_info\{target="\w+",version="[\d.]+"\} 1$', text, re.M)
+        assert re.search(
+            r'^bessemer_port_link_up\{driver="UnixSocketPort",port="up"\} 0$', text, re.M
+        )
+        fds = int(re.search(r"^process_open_fds (\d+)", text, re.M).group(1))
+        assert 5 < fds < int(re.search(r"^process_max_fds (\d+)", text, re.M).group(1))
+        assert float(re.search(r"^process_resident_memory_bytes (\S+)", text, re.M).group(1)) > 1e6
+    if shutil.which("promtool") is None:
+        pytest.skip("promtool is missing (apt-get install -y prometheus)")
+    rules = ROOT / "docs" / "grafana"
+    for args in (
+        ["check", "rules", "bessemer-alerts.yml"],
+        ["test", "rules", "bessemer-alerts.test.yml"],
+    ):
+        r = subprocess.run(
+            ["promtool", *args], cwd=rules, capture_output=True, text=True, timeout=60
+        )
+        assert r.returncode == 0, r.stdout + r.stderr

@@ -93,6 +93,42 @@ async fn metrics_page(State(s): State<Shared>) -> Response {
     }
 }
 
+/// Liveness: the daemon's HTTP side answers (a process that cannot answer this is stuck).
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// Readiness: the control plane takes requests, i.e. the engine can be had within a second
+/// (it is held while a reconfiguration runs; a wedged one keeps it). 503 with the reason
+/// otherwise.
+async fn readyz(State(s): State<Shared>) -> Response {
+    let e = s.engine.clone();
+    let ready = tokio::task::spawn_blocking(move || {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        loop {
+            match e.try_lock() {
+                Ok(_) | Err(std::sync::TryLockError::Poisoned(_)) => return true,
+                Err(std::sync::TryLockError::WouldBlock) => {}
+            }
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    })
+    .await
+    .unwrap_or(false);
+    if ready {
+        "ready\n".into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: the engine has been busy for over a second (a reconfiguration is running)\n",
+        )
+            .into_response()
+    }
+}
+
 async fn snapshot_json(State(s): State<Shared>) -> Response {
     match snapshot(&s.engine).await {
         Ok(snap) => Json(snap).into_response(),
@@ -167,7 +203,9 @@ pub fn router(
         allowed: Arc::new(allowed),
         token,
     };
-    let mut r = Router::new();
+    let mut r = Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz));
     if what.metrics {
         r = r.route("/metrics", get(metrics_page));
     }

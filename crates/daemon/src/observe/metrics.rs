@@ -37,6 +37,65 @@ impl Builder {
     }
 }
 
+/// The process's own figures under Prometheus's conventional names (`process_*`), read from
+/// /proc/self: CPU time, resident memory, open and allowed descriptors, threads, start time.
+fn process_metrics(b: &Builder) {
+    let plain = |name: &str, help: &str| {
+        let g = prometheus::Gauge::new(name, help).unwrap();
+        b.0.register(Box::new(g.clone())).unwrap();
+        g
+    };
+    // SAFETY: sysconf has no preconditions.
+    let (tick, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_CLK_TCK).max(1) as f64,
+            libc::sysconf(libc::_SC_PAGESIZE).max(1) as f64,
+        )
+    };
+    // /proc/self/stat: the fields after the command name (which may hold spaces) in ')'.
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let f: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let field = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // Fields 14, 15 (utime, stime), 20 (threads), 22 (starttime) of proc(5), less 3.
+    let boot = std::fs::read_to_string("/proc/stat")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("btime ").and_then(|v| v.trim().parse::<f64>().ok()))
+        .unwrap_or(0.0);
+    let rss_pages = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1).and_then(|v| v.parse::<f64>().ok()))
+        .unwrap_or(0.0);
+    let fds = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count()) as f64;
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a valid pointer to a local struct.
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
+    let cpu = prometheus::Counter::new(
+        "process_cpu_seconds_total",
+        "CPU time of the whole process (user and system)",
+    )
+    .unwrap();
+    b.0.register(Box::new(cpu.clone())).unwrap();
+    cpu.inc_by((field(11) + field(12)) / tick);
+    plain("process_resident_memory_bytes", "Resident memory of the process")
+        .set(rss_pages * page);
+    plain("process_open_fds", "Descriptors the process has open").set(fds);
+    plain("process_max_fds", "The process's descriptor limit (RLIMIT_NOFILE)")
+        .set(lim.rlim_cur as f64);
+    plain("process_threads", "Threads of the process").set(field(17));
+    plain(
+        "process_start_time_seconds",
+        "When the process started, in seconds since the epoch",
+    )
+    .set(boot + field(19) / tick);
+}
+
 /// The text served at `/metrics`.
 pub fn render(s: &Snapshot) -> String {
     let b = Builder(Registry::new());
@@ -79,7 +138,14 @@ pub fn render(s: &Snapshot) -> String {
         "Packets a port queue dropped (receive ring overrun or transmit ring full)",
         &queue,
     );
+    let link = b.gauges(
+        "port_link_up",
+        "1 while a port's link is up, 0 while down (GetLinkStatus)",
+        &["port", "driver"],
+    );
     for p in &s.ports {
+        link.with_label_values(&[p.name.as_str(), &p.driver])
+            .set(i64::from(p.link_up));
         for (dir, queues) in [("rx", &p.rx), ("tx", &p.tx)] {
             for (q, c) in queues.iter().enumerate() {
                 let q = q.to_string();
@@ -157,6 +223,15 @@ pub fn render(s: &Snapshot) -> String {
     )
     .with_label_values::<&str>(&[])
     .inc_by(s.pool.alloc_failures);
+
+    b.gauges(
+        "build_info",
+        "Always 1; the labels say which bessemerd this is",
+        &["version", "target"],
+    )
+    .with_label_values(&[env!("CARGO_PKG_VERSION"), std::env::consts::ARCH])
+    .set(1);
+    process_metrics(&b);
 
     // The listeners' own counters (process-wide, `crate::listen`).
     use std::sync::atomic::Ordering::Relaxed;

@@ -82,6 +82,8 @@ pub struct PortStats {
     pub rx: Vec<QueueStats>,
     /// Transmit queues.
     pub tx: Vec<QueueStats>,
+    /// The link is up (the driver's own answer, as GetLinkStatus gives it).
+    pub link_up: bool,
 }
 
 /// Counters of one port queue.
@@ -211,6 +213,7 @@ pub fn collect(e: &Engine) -> Snapshot {
                 driver: p.driver().name.to_string(),
                 rx: rx.into_iter().map(Into::into).collect(),
                 tx: tx.into_iter().map(Into::into).collect(),
+                link_up: p.port().link_status().link_up,
             }
         })
         .collect();
