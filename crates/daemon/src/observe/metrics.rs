@@ -63,11 +63,18 @@ fn process_metrics(b: &Builder) {
     let boot = std::fs::read_to_string("/proc/stat")
         .unwrap_or_default()
         .lines()
-        .find_map(|l| l.strip_prefix("btime ").and_then(|v| v.trim().parse::<f64>().ok()))
+        .find_map(|l| {
+            l.strip_prefix("btime ")
+                .and_then(|v| v.trim().parse::<f64>().ok())
+        })
         .unwrap_or(0.0);
     let rss_pages = std::fs::read_to_string("/proc/self/statm")
         .ok()
-        .and_then(|s| s.split_whitespace().nth(1).and_then(|v| v.parse::<f64>().ok()))
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|v| v.parse::<f64>().ok())
+        })
         .unwrap_or(0.0);
     let fds = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count()) as f64;
     let mut lim = libc::rlimit {
@@ -83,11 +90,17 @@ fn process_metrics(b: &Builder) {
     .unwrap();
     b.0.register(Box::new(cpu.clone())).unwrap();
     cpu.inc_by((field(11) + field(12)) / tick);
-    plain("process_resident_memory_bytes", "Resident memory of the process")
-        .set(rss_pages * page);
+    plain(
+        "process_resident_memory_bytes",
+        "Resident memory of the process",
+    )
+    .set(rss_pages * page);
     plain("process_open_fds", "Descriptors the process has open").set(fds);
-    plain("process_max_fds", "The process's descriptor limit (RLIMIT_NOFILE)")
-        .set(lim.rlim_cur as f64);
+    plain(
+        "process_max_fds",
+        "The process's descriptor limit (RLIMIT_NOFILE)",
+    )
+    .set(lim.rlim_cur as f64);
     plain("process_threads", "Threads of the process").set(field(17));
     plain(
         "process_start_time_seconds",
