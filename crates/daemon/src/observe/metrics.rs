@@ -308,6 +308,7 @@ mod tests {
                     dropped: 1,
                 }],
                 tx: vec![],
+                link_up: true,
             }],
             workers: vec![WorkerStats {
                 wid: 0,
