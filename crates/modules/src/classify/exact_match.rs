@@ -8,8 +8,8 @@ use bessemer_core::{
 use super::table::{
     self, bin_list, check_field_count, check_gate, cmd_add, cmd_get_runtime_config,
     cmd_set_default_gate, cmd_set_runtime_config, field_bytes, field_data, hash_words, initial_arg,
-    key_bytes, key_words, parse_fields, process_batch, resolve_gate, split, FlatTable, IntOrder,
-    Matcher, RuleClassifier, TableDrop, ValueFields,
+    key_bytes, key_words, parse_fields, process_batch, resolve_gate, split, FlatTable, GatherPlan,
+    IntOrder, Matcher, RuleClassifier, TableDrop, ValueFields,
 };
 
 /// The payload words a rule's value bytes take.
@@ -163,18 +163,32 @@ impl RuleClassifier for ExactMatch {
     /// The batch path for keys of `W` words: build keys, hash and prefetch every packet's
     /// slot, then look up (the loads overlap), then split.
     #[inline(always)]
-    fn run<const W: usize>(&self, ctx: &mut Context, batch: &mut PacketBatch, offs: &[AttrOffset]) {
+    fn run<const W: usize>(
+        &self,
+        ctx: &mut Context,
+        batch: &mut PacketBatch,
+        offs: &[AttrOffset],
+        plan: Option<&GatherPlan>,
+    ) {
         let n = batch.len();
         let mut keys = [[0u64; W]; MAX_BURST];
         let mut hashes = [0u64; MAX_BURST];
         let mut status: [Option<TableDrop>; MAX_BURST] = [None; MAX_BURST];
         let mut gates = [0u16; MAX_BURST];
-        for (i, p) in batch.pkts().iter().enumerate() {
-            if self.matcher.keys.build_into::<W>(offs, p, &mut keys[i]) {
+        if let Some(plan) = plan {
+            plan.build_all::<W>(batch.pkts(), &mut keys);
+            for i in 0..n {
                 hashes[i] = hash_words(&keys[i]);
                 self.table.prefetch(hashes[i]);
-            } else {
-                status[i] = Some(TableDrop::TooShort);
+            }
+        } else {
+            for (i, p) in batch.pkts().iter().enumerate() {
+                if self.matcher.keys.build_into::<W>(offs, p, &mut keys[i]) {
+                    hashes[i] = hash_words(&keys[i]);
+                    self.table.prefetch(hashes[i]);
+                } else {
+                    status[i] = Some(TableDrop::TooShort);
+                }
             }
         }
         let def = self.matcher.default_gate;

@@ -8,8 +8,8 @@ use bessemer_core::{
 use super::table::{
     self, bin_list, check_field_count, check_gate, cmd_add, cmd_get_runtime_config,
     cmd_set_default_gate, cmd_set_runtime_config, field_bytes, field_data, initial_arg, key_bytes,
-    key_words, parse_fields, prefetch, process_batch, resolve_gate, split, IntOrder, Matcher,
-    RuleClassifier, TableDrop, ValueFields,
+    key_words, parse_fields, prefetch, process_batch, resolve_gate, split, GatherPlan, IntOrder,
+    Matcher, RuleClassifier, TableDrop, ValueFields,
 };
 use super::tuple_table::{hash_words as tuple_hash, TupleTable};
 
@@ -360,14 +360,25 @@ impl RuleClassifier for WildcardMatch {
     /// The batch path for keys of `W` words: tuple by tuple over the whole batch, skipping
     /// packets whose best match so far already beats every rule of the tuple.
     #[inline(always)]
-    fn run<const W: usize>(&self, ctx: &mut Context, batch: &mut PacketBatch, offs: &[AttrOffset]) {
+    fn run<const W: usize>(
+        &self,
+        ctx: &mut Context,
+        batch: &mut PacketBatch,
+        offs: &[AttrOffset],
+        plan: Option<&GatherPlan>,
+    ) {
         let n = batch.len();
         let mut keys = [[0u64; W]; MAX_BURST];
         let mut status: [Option<TableDrop>; MAX_BURST] = [None; MAX_BURST];
-        for (i, p) in batch.pkts().iter().enumerate() {
-            // Built in place: a copy out of a key just assembled stalls on store forwarding.
-            if !self.matcher.keys.build_into::<W>(offs, p, &mut keys[i]) {
-                status[i] = Some(TableDrop::TooShort);
+        if let Some(plan) = plan {
+            plan.build_all::<W>(batch.pkts(), &mut keys);
+        } else {
+            for (i, p) in batch.pkts().iter().enumerate() {
+                // Built in place: a copy out of a key just assembled stalls on store
+                // forwarding.
+                if !self.matcher.keys.build_into::<W>(offs, p, &mut keys[i]) {
+                    status[i] = Some(TableDrop::TooShort);
+                }
             }
         }
         // Best tag per packet; 0 = no match yet, u64::MAX = too short (it then takes no part:

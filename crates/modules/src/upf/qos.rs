@@ -14,7 +14,7 @@ use bessemer_core::{
 
 use crate::classify::table::{
     field_data, hash_words, key_words, parse_fields, prefetch, FlatTable, IntOrder, KeyBuilder,
-    MatchField, ValueFields, DROP_GATE, MAX_FIELDS,
+    MatchField, PlanCache, ValueFields, DROP_GATE, MAX_FIELDS,
 };
 use crate::util::{process_each, Verdict, IDLE};
 
@@ -377,6 +377,13 @@ impl Table {
     }
 }
 
+/// One worker's key-gathering plan (see [`PlanCache`]).
+struct WorkerPlan(UnsafeCell<PlanCache>);
+
+// SAFETY: worker `wid` alone touches slot `wid` (`Qos::run`), and a worker runs one module
+// call at a time (the batches a module sends on are run after it returns).
+unsafe impl Sync for WorkerPlan {}
+
 /// No rule (a slot number no table reaches).
 const NO_RULE: u32 = u32::MAX;
 
@@ -396,6 +403,8 @@ pub struct Qos {
     /// The tick rate of every marker (the TSC's).
     hz: u64,
     table: RwLock<Table>,
+    /// Each worker's key-gathering plan, by worker id (empty when keys are not gathered).
+    plans: Box<[WorkerPlan]>,
 }
 
 fn valid_rule_gate(g: u64) -> bool {
@@ -580,12 +589,27 @@ impl Qos {
         let mut keys = [[0u64; W]; MAX_BURST];
         let mut hashes = [0u64; MAX_BURST];
         let mut short = [false; MAX_BURST];
-        for (i, p) in batch.pkts().iter().enumerate() {
-            if self.keys.build_into::<W>(&offs, p, &mut keys[i]) {
+        // The control thread (no worker id) makes a plan of its own.
+        let mut own = PlanCache::default();
+        let cache = match self.plans.get(ctx.wid) {
+            // SAFETY: this worker's slot (see `WorkerPlan`).
+            Some(slot) => unsafe { &mut *slot.0.get() },
+            None => &mut own,
+        };
+        if let Some(plan) = cache.get(&self.keys, &offs[..self.fields.len()]) {
+            plan.build_all::<W>(batch.pkts(), &mut keys);
+            for i in 0..n {
                 hashes[i] = hash_words(&keys[i][..w]);
                 t.index.prefetch(hashes[i]);
-            } else {
-                short[i] = true;
+            }
+        } else {
+            for (i, p) in batch.pkts().iter().enumerate() {
+                if self.keys.build_into::<W>(&offs, p, &mut keys[i]) {
+                    hashes[i] = hash_words(&keys[i][..w]);
+                    t.index.prefetch(hashes[i]);
+                } else {
+                    short[i] = true;
+                }
             }
         }
         let mut slots = [NO_RULE; MAX_BURST];
@@ -666,9 +690,18 @@ fn create(init: &mut InitContext, arg: &Value) -> Result<Instance> {
         .div_ceil(8)
         .max(1);
     let vsize = values.size;
+    let keys = KeyBuilder::new(&fields, &[]);
+    let workers = if keys.gathers() {
+        bessemer_core::engine::MAX_WORKERS
+    } else {
+        0
+    };
     Ok(Instance::Shared(Box::new(Qos {
         hz: bessemer_core::tsc::hz(),
-        keys: KeyBuilder::new(&fields, &[]),
+        plans: (0..workers)
+            .map(|_| WorkerPlan(UnsafeCell::new(PlanCache::default())))
+            .collect(),
+        keys,
         fields,
         words,
         values,
