@@ -74,6 +74,8 @@ pub fn hash_words(words: &[u64]) -> u64 {
 }
 
 const OCCUPIED: u64 = 1 << 63;
+/// Zero words after a [`FlatTable`]'s last slot.
+const PAD_WORDS: usize = 2;
 
 /// A hash map from keys of `words` u64 words to u32 values, stored flat: each slot is one
 /// meta word (occupied bit, 31 hash bits, value) followed by the key words and, if the
@@ -129,9 +131,12 @@ impl FlatTable {
         let old_stride = self.stride;
         self.bits = bits;
         self.mask = (1usize << bits) - 1;
-        self.slots = zeroed_table((1usize << bits) * self.stride, 0u64);
+        // A few zero words after the last slot: a payload may be read in whole 16-byte
+        // chunks (see `ValuePlan`).
+        self.slots = zeroed_table((1usize << bits) * self.stride + PAD_WORDS, 0u64);
         self.len = 0;
         for s in old.chunks_exact(old_stride) {
+            // (The padding after the last slot, if it makes a chunk, is not occupied.)
             if s[0] & OCCUPIED != 0 {
                 let (k, v) = (&s[1..1 + self.words], s[0] as u32);
                 let h = hash_words(k);
@@ -214,7 +219,8 @@ impl FlatTable {
     }
 
     /// Looks up a key of exactly `W` words (the table's width) whose hash is `h`: its value
-    /// and its payload words.
+    /// and its payload words, followed by at least `PAD_WORDS` more words (the next slots'
+    /// or padding) that a reader of whole 16-byte chunks may take in.
     #[inline(always)]
     pub fn get_with_payload<const W: usize>(
         &self,
@@ -233,7 +239,7 @@ impl FlatTable {
             if m & 0xffff_ffff_0000_0000 == want {
                 let k: &[u64; W] = s[1..1 + W].try_into().unwrap();
                 if k == key {
-                    return Some((m as u32, &s[1 + W..]));
+                    return Some((m as u32, &self.slots[i * self.stride + 1 + W..]));
                 }
             }
             i = (i + 1) & self.mask;
@@ -1045,6 +1051,9 @@ pub struct ValueFields {
     pub fields: Vec<MatchField>,
     /// Total bytes of a rule's values.
     pub size: usize,
+    /// Every field is a metadata attribute and the CPU shuffles bytes: values are written
+    /// with a [`ValuePlan`].
+    scatters: bool,
 }
 
 impl ValueFields {
@@ -1073,7 +1082,15 @@ impl ValueFields {
             pos += mf.size;
             fields.push(mf);
         }
-        Ok(ValueFields { fields, size: pos })
+        let scatters = !fields.is_empty()
+            && fields.iter().all(|f: &MatchField| f.offset.is_none())
+            && pos <= 16 * KEY_CHUNKS
+            && ssse3();
+        Ok(ValueFields {
+            fields,
+            size: pos,
+            scatters,
+        })
     }
 
     /// True when the classifier writes nothing.
@@ -1150,9 +1167,179 @@ impl ValueFields {
         }
     }
 
+    /// Bytes a [`ValuePlan`] reads from a rule's value bytes (whole 16-byte chunks): a
+    /// table keeps that many readable bytes from each rule's start ([`VALUES_PAD`] more at
+    /// the end of its value array).
+    pub fn read_len(&self) -> usize {
+        self.size.div_ceil(16) * 16
+    }
+
+    /// The plan writing values at attribute offsets `offs` (the value fields', as
+    /// [`ValueFields::offsets`] gives them); only for fields that [`ValueFields::scatters`].
+    fn make_plan(&self, offs: &[AttrOffset], plan: &mut ValuePlan) {
+        let mut ctrl = [[Lane([0x80; 16]); KEY_CHUNKS]; LANES];
+        let mut mask = [Lane([0; 16]); LANES];
+        for (f, &o) in self.fields.iter().zip(offs) {
+            // Nobody reads it downstream: no write.
+            let AttrOffset::At(m) = o else { continue };
+            for j in 0..f.size {
+                let (src, dst) = (f.pos + j, m as usize + j);
+                if dst >= METADATA_BYTES {
+                    continue;
+                }
+                let lane = &mut ctrl[dst / 16];
+                // A later field writing the same byte wins, as when written in order.
+                for c in lane.iter_mut() {
+                    c.0[dst % 16] = 0x80;
+                }
+                lane[src / 16].0[dst % 16] = (src % 16) as u8;
+                mask[dst / 16].0[dst % 16] = 0xff;
+            }
+        }
+        let mut n = 0;
+        for l in 0..LANES {
+            if mask[l].0 != [0; 16] {
+                plan.lane[n] = (l * 16) as u8;
+                plan.ctrl[n] = ctrl[l];
+                plan.mask[n] = mask[l];
+                n += 1;
+            }
+        }
+        plan.lanes = n as u8;
+        plan.chunks = self.size.div_ceil(16) as u8;
+    }
+
+    /// True when values are written with a [`ValuePlan`] ([`ValueCache::get`]).
+    pub fn scatters(&self) -> bool {
+        self.scatters
+    }
+
     /// A rule's value bytes as a FieldData list (value_bin).
     pub fn value_list(&self, bytes: &[u8]) -> Value {
         bin_list(field_bytes(&self.fields, bytes))
+    }
+}
+
+/// Zero bytes a table keeps after its last rule's value bytes, so that a [`ValuePlan`] may
+/// read whole 16-byte chunks of any rule's.
+pub const VALUES_PAD: usize = 16 * KEY_CHUNKS;
+
+/// How to write a batch's rule values into metadata attributes: each 16-byte metadata lane
+/// the fields touch is blended with the OR of byte shuffles of the rule's value bytes (16 at
+/// a time). The PDR rule's five fields go into one lane in two shuffles, where copying field
+/// by field took about 25 instructions a field.
+#[derive(Clone, Debug)]
+pub struct ValuePlan {
+    /// Lane i is metadata bytes `lane[i]..lane[i] + 16`, for i below `lanes`.
+    lane: [u8; LANES],
+    lanes: u8,
+    /// Per lane, per 16-byte chunk of the value bytes: the shuffle placing its bytes.
+    ctrl: [[Lane; KEY_CHUNKS]; LANES],
+    /// Per lane: the bytes written.
+    mask: [Lane; LANES],
+    /// 16-byte chunks of the value bytes.
+    chunks: u8,
+}
+
+impl ValuePlan {
+    fn empty() -> ValuePlan {
+        ValuePlan {
+            lane: [0; LANES],
+            lanes: 0,
+            ctrl: [[Lane([0x80; 16]); KEY_CHUNKS]; LANES],
+            mask: [Lane([0; 16]); LANES],
+            chunks: 0,
+        }
+    }
+
+    /// Writes `rows[i]`, a rule's value bytes (at least [`ValueFields::read_len`] of them),
+    /// into packet i's attributes; an empty row writes nothing.
+    #[inline]
+    pub fn apply_all(&self, pkts: &mut [bessemer_core::Packet], rows: &[&[u8]]) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a plan exists only where the CPU has SSSE3 (`ValueFields::scatters`).
+        unsafe {
+            self.apply_all_ssse3(pkts, rows)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        unreachable!("value plans are made only on x86_64")
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "ssse3")]
+    unsafe fn apply_all_ssse3(&self, pkts: &mut [bessemer_core::Packet], rows: &[&[u8]]) {
+        use std::arch::x86_64::*;
+        let chunks = self.chunks as usize;
+        let n = pkts.len().min(rows.len());
+        for i in 0..n {
+            let r = rows[i];
+            if r.is_empty() {
+                continue;
+            }
+            assert!(r.len() >= 16 * chunks, "value row too short");
+            // SAFETY: the row holds `chunks` whole chunks (checked above).
+            let src = |c: usize| _mm_loadu_si128(r.as_ptr().add(16 * c) as *const __m128i);
+            let zero = _mm_setzero_si128();
+            let v0 = src(0);
+            let v1 = if chunks > 1 { src(1) } else { zero };
+            let v2 = if chunks > 2 { src(2) } else { zero };
+            let v3 = if chunks > 3 { src(3) } else { zero };
+            let meta = pkts[i].metadata_mut().as_mut_ptr();
+            for l in 0..self.lanes as usize {
+                let ctrl = &self.ctrl[l];
+                let ctl = |c: usize| _mm_load_si128(ctrl[c].0.as_ptr() as *const __m128i);
+                let mut new = _mm_shuffle_epi8(v0, ctl(0));
+                if chunks > 1 {
+                    new = _mm_or_si128(new, _mm_shuffle_epi8(v1, ctl(1)));
+                }
+                if chunks > 2 {
+                    new = _mm_or_si128(new, _mm_shuffle_epi8(v2, ctl(2)));
+                }
+                if chunks > 3 {
+                    new = _mm_or_si128(new, _mm_shuffle_epi8(v3, ctl(3)));
+                }
+                let m = _mm_load_si128(self.mask[l].0.as_ptr() as *const __m128i);
+                // SAFETY: lanes are 16-byte steps inside the metadata area.
+                let at = meta.add(self.lane[l] as usize) as *mut __m128i;
+                let old = _mm_loadu_si128(at);
+                _mm_storeu_si128(at, _mm_or_si128(_mm_andnot_si128(m, old), new));
+            }
+        }
+    }
+}
+
+/// A classifier's [`ValuePlan`] with the attribute offsets it was made for (see
+/// [`PlanCache`]).
+#[derive(Clone, Debug)]
+pub struct ValueCache {
+    offs: Option<[AttrOffset; MAX_FIELDS]>,
+    plan: ValuePlan,
+}
+
+impl Default for ValueCache {
+    fn default() -> ValueCache {
+        ValueCache {
+            offs: None,
+            plan: ValuePlan::empty(),
+        }
+    }
+}
+
+impl ValueCache {
+    /// The plan writing `values` at this batch's attribute offsets `offs` (made anew when
+    /// they changed); None when `values` are not written with a plan.
+    #[inline]
+    pub fn get(&mut self, values: &ValueFields, offs: &[AttrOffset]) -> Option<&ValuePlan> {
+        if !values.scatters {
+            return None;
+        }
+        let mut o = [AttrOffset::NoWrite; MAX_FIELDS];
+        o[..offs.len()].copy_from_slice(offs);
+        if self.offs != Some(o) {
+            values.make_plan(offs, &mut self.plan);
+            self.offs = Some(o);
+        }
+        Some(&self.plan)
     }
 }
 
@@ -1187,6 +1374,8 @@ pub struct Matcher {
     pub default_gate: u16,
     /// The plan gathering keys from attributes, if the keys are gathered.
     pub plan: PlanCache,
+    /// The plan writing rules' values, if they are written with one.
+    pub vplan: ValueCache,
 }
 
 impl Matcher {
@@ -1199,6 +1388,7 @@ impl Matcher {
             fields,
             default_gate: DROP_GATE,
             plan: PlanCache::default(),
+            vplan: ValueCache::default(),
         }
     }
 }
@@ -1215,6 +1405,8 @@ pub(crate) trait RuleClassifier {
     fn matcher(&self) -> &Matcher;
     /// The same, to change the default gate.
     fn matcher_mut(&mut self) -> &mut Matcher;
+    /// The matcher, to update its plans, and the value fields.
+    fn matcher_and_values(&mut self) -> (&mut Matcher, &ValueFields);
     /// Adds (or replaces) the rule `arg`, a message of type `what`.
     fn add_rule(&mut self, arg: &Value, what: &str) -> Result<()>;
     /// All rules, as `get_runtime_config` lists them.
@@ -1223,14 +1415,14 @@ pub(crate) trait RuleClassifier {
     fn take_rules(&mut self) -> Self::Rules;
     /// Puts a rule set taken out back.
     fn put_rules(&mut self, rules: Self::Rules);
-    /// The batch path for keys of `W` words, attribute offsets `offs` (one per field), keys
-    /// gathered by `plan` when there is one.
+    /// The batch path for keys of `W` words, attribute offsets `offs` (one per field), with
+    /// this batch's `plans`.
     fn run<const W: usize>(
         &self,
         ctx: &mut bessemer_core::Context,
         batch: &mut bessemer_core::PacketBatch,
         offs: &[bessemer_core::AttrOffset],
-        plan: Option<&GatherPlan>,
+        plans: Plans<'_>,
     );
 }
 
@@ -1242,7 +1434,7 @@ pub(crate) fn process_batch<C: RuleClassifier>(
     ctx: &mut bessemer_core::Context,
     batch: &mut bessemer_core::PacketBatch,
 ) {
-    let m = c.matcher_mut();
+    let (m, values) = c.matcher_and_values();
     let mut offs = [bessemer_core::AttrOffset::NoRead; MAX_FIELDS];
     for (i, f) in m.fields.iter().enumerate() {
         if f.offset.is_none() {
@@ -1251,17 +1443,33 @@ pub(crate) fn process_batch<C: RuleClassifier>(
     }
     let offs = &offs[..m.fields.len()];
     let gathers = m.plan.get(&m.keys, offs).is_some();
-    let plan = gathers.then_some(&c.matcher().plan.plan);
-    match c.matcher().words {
-        1 => c.run::<1>(ctx, batch, offs, plan),
-        2 => c.run::<2>(ctx, batch, offs, plan),
-        3 => c.run::<3>(ctx, batch, offs, plan),
-        4 => c.run::<4>(ctx, batch, offs, plan),
-        5 => c.run::<5>(ctx, batch, offs, plan),
-        6 => c.run::<6>(ctx, batch, offs, plan),
-        7 => c.run::<7>(ctx, batch, offs, plan),
-        _ => c.run::<8>(ctx, batch, offs, plan),
+    let voffs = values.offsets(ctx);
+    let scatters = m.vplan.get(values, &voffs[..values.fields.len()]).is_some();
+    let m = c.matcher();
+    let plans = Plans {
+        keys: gathers.then_some(&m.plan.plan),
+        values: scatters.then_some(&m.vplan.plan),
+    };
+    match m.words {
+        1 => c.run::<1>(ctx, batch, offs, plans),
+        2 => c.run::<2>(ctx, batch, offs, plans),
+        3 => c.run::<3>(ctx, batch, offs, plans),
+        4 => c.run::<4>(ctx, batch, offs, plans),
+        5 => c.run::<5>(ctx, batch, offs, plans),
+        6 => c.run::<6>(ctx, batch, offs, plans),
+        7 => c.run::<7>(ctx, batch, offs, plans),
+        _ => c.run::<8>(ctx, batch, offs, plans),
     }
+}
+
+/// A batch's plans for a field classifier: gathering keys and writing values, where they
+/// apply.
+#[derive(Clone, Copy)]
+pub(crate) struct Plans<'a> {
+    /// Builds the keys (else each key is built field by field).
+    pub keys: Option<&'a GatherPlan>,
+    /// Writes the values (else each is written field by field).
+    pub values: Option<&'a ValuePlan>,
 }
 
 /// The `add` command the classifiers share (a handler for the class's command table).
@@ -1695,6 +1903,61 @@ mod tests {
             check!(4);
             check!(5);
             check!(8);
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+        /// Values written by a value plan (attributes anywhere in the metadata area, some not
+        /// written, some overlapping: the later field wins) leave the metadata as writing
+        /// them field by field does.
+        #[test]
+        fn planned_value_writes_match_writes_field_by_field(
+            layout in proptest::collection::vec((1usize..=8, 0usize..=120, 0u8..8), 1..=8),
+            meta in proptest::collection::vec(proptest::prelude::any::<u8>(), METADATA_BYTES),
+            vals in proptest::collection::vec(proptest::prelude::any::<u8>(), 64),
+        ) {
+            if !ssse3() {
+                return Ok(());
+            }
+            let mut pos = 0;
+            let fields: Vec<MatchField> = layout
+                .iter()
+                .map(|&(size, _, _)| {
+                    let f = MatchField { offset: None, attr: Some("v".into()), attr_id: 0, size, pos };
+                    pos += size;
+                    f
+                })
+                .collect();
+            let values = ValueFields { fields, size: pos, scatters: true };
+            let mut offs = [AttrOffset::NoWrite; MAX_FIELDS];
+            for (o, &(size, at, kind)) in offs.iter_mut().zip(&layout) {
+                // A few offsets shared, so that fields overlap.
+                let at = if kind == 1 { 40 } else { at };
+                *o = match kind {
+                    0 => AttrOffset::NoWrite,
+                    _ => AttrOffset::At(at.min(METADATA_BYTES - size) as u16),
+                };
+            }
+            let mut cache = ValueCache::default();
+            let plan = cache.get(&values, &offs[..layout.len()]).unwrap();
+            let pool =
+                bessemer_core::PacketPool::new("t", 64, bessemer_core::mem::PagePolicy::Plain)
+                    .unwrap();
+            let mut pc = pool.cache();
+            let mut a = pc.alloc(60).unwrap();
+            let mut b = pc.alloc(60).unwrap();
+            a.metadata_mut().copy_from_slice(&meta);
+            b.metadata_mut().copy_from_slice(&meta);
+            let row = &vals[..values.read_len()];
+            let mut pkts = [a];
+            plan.apply_all(&mut pkts, &[row]);
+            values.apply(&mut b, &offs, &vals[..pos]);
+            let [a] = pkts;
+            let same = a.metadata() == b.metadata();
+            pc.free(a);
+            pc.free(b);
+            proptest::prop_assert!(same);
         }
     }
 

@@ -14,7 +14,7 @@ use bessemer_core::{
 
 use crate::classify::table::{
     field_data, hash_words, key_words, parse_fields, prefetch, FlatTable, IntOrder, KeyBuilder,
-    MatchField, PlanCache, ValueFields, DROP_GATE, MAX_FIELDS,
+    MatchField, PlanCache, ValueCache, ValueFields, DROP_GATE, MAX_FIELDS, VALUES_PAD,
 };
 use crate::util::{process_each, Verdict, IDLE};
 
@@ -309,7 +309,7 @@ struct Table {
     index: FlatTable,
     rules: Vec<Rule>,
     /// Each slot's value bytes, `vsize` per slot (a flat array: the one-byte QFI of 10 000
-    /// rules is 10 KB that stays cached).
+    /// rules is 10 KB that stays cached), then VALUES_PAD bytes (see `ValuePlan`).
     vals: Vec<u8>,
     vsize: usize,
     /// The markers of `MeterKind::Big` rules, by slot.
@@ -323,7 +323,7 @@ impl Table {
         Table {
             index: FlatTable::new(words),
             rules: Vec::new(),
-            vals: Vec::new(),
+            vals: vec![0; VALUES_PAD],
             vsize,
             big: Vec::new(),
             free: Vec::new(),
@@ -372,13 +372,13 @@ impl Table {
         self.index.clear();
         self.rules.clear();
         self.big.clear();
-        self.vals.clear();
+        self.vals = vec![0; VALUES_PAD];
         self.free.clear();
     }
 }
 
-/// One worker's key-gathering plan (see [`PlanCache`]).
-struct WorkerPlan(UnsafeCell<PlanCache>);
+/// One worker's plans gathering keys and writing values (see [`PlanCache`]).
+struct WorkerPlan(UnsafeCell<(PlanCache, ValueCache)>);
 
 // SAFETY: worker `wid` alone touches slot `wid` (`Qos::run`), and a worker runs one module
 // call at a time (the batches a module sends on are run after it returns).
@@ -523,7 +523,7 @@ impl Qos {
         t: &Table,
         p: &mut Packet,
         slot: u32,
-        voffs: &[AttrOffset],
+        voffs: Option<&[AttrOffset]>,
         now: u64,
         shared: bool,
     ) -> Verdict<QosDrop> {
@@ -558,7 +558,7 @@ impl Qos {
             Some(Color::Yellow) => YELLOW_GATE,
             Some(Color::Red) => RED_GATE,
         };
-        if t.vsize != 0 {
+        if let Some(voffs) = voffs.filter(|_| t.vsize != 0) {
             self.values
                 .apply(p, voffs, &t.vals[s * t.vsize..(s + 1) * t.vsize]);
         }
@@ -589,14 +589,14 @@ impl Qos {
         let mut keys = [[0u64; W]; MAX_BURST];
         let mut hashes = [0u64; MAX_BURST];
         let mut short = [false; MAX_BURST];
-        // The control thread (no worker id) makes a plan of its own.
-        let mut own = PlanCache::default();
-        let cache = match self.plans.get(ctx.wid) {
+        // The control thread (no worker id) makes plans of its own.
+        let mut own = Default::default();
+        let (kcache, vcache) = match self.plans.get(ctx.wid) {
             // SAFETY: this worker's slot (see `WorkerPlan`).
             Some(slot) => unsafe { &mut *slot.0.get() },
             None => &mut own,
         };
-        if let Some(plan) = cache.get(&self.keys, &offs[..self.fields.len()]) {
+        if let Some(plan) = kcache.get(&self.keys, &offs[..self.fields.len()]) {
             plan.build_all::<W>(batch.pkts(), &mut keys);
             for i in 0..n {
                 hashes[i] = hash_words(&keys[i][..w]);
@@ -630,6 +630,20 @@ impl Qos {
                 }
             }
         }
+        let vplan = vcache.get(&self.values, &voffs[..self.values.fields.len()]);
+        if let Some(vp) = vplan.filter(|_| t.vsize != 0) {
+            // Every hit writes its rule's values (also when it meters red or drops).
+            let mut rows: [&[u8]; MAX_BURST] = [&[]; MAX_BURST];
+            let read = self.values.read_len();
+            for i in 0..n {
+                if slots[i] != NO_RULE {
+                    let at = slots[i] as usize * t.vsize;
+                    rows[i] = &t.vals[at..at + read];
+                }
+            }
+            vp.apply_all(batch.pkts_mut(), &rows[..n]);
+        }
+        let voffs = vplan.is_none().then_some(&voffs[..]);
         let mut i = 0;
         process_each(ctx, batch, |p: &mut Packet| {
             let j = i;
@@ -637,7 +651,7 @@ impl Qos {
             if short[j] {
                 return Verdict::Drop(QosDrop::TooShort);
             }
-            self.decide(t, p, slots[j], &voffs, now, shared)
+            self.decide(t, p, slots[j], voffs, now, shared)
         });
     }
 }
@@ -691,7 +705,7 @@ fn create(init: &mut InitContext, arg: &Value) -> Result<Instance> {
         .max(1);
     let vsize = values.size;
     let keys = KeyBuilder::new(&fields, &[]);
-    let workers = if keys.gathers() {
+    let workers = if keys.gathers() || values.scatters() {
         bessemer_core::engine::MAX_WORKERS
     } else {
         0
@@ -699,7 +713,7 @@ fn create(init: &mut InitContext, arg: &Value) -> Result<Instance> {
     Ok(Instance::Shared(Box::new(Qos {
         hz: bessemer_core::tsc::hz(),
         plans: (0..workers)
-            .map(|_| WorkerPlan(UnsafeCell::new(PlanCache::default())))
+            .map(|_| WorkerPlan(UnsafeCell::new(Default::default())))
             .collect(),
         keys,
         fields,
