@@ -9,7 +9,7 @@ use super::table::{
     self, bin_list, check_field_count, check_gate, cmd_add, cmd_get_runtime_config,
     cmd_set_default_gate, cmd_set_runtime_config, field_bytes, field_data, hash_words, initial_arg,
     key_bytes, key_words, parse_fields, process_batch, resolve_gate, split, FlatTable, IntOrder,
-    Matcher, RuleClassifier, TableDrop, ValueFields,
+    Matcher, Plans, RuleClassifier, TableDrop, ValueFields,
 };
 
 /// The payload words a rule's value bytes take.
@@ -101,6 +101,9 @@ impl RuleClassifier for ExactMatch {
     fn matcher_mut(&mut self) -> &mut Matcher {
         &mut self.matcher
     }
+    fn matcher_and_values(&mut self) -> (&mut Matcher, &ValueFields) {
+        (&mut self.matcher, &self.values)
+    }
     fn add_rule(&mut self, arg: &Value, what: &str) -> Result<()> {
         let mut a = Args::new(arg, what)?;
         let gate = check_gate(a.uint("gate", u64::MAX)?, &format!("{what}.gate"))?;
@@ -163,18 +166,32 @@ impl RuleClassifier for ExactMatch {
     /// The batch path for keys of `W` words: build keys, hash and prefetch every packet's
     /// slot, then look up (the loads overlap), then split.
     #[inline(always)]
-    fn run<const W: usize>(&self, ctx: &mut Context, batch: &mut PacketBatch, offs: &[AttrOffset]) {
+    fn run<const W: usize>(
+        &self,
+        ctx: &mut Context,
+        batch: &mut PacketBatch,
+        offs: &[AttrOffset],
+        plans: Plans<'_>,
+    ) {
         let n = batch.len();
         let mut keys = [[0u64; W]; MAX_BURST];
         let mut hashes = [0u64; MAX_BURST];
         let mut status: [Option<TableDrop>; MAX_BURST] = [None; MAX_BURST];
         let mut gates = [0u16; MAX_BURST];
-        for (i, p) in batch.pkts().iter().enumerate() {
-            if self.matcher.keys.build_into::<W>(offs, p, &mut keys[i]) {
+        if let Some(plan) = plans.keys {
+            plan.build_all::<W>(batch.pkts(), &mut keys);
+            for i in 0..n {
                 hashes[i] = hash_words(&keys[i]);
                 self.table.prefetch(hashes[i]);
-            } else {
-                status[i] = Some(TableDrop::TooShort);
+            }
+        } else {
+            for (i, p) in batch.pkts().iter().enumerate() {
+                if self.matcher.keys.build_into::<W>(offs, p, &mut keys[i]) {
+                    hashes[i] = hash_words(&keys[i]);
+                    self.table.prefetch(hashes[i]);
+                } else {
+                    status[i] = Some(TableDrop::TooShort);
+                }
             }
         }
         let def = self.matcher.default_gate;
@@ -195,10 +212,23 @@ impl RuleClassifier for ExactMatch {
         }
         if hits != 0 && !self.values.is_empty() {
             // The fork's values: a hit writes its rule's bytes into the packet.
-            let offs = self.values.offsets(ctx);
-            for (i, p) in batch.pkts_mut().iter_mut().enumerate() {
-                if hits >> i & 1 != 0 {
-                    self.values.apply(p, &offs, payload_bytes(acts[i]));
+            if let Some(vp) = plans.values {
+                let read = self.values.read_len();
+                let mut rows: [&[u8]; MAX_BURST] = [&[]; MAX_BURST];
+                for i in 0..n {
+                    if hits >> i & 1 != 0 {
+                        // The payload is followed by enough words for `read`
+                        // (`FlatTable::get_with_payload`).
+                        rows[i] = &payload_bytes(acts[i])[..read];
+                    }
+                }
+                vp.apply_all(batch.pkts_mut(), &rows[..n]);
+            } else {
+                let offs = self.values.offsets(ctx);
+                for (i, p) in batch.pkts_mut().iter_mut().enumerate() {
+                    if hits >> i & 1 != 0 {
+                        self.values.apply(p, &offs, payload_bytes(acts[i]));
+                    }
                 }
             }
         }

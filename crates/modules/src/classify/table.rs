@@ -74,6 +74,8 @@ pub fn hash_words(words: &[u64]) -> u64 {
 }
 
 const OCCUPIED: u64 = 1 << 63;
+/// Zero words after a [`FlatTable`]'s last slot.
+const PAD_WORDS: usize = 2;
 
 /// A hash map from keys of `words` u64 words to u32 values, stored flat: each slot is one
 /// meta word (occupied bit, 31 hash bits, value) followed by the key words and, if the
@@ -129,9 +131,12 @@ impl FlatTable {
         let old_stride = self.stride;
         self.bits = bits;
         self.mask = (1usize << bits) - 1;
-        self.slots = zeroed_table((1usize << bits) * self.stride, 0u64);
+        // A few zero words after the last slot: a payload may be read in whole 16-byte
+        // chunks (see `ValuePlan`).
+        self.slots = zeroed_table((1usize << bits) * self.stride + PAD_WORDS, 0u64);
         self.len = 0;
         for s in old.chunks_exact(old_stride) {
+            // (The padding after the last slot, if it makes a chunk, is not occupied.)
             if s[0] & OCCUPIED != 0 {
                 let (k, v) = (&s[1..1 + self.words], s[0] as u32);
                 let h = hash_words(k);
@@ -214,7 +219,8 @@ impl FlatTable {
     }
 
     /// Looks up a key of exactly `W` words (the table's width) whose hash is `h`: its value
-    /// and its payload words.
+    /// and its payload words, followed by at least `PAD_WORDS` more words (the next slots'
+    /// or padding) that a reader of whole 16-byte chunks may take in.
     #[inline(always)]
     pub fn get_with_payload<const W: usize>(
         &self,
@@ -233,7 +239,7 @@ impl FlatTable {
             if m & 0xffff_ffff_0000_0000 == want {
                 let k: &[u64; W] = s[1..1 + W].try_into().unwrap();
                 if k == key {
-                    return Some((m as u32, &s[1 + W..]));
+                    return Some((m as u32, &self.slots[i * self.stride + 1 + W..]));
                 }
             }
             i = (i + 1) & self.mask;
@@ -582,6 +588,9 @@ pub struct KeyBuilder {
     /// masks and shifts than field by field (WildcardMatch's 5-tuple: 3 instead of 5).
     chunks: Option<Vec<KeyChunk>>,
     chunk_end: usize,
+    /// Every field is a metadata attribute and the CPU shuffles bytes (SSSE3): keys are
+    /// gathered batch by batch with a [`GatherPlan`].
+    gathers: bool,
 }
 
 #[inline(always)]
@@ -658,10 +667,55 @@ impl KeyBuilder {
             .map(|c| c.offset + 8)
             .max()
             .unwrap_or(0);
+        let gathers = !fields.is_empty() && fields.iter().all(|f| f.offset.is_none()) && ssse3();
         KeyBuilder {
             fields,
             chunks,
             chunk_end,
+            gathers,
+        }
+    }
+
+    /// True when keys are gathered batch by batch ([`PlanCache::get`]): every field is a
+    /// metadata attribute and the CPU can shuffle bytes.
+    pub fn gathers(&self) -> bool {
+        self.gathers
+    }
+
+    /// The plan gathering keys of fields at attribute offsets `offs` (field i's is
+    /// `offs[i]`); only for a builder that [`KeyBuilder::gathers`].
+    fn make_plan(&self, offs: &[AttrOffset], plan: &mut GatherPlan) {
+        // Control bytes by (key chunk, metadata lane): 0x80 yields a zero byte.
+        let mut ctrl = [Lane([0x80; 16]); MAX_STEPS];
+        let mut mask = [Lane([0; 16]); KEY_CHUNKS];
+        let mut used = 0u32;
+        for (f, &o) in self.fields.iter().zip(offs) {
+            // An attribute no writer reaches reads as zeros: no bytes to gather.
+            let AttrOffset::At(m) = o else { continue };
+            let pos = f.word * 8 + f.shift as usize / 8;
+            for j in 0..f.size {
+                let (src, dst) = (m as usize + j, pos + j);
+                if src >= METADATA_BYTES {
+                    continue;
+                }
+                let k = dst / 16 * LANES + src / 16;
+                ctrl[k].0[dst % 16] = (src % 16) as u8;
+                mask[dst / 16].0[dst % 16] = (f.mask >> (8 * j)) as u8;
+                used |= 1 << k;
+            }
+        }
+        plan.mask = mask;
+        let mut n = 0;
+        for c in 0..KEY_CHUNKS {
+            for l in 0..LANES {
+                let k = c * LANES + l;
+                if used >> k & 1 != 0 {
+                    plan.ctrl[n] = ctrl[k];
+                    plan.lane[n] = (l * 16) as u8;
+                    n += 1;
+                }
+            }
+            plan.ends[c] = n as u8;
         }
     }
 
@@ -804,6 +858,145 @@ impl KeyBuilder {
     }
 }
 
+/// Bytes of metadata a packet carries.
+const METADATA_BYTES: usize = bessemer_core::metadata::METADATA_TOTAL_SIZE;
+/// 16-byte lanes of the metadata area.
+const LANES: usize = METADATA_BYTES / 16;
+/// 16-byte chunks of the longest key (8 words).
+const KEY_CHUNKS: usize = 4;
+/// Most (key chunk, metadata lane) pairs a plan shuffles.
+const MAX_STEPS: usize = KEY_CHUNKS * LANES;
+const _: () = assert!(MAX_STEPS <= 32 && METADATA_BYTES.is_multiple_of(16));
+
+/// 16 bytes, aligned for a vector load.
+#[derive(Clone, Copy, Debug)]
+#[repr(C, align(16))]
+struct Lane([u8; 16]);
+
+/// True when the CPU has SSSE3's byte shuffle (checked once; std caches it).
+fn ssse3() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("ssse3")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// How to gather a batch's keys from metadata attributes: each 16-byte chunk of a key is the
+/// OR of byte shuffles of the 16-byte metadata lanes its fields' bytes sit in, then masked.
+/// A field costs nothing per packet beyond the lanes it shares with the others (the UPF's
+/// eight-field PDR key: four shuffles, where field by field took about 25 instructions a
+/// field). Built per batch from the attribute offsets ([`KeyBuilder::gather_plan`]).
+#[derive(Clone, Debug)]
+pub struct GatherPlan {
+    /// Step i shuffles metadata bytes `lane[i]..lane[i] + 16` by `ctrl[i]`.
+    ctrl: [Lane; MAX_STEPS],
+    lane: [u8; MAX_STEPS],
+    /// The steps of key chunk c are `ends[c - 1]..ends[c]` (from 0 for chunk 0).
+    ends: [u8; KEY_CHUNKS],
+    /// The fields' masks, by key byte (zero past the fields).
+    mask: [Lane; KEY_CHUNKS],
+}
+
+impl GatherPlan {
+    fn empty() -> GatherPlan {
+        GatherPlan {
+            ctrl: [Lane([0x80; 16]); MAX_STEPS],
+            lane: [0; MAX_STEPS],
+            ends: [0; KEY_CHUNKS],
+            mask: [Lane([0; 16]); KEY_CHUNKS],
+        }
+    }
+
+    /// Writes the key of each of `pkts` into `keys` (every word of each).
+    #[inline]
+    pub fn build_all<const W: usize>(&self, pkts: &[bessemer_core::Packet], keys: &mut [[u64; W]]) {
+        assert!(W <= 8 && keys.len() >= pkts.len());
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a plan exists only where the CPU has SSSE3 (`KeyBuilder::gathers`).
+        unsafe {
+            self.build_all_ssse3(pkts, keys)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        unreachable!("gather plans are made only on x86_64")
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "ssse3")]
+    unsafe fn build_all_ssse3<const W: usize>(
+        &self,
+        pkts: &[bessemer_core::Packet],
+        keys: &mut [[u64; W]],
+    ) {
+        use std::arch::x86_64::*;
+        let chunks = (W * 8).div_ceil(16);
+        for (p, k) in pkts.iter().zip(keys.iter_mut()) {
+            let meta = p.metadata().as_ptr();
+            let mut start = 0;
+            for c in 0..chunks {
+                let end = self.ends[c] as usize;
+                let mut a = _mm_setzero_si128();
+                for s in start..end {
+                    // SAFETY: lanes are 16-byte steps inside the metadata area.
+                    let v = _mm_loadu_si128(meta.add(self.lane[s] as usize) as *const __m128i);
+                    let ctl = _mm_load_si128(self.ctrl[s].0.as_ptr() as *const __m128i);
+                    a = _mm_or_si128(a, _mm_shuffle_epi8(v, ctl));
+                }
+                start = end;
+                a = _mm_and_si128(a, _mm_load_si128(self.mask[c].0.as_ptr() as *const __m128i));
+                // SAFETY: chunk c covers key bytes 16c.. inside the W words (a last half
+                // chunk stores 8 bytes).
+                let dst = (k.as_mut_ptr() as *mut u8).add(16 * c) as *mut __m128i;
+                if 16 * c + 16 <= W * 8 {
+                    _mm_storeu_si128(dst, a);
+                } else {
+                    _mm_storel_epi64(dst, a);
+                }
+            }
+        }
+    }
+}
+
+/// A classifier's [`GatherPlan`] with the attribute offsets it was made for: offsets change
+/// only with the graph, so the plan is made once, not per batch (the PDR key's took about
+/// 900 instructions).
+#[derive(Clone, Debug)]
+pub struct PlanCache {
+    offs: Option<[AttrOffset; MAX_FIELDS]>,
+    plan: GatherPlan,
+}
+
+impl Default for PlanCache {
+    fn default() -> PlanCache {
+        PlanCache {
+            offs: None,
+            plan: GatherPlan::empty(),
+        }
+    }
+}
+
+impl PlanCache {
+    /// The plan gathering keys for `keys` from this batch's attribute offsets `offs` (made
+    /// anew when they changed); None when `keys` does not gather (build each key with
+    /// [`KeyBuilder::build_into`]).
+    #[inline]
+    pub fn get(&mut self, keys: &KeyBuilder, offs: &[AttrOffset]) -> Option<&GatherPlan> {
+        if !keys.gathers {
+            return None;
+        }
+        let mut o = [AttrOffset::NoRead; MAX_FIELDS];
+        o[..offs.len()].copy_from_slice(offs);
+        if self.offs != Some(o) {
+            keys.make_plan(offs, &mut self.plan);
+            self.offs = Some(o);
+        }
+        Some(&self.plan)
+    }
+}
+
 /// Checks the number of `fields` of a classifier argument `what` (1..=MAX_FIELDS).
 pub fn check_field_count(fields: &[Value], what: &str) -> Result<()> {
     if fields.is_empty() {
@@ -858,6 +1051,9 @@ pub struct ValueFields {
     pub fields: Vec<MatchField>,
     /// Total bytes of a rule's values.
     pub size: usize,
+    /// Every field is a metadata attribute and the CPU shuffles bytes: values are written
+    /// with a [`ValuePlan`].
+    scatters: bool,
 }
 
 impl ValueFields {
@@ -886,7 +1082,15 @@ impl ValueFields {
             pos += mf.size;
             fields.push(mf);
         }
-        Ok(ValueFields { fields, size: pos })
+        let scatters = !fields.is_empty()
+            && fields.iter().all(|f: &MatchField| f.offset.is_none())
+            && pos <= 16 * KEY_CHUNKS
+            && ssse3();
+        Ok(ValueFields {
+            fields,
+            size: pos,
+            scatters,
+        })
     }
 
     /// True when the classifier writes nothing.
@@ -963,9 +1167,179 @@ impl ValueFields {
         }
     }
 
+    /// Bytes a [`ValuePlan`] reads from a rule's value bytes (whole 16-byte chunks): a
+    /// table keeps that many readable bytes from each rule's start ([`VALUES_PAD`] more at
+    /// the end of its value array).
+    pub fn read_len(&self) -> usize {
+        self.size.div_ceil(16) * 16
+    }
+
+    /// The plan writing values at attribute offsets `offs` (the value fields', as
+    /// [`ValueFields::offsets`] gives them); only for fields that [`ValueFields::scatters`].
+    fn make_plan(&self, offs: &[AttrOffset], plan: &mut ValuePlan) {
+        let mut ctrl = [[Lane([0x80; 16]); KEY_CHUNKS]; LANES];
+        let mut mask = [Lane([0; 16]); LANES];
+        for (f, &o) in self.fields.iter().zip(offs) {
+            // Nobody reads it downstream: no write.
+            let AttrOffset::At(m) = o else { continue };
+            for j in 0..f.size {
+                let (src, dst) = (f.pos + j, m as usize + j);
+                if dst >= METADATA_BYTES {
+                    continue;
+                }
+                let lane = &mut ctrl[dst / 16];
+                // A later field writing the same byte wins, as when written in order.
+                for c in lane.iter_mut() {
+                    c.0[dst % 16] = 0x80;
+                }
+                lane[src / 16].0[dst % 16] = (src % 16) as u8;
+                mask[dst / 16].0[dst % 16] = 0xff;
+            }
+        }
+        let mut n = 0;
+        for l in 0..LANES {
+            if mask[l].0 != [0; 16] {
+                plan.lane[n] = (l * 16) as u8;
+                plan.ctrl[n] = ctrl[l];
+                plan.mask[n] = mask[l];
+                n += 1;
+            }
+        }
+        plan.lanes = n as u8;
+        plan.chunks = self.size.div_ceil(16) as u8;
+    }
+
+    /// True when values are written with a [`ValuePlan`] ([`ValueCache::get`]).
+    pub fn scatters(&self) -> bool {
+        self.scatters
+    }
+
     /// A rule's value bytes as a FieldData list (value_bin).
     pub fn value_list(&self, bytes: &[u8]) -> Value {
         bin_list(field_bytes(&self.fields, bytes))
+    }
+}
+
+/// Zero bytes a table keeps after its last rule's value bytes, so that a [`ValuePlan`] may
+/// read whole 16-byte chunks of any rule's.
+pub const VALUES_PAD: usize = 16 * KEY_CHUNKS;
+
+/// How to write a batch's rule values into metadata attributes: each 16-byte metadata lane
+/// the fields touch is blended with the OR of byte shuffles of the rule's value bytes (16 at
+/// a time). The PDR rule's five fields go into one lane in two shuffles, where copying field
+/// by field took about 25 instructions a field.
+#[derive(Clone, Debug)]
+pub struct ValuePlan {
+    /// Lane i is metadata bytes `lane[i]..lane[i] + 16`, for i below `lanes`.
+    lane: [u8; LANES],
+    lanes: u8,
+    /// Per lane, per 16-byte chunk of the value bytes: the shuffle placing its bytes.
+    ctrl: [[Lane; KEY_CHUNKS]; LANES],
+    /// Per lane: the bytes written.
+    mask: [Lane; LANES],
+    /// 16-byte chunks of the value bytes.
+    chunks: u8,
+}
+
+impl ValuePlan {
+    fn empty() -> ValuePlan {
+        ValuePlan {
+            lane: [0; LANES],
+            lanes: 0,
+            ctrl: [[Lane([0x80; 16]); KEY_CHUNKS]; LANES],
+            mask: [Lane([0; 16]); LANES],
+            chunks: 0,
+        }
+    }
+
+    /// Writes `rows[i]`, a rule's value bytes (at least [`ValueFields::read_len`] of them),
+    /// into packet i's attributes; an empty row writes nothing.
+    #[inline]
+    pub fn apply_all(&self, pkts: &mut [bessemer_core::Packet], rows: &[&[u8]]) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a plan exists only where the CPU has SSSE3 (`ValueFields::scatters`).
+        unsafe {
+            self.apply_all_ssse3(pkts, rows)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        unreachable!("value plans are made only on x86_64")
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "ssse3")]
+    unsafe fn apply_all_ssse3(&self, pkts: &mut [bessemer_core::Packet], rows: &[&[u8]]) {
+        use std::arch::x86_64::*;
+        let chunks = self.chunks as usize;
+        let n = pkts.len().min(rows.len());
+        for i in 0..n {
+            let r = rows[i];
+            if r.is_empty() {
+                continue;
+            }
+            assert!(r.len() >= 16 * chunks, "value row too short");
+            // SAFETY: the row holds `chunks` whole chunks (checked above).
+            let src = |c: usize| _mm_loadu_si128(r.as_ptr().add(16 * c) as *const __m128i);
+            let zero = _mm_setzero_si128();
+            let v0 = src(0);
+            let v1 = if chunks > 1 { src(1) } else { zero };
+            let v2 = if chunks > 2 { src(2) } else { zero };
+            let v3 = if chunks > 3 { src(3) } else { zero };
+            let meta = pkts[i].metadata_mut().as_mut_ptr();
+            for l in 0..self.lanes as usize {
+                let ctrl = &self.ctrl[l];
+                let ctl = |c: usize| _mm_load_si128(ctrl[c].0.as_ptr() as *const __m128i);
+                let mut new = _mm_shuffle_epi8(v0, ctl(0));
+                if chunks > 1 {
+                    new = _mm_or_si128(new, _mm_shuffle_epi8(v1, ctl(1)));
+                }
+                if chunks > 2 {
+                    new = _mm_or_si128(new, _mm_shuffle_epi8(v2, ctl(2)));
+                }
+                if chunks > 3 {
+                    new = _mm_or_si128(new, _mm_shuffle_epi8(v3, ctl(3)));
+                }
+                let m = _mm_load_si128(self.mask[l].0.as_ptr() as *const __m128i);
+                // SAFETY: lanes are 16-byte steps inside the metadata area.
+                let at = meta.add(self.lane[l] as usize) as *mut __m128i;
+                let old = _mm_loadu_si128(at);
+                _mm_storeu_si128(at, _mm_or_si128(_mm_andnot_si128(m, old), new));
+            }
+        }
+    }
+}
+
+/// A classifier's [`ValuePlan`] with the attribute offsets it was made for (see
+/// [`PlanCache`]).
+#[derive(Clone, Debug)]
+pub struct ValueCache {
+    offs: Option<[AttrOffset; MAX_FIELDS]>,
+    plan: ValuePlan,
+}
+
+impl Default for ValueCache {
+    fn default() -> ValueCache {
+        ValueCache {
+            offs: None,
+            plan: ValuePlan::empty(),
+        }
+    }
+}
+
+impl ValueCache {
+    /// The plan writing `values` at this batch's attribute offsets `offs` (made anew when
+    /// they changed); None when `values` are not written with a plan.
+    #[inline]
+    pub fn get(&mut self, values: &ValueFields, offs: &[AttrOffset]) -> Option<&ValuePlan> {
+        if !values.scatters {
+            return None;
+        }
+        let mut o = [AttrOffset::NoWrite; MAX_FIELDS];
+        o[..offs.len()].copy_from_slice(offs);
+        if self.offs != Some(o) {
+            values.make_plan(offs, &mut self.plan);
+            self.offs = Some(o);
+        }
+        Some(&self.plan)
     }
 }
 
@@ -998,6 +1372,10 @@ pub struct Matcher {
     pub words: usize,
     /// The gate of packets that match no rule (initially DROP_GATE: dropped).
     pub default_gate: u16,
+    /// The plan gathering keys from attributes, if the keys are gathered.
+    pub plan: PlanCache,
+    /// The plan writing rules' values, if they are written with one.
+    pub vplan: ValueCache,
 }
 
 impl Matcher {
@@ -1009,6 +1387,8 @@ impl Matcher {
             words: key_len_words(&fields),
             fields,
             default_gate: DROP_GATE,
+            plan: PlanCache::default(),
+            vplan: ValueCache::default(),
         }
     }
 }
@@ -1025,6 +1405,8 @@ pub(crate) trait RuleClassifier {
     fn matcher(&self) -> &Matcher;
     /// The same, to change the default gate.
     fn matcher_mut(&mut self) -> &mut Matcher;
+    /// The matcher, to update its plans, and the value fields.
+    fn matcher_and_values(&mut self) -> (&mut Matcher, &ValueFields);
     /// Adds (or replaces) the rule `arg`, a message of type `what`.
     fn add_rule(&mut self, arg: &Value, what: &str) -> Result<()>;
     /// All rules, as `get_runtime_config` lists them.
@@ -1033,12 +1415,14 @@ pub(crate) trait RuleClassifier {
     fn take_rules(&mut self) -> Self::Rules;
     /// Puts a rule set taken out back.
     fn put_rules(&mut self, rules: Self::Rules);
-    /// The batch path for keys of `W` words, attribute offsets `offs` (one per field).
+    /// The batch path for keys of `W` words, attribute offsets `offs` (one per field), with
+    /// this batch's `plans`.
     fn run<const W: usize>(
         &self,
         ctx: &mut bessemer_core::Context,
         batch: &mut bessemer_core::PacketBatch,
         offs: &[bessemer_core::AttrOffset],
+        plans: Plans<'_>,
     );
 }
 
@@ -1046,28 +1430,46 @@ pub(crate) trait RuleClassifier {
 /// runs the batch path compiled for the key length.
 #[inline(always)]
 pub(crate) fn process_batch<C: RuleClassifier>(
-    c: &C,
+    c: &mut C,
     ctx: &mut bessemer_core::Context,
     batch: &mut bessemer_core::PacketBatch,
 ) {
-    let Matcher { fields, words, .. } = c.matcher();
+    let (m, values) = c.matcher_and_values();
     let mut offs = [bessemer_core::AttrOffset::NoRead; MAX_FIELDS];
-    for (i, f) in fields.iter().enumerate() {
+    for (i, f) in m.fields.iter().enumerate() {
         if f.offset.is_none() {
             offs[i] = ctx.attr(f.attr_id);
         }
     }
-    let offs = &offs[..fields.len()];
-    match words {
-        1 => c.run::<1>(ctx, batch, offs),
-        2 => c.run::<2>(ctx, batch, offs),
-        3 => c.run::<3>(ctx, batch, offs),
-        4 => c.run::<4>(ctx, batch, offs),
-        5 => c.run::<5>(ctx, batch, offs),
-        6 => c.run::<6>(ctx, batch, offs),
-        7 => c.run::<7>(ctx, batch, offs),
-        _ => c.run::<8>(ctx, batch, offs),
+    let offs = &offs[..m.fields.len()];
+    let gathers = m.plan.get(&m.keys, offs).is_some();
+    let voffs = values.offsets(ctx);
+    let scatters = m.vplan.get(values, &voffs[..values.fields.len()]).is_some();
+    let m = c.matcher();
+    let plans = Plans {
+        keys: gathers.then_some(&m.plan.plan),
+        values: scatters.then_some(&m.vplan.plan),
+    };
+    match m.words {
+        1 => c.run::<1>(ctx, batch, offs, plans),
+        2 => c.run::<2>(ctx, batch, offs, plans),
+        3 => c.run::<3>(ctx, batch, offs, plans),
+        4 => c.run::<4>(ctx, batch, offs, plans),
+        5 => c.run::<5>(ctx, batch, offs, plans),
+        6 => c.run::<6>(ctx, batch, offs, plans),
+        7 => c.run::<7>(ctx, batch, offs, plans),
+        _ => c.run::<8>(ctx, batch, offs, plans),
     }
+}
+
+/// A batch's plans for a field classifier: gathering keys and writing values, where they
+/// apply.
+#[derive(Clone, Copy)]
+pub(crate) struct Plans<'a> {
+    /// Builds the keys (else each key is built field by field).
+    pub keys: Option<&'a GatherPlan>,
+    /// Writes the values (else each is written field by field).
+    pub values: Option<&'a ValuePlan>,
 }
 
 /// The `add` command the classifiers share (a handler for the class's command table).
@@ -1429,6 +1831,133 @@ mod tests {
             for (w, k) in keys_at_every_width(&fields, &masks, &pkt).1 {
                 proptest::prop_assert_eq!(k, want.map(|g| g[..w].to_vec()));
             }
+        }
+    }
+
+    /// The keys a gather plan builds from `fields` (attributes at `offs`, masked by `masks`)
+    /// of a packet whose metadata is `meta`, next to the keys built field by field, for key
+    /// width `W`.
+    fn gathered_and_built<const W: usize>(
+        fields: &[MatchField],
+        masks: &[Option<Vec<u8>>],
+        offs: &[AttrOffset],
+        meta: &[u8; METADATA_BYTES],
+    ) -> Option<([u64; W], [u64; W])> {
+        let kb = KeyBuilder::new(fields, masks);
+        let mut cache = PlanCache::default();
+        let plan = cache.get(&kb, offs)?;
+        let pool =
+            bessemer_core::PacketPool::new("t", 64, bessemer_core::mem::PagePolicy::Plain).unwrap();
+        let mut pc = pool.cache();
+        let mut p = pc.alloc(60).unwrap();
+        p.metadata_mut().copy_from_slice(meta);
+        let mut got = [[u64::MAX; W]; 2];
+        plan.build_all::<W>(std::slice::from_ref(&p), &mut got[..1]);
+        let want = kb.build::<W>(offs, &p).unwrap();
+        pc.free(p);
+        Some((got[0], want))
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+        /// Keys gathered by byte shuffles from attributes anywhere in the metadata area (some
+        /// unwritten, reading as zeros), with masks, match the keys built field by field.
+        #[test]
+        fn gathered_keys_match_keys_built_field_by_field(
+            layout in proptest::collection::vec(
+                (1usize..=8, 0usize..=120, proptest::prelude::any::<[u8; 8]>(), 0u8..8), 1..=8),
+            meta in proptest::collection::vec(proptest::prelude::any::<u8>(), METADATA_BYTES),
+        ) {
+            let mut pos = 0;
+            let fields: Vec<MatchField> = layout
+                .iter()
+                .map(|&(size, _, _, _)| {
+                    let f = MatchField { offset: None, attr: Some("a".into()), attr_id: 0, size, pos };
+                    pos += size;
+                    f
+                })
+                .collect();
+            let masks: Vec<Option<Vec<u8>>> =
+                layout.iter().map(|(size, _, m, _)| Some(m[..*size].to_vec())).collect();
+            let offs: Vec<AttrOffset> = layout
+                .iter()
+                .map(|&(size, o, _, kind)| match kind {
+                    0 => AttrOffset::NoRead,
+                    _ => AttrOffset::At(o.min(METADATA_BYTES - size) as u16),
+                })
+                .collect();
+            let meta: [u8; METADATA_BYTES] = meta.try_into().unwrap();
+            let words = pos.div_ceil(8);
+            macro_rules! check {
+                ($w:literal) => {
+                    if words <= $w {
+                        if let Some((got, want)) = gathered_and_built::<$w>(&fields, &masks, &offs, &meta) {
+                            proptest::prop_assert_eq!(got, want, "width {}", $w);
+                        }
+                    }
+                };
+            }
+            check!(1);
+            check!(2);
+            check!(3);
+            check!(4);
+            check!(5);
+            check!(8);
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+        /// Values written by a value plan (attributes anywhere in the metadata area, some not
+        /// written, some overlapping: the later field wins) leave the metadata as writing
+        /// them field by field does.
+        #[test]
+        fn planned_value_writes_match_writes_field_by_field(
+            layout in proptest::collection::vec((1usize..=8, 0usize..=120, 0u8..8), 1..=8),
+            meta in proptest::collection::vec(proptest::prelude::any::<u8>(), METADATA_BYTES),
+            vals in proptest::collection::vec(proptest::prelude::any::<u8>(), 64),
+        ) {
+            if !ssse3() {
+                return Ok(());
+            }
+            let mut pos = 0;
+            let fields: Vec<MatchField> = layout
+                .iter()
+                .map(|&(size, _, _)| {
+                    let f = MatchField { offset: None, attr: Some("v".into()), attr_id: 0, size, pos };
+                    pos += size;
+                    f
+                })
+                .collect();
+            let values = ValueFields { fields, size: pos, scatters: true };
+            let mut offs = [AttrOffset::NoWrite; MAX_FIELDS];
+            for (o, &(size, at, kind)) in offs.iter_mut().zip(&layout) {
+                // A few offsets shared, so that fields overlap.
+                let at = if kind == 1 { 40 } else { at };
+                *o = match kind {
+                    0 => AttrOffset::NoWrite,
+                    _ => AttrOffset::At(at.min(METADATA_BYTES - size) as u16),
+                };
+            }
+            let mut cache = ValueCache::default();
+            let plan = cache.get(&values, &offs[..layout.len()]).unwrap();
+            let pool =
+                bessemer_core::PacketPool::new("t", 64, bessemer_core::mem::PagePolicy::Plain)
+                    .unwrap();
+            let mut pc = pool.cache();
+            let mut a = pc.alloc(60).unwrap();
+            let mut b = pc.alloc(60).unwrap();
+            a.metadata_mut().copy_from_slice(&meta);
+            b.metadata_mut().copy_from_slice(&meta);
+            let row = &vals[..values.read_len()];
+            let mut pkts = [a];
+            plan.apply_all(&mut pkts, &[row]);
+            values.apply(&mut b, &offs, &vals[..pos]);
+            let [a] = pkts;
+            let same = a.metadata() == b.metadata();
+            pc.free(a);
+            pc.free(b);
+            proptest::prop_assert!(same);
         }
     }
 

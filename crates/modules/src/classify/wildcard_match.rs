@@ -9,7 +9,7 @@ use super::table::{
     self, bin_list, check_field_count, check_gate, cmd_add, cmd_get_runtime_config,
     cmd_set_default_gate, cmd_set_runtime_config, field_bytes, field_data, initial_arg, key_bytes,
     key_words, parse_fields, prefetch, process_batch, resolve_gate, split, IntOrder, Matcher,
-    RuleClassifier, TableDrop, ValueFields,
+    Plans, RuleClassifier, TableDrop, ValueFields, VALUES_PAD,
 };
 use super::tuple_table::{hash_words as tuple_hash, TupleTable};
 
@@ -33,7 +33,7 @@ pub(crate) struct Tuple {
     data: Vec<RuleData>,
     /// The bytes each rule writes (the fork's `valuesv`, laid out as `values`), `vsize` per
     /// rule in `data`'s order: a flat array, where 64 bytes inline in every rule made 5 000
-    /// rules span 360 KB.
+    /// rules span 360 KB; then VALUES_PAD bytes (see `ValuePlan`).
     vals: Vec<u8>,
     vsize: usize,
     /// Key bits (under `mask`) every rule of the tuple has alike, and their values: a
@@ -205,6 +205,9 @@ impl RuleClassifier for WildcardMatch {
     fn matcher_mut(&mut self) -> &mut Matcher {
         &mut self.matcher
     }
+    fn matcher_and_values(&mut self) -> (&mut Matcher, &ValueFields) {
+        (&mut self.matcher, &self.values)
+    }
     fn add_rule(&mut self, arg: &Value, what: &str) -> Result<()> {
         let mut a = Args::new(arg, what)?;
         let gate = check_gate(a.uint("gate", u64::MAX)?, &format!("{what}.gate"))?;
@@ -255,7 +258,7 @@ impl RuleClassifier for WildcardMatch {
                     table: TupleTable::new(if fold_of(&mask, w).is_some() { 1 } else { w }),
                     fold: fold_of(&mask, w),
                     data: Vec::new(),
-                    vals: Vec::new(),
+                    vals: vec![0; VALUES_PAD],
                     vsize: self.values.size,
                     common_mask: mask,
                     common_val: key,
@@ -360,14 +363,25 @@ impl RuleClassifier for WildcardMatch {
     /// The batch path for keys of `W` words: tuple by tuple over the whole batch, skipping
     /// packets whose best match so far already beats every rule of the tuple.
     #[inline(always)]
-    fn run<const W: usize>(&self, ctx: &mut Context, batch: &mut PacketBatch, offs: &[AttrOffset]) {
+    fn run<const W: usize>(
+        &self,
+        ctx: &mut Context,
+        batch: &mut PacketBatch,
+        offs: &[AttrOffset],
+        plans: Plans<'_>,
+    ) {
         let n = batch.len();
         let mut keys = [[0u64; W]; MAX_BURST];
         let mut status: [Option<TableDrop>; MAX_BURST] = [None; MAX_BURST];
-        for (i, p) in batch.pkts().iter().enumerate() {
-            // Built in place: a copy out of a key just assembled stalls on store forwarding.
-            if !self.matcher.keys.build_into::<W>(offs, p, &mut keys[i]) {
-                status[i] = Some(TableDrop::TooShort);
+        if let Some(plan) = plans.keys {
+            plan.build_all::<W>(batch.pkts(), &mut keys);
+        } else {
+            for (i, p) in batch.pkts().iter().enumerate() {
+                // Built in place: a copy out of a key just assembled stalls on store
+                // forwarding.
+                if !self.matcher.keys.build_into::<W>(offs, p, &mut keys[i]) {
+                    status[i] = Some(TableDrop::TooShort);
+                }
             }
         }
         // Best tag per packet; 0 = no match yet, u64::MAX = too short (it then takes no part:
@@ -427,12 +441,28 @@ impl RuleClassifier for WildcardMatch {
         }
         if !self.values.is_empty() {
             // The fork writes a matched rule's values when its gate is not the default gate.
-            let offs = self.values.offsets(ctx);
-            for (i, p) in batch.pkts_mut().iter_mut().enumerate() {
-                if let Some((ti, ri)) = found[i] {
-                    let t = &self.tuples[ti as usize];
-                    if t.data[ri as usize].gate != def {
-                        self.values.apply(p, &offs, t.rule_vals(ri as usize));
+            if let Some(vp) = plans.values {
+                let read = self.values.read_len();
+                let mut rows: [&[u8]; MAX_BURST] = [&[]; MAX_BURST];
+                for i in 0..n {
+                    if let Some((ti, ri)) = found[i] {
+                        let t = &self.tuples[ti as usize];
+                        if t.data[ri as usize].gate != def {
+                            // Padded: see `Tuple::vals`.
+                            let at = ri as usize * t.vsize;
+                            rows[i] = &t.vals[at..at + read];
+                        }
+                    }
+                }
+                vp.apply_all(batch.pkts_mut(), &rows[..n]);
+            } else {
+                let offs = self.values.offsets(ctx);
+                for (i, p) in batch.pkts_mut().iter_mut().enumerate() {
+                    if let Some((ti, ri)) = found[i] {
+                        let t = &self.tuples[ti as usize];
+                        if t.data[ri as usize].gate != def {
+                            self.values.apply(p, &offs, t.rule_vals(ri as usize));
+                        }
                     }
                 }
             }

@@ -15,6 +15,12 @@ pub struct Histogram {
     /// `num_buckets` buckets plus the above-range bucket.
     buckets: Vec<u64>,
     resolution: u64,
+    /// `u64::MAX / resolution`: divides by a multiply (see `bucket`).
+    recip: u64,
+    /// The first value of the above-range bucket (`num_buckets x resolution`, saturated).
+    end: u64,
+    /// `end`, at most 2^63: below it the multiply divides exactly.
+    cutoff: u64,
 }
 
 /// What a histogram summary reports (BESS's `Histogram::Summary`).
@@ -40,9 +46,13 @@ pub struct Summary {
 impl Histogram {
     /// `num_buckets` buckets of `resolution` ns.
     pub fn new(num_buckets: u64, resolution: u64) -> Histogram {
+        let resolution = resolution.max(1);
         Histogram {
             buckets: vec![0; num_buckets as usize + 1],
-            resolution: resolution.max(1),
+            resolution,
+            recip: u64::MAX / resolution,
+            end: num_buckets.saturating_mul(resolution),
+            cutoff: num_buckets.saturating_mul(resolution).min(1 << 63),
         }
     }
 
@@ -50,8 +60,25 @@ impl Histogram {
     #[inline]
     pub fn insert(&mut self, v: u64) {
         let last = self.buckets.len() - 1;
-        let i = ((v / self.resolution) as usize).min(last);
+        let i = self.bucket(v).min(last);
         self.buckets[i] += 1;
+    }
+
+    /// `v / resolution` where that is below the bucket count, else at least the count.
+    #[inline(always)]
+    fn bucket(&self, v: u64) -> usize {
+        if v >= self.cutoff {
+            return match v >= self.end {
+                true => self.buckets.len() - 1,
+                false => (v / self.resolution) as usize,
+            };
+        }
+        // A division per packet took longer than the rest of the module: the product with
+        // the reciprocal is the quotient or one less for any v below 2^63 (the error is
+        // below v x (resolution + 1) / (resolution x 2^64) < 1), and one comparison
+        // corrects it.
+        let q = ((v as u128 * self.recip as u128) >> 64) as u64;
+        (q + (v - q * self.resolution >= self.resolution) as u64) as usize
     }
 
     /// The summary with `percentiles` (sorted, within [0, 100]).
@@ -319,6 +346,25 @@ pub static CLASS: ModuleClass = ModuleClass {
 mod tests {
     use super::*;
     use bessemer_core::testing::Harness;
+
+    proptest::proptest! {
+        /// Buckets found by the reciprocal are the quotient's, clamped to the range, for every
+        /// resolution and value (the range's edges and values past 2^63 among them).
+        #[test]
+        fn buckets_are_quotients(
+            res in proptest::prop_oneof![1u64..4, 1u64..=u32::MAX as u64, proptest::prelude::any::<u64>()],
+            n in proptest::prop_oneof![1u64..10, 1u64..5_000_000],
+            v in proptest::prelude::any::<u64>(),
+            near in proptest::prelude::any::<bool>(),
+        ) {
+            let h = Histogram::new(n, res);
+            let r = res.max(1);
+            // Values near a bucket edge or the range's end as often as anywhere.
+            let v = if near { (v % n.saturating_add(2)).saturating_mul(r).saturating_add(v % 3).saturating_sub(1) } else { v };
+            let want = ((v / r) as usize).min(n as usize);
+            proptest::prop_assert_eq!(h.bucket(v).min(n as usize), want);
+        }
+    }
 
     #[test]
     fn histogram_summarizes_as_bess() {

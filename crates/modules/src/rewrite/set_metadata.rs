@@ -1,9 +1,9 @@
 //! SetMetadata: sets metadata attributes from constants or packet bytes.
 use crate::util::{process_each, Verdict};
-use bessemer_core::metadata::MAX_ATTR_SIZE;
+use bessemer_core::metadata::{MAX_ATTR_SIZE, METADATA_TOTAL_SIZE};
 use bessemer_core::{
-    AccessMode, Args, AttrSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result,
-    Value,
+    AccessMode, Args, AttrOffset, AttrSpec, Context, Error, Instance, Module, ModuleClass,
+    PacketBatch, Result, Value,
 };
 
 #[derive(Clone, Debug)]
@@ -19,6 +19,33 @@ struct Attr {
 /// `offset` (optionally masked and shifted right).
 pub struct SetMetadata {
     attrs: Vec<Attr>,
+    /// Shortest packet every attribute copied from packet data fits (0: none is).
+    need: usize,
+}
+
+/// Writes `v` at metadata offset `o` of every packet of `batch`: one fixed-size store per
+/// packet for the usual sizes (a copy of a run-time length is a call to memcpy per packet,
+/// which cost more than the rest of the module).
+fn set_all(batch: &mut PacketBatch, o: usize, v: &[u8]) {
+    fn each<const N: usize>(batch: &mut PacketBatch, o: usize, v: &[u8]) {
+        let v: [u8; N] = v.try_into().unwrap();
+        assert!(o + N <= METADATA_TOTAL_SIZE);
+        for p in batch.pkts_mut() {
+            p.metadata_mut()[o..o + N].copy_from_slice(&v);
+        }
+    }
+    match v.len() {
+        1 => each::<1>(batch, o, v),
+        2 => each::<2>(batch, o, v),
+        4 => each::<4>(batch, o, v),
+        8 => each::<8>(batch, o, v),
+        16 => each::<16>(batch, o, v),
+        _ => {
+            for p in batch.pkts_mut() {
+                p.metadata_mut()[o..o + v.len()].copy_from_slice(v);
+            }
+        }
+    }
 }
 
 bessemer_core::drop_reasons! {
@@ -98,57 +125,66 @@ fn shift_right(bytes: &mut [u8], bits: i32) {
     if bits == 0 {
         return;
     }
-    // Treat the bytes as one big-endian number and shift it (left for negative counts).
-    let mut v: Vec<u8> = bytes.to_vec();
+    // Treat the bytes as one big-endian number and shift it (left for negative counts), in
+    // place: whole bytes first, then the bits left over.
+    let n = bytes.len();
     let (amount, right) = (bits.unsigned_abs() as usize, bits > 0);
-    for _ in 0..amount {
-        if right {
-            let mut carry = 0u8;
-            for b in v.iter_mut() {
-                let nc = *b & 1;
-                *b = (*b >> 1) | (carry << 7);
-                carry = nc;
+    let (whole, rest) = ((amount / 8).min(n), amount % 8);
+    if right {
+        bytes.copy_within(..n - whole, whole);
+        bytes[..whole].fill(0);
+        if rest != 0 {
+            for i in (0..n).rev() {
+                let hi = if i > 0 { bytes[i - 1] << (8 - rest) } else { 0 };
+                bytes[i] = (bytes[i] >> rest) | hi;
             }
-        } else {
-            let mut carry = 0u8;
-            for b in v.iter_mut().rev() {
-                let nc = *b >> 7;
-                *b = (*b << 1) | carry;
-                carry = nc;
+        }
+    } else {
+        bytes.copy_within(whole.., 0);
+        bytes[n - whole..].fill(0);
+        if rest != 0 {
+            for i in 0..n {
+                let lo = if i + 1 < n {
+                    bytes[i + 1] >> (8 - rest)
+                } else {
+                    0
+                };
+                bytes[i] = (bytes[i] << rest) | lo;
             }
         }
     }
-    bytes.copy_from_slice(&v);
 }
 
 impl Module for SetMetadata {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        let need = self
-            .attrs
-            .iter()
-            .filter_map(|a| a.offset.map(|o| o + a.size))
-            .max()
-            .unwrap_or(0);
-        let attrs = &self.attrs;
-        // Attribute by attribute over the packets long enough for every offset; the short
-        // ones are dropped below.
-        for (id, a) in attrs.iter().enumerate() {
-            let off = ctx.attr(id);
-            for p in batch.pkts_mut().iter_mut().filter(|p| p.len() >= need) {
-                match a.offset {
-                    None => p.set_attr(off, &a.value[..a.size]),
-                    Some(o) => {
-                        let mut buf = [0u8; MAX_ATTR_SIZE];
+        let need = self.need;
+        // Packets too short for an attribute copied from packet data are dropped below
+        // (their metadata does not matter); the constants are written into every packet.
+        let all_long = need == 0 || batch.pkts().iter().all(|p| p.len() >= need);
+        for (id, a) in self.attrs.iter().enumerate() {
+            // A write nobody downstream reads is skipped.
+            let AttrOffset::At(o) = ctx.attr(id) else {
+                continue;
+            };
+            let o = o as usize;
+            match a.offset {
+                None => set_all(batch, o, &a.value[..a.size]),
+                Some(off) => {
+                    let mut buf = [0u8; MAX_ATTR_SIZE];
+                    for p in batch.pkts_mut().iter_mut().filter(|p| p.len() >= need) {
                         let v = &mut buf[..a.size];
-                        v.copy_from_slice(&p.data()[o..o + a.size]);
+                        v.copy_from_slice(&p.data()[off..off + a.size]);
                         if let Some(mk) = &a.mask {
                             v.iter_mut().zip(mk).for_each(|(b, m)| *b &= m);
                         }
                         shift_right(v, a.rshift_bits);
-                        p.set_attr(off, v);
+                        p.metadata_mut()[o..o + a.size].copy_from_slice(v);
                     }
                 }
             }
+        }
+        if all_long {
+            return ctx.forward(0, batch);
         }
         process_each(ctx, batch, |p| {
             if p.len() < need {
@@ -184,7 +220,12 @@ pub static CLASS: ModuleClass = ModuleClass {
         let list = a.list("attrs")?;
         a.finish()?;
         let attrs = list.iter().enumerate().map(|(i, v)| parse_attr(v, i, init)).collect::<Result<Vec<_>>>()?;
-        Ok(Instance::Exclusive(Box::new(SetMetadata { attrs })))
+        let need = attrs
+            .iter()
+            .filter_map(|a| a.offset.map(|o| o + a.size))
+            .max()
+            .unwrap_or(0);
+        Ok(Instance::Exclusive(Box::new(SetMetadata { attrs, need })))
     },
 };
 
@@ -193,6 +234,41 @@ mod tests {
     use super::*;
     use bessemer_core::testing::Harness;
     use bessemer_core::AttrOffset;
+
+    /// The shift `shift_right` replaced: one bit at a time over a copy.
+    fn shift_by_bits(bytes: &mut [u8], bits: i32) {
+        let mut v: Vec<u8> = bytes.to_vec();
+        for _ in 0..bits.unsigned_abs() {
+            let mut carry = 0u8;
+            if bits > 0 {
+                for b in v.iter_mut() {
+                    let nc = *b & 1;
+                    *b = (*b >> 1) | (carry << 7);
+                    carry = nc;
+                }
+            } else {
+                for b in v.iter_mut().rev() {
+                    let nc = *b >> 7;
+                    *b = (*b << 1) | carry;
+                    carry = nc;
+                }
+            }
+        }
+        bytes.copy_from_slice(&v);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn shifts_match_shifting_bit_by_bit(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 1..=MAX_ATTR_SIZE),
+            bits in -255i32..=255,
+        ) {
+            let (mut a, mut b) = (bytes.clone(), bytes);
+            shift_right(&mut a, bits);
+            shift_by_bits(&mut b, bits);
+            proptest::prop_assert_eq!(a, b);
+        }
+    }
 
     fn arg(attrs: Vec<Value>) -> Value {
         Value::map().with("attrs", Value::List(attrs))

@@ -1,10 +1,12 @@
 //! GtpuDecap (omec-project fork): removes the outer IPv4, UDP and GTP-U headers of a G-PDU,
 //! keeping its Ethernet header in front of the inner packet.
-use bessemer_core::{Args, Context, Instance, Module, ModuleClass, Packet, PacketBatch, Value};
+use bessemer_core::{
+    Args, Context, Instance, Module, ModuleClass, Packet, PacketBatch, Value, MAX_BURST,
+};
 
 use crate::headers::ETH_LEN;
 use crate::upf::gtpu::{self, GtpuError};
-use crate::util::{process_each, Verdict};
+use crate::util::{send_each, Verdict};
 
 bessemer_core::drop_reasons! {
     /// Why GtpuDecap drops packets.
@@ -25,11 +27,10 @@ pub struct GtpuDecap;
 
 fn decap(p: &mut Packet) -> Verdict<GtpuDecapDrop> {
     if gtpu::plain_gpdu(p.data()) {
-        let mut eth = [0u8; ETH_LEN];
-        eth.copy_from_slice(&p.data()[..ETH_LEN]);
+        // The Ethernet header moved in place to just before the inner packet.
+        p.data_mut().copy_within(..ETH_LEN, gtpu::PLAIN_OUTER);
         let ok = p.adj(gtpu::PLAIN_OUTER);
         debug_assert!(ok, "plain_gpdu checked the length");
-        p.data_mut()[..ETH_LEN].copy_from_slice(&eth);
         return Verdict::Gate(0);
     }
     decap_parsed(p)
@@ -54,7 +55,18 @@ fn decap_parsed(p: &mut Packet) -> Verdict<GtpuDecapDrop> {
 
 impl Module for GtpuDecap {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        process_each(ctx, batch, decap);
+        // Verdicts kept as they come, with whether all go on (the usual case: the batch is
+        // then forwarded whole without a second pass over them).
+        let mut v = [Verdict::Gate(0); MAX_BURST];
+        let mut all_forward = true;
+        for (v, p) in v.iter_mut().zip(batch.pkts_mut()) {
+            *v = decap(p);
+            all_forward &= *v == Verdict::Gate(0);
+        }
+        if all_forward {
+            return ctx.forward(0, batch);
+        }
+        send_each(ctx, batch, |i| v[i]);
     }
 }
 

@@ -14,9 +14,9 @@ use bessemer_core::{
 
 use crate::classify::table::{
     field_data, hash_words, key_words, parse_fields, prefetch, FlatTable, IntOrder, KeyBuilder,
-    MatchField, ValueFields, DROP_GATE, MAX_FIELDS,
+    MatchField, PlanCache, ValueCache, ValueFields, DROP_GATE, MAX_FIELDS, VALUES_PAD,
 };
-use crate::util::{process_each, Verdict, IDLE};
+use crate::util::{send_each, Verdict, IDLE};
 
 /// The gate of metered rules in `add`: their packets leave by colour.
 pub const METER_GATE: u16 = 0;
@@ -150,15 +150,22 @@ impl SmallTrTcm {
         })
     }
 
-    /// As [`TrTcm::color`], ticks at `hz` per second.
+    /// As [`TrTcm::color`], ticks at `hz` per second (below 2^32, as `new` requires).
     #[inline(always)]
     fn color(&mut self, now: u64, len: u64, hz: u64) -> Color {
-        let dt = now.saturating_sub(self.last) as u128;
+        let dt = now.saturating_sub(self.last);
         self.last = self.last.max(now);
-        let h = hz as u128;
-        let tc = (self.tc as u128 + dt * self.cir as u128).min(self.cbs as u128 * h);
-        let tp = (self.tp as u128 + dt * self.pir as u128).min(self.pbs as u128 * h);
-        let need = len as u128 * h;
+        // In 64 bits: a bucket holds at most burst x rate (both below 2^32), so a sum that
+        // overflows is past the cap anyway (the 128-bit arithmetic took twice the
+        // instructions, three markers a packet on the UPF's path).
+        let fill = |t: u64, rate: u64, cap: u64| match dt.checked_mul(rate) {
+            Some(add) => t.saturating_add(add).min(cap),
+            None => cap,
+        };
+        let tc = fill(self.tc, self.cir, self.cbs as u64 * hz);
+        let tp = fill(self.tp, self.pir, self.pbs as u64 * hz);
+        // A packet too long for 64 bits exceeds any bucket: red.
+        let need = len.checked_mul(hz).unwrap_or(u64::MAX);
         let (tc, tp, c) = if tp < need {
             (tc, tp, Color::Red)
         } else if tc < need {
@@ -166,9 +173,8 @@ impl SmallTrTcm {
         } else {
             (tc - need, tp - need, Color::Green)
         };
-        // Both at most a burst times the rate: below 2^64.
-        self.tc = tc as u64;
-        self.tp = tp as u64;
+        self.tc = tc;
+        self.tp = tp;
         c
     }
 }
@@ -309,7 +315,7 @@ struct Table {
     index: FlatTable,
     rules: Vec<Rule>,
     /// Each slot's value bytes, `vsize` per slot (a flat array: the one-byte QFI of 10 000
-    /// rules is 10 KB that stays cached).
+    /// rules is 10 KB that stays cached), then VALUES_PAD bytes (see `ValuePlan`).
     vals: Vec<u8>,
     vsize: usize,
     /// The markers of `MeterKind::Big` rules, by slot.
@@ -323,7 +329,7 @@ impl Table {
         Table {
             index: FlatTable::new(words),
             rules: Vec::new(),
-            vals: Vec::new(),
+            vals: vec![0; VALUES_PAD],
             vsize,
             big: Vec::new(),
             free: Vec::new(),
@@ -372,10 +378,17 @@ impl Table {
         self.index.clear();
         self.rules.clear();
         self.big.clear();
-        self.vals.clear();
+        self.vals = vec![0; VALUES_PAD];
         self.free.clear();
     }
 }
+
+/// One worker's plans gathering keys and writing values (see [`PlanCache`]).
+struct WorkerPlan(UnsafeCell<(PlanCache, ValueCache)>);
+
+// SAFETY: worker `wid` alone touches slot `wid` (`Qos::run`), and a worker runs one module
+// call at a time (the batches a module sends on are run after it returns).
+unsafe impl Sync for WorkerPlan {}
 
 /// No rule (a slot number no table reaches).
 const NO_RULE: u32 = u32::MAX;
@@ -396,6 +409,8 @@ pub struct Qos {
     /// The tick rate of every marker (the TSC's).
     hz: u64,
     table: RwLock<Table>,
+    /// Each worker's key-gathering plan, by worker id (empty when keys are not gathered).
+    plans: Box<[WorkerPlan]>,
 }
 
 fn valid_rule_gate(g: u64) -> bool {
@@ -508,56 +523,47 @@ impl Qos {
         Ok(Value::Null)
     }
 
+    /// The gate of a packet of `p` whose rule is in `slot` (NO_RULE: none): the default
+    /// gate, the rule's gate or its marker's colour; DROP_GATE drops it. Writes the rule's
+    /// values when `voffs` are given (else a value plan writes them).
     #[inline(always)]
-    fn decide(
+    fn gate_of(
         &self,
         t: &Table,
         p: &mut Packet,
         slot: u32,
-        voffs: &[AttrOffset],
+        voffs: Option<&[AttrOffset]>,
         now: u64,
         shared: bool,
-    ) -> Verdict<QosDrop> {
+    ) -> u16 {
         if slot == NO_RULE {
-            return match t.default_gate {
-                DROP_GATE => Verdict::Drop(QosDrop::NoMatch),
-                g => Verdict::Gate(g),
-            };
+            return t.default_gate;
         }
         let s = slot as usize;
         let rule = &t.rules[s];
-        let color = match rule.kind {
-            MeterKind::None => None,
+        let gate = match rule.kind {
+            MeterKind::None => rule.gate,
             MeterKind::Small => {
                 let len = (p.len() as i64 - rule.deduct_len as i64).max(0) as u64;
                 // SAFETY: only this thread touches the marker: the lock is held, or no other
                 // worker runs the module (see `Rule::locked_if`).
-                Some(rule.locked_if(shared, || unsafe {
+                let c = rule.locked_if(shared, || unsafe {
                     (*rule.meter.get()).color(now, len, self.hz)
-                }))
+                });
+                color_gate(c)
             }
             MeterKind::Big => {
                 let b = t.big[s].as_deref().expect("a big marker for a Big rule");
                 let len = (p.len() as i64).saturating_sub(b.deduct_len).max(0) as u64;
                 // SAFETY: as above; the rule's lock guards its big marker too.
-                Some(rule.locked_if(shared, || unsafe { (*b.meter.get()).color(now, len) }))
+                color_gate(rule.locked_if(shared, || unsafe { (*b.meter.get()).color(now, len) }))
             }
         };
-        let gate = match color {
-            None => rule.gate,
-            Some(Color::Green) => GREEN_GATE,
-            Some(Color::Yellow) => YELLOW_GATE,
-            Some(Color::Red) => RED_GATE,
-        };
-        if t.vsize != 0 {
+        if let Some(voffs) = voffs.filter(|_| t.vsize != 0) {
             self.values
                 .apply(p, voffs, &t.vals[s * t.vsize..(s + 1) * t.vsize]);
         }
-        if gate == DROP_GATE {
-            Verdict::Drop(QosDrop::Rule)
-        } else {
-            Verdict::Gate(gate)
-        }
+        gate
     }
 
     /// The batch path for keys of `W` words (`W` at least the table's width): three passes
@@ -580,12 +586,27 @@ impl Qos {
         let mut keys = [[0u64; W]; MAX_BURST];
         let mut hashes = [0u64; MAX_BURST];
         let mut short = [false; MAX_BURST];
-        for (i, p) in batch.pkts().iter().enumerate() {
-            if self.keys.build_into::<W>(&offs, p, &mut keys[i]) {
+        // The control thread (no worker id) makes plans of its own.
+        let mut own = Default::default();
+        let (kcache, vcache) = match self.plans.get(ctx.wid) {
+            // SAFETY: this worker's slot (see `WorkerPlan`).
+            Some(slot) => unsafe { &mut *slot.0.get() },
+            None => &mut own,
+        };
+        if let Some(plan) = kcache.get(&self.keys, &offs[..self.fields.len()]) {
+            plan.build_all::<W>(batch.pkts(), &mut keys);
+            for i in 0..n {
                 hashes[i] = hash_words(&keys[i][..w]);
                 t.index.prefetch(hashes[i]);
-            } else {
-                short[i] = true;
+            }
+        } else {
+            for (i, p) in batch.pkts().iter().enumerate() {
+                if self.keys.build_into::<W>(&offs, p, &mut keys[i]) {
+                    hashes[i] = hash_words(&keys[i][..w]);
+                    t.index.prefetch(hashes[i]);
+                } else {
+                    short[i] = true;
+                }
             }
         }
         let mut slots = [NO_RULE; MAX_BURST];
@@ -606,15 +627,58 @@ impl Qos {
                 }
             }
         }
-        let mut i = 0;
-        process_each(ctx, batch, |p: &mut Packet| {
-            let j = i;
-            i += 1;
-            if short[j] {
-                return Verdict::Drop(QosDrop::TooShort);
+        let vplan = vcache.get(&self.values, &voffs[..self.values.fields.len()]);
+        if let Some(vp) = vplan.filter(|_| t.vsize != 0) {
+            // Every hit writes its rule's values (also when it meters red or drops).
+            let mut rows: [&[u8]; MAX_BURST] = [&[]; MAX_BURST];
+            let read = self.values.read_len();
+            for i in 0..n {
+                if slots[i] != NO_RULE {
+                    let at = slots[i] as usize * t.vsize;
+                    rows[i] = &t.vals[at..at + read];
+                }
             }
-            self.decide(t, p, slots[j], &voffs, now, shared)
+            vp.apply_all(batch.pkts_mut(), &rows[..n]);
+        }
+        let voffs = vplan.is_none().then_some(&voffs[..]);
+        // Gates kept as they come (TOO_SHORT for packets too short for a field), with
+        // whether they all agree: the usual case, where the batch is forwarded whole without
+        // a second pass over them.
+        let mut gates = [0u16; MAX_BURST];
+        let (mut or, mut and) = (0u16, u16::MAX);
+        for (i, p) in batch.pkts_mut().iter_mut().enumerate() {
+            let g = if short[i] {
+                TOO_SHORT
+            } else {
+                self.gate_of(t, p, slots[i], voffs, now, shared)
+            };
+            gates[i] = g;
+            or |= g;
+            and &= g;
+        }
+        if or == and && or < DROP_GATE {
+            return ctx.forward(or, batch);
+        }
+        send_each(ctx, batch, |i| match gates[i] {
+            g if g < DROP_GATE => Verdict::Gate(g),
+            TOO_SHORT => Verdict::Drop(QosDrop::TooShort),
+            _ if slots[i] == NO_RULE => Verdict::Drop(QosDrop::NoMatch),
+            _ => Verdict::Drop(QosDrop::Rule),
         });
+    }
+}
+
+/// A packet's gate when it is too short for a field (no real gate: it is dropped).
+const TOO_SHORT: u16 = u16::MAX;
+const _: () = assert!(TOO_SHORT > DROP_GATE);
+
+/// The gate of a colour.
+#[inline(always)]
+fn color_gate(c: Color) -> u16 {
+    match c {
+        Color::Green => GREEN_GATE,
+        Color::Yellow => YELLOW_GATE,
+        Color::Red => RED_GATE,
     }
 }
 
@@ -666,9 +730,18 @@ fn create(init: &mut InitContext, arg: &Value) -> Result<Instance> {
         .div_ceil(8)
         .max(1);
     let vsize = values.size;
+    let keys = KeyBuilder::new(&fields, &[]);
+    let workers = if keys.gathers() || values.scatters() {
+        bessemer_core::engine::MAX_WORKERS
+    } else {
+        0
+    };
     Ok(Instance::Shared(Box::new(Qos {
         hz: bessemer_core::tsc::hz(),
-        keys: KeyBuilder::new(&fields, &[]),
+        plans: (0..workers)
+            .map(|_| WorkerPlan(UnsafeCell::new(Default::default())))
+            .collect(),
+        keys,
         fields,
         words,
         values,
@@ -741,7 +814,8 @@ mod tests {
             cbs in 1u64..1 << 32,
             pbs in 1u64..1 << 32,
             hz in 1u64..1 << 32,
-            pkts in proptest::collection::vec((0u64..1 << 36, 0u64..70_000), 1..40),
+            pkts in proptest::collection::vec(
+                (0u64..1 << 36, prop_oneof![0u64..70_000, any::<u64>()]), 1..40),
         ) {
             let mut full = TrTcm::new(cir, cir + extra, cbs, pbs, hz, 1000).unwrap();
             let mut small = SmallTrTcm::new(&full).unwrap();

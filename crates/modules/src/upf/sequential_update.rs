@@ -30,6 +30,26 @@ struct Var {
     cur: u32,
 }
 
+impl Var {
+    /// Writes the next values, one per packet in order, as `N` big-endian bytes (every
+    /// packet long enough).
+    #[inline(always)]
+    fn write_all<const N: usize>(&mut self, batch: &mut PacketBatch) {
+        let (off, min, range) = (self.offset, self.min, self.range);
+        let mut cur = self.cur;
+        for p in batch.pkts_mut() {
+            let be = min.wrapping_add(cur).to_be_bytes();
+            let b: [u8; N] = be[4 - N..].try_into().unwrap();
+            p.data_mut()[off..off + N].copy_from_slice(&b);
+            cur += 1;
+            if cur >= range {
+                cur = 0;
+            }
+        }
+        self.cur = cur;
+    }
+}
+
 /// Writes each field (big-endian, `size` 1, 2 or 4 bytes at `offset`) with `min`, `min + 1`,
 /// ... `max`, then `min` again, one value per packet in arrival order, each field counting
 /// on its own. Packets too short for a field are dropped (the plugin writes past them).
@@ -113,6 +133,18 @@ impl Module for SequentialUpdate {
             .max()
             .unwrap_or(0);
         let vars = &mut self.vars;
+        if batch.pkts().iter().all(|p| p.len() >= min_len) {
+            // Field by field over the batch: each field's count stays in a register, and no
+            // verdict per packet (every packet goes on).
+            for v in vars.iter_mut() {
+                match v.size {
+                    4 => v.write_all::<4>(batch),
+                    2 => v.write_all::<2>(batch),
+                    _ => v.write_all::<1>(batch),
+                }
+            }
+            return ctx.forward(0, batch);
+        }
         process_each(ctx, batch, |p: &mut Packet| {
             if p.len() < min_len {
                 return Verdict::Drop(SequentialUpdateDrop::TooShort);
@@ -176,3 +208,52 @@ pub static CLASS: ModuleClass = ModuleClass {
         Ok(Instance::Exclusive(Box::new(SequentialUpdate { vars })))
     },
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bessemer_core::testing::Harness;
+
+    fn field(offset: usize, size: usize, min: u64, max: u64) -> Value {
+        Value::map()
+            .with("offset", offset as i64)
+            .with("size", size as i64)
+            .with("min", min)
+            .with("max", max)
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+        /// Over batches with and without short packets (dropped, not counted), each field
+        /// counts through its range one value per packet that passes.
+        #[test]
+        fn each_field_counts_per_packet_that_passes(
+            spec in proptest::collection::vec((0usize..8, proptest::sample::select(vec![1usize, 2, 4]), 0u64..300, 0u64..6), 1..4),
+            batches in proptest::collection::vec(proptest::collection::vec(0usize..16, 1..9), 1..5),
+        ) {
+            let fields: Vec<Value> = spec.iter().map(|&(o, s, min, span)| field(o, s, min, min + span)).collect();
+            let mut h = Harness::new();
+            h.add(&CLASS, "s", &Value::map().with("fields", fields)).unwrap();
+            let out = h.capture("s", 0);
+            let need = spec.iter().map(|&(o, s, _, _)| o + s).max().unwrap();
+            let mut cur = vec![0u64; spec.len()];
+            let mut want = Vec::new();
+            for lens in &batches {
+                let pkts: Vec<Vec<u8>> = lens.iter().map(|&n| vec![0xee; n]).collect();
+                for p in pkts.iter().filter(|p| p.len() >= need) {
+                    let mut p = p.clone();
+                    for (c, &(o, s, min, span)) in cur.iter_mut().zip(&spec) {
+                        let limit = if s == 4 { u32::MAX as u64 } else { (1 << (8 * s)) - 1 };
+                        let (lo, hi) = (min.min(limit), (min + span).min(limit));
+                        let v = lo + *c;
+                        *c = (*c + 1) % (hi - lo + 1);
+                        p[o..o + s].copy_from_slice(&v.to_be_bytes()[8 - s..]);
+                    }
+                    want.push(p);
+                }
+                h.inject("s", 0, &pkts);
+            }
+            proptest::prop_assert_eq!(out.take_data(), want);
+        }
+    }
+}
