@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: deps build demo demo-inprocess test test-rust test-python lint lint-python fmt bench-core bench-profile bench-modules bench-ports bench-upf bench-slices bench-slice-lib bench-scaling bench-planner bench-megapipe soak soak-megapipe fuzz clean
+.PHONY: deps build demo demo-inprocess test test-rust test-python lint lint-python fmt bench-core bench-vs-bess bench-profile bench-modules bench-ports bench-upf bench-slices bench-slice-lib bench-scaling bench-planner bench-megapipe soak soak-megapipe fuzz clean
 
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -60,6 +60,15 @@ fmt:
 # Dataplane core benchmark at batch capacity 32 and 64; ends with one JSON line.
 bench-core: deps
 	NATIVE=$(NATIVE) bench/core.sh
+
+# The real omec bessd against bessemerd, daemon to daemon, worker 0 on the same core, one
+# pybess client driving both: bench-core's rows, the classifier rows of issue 30 and one
+# pipeline per module class BESS ships that runs in memory; alternated runs, Mpps per second
+# of the worker's CPU, each class's own cycles, the ratio; a table and one JSON line. Builds
+# bessd once (scripts/build-bessd.sh) and says so where it cannot (make bench-vs-bess
+# ARGS=--quick; ARGS="--rows 'ip_lookup*'"). Not part of make test.
+bench-vs-bess: deps
+	bench/vs_bess.sh $(ARGS)
 
 # The UPF pipeline (conf/upf/upf.bess, sim mode) on one core: uplink and downlink at 1 000,
 # 5 000 and 100 000 sessions, with and without QER, cost per stage; ends with one JSON line

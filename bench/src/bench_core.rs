@@ -1,4 +1,6 @@
-//! `make bench-core`: the dataplane core's costs per core, against BESS's published figures.
+//! `make bench-core`: the dataplane core's costs per core, against the real BESS measured in
+//! the same run (`bench/core.sh` runs `bench/vs_bess.sh` on the same pipelines when bessd is
+//! built and passes its figures with `--bess`; otherwise no ratio: "BESS not measured").
 //!
 //! Runs each pipeline on this thread, pinned, through the same scheduler and executor a
 //! worker uses; reports Mpps per second of thread CPU time and TSC cycles per packet. Each
@@ -20,16 +22,41 @@ use common::thread_cpu_secs;
 
 const PROG: &str = "bench-core";
 
-/// BESS (maintained fork, DPDK build, batch 64, 2.6 GHz TSC) on this kind of machine, Mpps:
-/// the quiet run quoted in issue 13, higher than its side-by-side run.
-const BESS_REF: &[(&str, f64)] = &[
-    ("src_sink_60", 528.0),
-    ("chain1_60", 492.0),
-    ("chain8_60", 314.0),
-    ("chain32_60", 116.0),
-    ("src_rewrite_sink_60", 259.0),
-    ("src_sink_burst1_60", 40.0),
+/// The cases measured against BESS, and the `make bench-vs-bess` rows that run the same
+/// pipeline on the real bessd (`bench/vs_bess.py`'s keys).
+const BESS_ROWS: &[(&str, &str)] = &[
+    ("src_sink_60", "src_sink"),
+    ("src_sink_burst1_60", "src_sink_burst1"),
+    ("src_rewrite_sink_60", "rewrite"),
+    ("chain1_60", "chain1"),
+    ("chain8_60", "chain8"),
+    ("chain32_60", "chain32"),
+    ("random_update_60", "random_update"),
+    ("ip_lookup_10k_60", "ip_lookup_10k"),
+    ("ip_lookup_900k_60", "ip_lookup_900k"),
 ];
+
+/// BESS's Mpps per case, from the JSON line of a `bench/vs_bess.sh` run made for this one
+/// (`--bess FILE`): none stored, none guessed.
+fn bess_figures(path: &str) -> Result<Vec<(&'static str, f64)>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    let line = text
+        .lines()
+        .rfind(|l| l.starts_with('{'))
+        .ok_or_else(|| format!("{path}: no JSON line"))?;
+    if line.contains("\"bess_measured\": false") {
+        return Err("bessd was not run (see the lines before the table)".into());
+    }
+    Ok(BESS_ROWS
+        .iter()
+        .filter_map(|&(case, row)| {
+            let key = format!("\"{row}_bess_mpps\": ");
+            let at = line.find(&key)? + key.len();
+            let end = line[at..].find([',', '}']).map_or(line.len(), |e| at + e);
+            line[at..end].trim().parse().ok().map(|v| (case, v))
+        })
+        .collect())
+}
 
 struct Opts {
     base: common::Base,
@@ -41,6 +68,8 @@ struct Opts {
     steps: Option<u64>,
     /// Heap layouts each case is built in (`--layouts N`); `base.runs` runs in each.
     layouts: usize,
+    /// `--bess FILE`: BESS's figures from `bench/vs_bess.sh`'s JSON line, this run's.
+    bess: Option<String>,
 }
 
 /// How far each layout shifts the allocations a case makes, in bytes: 13 cache lines, so
@@ -54,6 +83,7 @@ fn parse_opts() -> Opts {
         only: None,
         steps: None,
         layouts: 5,
+        bess: None,
     };
     let mut a = common::Args::new(PROG);
     while let Some(opt) = a.next_opt() {
@@ -64,6 +94,7 @@ fn parse_opts() -> Opts {
             "--skip-sched" => o.skip_sched = true,
             "--layouts" => o.layouts = a.value("--layouts").parse().expect("--layouts N"),
             "--only" => o.only = Some(a.value("--only")),
+            "--bess" => o.bess = Some(a.value("--bess")),
             "--steps" => {
                 o.steps = Some(a.value("--steps").parse().expect("--steps N"));
                 o.base.runs = 1;
@@ -71,7 +102,9 @@ fn parse_opts() -> Opts {
             }
             "-h" | "--help" => {
                 println!(
-                    "usage: bench-core [--layouts N] [--runs N] [--secs S] [--core C] [--skip-sched] [--quick] [--only CASE-PREFIX] [--steps N]\n  \
+                    "usage: bench-core [--layouts N] [--runs N] [--secs S] [--core C] [--skip-sched] [--quick] [--only CASE-PREFIX] [--steps N] [--bess FILE]\n  \
+                     --bess FILE  BESS's Mpps from bench/vs_bess.sh's JSON line (bench/core.sh runs it\n               \
+                     when bessd is built); without it no ratio is printed\n  \
                      --layouts N  heap layouts each case is built in (default 5, --quick 3)\n  \
                      --runs N     runs per layout (default 2)\n  \
                      --secs S     seconds per run (default 0.2)"
@@ -166,6 +199,29 @@ fn udp_frame(len: usize) -> Vec<u8> {
     let mut f = vec![0u8; len];
     f[12] = 0x08; // IPv4 ethertype
     f[14] = 0x45;
+    f
+}
+
+/// A 60-byte Ethernet/IPv4/UDP frame whose headers parse (lengths, TTL, protocol, IPv4
+/// checksum), 10.0.0.1:1234 -> 10.0.0.2:53: `make bench-vs-bess`'s template.
+fn udp_frame_valid() -> Vec<u8> {
+    let mut f = udp_frame(60);
+    f[..12].copy_from_slice(&[2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1]);
+    f[16..18].copy_from_slice(&46u16.to_be_bytes());
+    f[19] = 1; // identification 1
+    f[22] = 64;
+    f[23] = 17;
+    f[26..30].copy_from_slice(&[10, 0, 0, 1]);
+    f[30..34].copy_from_slice(&[10, 0, 0, 2]);
+    let sum = f[14..34]
+        .chunks(2)
+        .map(|w| u16::from_be_bytes([w[0], w[1]]) as u32)
+        .sum::<u32>();
+    let sum = (sum & 0xffff) + (sum >> 16);
+    f[24..26].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    f[34..36].copy_from_slice(&1234u16.to_be_bytes());
+    f[36..38].copy_from_slice(&53u16.to_be_bytes());
+    f[38..40].copy_from_slice(&26u16.to_be_bytes());
     f
 }
 
@@ -364,6 +420,149 @@ fn classifier(pool: &PacketPool, o: &Opts) -> Stat {
     c.measure(o, &["sink"])
 }
 
+/// A module a case puts after its front end: class name, argument, commands (name, argument)
+/// run after creating it, and how many of its output gates lead to the Sink.
+type Stage<'a> = (&'a str, Value, &'a [(&'a str, Value)], u16);
+
+/// Source -> Rewrite -> RandomUpdate (destination address, uniform in `lo..=hi`) -> [class]
+/// -> Sink: the front end of `make bench-vs-bess`'s classifier rows, and those rows.
+fn random_dst(pool: &PacketPool, lo: u32, hi: u32, class: Option<Stage>, o: &Opts) -> Stat {
+    let mut c = Case::source(pool, 60, MAX_BURST);
+    let tmpl = Value::List(vec![Value::Bytes(udp_frame_valid())]);
+    c.then("src", "Rewrite", "rw", Value::map().with("templates", tmpl));
+    let range = Value::map()
+        .with("offset", 30u64)
+        .with("size", 4u64)
+        .with("min", lo as u64)
+        .with("max", hi as u64);
+    c.then(
+        "rw",
+        "RandomUpdate",
+        "ru",
+        Value::map().with("fields", Value::List(vec![range])),
+    );
+    let mut last = "ru";
+    let mut gates = 1;
+    if let Some((cls, arg, cmds, n)) = class {
+        c.then("ru", cls, "cls", arg);
+        for (cmd, arg) in cmds {
+            c.command("cls", cmd, arg.clone());
+        }
+        last = "cls";
+        gates = n;
+    }
+    c.g.add_module(class_of("Sink"), Some("sink"), &Value::Null)
+        .unwrap();
+    for g in 0..gates {
+        c.g.connect(last, g, "sink", 0).unwrap();
+    }
+    c.measure(o, &["sink"])
+}
+
+fn class_of(name: &str) -> &'static bessemer_core::ModuleClass {
+    class(name)
+}
+
+/// `make bench-vs-bess`'s 10 000-route table: all 256 /16 of 10/8 and 9 744 distinct /24
+/// inside it (gates 0..3 in turn), plus a default route to gate 0.
+fn routes_10k() -> Vec<(u32, u8)> {
+    let mut r: Vec<(u32, u8)> = (0..256u32).map(|i| (0x0a00_0000 | i << 16, 16)).collect();
+    let mut rng = bessemer_modules::util::FastRng::new(10_000);
+    let mut seen = std::collections::HashSet::new();
+    while seen.len() < 9744 {
+        let i = rng.below(1 << 16) as u32;
+        if seen.insert(i) {
+            r.push((0x0a00_0000 | i << 8, 24));
+        }
+    }
+    r
+}
+
+/// `n` distinct prefixes with an Internet table's length mix (per mille: /8-/15 5.4, /16 14,
+/// /17-/21 132, /22 110, /23 100, /24 637, longer 1.1), over 1.0.0.0 - 223.255.255.255: the
+/// same mix as `make bench-vs-bess`'s 900 000-route row.
+pub fn routes_internet(n: usize, seed: u64) -> Vec<(u32, u8)> {
+    const MIX: &[(u8, f64)] = &[
+        (8, 0.02),
+        (9, 0.02),
+        (10, 0.05),
+        (11, 0.15),
+        (12, 0.4),
+        (13, 0.8),
+        (14, 1.5),
+        (15, 2.5),
+        (16, 14.0),
+        (17, 8.0),
+        (18, 14.0),
+        (19, 26.0),
+        (20, 40.0),
+        (21, 44.0),
+        (22, 110.0),
+        (23, 100.0),
+        (24, 637.0),
+        (25, 0.2),
+        (26, 0.2),
+        (27, 0.1),
+        (28, 0.1),
+        (29, 0.1),
+        (30, 0.1),
+        (32, 0.2),
+    ];
+    let total: f64 = MIX.iter().map(|m| m.1).sum();
+    let mut rng = bessemer_modules::util::FastRng::new(seed);
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        let mut x = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * total;
+        let len = MIX
+            .iter()
+            .find(|m| {
+                x -= m.1;
+                x < 0.0
+            })
+            .map_or(24, |m| m.0);
+        let a = 0x0100_0000 + rng.below(0xe000_0000 - 0x0100_0000) as u32;
+        let p = a & (u32::MAX << (32 - len as u32));
+        if seen.insert((p, len)) {
+            out.push((p, len));
+        }
+    }
+    out
+}
+
+/// Source -> Rewrite -> RandomUpdate (destinations uniform in `lo..=hi`) -> IPLookup with
+/// `routes` (gate i % 4, default route to gate 0) -> Sink.
+fn ip_lookup(pool: &PacketPool, routes: &[(u32, u8)], lo: u32, hi: u32, o: &Opts) -> Stat {
+    let long = routes
+        .iter()
+        .filter(|r| r.1 > 24)
+        .map(|r| r.0 >> 8)
+        .collect::<std::collections::HashSet<_>>()
+        .len();
+    let arg = Value::map()
+        .with("max_rules", (routes.len() + 16).max(1024))
+        .with("max_tbl8s", (long + 16).max(128));
+    let mut cmds: Vec<(&str, Value)> = routes
+        .iter()
+        .enumerate()
+        .map(|(i, &(p, len))| {
+            let r = Value::map()
+                .with("prefix", std::net::Ipv4Addr::from(p).to_string())
+                .with("prefix_len", len as u64)
+                .with("gate", (i % 4) as u64);
+            ("add", r)
+        })
+        .collect();
+    cmds.push((
+        "add",
+        Value::map()
+            .with("prefix", "0.0.0.0")
+            .with("prefix_len", 0u64)
+            .with("gate", 0u64),
+    ));
+    random_dst(pool, lo, hi, Some(("IPLookup", arg, &cmds, 4)), o)
+}
+
 fn alloc_free(pool: &PacketPool, o: &Opts) -> Stat {
     let mut cache = pool.cache();
     let mut b = PacketBatch::new();
@@ -547,13 +746,30 @@ fn main() {
         o.base.secs,
         pool.page_kind()
     );
+    let bess = match o.bess.as_deref().map(bess_figures) {
+        Some(Ok(v)) => {
+            println!("# BESS: the real omec bessd measured in this run (bench/vs_bess.sh)");
+            Some(v)
+        }
+        Some(Err(e)) => {
+            println!("# BESS not measured: {e}");
+            None
+        }
+        None => {
+            println!(
+                "# BESS not measured (no --bess: bench/core.sh measures it when bessd is built)"
+            );
+            None
+        }
+    };
     println!(
-        "{:<28} {:>10} {:>18} {:>10} {:>12}",
+        "{:<28} {:>10} {:>18} {:>10} {:>16}",
         "case", "Mpps", "layouts min..max", "cyc/pkt", "vs BESS"
     );
     let mut json: Vec<(String, String)> = vec![
         ("batch".into(), MAX_BURST.to_string()),
         ("tsc_ghz".into(), format!("{ghz:.3}")),
+        ("bess_measured".into(), bess.is_some().to_string()),
     ];
     let mut results: Vec<(String, Stat)> = Vec::new();
     let mut busy = 0usize;
@@ -574,10 +790,15 @@ fn main() {
                 })
                 .collect(),
         );
-        let reference = BESS_REF.iter().find(|(n, _)| *n == name).map(|(_, v)| *v);
-        let ratio = reference
-            .map(|r| format!("{:.2}x", s.median.mpps / r))
-            .unwrap_or_else(|| "-".into());
+        let compared = BESS_ROWS.iter().any(|(n, _)| *n == name);
+        let reference = bess
+            .as_ref()
+            .and_then(|b| b.iter().find(|(n, _)| *n == name).map(|(_, v)| *v));
+        let ratio = match reference {
+            Some(r) => format!("{:.2}x", s.median.mpps / r),
+            None if compared => "not measured".into(),
+            None => "-".into(),
+        };
         let mark = if s.spread() > BUSY_SPREAD {
             busy += 1;
             " !busy"
@@ -585,7 +806,7 @@ fn main() {
             ""
         };
         println!(
-            "{:<28} {:>10.1} {:>8.1}..{:<8.1} {:>10.2} {:>12}{mark}",
+            "{:<28} {:>10.1} {:>8.1}..{:<8.1} {:>10.2} {:>16}{mark}",
             name, s.median.mpps, s.min_mpps, s.max_mpps, s.median.cycles, ratio
         );
         json.push((format!("{name}_mpps"), format!("{:.2}", s.median.mpps)));
@@ -594,6 +815,7 @@ fn main() {
             format!("{:.3}", s.median.cycles),
         ));
         if let Some(r) = reference {
+            json.push((format!("{name}_bess_mpps"), format!("{r:.2}")));
             json.push((
                 format!("{name}_vs_bess"),
                 format!("{:.3}", s.median.mpps / r),
@@ -624,6 +846,23 @@ fn main() {
         });
     }
     row("exactmatch_update_60", &mut || classifier(&pool, &o));
+    // `make bench-vs-bess`'s classifier rows, in process: the front end (Rewrite ->
+    // RandomUpdate on the destination address), then IPLookup after it.
+    const TEN: u32 = 0x0a00_0000;
+    row("random_update_60", &mut || {
+        random_dst(&pool, TEN, TEN + 999, None, &o)
+    });
+    let r10k = routes_10k();
+    row("ip_lookup_10k_60", &mut || {
+        ip_lookup(&pool, &r10k, TEN, TEN | 0x00ff_ffff, &o)
+    });
+    // 900 000 routes: not in --quick (building the table takes seconds per layout).
+    if wanted("ip_lookup_900k_60") && !o.base.quick {
+        let r900k = routes_internet(900_000, 900);
+        row("ip_lookup_900k_60", &mut || {
+            ip_lookup(&pool, &r900k, 0x0100_0000, 0xdfff_ffff, &o)
+        });
+    }
     if busy > 0 {
         println!(
             "warning: {busy} case(s) marked !busy varied by more than {:.0}% between runs: \

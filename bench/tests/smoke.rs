@@ -257,3 +257,200 @@ fn bench_ports_refuses_an_unknown_generator_by_name() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// A file holding `text`, removed when dropped.
+struct TempFile(std::path::PathBuf);
+
+impl TempFile {
+    fn new(name: &str, text: &str) -> TempFile {
+        let p = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+        std::fs::write(&p, text).expect("temp file");
+        TempFile(p)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().expect("utf-8 path")
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn bench_core_prints_no_bess_ratio_it_did_not_measure() {
+    // No --bess, and a vs_bess line saying bessd did not run: no ratio, no stored figure.
+    let none = TempFile::new(
+        "vs-bess-none",
+        "BESS not measured: bessd is not built\n{\"bench\": \"vs_bess\", \"bess_measured\": false}\n",
+    );
+    for extra in [vec![], vec!["--bess", none.path()]] {
+        let mut args = vec![
+            "--quick",
+            "--steps",
+            "5",
+            "--skip-sched",
+            "--only",
+            "src_sink_60",
+        ];
+        args.extend(extra);
+        let out = run(env!("CARGO_BIN_EXE_bench-core"), &args);
+        assert!(out.contains("# BESS not measured"), "{out}");
+        let row = out
+            .lines()
+            .find(|l| l.starts_with("src_sink_60 "))
+            .unwrap_or_else(|| panic!("no src_sink_60 row:\n{out}"));
+        assert!(row.ends_with("not measured"), "{row}");
+        let json = out.lines().last().expect("output");
+        assert!(json.contains("\"bess_measured\": false"), "{json}");
+        assert!(!json.contains("_vs_bess"), "{json}");
+    }
+}
+
+#[test]
+fn bench_core_divides_by_the_bess_figure_of_the_run() {
+    let fig = TempFile::new(
+        "vs-bess-fig",
+        "{\"bench\": \"vs_bess\", \"src_sink_bess_mpps\": 2.5, \"bess_measured\": true}\n",
+    );
+    let out = run(
+        env!("CARGO_BIN_EXE_bench-core"),
+        &[
+            "--quick",
+            "--steps",
+            "5",
+            "--skip-sched",
+            "--only",
+            "src_sink",
+            "--bess",
+            fig.path(),
+        ],
+    );
+    let json = out.lines().last().expect("output");
+    assert!(json.contains("\"bess_measured\": true"), "{json}");
+    assert_eq!(json_number(json, "src_sink_60_bess_mpps"), 2.5);
+    let ratio = json_number(json, "src_sink_60_vs_bess");
+    let mpps = json_number(json, "src_sink_60_mpps");
+    assert!((ratio - mpps / 2.5).abs() < 0.01 * ratio.max(1.0), "{json}");
+    // A case the file has no figure for says so.
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("src_sink_burst1_60 "))
+        .unwrap_or_else(|| panic!("no burst-1 row:\n{out}"));
+    assert!(row.ends_with("not measured"), "{row}");
+}
+
+/// The module classes omec's BESS ships (core/modules and the sample plugin), by name.
+const BESS_CLASSES: &[&str] = &[
+    "ACL",
+    "ArpResponder",
+    "BPF",
+    "Buffer",
+    "Bypass",
+    "Counter",
+    "DRR",
+    "Dump",
+    "EtherEncap",
+    "ExactMatch",
+    "FlowGen",
+    "FlowMeasure",
+    "GenericDecap",
+    "GenericEncap",
+    "GtpuDecap",
+    "GtpuEcho",
+    "GtpuEncap",
+    "GtpuParser",
+    "GtpuPathMonitoring",
+    "HashLB",
+    "IPChecksum",
+    "IPDefrag",
+    "IPEncap",
+    "IPFrag",
+    "IPLookup",
+    "IPSwap",
+    "L2Forward",
+    "L4Checksum",
+    "MACSwap",
+    "MPLSPop",
+    "Measure",
+    "Merge",
+    "MetadataTest",
+    "NAT",
+    "NoOP",
+    "PortInc",
+    "PortOut",
+    "Qos",
+    "Queue",
+    "QueueInc",
+    "QueueOut",
+    "RandomSplit",
+    "RandomUpdate",
+    "Replicate",
+    "Rewrite",
+    "RoundRobin",
+    "SequentialUpdate",
+    "SetMetadata",
+    "Source",
+    "Split",
+    "StaticNAT",
+    "Timestamp",
+    "Update",
+    "UpdateTTL",
+    "UrlFilter",
+    "VLANPop",
+    "VLANPush",
+    "VLANSplit",
+    "VXLANDecap",
+    "VXLANEncap",
+    "WildcardMatch",
+    "WorkerSplit",
+];
+
+#[test]
+fn vs_bess_has_a_row_for_every_class_and_says_when_bessd_is_missing() {
+    let dir = env!("CARGO_MANIFEST_DIR");
+    // Every class BESS ships is measured by some row or listed as needing a port (Sink ends
+    // every row).
+    let list = run(
+        "python3",
+        &[
+            &format!("{dir}/vs_bess.py"),
+            "--bessd",
+            "-",
+            "--pybess",
+            "-",
+            "--list",
+        ],
+    );
+    let classes: Vec<&str> = list
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .collect();
+    for c in BESS_CLASSES {
+        assert!(classes.contains(c), "no row for {c}:\n{list}");
+    }
+    // Where bessd is not built, the harness says so, ends with its JSON line and succeeds
+    // (an empty cache: never the real one, never a build).
+    let cache = std::env::temp_dir().join(format!("vs-bess-empty-{}", std::process::id()));
+    std::fs::create_dir_all(&cache).expect("temp dir");
+    let out = Command::new(format!("{dir}/vs_bess.sh"))
+        .args(["--check-only", "--rows", "src_sink"])
+        .env("BESSEMER_BESS_CACHE", &cache)
+        .output()
+        .expect("vs_bess.sh starts");
+    let _ = std::fs::remove_dir_all(&cache);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("BESS not measured: bessd is not built"),
+        "{stdout}"
+    );
+    let json = stdout.lines().last().expect("output");
+    assert!(json.contains("\"bess_measured\": false"), "{json}");
+}
