@@ -9,6 +9,7 @@ set -euo pipefail
 BIN=${1:?usage: gen-clidoc.sh BINDIR OUTDIR [PYTHON]}
 OUT=${2:?usage: gen-clidoc.sh BINDIR OUTDIR [PYTHON]}
 PY=${3:-python3}
+case $PY in /*) ;; */*) PY=$PWD/$PY ;; esac
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 # Pinned dates make the pages reproducible (the deb and the image carry them).
 export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$HERE" log -1 --format=%ct 2>/dev/null || echo 1)}

@@ -4,6 +4,7 @@
 # kept in ~/.cache/bessemer/wheels (downloaded from PyPI once). No .pyc files (python3 makes
 # them at run time where it may), so the result is byte-for-byte the same every time.
 #   vendor-python.sh DEST [PIP]
+# and the BESS protocol's Python modules, compiled, beside it in DEST/../cache.
 set -euo pipefail
 DEST=${1:?usage: vendor-python.sh DEST [PIP]}
 HERE=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,3 +26,9 @@ find "$DEST" -name __pycache__ -prune -exec rm -rf {} +
 # pip's own bookkeeping names the installer and its cache paths: not part of the payload.
 find "$DEST" -path '*.dist-info/INSTALLER' -delete -o -path '*.dist-info/direct_url.json' -delete
 rm -rf "$DEST/bin"
+# The BESS protocol's Python modules, compiled now for users without a writable home (the
+# launcher points XDG_CACHE_HOME here for them; deploy/bessemer-launcher.py).
+CACHE=$(dirname "$DEST")/cache
+rm -rf "$CACHE"
+XDG_CACHE_HOME=$CACHE PYTHONPATH=$DEST PYTHONDONTWRITEBYTECODE=1 "$(dirname "$PIP")/python" -c 'import bessemer.pb as p; p.load()'
+find "$CACHE" -name __pycache__ -prune -exec rm -rf {} +
