@@ -233,11 +233,6 @@ impl Daemon {
 
         let mut ops = Vec::new();
         use x::transaction_op::Op;
-        for n in &destroyed {
-            ops.push(Op::DestroyModule(b::DestroyModuleRequest {
-                name: n.to_string(),
-            }));
-        }
         // The edges of kept modules as they are now.
         let mut current: BTreeMap<(String, u32), (String, u32)> = BTreeMap::new();
         for n in &kept {
@@ -250,16 +245,22 @@ impl Daemon {
             .iter()
             .map(|c| ((c.from.clone(), c.ogate), (c.to.clone(), c.igate)))
             .collect();
-        // Edges of kept modules that the graph no longer has, or that now go elsewhere
-        // (an edge into a destroyed module goes with it).
-        for ((from, og), (to, _)) in &current {
-            let stays = wanted.get(&(from.clone(), *og)) == current.get(&(from.clone(), *og));
-            if !stays && !destroyed.contains(to.as_str()) {
+        // Edges of kept modules that the graph no longer has, or that now go elsewhere, are
+        // cut first, also those into modules about to be destroyed: within a transaction the
+        // daemon does not free an upstream gate when its downstream module is destroyed (a
+        // later connect of that gate is refused as "already connected").
+        for (from, og) in current.keys() {
+            if wanted.get(&(from.clone(), *og)) != current.get(&(from.clone(), *og)) {
                 ops.push(Op::DisconnectModules(b::DisconnectModulesRequest {
                     name: from.clone(),
                     ogate: *og as u64,
                 }));
             }
+        }
+        for n in &destroyed {
+            ops.push(Op::DestroyModule(b::DestroyModuleRequest {
+                name: n.to_string(),
+            }));
         }
         for m in want
             .modules

@@ -175,6 +175,7 @@ fn main() {
             };
             tracing_subscriber::fmt()
                 .with_env_filter(filter)
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
                 .with_writer(std::io::stderr)
                 .init();
             let rt = tokio::runtime::Builder::new_multi_thread()
