@@ -22,7 +22,7 @@ command -v mmdebstrap >/dev/null || { echo "build-image: mmdebstrap is missing (
 # snapshot.debian.org URL to get the same digest on another day.
 mirror=${BESSEMER_DEBIAN_MIRROR:-$(grep -rhoE '^(URIs:|deb) +https?://[^ ]+/debian/?( |$)' /etc/apt/sources.list /etc/apt/sources.list.d/ 2>/dev/null | head -1 | awk '{print $2}' || true)}
 mirror=${mirror:-http://deb.debian.org/debian}
-out=target/image; mkdir -p "$out"
+out=${BESSEMER_IMAGE_OUT:-target/image}; mkdir -p "$out"
 work=$(mktemp -d /tmp/bessemer-image.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 cp "$deb" "$work/bessemer.deb"
