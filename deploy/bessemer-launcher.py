@@ -11,6 +11,6 @@ if "XDG_CACHE_HOME" not in os.environ and not os.access(os.path.expanduser("~"),
     # package was made instead of compiling them into ~/.cache.
     os.environ["XDG_CACHE_HOME"] = "@LIB@/cache"
 
-from bessemer.cli import main  # noqa: E402
+from bessemer.cli import main
 
 sys.exit(main())

@@ -8,9 +8,9 @@ own argparse parser (bessemer.cli._parser), so they never drift from `bessemer -
 from __future__ import annotations
 
 import argparse
-import sys
-from datetime import datetime, timezone
 import os
+import sys
+from datetime import UTC, datetime
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -34,7 +34,9 @@ def _options(p: argparse.ArgumentParser) -> list[argparse.Action]:
     return [
         a
         for a in p._actions
-        if a.option_strings and not isinstance(a, argparse._HelpAction) and a.help != argparse.SUPPRESS
+        if a.option_strings
+        and not isinstance(a, argparse._HelpAction)
+        and a.help != argparse.SUPPRESS
     ]
 
 
@@ -76,7 +78,7 @@ def man() -> str:
 
     p = _parser()
     epoch = int(os.environ.get("SOURCE_DATE_EPOCH", "0")) or None
-    date = datetime.fromtimestamp(epoch, timezone.utc) if epoch else datetime.now(timezone.utc)
+    date = datetime.fromtimestamp(epoch, UTC) if epoch else datetime.now(UTC)
     lines = [
         f'.TH BESSEMER 1 "{date:%Y-%m-%d}" "bessemer {__version__}" "User Commands"',
         ".SH NAME",
@@ -94,9 +96,7 @@ def man() -> str:
         lines += [".TP", _optline(a), _roff(a.help or "")]
     lines.append(".SH COMMANDS")
     for words, h, sub in _commands(p):
-        args = " ".join(
-            f"\\fI{_roff(a.metavar or a.dest)}\\fR" for a in _positionals(sub)
-        )
+        args = " ".join(f"\\fI{_roff(a.metavar or a.dest)}\\fR" for a in _positionals(sub))
         lines += [".TP", f"\\fB{' '.join(words)}\\fR {args}".rstrip(), _roff(h)]
         for a in _options(sub):
             lines += [".RS", ".TP", _optline(a), _roff(a.help or ""), ".RE"]
@@ -119,7 +119,9 @@ def bash() -> str:
         subopts = " ".join(
             o for k in _subparsers(sub).values() for a in _options(k[1]) for o in a.option_strings
         )
-        cases.append(f"        {name}) words2=\"{kids}\"; opts2=\"{' '.join(sorted(set(subopts.split())))}\" ;;")
+        cases.append(
+            f'        {name}) words2="{kids}"; opts2="{" ".join(sorted(set(subopts.split())))}" ;;'
+        )
     return f"""# bash completion for bessemer (generated from its argparse parser)
 _bessemer() {{
     local cur=${{COMP_WORDS[COMP_CWORD]}} cmd="" i words2="" opts2=""
@@ -130,7 +132,7 @@ _bessemer() {{
         esac
     done
     if [[ -z $cmd ]]; then
-        COMPREPLY=($(compgen -W "{' '.join(top)} {opts}" -- "$cur"))
+        COMPREPLY=($(compgen -W "{" ".join(top)} {opts}" -- "$cur"))
         return
     fi
     case $cmd in
@@ -151,16 +153,14 @@ complete -F _bessemer bessemer
 def zsh() -> str:
     p = _parser()
     top = _subparsers(p)
-    q = lambda s: s.replace("'", "'\\''").replace(":", "\\:")  # noqa: E731
+    q = lambda s: s.replace("'", "'\\''").replace(":", "\\:")
     topdesc = " ".join(f"'{n}:{q(h)}'" for n, (h, _) in top.items())
     cases = []
     for name, (_, sub) in top.items():
         kids = " ".join(f"'{k}:{q(h)}'" for k, (h, _) in _subparsers(sub).items())
         if kids:
             cases.append(f"        {name}) local -a w; w=({kids}); _describe 'what' w ;;")
-    opts = " ".join(
-        f"'{o}[{q(a.help or '')}]'" for a in _options(p) for o in a.option_strings
-    )
+    opts = " ".join(f"'{o}[{q(a.help or '')}]'" for a in _options(p) for o in a.option_strings)
     return f"""#compdef bessemer
 # zsh completion for bessemer (generated from its argparse parser)
 _bessemer() {{
@@ -183,16 +183,23 @@ _bessemer "$@"
 def fish() -> str:
     p = _parser()
     top = _subparsers(p)
-    q = lambda s: s.replace("\\", "\\\\").replace("'", "\\'")  # noqa: E731
-    lines = ["# fish completion for bessemer (generated from its argparse parser)", "complete -c bessemer -f"]
+    q = lambda s: s.replace("\\", "\\\\").replace("'", "\\'")
+    lines = [
+        "# fish completion for bessemer (generated from its argparse parser)",
+        "complete -c bessemer -f",
+    ]
     for a in _options(p):
         for o in a.option_strings:
             if o.startswith("--"):
                 r = " -r" if a.nargs != 0 else ""
-                lines.append(f"complete -c bessemer -n __fish_use_subcommand -l {o[2:]}{r} -d '{q(a.help or '')}'")
+                lines.append(
+                    f"complete -c bessemer -n __fish_use_subcommand -l {o[2:]}{r} -d '{q(a.help or '')}'"
+                )
     names = " ".join(top)
     for name, (h, sub) in top.items():
-        lines.append(f"complete -c bessemer -n 'not __fish_seen_subcommand_from {names}' -a {name} -d '{q(h)}'")
+        lines.append(
+            f"complete -c bessemer -n 'not __fish_seen_subcommand_from {names}' -a {name} -d '{q(h)}'"
+        )
         kids = _subparsers(sub)
         kidnames = " ".join(kids)
         for k, (kh, ksub) in kids.items():

@@ -23,17 +23,17 @@ import tarfile
 
 def rel(name: str) -> str:
     """A member name relative to the root: without a leading "./" or "/"."""
-    if name.startswith("./"):
-        name = name[2:]
+    name = name.removeprefix("./")
     return name.lstrip("/").rstrip("/") if name not in (".", "") else ""
 
 
 def normalized_layer(rootfs: str, epoch: int) -> bytes:
     """The root as an uncompressed tar: sorted, clamped times, numeric owners."""
     out = io.BytesIO()
-    with tarfile.open(rootfs, "r:*") as src, tarfile.open(
-        fileobj=out, mode="w", format=tarfile.PAX_FORMAT
-    ) as dst:
+    with (
+        tarfile.open(rootfs, "r:*") as src,
+        tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as dst,
+    ):
         members = sorted(src.getmembers(), key=lambda m: rel(m.name))
         for m in members:
             if not rel(m.name):
@@ -82,23 +82,35 @@ def main(argv: list[str]) -> int:
     ap.add_argument("rootfs")
     ap.add_argument("out")
     ap.add_argument("--tag", required=True, help="NAME:TAG, e.g. localhost/bessemer:0.1.0")
-    ap.add_argument("--config", required=True, help="JSON: the image config's 'config' part and labels")
+    ap.add_argument(
+        "--config", required=True, help="JSON: the image config's 'config' part and labels"
+    )
     a = ap.parse_args(argv)
     epoch = int(os.environ.get("SOURCE_DATE_EPOCH", "0"))
     layer = normalized_layer(a.rootfs, epoch)
     layer_gz = gz(layer)
     with open(a.config) as f:
         cfg = json.load(f)
-    created = __import__("datetime").datetime.fromtimestamp(epoch, __import__("datetime").timezone.utc)
+    created = __import__("datetime").datetime.fromtimestamp(
+        epoch, __import__("datetime").timezone.utc
+    )
     config = {
         "architecture": "amd64",
         "os": "linux",
         "created": created.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "config": cfg,
         "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(layer).hexdigest()]},
-        "history": [{"created": created.strftime("%Y-%m-%dT%H:%M:%SZ"), "created_by": "mmdebstrap + deploy/image/mkoci.py"}],
+        "history": [
+            {
+                "created": created.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "created_by": "mmdebstrap + deploy/image/mkoci.py",
+            }
+        ],
     }
-    with open(a.out + ".tmp", "wb") as f, tarfile.open(fileobj=f, mode="w", format=tarfile.PAX_FORMAT) as tar:
+    with (
+        open(a.out + ".tmp", "wb") as f,
+        tarfile.open(fileobj=f, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
         add(tar, "oci-layout", canonical({"imageLayoutVersion": "1.0.0"}), epoch)
         ld = blob(tar, layer_gz, epoch)
         cfg_bytes = canonical(config)
@@ -106,27 +118,53 @@ def main(argv: list[str]) -> int:
         manifest = {
             "schemaVersion": 2,
             "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": "sha256:" + cd, "size": len(cfg_bytes)},
-            "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": "sha256:" + ld, "size": len(layer_gz)}],
-            "annotations": {k: v for k, v in cfg.get("Labels", {}).items() if k.startswith("org.opencontainers.")},
+            "config": {
+                "mediaType": "application/vnd.oci.image.config.v1+json",
+                "digest": "sha256:" + cd,
+                "size": len(cfg_bytes),
+            },
+            "layers": [
+                {
+                    "mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                    "digest": "sha256:" + ld,
+                    "size": len(layer_gz),
+                }
+            ],
+            "annotations": {
+                k: v
+                for k, v in cfg.get("Labels", {}).items()
+                if k.startswith("org.opencontainers.")
+            },
         }
         man_bytes = canonical(manifest)
         md = blob(tar, man_bytes, epoch)
         index = {
             "schemaVersion": 2,
             "mediaType": "application/vnd.oci.image.index.v1+json",
-            "manifests": [{
-                "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                "digest": "sha256:" + md,
-                "size": len(man_bytes),
-                "annotations": {"org.opencontainers.image.ref.name": a.tag.rsplit(":", 1)[1],
-                                "io.containerd.image.name": a.tag},
-            }],
+            "manifests": [
+                {
+                    "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                    "digest": "sha256:" + md,
+                    "size": len(man_bytes),
+                    "annotations": {
+                        "org.opencontainers.image.ref.name": a.tag.rsplit(":", 1)[1],
+                        "io.containerd.image.name": a.tag,
+                    },
+                }
+            ],
         }
         add(tar, "index.json", canonical(index), epoch)
     os.replace(a.out + ".tmp", a.out)
-    print(json.dumps({"digest": "sha256:" + md, "layer_bytes": len(layer_gz), "rootfs_bytes": len(layer),
-                      "config_digest": "sha256:" + cd}))
+    print(
+        json.dumps(
+            {
+                "digest": "sha256:" + md,
+                "layer_bytes": len(layer_gz),
+                "rootfs_bytes": len(layer),
+                "config_digest": "sha256:" + cd,
+            }
+        )
+    )
     return 0
 
 

@@ -42,17 +42,58 @@ def openssl(*args: str, cwd: Path) -> None:
 
 
 def make_ca(d: Path) -> None:
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
-            "ca.crt", "-days", "2", "-subj", "/CN=bessemer-test-ca", cwd=d)
+    openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=bessemer-test-ca",
+        cwd=d,
+    )
 
 
 def make_cert(d: Path, name: str, cn: str, sans: str, usage: str = "serverAuth") -> None:
     """name.crt/name.key signed by d/ca.*, with subjectAltName `sans`."""
     (d / f"{name}.ext").write_text(f"subjectAltName={sans}\nextendedKeyUsage={usage}\n")
-    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out",
-            f"{name}.csr", "-subj", f"/CN={cn}", cwd=d)
-    openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-            "-CAcreateserial", "-out", f"{name}.crt", "-days", "2", "-extfile", f"{name}.ext", cwd=d)
+    openssl(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        f"{name}.key",
+        "-out",
+        f"{name}.csr",
+        "-subj",
+        f"/CN={cn}",
+        cwd=d,
+    )
+    openssl(
+        "x509",
+        "-req",
+        "-in",
+        f"{name}.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        f"{name}.crt",
+        "-days",
+        "2",
+        "-extfile",
+        f"{name}.ext",
+        cwd=d,
+    )
 
 
 class ControlPlane:
@@ -69,8 +110,12 @@ class ControlPlane:
     def start(self) -> ControlPlane:
         t0 = time.monotonic()
         make_ca(self.pki)
-        make_cert(self.pki, "apiserver", "kube-apiserver",
-                  "IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes.default.svc")
+        make_cert(
+            self.pki,
+            "apiserver",
+            "kube-apiserver",
+            "IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes.default.svc",
+        )
         openssl("genrsa", "-out", "sa.key", "2048", cwd=self.pki)
         openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=self.pki)
         self.token = os.urandom(16).hex()
@@ -80,37 +125,68 @@ class ControlPlane:
         t1 = time.monotonic()
         client, peer, metrics = free_port(), free_port(), free_port()
         self.etcd_url = f"http://127.0.0.1:{client}"
-        self._spawn("etcd", [
-            str(BIN / "etcd"), "--name", "test", "--data-dir", str(self.root / "etcd"),
-            "--listen-client-urls", self.etcd_url, "--advertise-client-urls", self.etcd_url,
-            "--listen-peer-urls", f"http://127.0.0.1:{peer}",
-            "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-            "--initial-cluster", f"test=http://127.0.0.1:{peer}",
-            "--listen-metrics-urls", f"http://127.0.0.1:{metrics}",
-            "--unsafe-no-fsync", "--quota-backend-bytes", str(256 << 20),
-        ])
+        self._spawn(
+            "etcd",
+            [
+                str(BIN / "etcd"),
+                "--name",
+                "test",
+                "--data-dir",
+                str(self.root / "etcd"),
+                "--listen-client-urls",
+                self.etcd_url,
+                "--advertise-client-urls",
+                self.etcd_url,
+                "--listen-peer-urls",
+                f"http://127.0.0.1:{peer}",
+                "--initial-advertise-peer-urls",
+                f"http://127.0.0.1:{peer}",
+                "--initial-cluster",
+                f"test=http://127.0.0.1:{peer}",
+                "--listen-metrics-urls",
+                f"http://127.0.0.1:{metrics}",
+                "--unsafe-no-fsync",
+                "--quota-backend-bytes",
+                str(256 << 20),
+            ],
+        )
         self.port = free_port()
         p = self.pki
-        self._spawn("kube-apiserver", [
-            str(BIN / "kube-apiserver"), f"--etcd-servers={self.etcd_url}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-            f"--secure-port={self.port}", f"--tls-cert-file={p}/apiserver.crt",
-            f"--tls-private-key-file={p}/apiserver.key", f"--client-ca-file={p}/ca.crt",
-            f"--token-auth-file={p}/tokens.csv", "--authorization-mode=RBAC",
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-            f"--service-account-key-file={p}/sa.pub",
-            f"--service-account-signing-key-file={p}/sa.key",
-            "--service-cluster-ip-range=10.0.0.0/24", f"--cert-dir={self.root}/apiserver-certs",
-            # The only start-up failure on loopback (see shared facts): no endpoint reconciler.
-            "--endpoint-reconciler-type=none",
-        ])
+        self._spawn(
+            "kube-apiserver",
+            [
+                str(BIN / "kube-apiserver"),
+                f"--etcd-servers={self.etcd_url}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={self.port}",
+                f"--tls-cert-file={p}/apiserver.crt",
+                f"--tls-private-key-file={p}/apiserver.key",
+                f"--client-ca-file={p}/ca.crt",
+                f"--token-auth-file={p}/tokens.csv",
+                "--authorization-mode=RBAC",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={p}/sa.pub",
+                f"--service-account-signing-key-file={p}/sa.key",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                f"--cert-dir={self.root}/apiserver-certs",
+                # The only start-up failure on loopback (see shared facts): no endpoint reconciler.
+                "--endpoint-reconciler-type=none",
+            ],
+        )
         self.server = f"https://127.0.0.1:{self.port}"
         self._wait_ready(90)
         self.timings["control_plane_ready_s"] = time.monotonic() - t1
         k = ["--kubeconfig", str(self.kubeconfig)]
         for cmd in (
-            ["config", "set-cluster", "local", f"--server={self.server}",
-             f"--certificate-authority={p}/ca.crt", "--embed-certs"],
+            [
+                "config",
+                "set-cluster",
+                "local",
+                f"--server={self.server}",
+                f"--certificate-authority={p}/ca.crt",
+                "--embed-certs",
+            ],
             ["config", "set-credentials", "admin", f"--token={self.token}"],
             ["config", "set-context", "local", "--cluster=local", "--user=admin"],
             ["config", "use-context", "local"],
@@ -144,16 +220,25 @@ class ControlPlane:
     def logs(self) -> str:
         out = []
         for f in sorted(self.root.glob("*.log")):
-            out.append(f"--- {f.name}\n" + "\n".join(f.read_text(errors="replace").splitlines()[-15:]))
+            out.append(
+                f"--- {f.name}\n" + "\n".join(f.read_text(errors="replace").splitlines()[-15:])
+            )
         return "\n".join(out)
 
     def env(self) -> dict[str, str]:
         return {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
 
-    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
-                timeout: float = 60) -> subprocess.CompletedProcess:
-        r = subprocess.run([str(BIN / "kubectl"), *args], input=input, capture_output=True,
-                           text=True, env=self.env(), timeout=timeout)
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess:
+        r = subprocess.run(
+            [str(BIN / "kubectl"), *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            env=self.env(),
+            timeout=timeout,
+        )
         if check and r.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)}: {r.stderr}")
         return r
@@ -161,12 +246,17 @@ class ControlPlane:
     def get(self, *args: str) -> dict:
         return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
 
-    def helm(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
-        env = self.env() | {"HELM_CACHE_HOME": str(self.root / "helm/cache"),
-                            "HELM_CONFIG_HOME": str(self.root / "helm/config"),
-                            "HELM_DATA_HOME": str(self.root / "helm/data")}
-        r = subprocess.run([str(BIN / "helm"), *args], capture_output=True, text=True, env=env,
-                           timeout=timeout)
+    def helm(
+        self, *args: str, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess:
+        env = self.env() | {
+            "HELM_CACHE_HOME": str(self.root / "helm/cache"),
+            "HELM_CONFIG_HOME": str(self.root / "helm/config"),
+            "HELM_DATA_HOME": str(self.root / "helm/data"),
+        }
+        r = subprocess.run(
+            [str(BIN / "helm"), *args], capture_output=True, text=True, env=env, timeout=timeout
+        )
         if check and r.returncode != 0:
             raise AssertionError(f"helm {' '.join(args)}: {r.stdout}\n{r.stderr}")
         return r

@@ -59,13 +59,20 @@ def test_image_is_reproducible_and_small(tmp_path):
         pytest.skip("needs root and mmdebstrap")
     first = (IMAGE.parent / (IMAGE.name + ".digest")).read_text().strip()
     t0 = time.monotonic()
-    r = subprocess.run([str(ROOT / "scripts/build-image.sh"), "debug"], capture_output=True,
-                       text=True, timeout=1200, env={**os.environ, "BESSEMER_IMAGE_OUT": str(tmp_path)})
+    r = subprocess.run(
+        [str(ROOT / "scripts/build-image.sh"), "debug"],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        env={**os.environ, "BESSEMER_IMAGE_OUT": str(tmp_path)},
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     second = (tmp_path / (IMAGE.name + ".digest")).read_text().strip()
     info = json.loads(r.stdout.strip().splitlines()[-1])
-    print(f"image {second}: {info['layer_bytes'] / 2**20:.1f} MiB compressed, "
-          f"{info['rootfs_bytes'] / 2**20:.1f} MiB unpacked; rebuilt in {time.monotonic() - t0:.0f} s")
+    print(
+        f"image {second}: {info['layer_bytes'] / 2**20:.1f} MiB compressed, "
+        f"{info['rootfs_bytes'] / 2**20:.1f} MiB unpacked; rebuilt in {time.monotonic() - t0:.0f} s"
+    )
     assert second == first, "the same package and Debian packages gave another digest"
     # Small: a debug build's binaries are most of it; release images are smaller still.
     assert info["layer_bytes"] < 150 * 2**20, info
@@ -77,16 +84,50 @@ def test_image_metadata_non_root_with_capabilities(image):
     user = cfg["Config"]["User"]
     assert user and not user.startswith("0"), user
     assert cfg["Config"]["Labels"]["io.bessemer.capabilities"] == ",".join(f"CAP_{c}" for c in CAPS)
-    r = podman("run", "--rm", "--runtime", RUNTIME, *limits(), "--entrypoint", "getcap", image,
-               "/usr/bin/bessemerd")
+    r = podman(
+        "run",
+        "--rm",
+        "--runtime",
+        RUNTIME,
+        *limits(),
+        "--entrypoint",
+        "getcap",
+        image,
+        "/usr/bin/bessemerd",
+    )
     assert "cap_net_raw" in r.stdout and "cap_net_admin" in r.stdout, r.stdout
-    r = podman("run", "--rm", "--runtime", RUNTIME, *limits(), "--cap-drop", "ALL",
-               *[f"--cap-add={c}" for c in CAPS], image, "--version")
+    r = podman(
+        "run",
+        "--rm",
+        "--runtime",
+        RUNTIME,
+        *limits(),
+        "--cap-drop",
+        "ALL",
+        *[f"--cap-add={c}" for c in CAPS],
+        image,
+        "--version",
+    )
     assert r.stdout.strip() == f"bessemerd {VERSION}"
-    r = podman("run", "--rm", "--runtime", RUNTIME, *limits(), "--entrypoint", "bessemer", image,
-               "--port", "1", "--version")
+    r = podman(
+        "run",
+        "--rm",
+        "--runtime",
+        RUNTIME,
+        *limits(),
+        "--entrypoint",
+        "bessemer",
+        image,
+        "--port",
+        "1",
+        "--version",
+    )
     assert r.stdout.splitlines()[0] == f"bessemer {VERSION}", r.stdout + r.stderr
 
+
+READYZ = (
+    "import urllib.request as u; print(u.urlopen('http://127.0.0.1:9100/readyz').read().decode())"
+)
 
 # The demo pipeline's Measure and a switch between two AF_PACKET ports, checked from the
 # host side through the container's control port.
@@ -127,28 +168,71 @@ def test_image_runs_the_demo_and_forwards_in_a_namespace(image):
             assert sh("ip", "netns", "add", ns).returncode == 0
             sh("ip", "-n", ns, "link", "set", "lo", "up")
         for i, h in enumerate((ha, hb)):
-            assert sh("ip", "-n", sw, "link", "add", f"s{i}", "type", "veth", "peer", "name",
-                      "h0", "netns", h).returncode == 0
+            assert (
+                sh(
+                    "ip",
+                    "-n",
+                    sw,
+                    "link",
+                    "add",
+                    f"s{i}",
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    "h0",
+                    "netns",
+                    h,
+                ).returncode
+                == 0
+            )
             sh("ip", "-n", h, "addr", "add", f"10.253.0.{i + 1}/24", "dev", "h0")
             sh("ip", "-n", h, "link", "set", "h0", "up")
             sh("ip", "-n", sw, "link", "set", f"s{i}", "up")
-        podman("run", "-d", "--name", name, "--runtime", RUNTIME, *limits(),
-               "--network", f"ns:/run/netns/{sw}", "--cap-drop", "ALL",
-               *[f"--cap-add={c}" for c in CAPS], image,
-               "--metrics", "127.0.0.1:9100", "--no-hugepages", "--no-pin", "--buffers", "8192",
-               "--idle-sleep-max-us", "1000")
+        podman(
+            "run",
+            "-d",
+            "--name",
+            name,
+            "--runtime",
+            RUNTIME,
+            *limits(),
+            "--network",
+            f"ns:/run/netns/{sw}",
+            "--cap-drop",
+            "ALL",
+            *[f"--cap-add={c}" for c in CAPS],
+            image,
+            "--metrics",
+            "127.0.0.1:9100",
+            "--no-hugepages",
+            "--no-pin",
+            "--buffers",
+            "8192",
+            "--idle-sleep-max-us",
+            "1000",
+        )
         # The health endpoint, from the namespace the container shares.
         ok = ""
         for _ in range(100):
-            r = sh("ip", "netns", "exec", sw, sys.executable, "-c",
-                   "import urllib.request as u; print(u.urlopen('http://127.0.0.1:9100/readyz', timeout=2).read().decode())")
+            r = sh(
+                "ip",
+                "netns",
+                "exec",
+                sw,
+                sys.executable,
+                "-c",
+                READYZ,
+            )
             ok = r.stdout.strip()
             if r.returncode == 0:
                 break
             time.sleep(0.2)
         assert ok == "ready", ok + r.stderr
         # The demo pipeline, run by the image's own CLI from the image's own sample.
-        r = podman("exec", name, "bessemer", "run", "/usr/share/bessemer/conf/demo.bess", timeout=120)
+        r = podman(
+            "exec", name, "bessemer", "run", "/usr/share/bessemer/conf/demo.bess", timeout=120
+        )
         r = sh("ip", "netns", "exec", sw, sys.executable, "-c", CHECK, "demo", timeout=60)
         assert r.returncode == 0, r.stdout + r.stderr
         # A switch between two veths in the container: hosts ping each other through it.

@@ -6,7 +6,6 @@ it first); without it they are skipped with the reason."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -21,8 +20,14 @@ import pytest
 from .conftest import ROOT, ROOT_ONLY, sh
 
 PROFILE_DIR = ROOT / "target" / os.environ.get("BESSEMER_PACKAGE_PROFILE", "debug")
-RUST_BINS = ["bessemerd", "bessemer-controller", "bessemer-planner", "bessemer-demo",
-             "bessemer-httpd", "bessemer-kv"]
+RUST_BINS = [
+    "bessemerd",
+    "bessemer-controller",
+    "bessemer-planner",
+    "bessemer-demo",
+    "bessemer-httpd",
+    "bessemer-kv",
+]
 
 
 def version() -> str:
@@ -38,12 +43,18 @@ def test_one_version_everywhere():
     assert changelog.startswith(f"bessemer ({v})"), changelog
     chart = (ROOT / "deploy/helm/bessemer/Chart.yaml").read_text()
     assert re.search(rf'^appVersion: "{re.escape(v)}"$', chart, re.M), chart
-    releases = re.findall(r"^## \[(\d+\.\d+\.\d+)\] - \d{4}-\d\d-\d\d$",
-                          (ROOT / "CHANGELOG.md").read_text(), re.M)
-    assert releases and releases[0] == v, f"CHANGELOG.md's newest release is {releases[:1]}, not {v}"
+    releases = re.findall(
+        r"^## \[(\d+\.\d+\.\d+)\] - \d{4}-\d\d-\d\d$", (ROOT / "CHANGELOG.md").read_text(), re.M
+    )
+    assert releases and releases[0] == v, (
+        f"CHANGELOG.md's newest release is {releases[:1]}, not {v}"
+    )
     lic = (ROOT / "LICENSE").read_text()
     assert "BSD 3-Clause License" in lic and "Neither the name of the copyright holder" in lic
-    assert tomllib.loads((ROOT / "Cargo.toml").read_text())["workspace"]["package"]["license"] == "BSD-3-Clause"
+    assert (
+        tomllib.loads((ROOT / "Cargo.toml").read_text())["workspace"]["package"]["license"]
+        == "BSD-3-Clause"
+    )
 
 
 def built(name: str) -> Path:
@@ -62,8 +73,13 @@ def test_every_binary_reports_its_version(name):
 
 def test_python_cli_reports_its_version():
     cli = Path(sys.executable).parent / "bessemer"
-    r = subprocess.run([str(cli), "--port", "1", "--version"], capture_output=True, text=True,
-                       timeout=60, cwd=ROOT / "python")
+    r = subprocess.run(
+        [str(cli), "--port", "1", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT / "python",
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[0] == f"bessemer {version()}"
 
@@ -74,9 +90,17 @@ def clidoc(tmp_path_factory):
         built(b)
     out = tmp_path_factory.mktemp("clidoc")
     py = Path(os.environ.get("VIRTUAL_ENV", ROOT / ".venv")) / "bin/python"
-    r = subprocess.run([str(ROOT / "scripts/gen-clidoc.sh"), str(PROFILE_DIR), str(out),
-                        str(py if py.exists() else "python3")],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            str(ROOT / "scripts/gen-clidoc.sh"),
+            str(PROFILE_DIR),
+            str(out),
+            str(py if py.exists() else "python3"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     return out
 
@@ -84,36 +108,50 @@ def clidoc(tmp_path_factory):
 def test_man_pages_carry_each_commands_own_options(clidoc):
     if shutil.which("man") is None:
         pytest.skip("man is not installed")
-    expect = {"bessemerd": ["--metrics", "--token-file", "--idle-sleep-max-us"],
-              "bessemer-controller": ["run", "crd"],
-              "bessemer-planner": ["show"],
-              "bessemer": ["daemon start", "--token-file"]}
+    expect = {
+        "bessemerd": ["--metrics", "--token-file", "--idle-sleep-max-us"],
+        "bessemer-controller": ["run", "crd"],
+        "bessemer-planner": ["show"],
+        "bessemer": ["daemon start", "--token-file"],
+    }
     for name, words in expect.items():
         page = clidoc / "man/man1" / f"{name}.1.gz"
-        r = subprocess.run(["man", "-l", "-P", "cat", str(page)], capture_output=True, text=True,
-                           timeout=30, env={**os.environ, "MANWIDTH": "120", "LC_ALL": "C.UTF-8"})
+        r = subprocess.run(
+            ["man", "-l", "-P", "cat", str(page)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={**os.environ, "MANWIDTH": "120", "LC_ALL": "C.UTF-8"},
+        )
         assert r.returncode == 0, r.stderr
         text = r.stdout.replace("‐", "-")
         for w in words:
             assert w in text, f"{name}(1) lacks {w!r}:\n{text[:1500]}"
         assert version() in text
     # Reproducible: the same command gives the same bytes.
-    again = subprocess.run(["gzip", "-dc", str(clidoc / "man/man1/bessemerd.1.gz")],
-                           capture_output=True).stdout
-    assert again == subprocess.run(["gzip", "-dc", str(clidoc / "man/man1/bessemerd.1.gz")],
-                                   capture_output=True).stdout
+    again = subprocess.run(
+        ["gzip", "-dc", str(clidoc / "man/man1/bessemerd.1.gz")], capture_output=True
+    ).stdout
+    assert (
+        again
+        == subprocess.run(
+            ["gzip", "-dc", str(clidoc / "man/man1/bessemerd.1.gz")], capture_output=True
+        ).stdout
+    )
 
 
 def test_bash_completions_complete(clidoc):
     # bash loads each script and completes a real command line with it.
-    for name, line, want in [("bessemerd", "bessemerd --met", "--metrics"),
-                             ("bessemer-controller", "bessemer-controller ", "run"),
-                             ("bessemer", "bessemer dae", "daemon")]:
+    for name, line, want in [
+        ("bessemerd", "bessemerd --met", "--metrics"),
+        ("bessemer-controller", "bessemer-controller ", "run"),
+        ("bessemer", "bessemer dae", "daemon"),
+    ]:
         script = clidoc / "completions/bash" / name
         words = line.split(" ")
         prog = f"""
 source {script}
-COMP_WORDS=({' '.join(repr(w) for w in words)})
+COMP_WORDS=({" ".join(repr(w) for w in words)})
 COMP_CWORD={len(words) - 1}
 COMP_LINE={line!r}; COMP_POINT={len(line)}
 fn=$(complete -p {name} | sed -E 's/.*-F ([^ ]+).*/\\1/')
@@ -134,8 +172,11 @@ printf '%s\\n' "${{COMPREPLY[@]}}"
 
 def unit_for(binary: Path, tmp: Path) -> Path:
     unit = tmp / "bessemerd.service"
-    unit.write_text((ROOT / "deploy/systemd/bessemerd.service").read_text()
-                    .replace("/usr/bin/bessemerd", str(binary)))
+    unit.write_text(
+        (ROOT / "deploy/systemd/bessemerd.service")
+        .read_text()
+        .replace("/usr/bin/bessemerd", str(binary))
+    )
     return unit
 
 
@@ -152,11 +193,19 @@ def test_systemd_unit_verifies_and_is_hardened(tmp_path):
     if shutil.which("systemd-analyze") is None:
         pytest.skip("systemd-analyze is not installed")
     unit = unit_for(built("bessemerd"), tmp_path)
-    r = subprocess.run(["systemd-analyze", "verify", "--man=no", str(unit)],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", str(unit)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0 and not r.stderr.strip(), r.stderr
-    r = subprocess.run(["systemd-analyze", "security", "--offline=true", str(unit)],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        ["systemd-analyze", "security", "--offline=true", str(unit)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     m = re.search(r"Overall exposure level for bessemerd.service: ([\d.]+) (\w+)", r.stdout)
     assert m, r.stdout[-500:] + r.stderr
     print(f"systemd-analyze security: {m.group(1)} {m.group(2)}")
@@ -188,8 +237,24 @@ def test_unit_user_and_capabilities_are_enough_to_run_a_port(tmp_path):
             assert sh("ip", "netns", "add", ns).returncode == 0
             sh("ip", "-n", ns, "link", "set", "lo", "up")
         for i, h in enumerate((ha, hb)):
-            assert sh("ip", "-n", sw, "link", "add", f"s{i}", "type", "veth", "peer", "name",
-                      "h0", "netns", h).returncode == 0
+            assert (
+                sh(
+                    "ip",
+                    "-n",
+                    sw,
+                    "link",
+                    "add",
+                    f"s{i}",
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    "h0",
+                    "netns",
+                    h,
+                ).returncode
+                == 0
+            )
             sh("ip", "-n", h, "addr", "add", f"10.252.0.{i + 1}/24", "dev", "h0")
             sh("ip", "-n", h, "link", "set", "h0", "up")
             sh("ip", "-n", sw, "link", "set", f"s{i}", "up")
@@ -197,17 +262,40 @@ def test_unit_user_and_capabilities_are_enough_to_run_a_port(tmp_path):
 
         def run(capset_: str) -> subprocess.Popen:
             return subprocess.Popen(
-                ["ip", "netns", "exec", sw, "setpriv", "--reuid=65534", "--regid=65534",
-                 "--clear-groups", f"--inh-caps=-all,{capset_}", f"--ambient-caps=-all,{capset_}",
-                 f"--bounding-set=-all,{capset_}", str(binary),
-                 "--port", str(port), "--no-hugepages", "--no-pin", "--buffers", "4096",
-                 "--idle-sleep-max-us", "1000"],
-                stderr=subprocess.PIPE, text=True)
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    sw,
+                    "setpriv",
+                    "--reuid=65534",
+                    "--regid=65534",
+                    "--clear-groups",
+                    f"--inh-caps=-all,{capset_}",
+                    f"--ambient-caps=-all,{capset_}",
+                    f"--bounding-set=-all,{capset_}",
+                    str(binary),
+                    "--port",
+                    str(port),
+                    "--no-hugepages",
+                    "--no-pin",
+                    "--buffers",
+                    "4096",
+                    "--idle-sleep-max-us",
+                    "1000",
+                ],
+                stderr=subprocess.PIPE,
+                text=True,
+            )
 
         def probe() -> subprocess.CompletedProcess:
-            return subprocess.run(["ip", "netns", "exec", sw, sys.executable, "-c", PROBE,
-                                   str(port), "s0", "s1"], capture_output=True, text=True,
-                                  timeout=60, cwd=ROOT / "python")
+            return subprocess.run(
+                ["ip", "netns", "exec", sw, sys.executable, "-c", PROBE, str(port), "s0", "s1"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                cwd=ROOT / "python",
+            )
 
         p = run(capset)
         try:
@@ -268,20 +356,31 @@ def test_debian_package_contents():
     info = subprocess.run(["dpkg-deb", "-f", str(deb)], capture_output=True, text=True).stdout
     assert f"Version: {version()}" in info and "Package: bessemer" in info
     assert re.search(r"^Depends: .*python3", info, re.M), info
-    files = set(subprocess.run(["dpkg-deb", "-c", str(deb)], capture_output=True, text=True)
-                .stdout.split())
+    files = set(
+        subprocess.run(["dpkg-deb", "-c", str(deb)], capture_output=True, text=True).stdout.split()
+    )
     files = {f.lstrip(".") for f in files if f.startswith("./")}
-    want = {"/usr/bin/bessemerd", "/usr/bin/bessemer", "/usr/bin/bessemer-controller",
-            "/lib/systemd/system/bessemerd.service", "/usr/lib/sysusers.d/bessemer.conf",
-            "/usr/share/man/man1/bessemerd.1.gz", "/usr/share/man/man1/bessemer.1.gz",
-            "/usr/share/bash-completion/completions/bessemerd",
-            "/usr/share/zsh/vendor-completions/_bessemer",
-            "/usr/share/fish/vendor_completions.d/bessemer.fish",
-            "/usr/share/doc/bessemer/copyright", "/usr/share/doc/bessemer/LICENSE",
-            "/usr/share/doc/bessemer/examples/bessemerd-options.conf",
-            "/usr/share/bessemer/conf/demo.bess", "/usr/lib/bessemer/python/bessemer/cli.py"}
+    want = {
+        "/usr/bin/bessemerd",
+        "/usr/bin/bessemer",
+        "/usr/bin/bessemer-controller",
+        "/lib/systemd/system/bessemerd.service",
+        "/usr/lib/sysusers.d/bessemer.conf",
+        "/usr/share/man/man1/bessemerd.1.gz",
+        "/usr/share/man/man1/bessemer.1.gz",
+        "/usr/share/bash-completion/completions/bessemerd",
+        "/usr/share/zsh/vendor-completions/_bessemer",
+        "/usr/share/fish/vendor_completions.d/bessemer.fish",
+        "/usr/share/doc/bessemer/copyright",
+        "/usr/share/doc/bessemer/LICENSE",
+        "/usr/share/doc/bessemer/examples/bessemerd-options.conf",
+        "/usr/share/bessemer/conf/demo.bess",
+        "/usr/lib/bessemer/python/bessemer/cli.py",
+    }
     assert want <= files, sorted(want - files)
-    ctl = subprocess.run(["dpkg-deb", "-I", str(deb), "postinst"], capture_output=True, text=True).stdout
+    ctl = subprocess.run(
+        ["dpkg-deb", "-I", str(deb), "postinst"], capture_output=True, text=True
+    ).stdout
     assert "systemd-sysusers" in ctl and "deb-systemd-helper" in ctl, ctl
     size = deb.stat().st_size
     print(f"{deb.name}: {size / 2**20:.1f} MiB")

@@ -497,7 +497,7 @@ fn scalar(kind: &Kind, v: &Json, path: &str) -> Result<Value, String> {
 pub fn bytes_of(s: &str) -> Result<Vec<u8>, String> {
     if let Some(h) = s.strip_prefix("hex:") {
         let h: String = h.chars().filter(|c| !c.is_whitespace()).collect();
-        if h.len() % 2 != 0 {
+        if !h.len().is_multiple_of(2) {
             return Err(format!("'{s}': odd number of hex digits"));
         }
         return (0..h.len())

@@ -11,12 +11,16 @@ sys.path.insert(0, "/usr/lib/bessemer/python")
 if not os.access(os.path.expanduser("~"), os.W_OK):
     os.environ.setdefault("XDG_CACHE_HOME", "/usr/lib/bessemer/cache")
 
-from bessemer.client import BESS  # noqa: E402
+from bessemer.client import BESS
 
 port = int(os.environ.get("BESSEMER_PORT", "10514"))
 script = os.environ["BESSEMER_PIPELINE"]
 every = float(os.environ.get("BESSEMER_CHECK_SECONDS", "5"))
-extra = [f"{k[len('PIPELINE_ENV_'):]}={v}" for k, v in os.environ.items() if k.startswith("PIPELINE_ENV_")]
+extra = [
+    f"{k[len('PIPELINE_ENV_') :]}={v}"
+    for k, v in os.environ.items()
+    if k.startswith("PIPELINE_ENV_")
+]
 token = None
 if os.path.exists("/etc/bessemer/token/token"):
     token = open("/etc/bessemer/token/token").readline().strip()
