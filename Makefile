@@ -157,7 +157,7 @@ DEPLOY_BINS := bessemerd bessemer-controller bessemer-planner bessemer-demo bess
 UNITDIR ?= $(if $(filter /usr,$(PREFIX)),/lib/systemd/system,$(PREFIX)/lib/systemd/system)
 INSTALL ?= install
 
-.PHONY: bins clidoc man completions vendor-python install install-files deb image test-deploy k8s-cache e2e-kubelet
+.PHONY: bins clidoc man completions vendor-python install install-files deb image test-deploy k8s-cache
 
 bins:
 	$(CARGO) build $(CARGO_PROFILE) $(addprefix --bin ,$(DEPLOY_BINS))
@@ -213,8 +213,3 @@ k8s-cache:
 # build is packaged so that no release build is needed.
 test-deploy: $(PY_STAMP)
 	PY=$(PY) scripts/test-deploy.sh
-
-# Opt-in: a real kubelet with Debian's containerd + runc runs the chart's DaemonSet from the
-# image, and packets cross the pipeline in the pod (root; slow; not part of make test).
-e2e-kubelet: $(PY_STAMP)
-	scripts/e2e-kubelet.sh

@@ -384,3 +384,46 @@ def test_debian_package_contents():
     assert "systemd-sysusers" in ctl and "deb-systemd-helper" in ctl, ctl
     size = deb.stat().st_size
     print(f"{deb.name}: {size / 2**20:.1f} MiB")
+
+
+def test_make_install_under_a_prefix(tmp_path):
+    """`make install-files PREFIX=...` (what `make install` does after building) lays out
+    binaries, the CLI with its dependencies, man pages, completions and a unit pointing at
+    the prefix; the installed commands run from there."""
+    for b in RUST_BINS:
+        built(b)
+    prefix = tmp_path / "opt"
+    r = subprocess.run(
+        ["make", "-s", "install-files", f"PROFILE={PROFILE_DIR.name}", f"PREFIX={prefix}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    for rel in [
+        "bin/bessemerd",
+        "bin/bessemer",
+        "share/man/man1/bessemerd.1.gz",
+        "share/bash-completion/completions/bessemer",
+        "lib/sysusers.d/bessemer.conf",
+        "share/doc/bessemer/LICENSE",
+        "share/bessemer/conf/upf/upf.bess",
+    ]:
+        assert (prefix / rel).exists(), rel
+    unit = (prefix / "lib/systemd/system/bessemerd.service").read_text()
+    assert f"ExecStart={prefix}/bin/bessemerd " in unit
+    out = subprocess.run(
+        [str(prefix / "bin/bessemerd"), "--version"], capture_output=True, text=True
+    ).stdout
+    assert out.strip() == f"bessemerd {version()}"
+    # The launcher uses the installed package, not the source tree, with the system python3.
+    r = subprocess.run(
+        [str(prefix / "bin/bessemer"), "--port", "1", "--version"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )
+    assert r.returncode == 0 and r.stdout.startswith(f"bessemer {version()}"), r.stdout + r.stderr
