@@ -29,7 +29,7 @@ demo: build $(PY_STAMP)
 demo-inprocess: build
 	./target/release/bessemer-demo --seconds 5
 
-test: deps lint test-rust test-python
+test: deps lint test-rust test-python test-deploy
 	@echo "make test: all tests passed"
 
 # Root-only tests are reported as ignored with their reason when not root; as root none may be.
@@ -51,8 +51,9 @@ lint-python: $(PY_STAMP)
 	$(VENV)/bin/ruff check python
 	$(VENV)/bin/ruff format --check python
 
+# The deploy tests run in test-deploy, after what they need is built.
 test-python: $(PY_STAMP)
-	cd python && ../$(PY) -m pytest -q
+	cd python && ../$(PY) -m pytest -q --ignore-glob='tests/test_deploy_*'
 
 fmt:
 	$(CARGO) fmt --all
@@ -149,3 +150,75 @@ soak: deps $(PY_STAMP)
 
 clean:
 	$(CARGO) clean
+
+# --- packaging and deployment (docs/deploy.md) ---------------------------------------------
+# PROFILE=release (default) or debug picks the cargo build that is packaged; PREFIX and
+# DESTDIR place `make install`. BESSEMER_K8S_CACHE (default ~/.cache/bessemer/k8s) holds the
+# Kubernetes binaries the tests build once.
+PROFILE ?= release
+PREFIX ?= /usr/local
+DESTDIR ?=
+PROFILE_DIR := $(if $(filter debug dev,$(PROFILE)),debug,$(PROFILE))
+CARGO_PROFILE := $(if $(filter debug dev,$(PROFILE)),,--profile $(PROFILE))
+DIST := target/dist/$(PROFILE_DIR)
+DEPLOY_BINS := bessemerd bessemer-controller bessemer-planner bessemer-demo bessemer-httpd bessemer-kv
+# Debian 12 keeps units in /lib/systemd/system; elsewhere they go under the prefix.
+UNITDIR ?= $(if $(filter /usr,$(PREFIX)),/lib/systemd/system,$(PREFIX)/lib/systemd/system)
+INSTALL ?= install
+
+.PHONY: bins clidoc man completions vendor-python install install-files deb image test-deploy k8s-cache
+
+bins:
+	$(CARGO) build $(CARGO_PROFILE) $(addprefix --bin ,$(DEPLOY_BINS))
+
+# Man pages and bash/zsh/fish completions from the commands' own definitions.
+clidoc man completions: bins $(PY_STAMP)
+	scripts/gen-clidoc.sh target/$(PROFILE_DIR) $(DIST)/clidoc $(PY)
+
+# The Python CLI and its pinned dependencies (deploy/python-requirements.txt).
+vendor-python: $(PY_STAMP)
+	scripts/vendor-python.sh $(DIST)/lib/python $(VENV)/bin/pip
+
+install: bins install-files
+
+# Installs what `bins` built (stripped), without building: debian/rules calls this.
+install-files: clidoc vendor-python
+	$(INSTALL) -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/bessemer \
+	  $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/bash-completion/completions \
+	  $(DESTDIR)$(PREFIX)/share/zsh/vendor-completions $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d \
+	  $(DESTDIR)$(UNITDIR) $(DESTDIR)$(PREFIX)/lib/sysusers.d \
+	  $(DESTDIR)$(PREFIX)/share/doc/bessemer/examples $(DESTDIR)$(PREFIX)/share/bessemer
+	for b in $(DEPLOY_BINS); do $(INSTALL) -m 755 -s target/$(PROFILE_DIR)/$$b $(DESTDIR)$(PREFIX)/bin/$$b || exit 1; done
+	rm -rf $(DESTDIR)$(PREFIX)/lib/bessemer/python $(DESTDIR)$(PREFIX)/lib/bessemer/cache
+	cp -R $(DIST)/lib/python $(DIST)/lib/cache $(DESTDIR)$(PREFIX)/lib/bessemer/
+	sed 's|@LIB@|$(PREFIX)/lib/bessemer|g' deploy/bessemer-launcher.py > $(DESTDIR)$(PREFIX)/bin/bessemer
+	chmod 755 $(DESTDIR)$(PREFIX)/bin/bessemer
+	$(INSTALL) -m 644 $(DIST)/clidoc/man/man1/*.1.gz $(DESTDIR)$(PREFIX)/share/man/man1/
+	$(INSTALL) -m 644 $(DIST)/clidoc/completions/bash/* $(DESTDIR)$(PREFIX)/share/bash-completion/completions/
+	$(INSTALL) -m 644 $(DIST)/clidoc/completions/zsh/* $(DESTDIR)$(PREFIX)/share/zsh/vendor-completions/
+	$(INSTALL) -m 644 $(DIST)/clidoc/completions/fish/* $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/
+	sed 's|/usr/bin/bessemerd|$(PREFIX)/bin/bessemerd|' deploy/systemd/bessemerd.service > $(DESTDIR)$(UNITDIR)/bessemerd.service
+	chmod 644 $(DESTDIR)$(UNITDIR)/bessemerd.service
+	$(INSTALL) -m 644 deploy/systemd/bessemer.sysusers $(DESTDIR)$(PREFIX)/lib/sysusers.d/bessemer.conf
+	$(INSTALL) -m 644 deploy/systemd/bessemerd-options.conf $(DESTDIR)$(PREFIX)/share/doc/bessemer/examples/
+	$(INSTALL) -m 644 LICENSE CHANGELOG.md README.md docs/deploy.md docs/daemon.md $(DESTDIR)$(PREFIX)/share/doc/bessemer/
+	rm -rf $(DESTDIR)$(PREFIX)/share/bessemer/conf && cp -R conf $(DESTDIR)$(PREFIX)/share/bessemer/conf
+
+# The Debian package, built by dpkg-buildpackage from debian/ into target/deb/.
+deb: $(PY_STAMP)
+	scripts/build-deb.sh $(PROFILE)
+
+# The OCI image (target/image/bessemer-VERSION.oci.tar), from a minimal Debian root made
+# with mmdebstrap holding the Debian package; no registry. Prints its digest and size.
+image: deb
+	scripts/build-image.sh $(PROFILE)
+
+# The Kubernetes binaries the tests run (kube-apiserver, kubectl, etcd, helm), built once
+# from the Go module proxy into the cache.
+k8s-cache:
+	scripts/k8s-cache.sh
+
+# Packaging, image, chart and control-plane tests (python/tests/test_deploy_*.py): a debug
+# build is packaged so that no release build is needed.
+test-deploy: $(PY_STAMP)
+	PY=$(PY) scripts/test-deploy.sh

@@ -40,6 +40,20 @@ have ethtool || [ -x /usr/sbin/ethtool ] || [ -x /sbin/ethtool ] || need_apt+=(e
 have clang || need_apt+=(clang)
 # MegaPipe server tests fetch files with curl.
 have curl || need_apt+=(curl)
+# Packaging and deployment (make deb, make image, make test-deploy): debhelper builds the
+# Debian package, mmdebstrap the image's Debian root, setcap gives bessemerd its file
+# capabilities there; podman with runc runs the image in the tests (crun refuses this
+# machine's cgroup v1); systemd-analyze verifies the unit; man renders the man pages.
+have dh || need_apt+=(debhelper)
+have mmdebstrap || need_apt+=(mmdebstrap)
+have setcap || [ -x /usr/sbin/setcap ] || [ -x /sbin/setcap ] || need_apt+=(libcap2-bin)
+have podman || need_apt+=(podman)
+have runc || [ -x /usr/sbin/runc ] || need_apt+=(runc)
+have systemd-analyze || need_apt+=(systemd)
+have man || need_apt+=(man-db)
+# The control-plane tests build kube-apiserver, kubectl, etcd and helm from the Go module
+# proxy (scripts/k8s-cache.sh): they need Go >= 1.26, which Debian 12 lacks; without it they
+# are skipped with the reason.
 # make bench-megapipe only (install-deps.sh --bench-megapipe): the peers and load generators.
 if [ "${1:-}" = "--bench-megapipe" ]; then
   have memcached || [ -x /usr/bin/memcached ] || need_apt+=(memcached)

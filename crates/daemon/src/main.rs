@@ -4,7 +4,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
 use bessemer_daemon::server::{self, Listen, Settings};
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use tracing_subscriber::EnvFilter;
 
 /// Bessemer's BESS-compatible control daemon (gRPC service bess.pb.BESSControl).
@@ -121,6 +121,7 @@ fn init_logs(cli: &Cli) -> Result<(), String> {
 }
 
 fn main() {
+    bessemer_clidoc::generate_if_asked(Cli::command);
     let cli = Cli::parse();
     if let Err(e) = init_logs(&cli) {
         eprintln!("bessemerd: {e}");

@@ -5,11 +5,11 @@ use std::time::{Duration, Instant};
 use bessemer_core::engine::{Engine, EngineConfig};
 use bessemer_core::mem::PagePolicy;
 use bessemer_core::{Error, Value};
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 
 /// Runs a sample pipeline in-process and prints per-connection rates each second.
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(name = "bessemer-demo", version, about)]
 struct Cli {
     /// How long to run, in seconds.
     #[arg(long, default_value_t = 5)]
@@ -191,6 +191,7 @@ fn run(cli: Cli) -> Result<(), Error> {
 }
 
 fn main() {
+    bessemer_clidoc::generate_if_asked(Cli::command);
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),

@@ -2,12 +2,12 @@
 
 use std::sync::Arc;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use megapipe::apps::{self, http::StaticFiles, Io};
 
 /// HTTP/1.1 static-file server (GET/HEAD, keep-alive, pipelining).
 #[derive(Parser)]
-#[command(name = "bessemer-httpd")]
+#[command(name = "bessemer-httpd", version)]
 struct Args {
     /// Directory to serve.
     #[arg(long)]
@@ -27,6 +27,7 @@ struct Args {
 }
 
 fn main() {
+    bessemer_clidoc::generate_if_asked(Args::command);
     let args = Args::parse();
     if !args.root.is_dir() {
         eprintln!(

@@ -2,12 +2,12 @@
 
 use std::sync::Arc;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use megapipe::apps::{self, kv::Kv, Io};
 
 /// Memcached text-protocol server (get/gets/set/add/replace/cas/delete/incr/decr/flush_all/version/stats).
 #[derive(Parser)]
-#[command(name = "bessemer-kv")]
+#[command(name = "bessemer-kv", version)]
 struct Args {
     /// TCP port (0 picks a free one).
     #[arg(long, default_value_t = 11211)]
@@ -24,6 +24,7 @@ struct Args {
 }
 
 fn main() {
+    bessemer_clidoc::generate_if_asked(Args::command);
     let args = Args::parse();
     apps::run_server(
         "bessemer-kv",

@@ -9,7 +9,7 @@ use bessemer_planner::nic::NicModel;
 use bessemer_planner::request::{self, SearchOptions};
 use bessemer_planner::search::{CostFn, Planner};
 use bessemer_planner::testbed::{self, Steering};
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -440,6 +440,7 @@ fn apply_ethtool(nic: &NicArgs, plan: &PlanArgs, channels: Option<u16>) -> Resul
 }
 
 fn main() -> ExitCode {
+    bessemer_clidoc::generate_if_asked(Cli::command);
     let cli = Cli::parse();
     // Only the commands that change an interface hold signals back until they have undone
     // their work; show and plan die at once, as there is nothing to undo.
