@@ -168,8 +168,11 @@ INSTALL ?= install
 
 .PHONY: bins clidoc man completions vendor-python install install-files deb image test-deploy k8s-cache
 
+# The debug profile builds what `cargo test --workspace` builds (features unified with the
+# tests' dev-dependencies), so after the Rust tests it costs nothing; a plain `--bin` build
+# would resolve other features and rebuild about half the dependencies.
 bins:
-	$(CARGO) build $(CARGO_PROFILE) $(addprefix --bin ,$(DEPLOY_BINS))
+	$(CARGO) build $(CARGO_PROFILE) $(if $(CARGO_PROFILE),$(addprefix --bin ,$(DEPLOY_BINS)),--workspace --bins --tests)
 
 # Man pages and bash/zsh/fish completions from the commands' own definitions.
 clidoc man completions: bins $(PY_STAMP)
