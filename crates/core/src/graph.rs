@@ -1367,6 +1367,25 @@ impl Pipeline {
         })
     }
 
+    /// The histograms every module keeps ([`Module::histograms`]), by module in
+    /// creation-slot order; modules with none are left out. Read while workers run, as
+    /// `desc` is (a module's histogram never changes size, so a reading is a few counts
+    /// apart from an instant's, never out of bounds).
+    pub fn histograms(&self) -> Vec<(String, &'static str, Vec<crate::module::HistogramExport>)> {
+        self.nodes
+            .iter()
+            .flatten()
+            .filter_map(|n| {
+                let h = match &n.inst {
+                    // SAFETY: a read of module state from the control thread, as `desc_of`.
+                    InstanceCell::Exclusive(m) => unsafe { (*m.get()).histograms() },
+                    InstanceCell::Shared(m) => m.histograms(),
+                };
+                (!h.is_empty()).then(|| (n.name.clone(), n.class.name, h))
+            })
+            .collect()
+    }
+
     /// Every connection with its counters.
     pub fn connections(&self) -> Vec<Connection> {
         let mut out = Vec::new();
