@@ -91,6 +91,8 @@ pub struct Context {
     /// periods between them.
     rt_task_cd: u32,
     rt_rng: u32,
+    /// A timed run sent nothing on: the next run that does has its drain timed.
+    rt_want_drain: bool,
 }
 
 /// Mean number of runs between two sampled ones (runtime sampling): each period is drawn
@@ -119,9 +121,11 @@ impl Context {
             fast_input: std::ptr::null(),
             moved: Moved::NONE,
             dropped: 0,
-            // The first run is sampled (and, while it sends nothing, the next), so that even
-            // a few packets give every module they pass a measurement.
+            // The first run is sampled (and, if it sends nothing, the drain of the first
+            // that does), so that even a few packets give every module they pass a
+            // measurement.
             rt_task_cd: 1,
+            rt_want_drain: true,
             rt_rng: 0x9e37_79b9 ^ (wid as u32).wrapping_mul(0x85eb_ca6b),
         }
     }
@@ -742,9 +746,10 @@ impl Context {
     /// `run_task_group` with runtime sampling on: the group's runs and packets are counted
     /// on the module's slot of this worker; about one run in [`RT_PERIOD`] is timed: its
     /// task call and, if it sent packets on, every downstream module call
-    /// ([`Context::drain`] with `TIMED`). A timed run that sent nothing leaves the next run
-    /// timed too, so that the modules downstream of a mostly idle source are measured as
-    /// soon as packets come. Out of line: with sampling off the runner pays one flag test
+    /// ([`Context::drain`] with `TIMED`). When a timed run sent nothing, the next run that
+    /// does (of any task) has its drain timed, so that the modules downstream of a mostly
+    /// idle source are measured as soon as packets come, and idle tasks beside busy ones add
+    /// no samples. Out of line: with sampling off the runner pays one flag test
     /// per group.
     #[inline(never)]
     fn run_task_group_rt(&mut self, graph: &Pipeline, task: TaskId, max_runs: u64) -> RunGroup {
@@ -773,7 +778,12 @@ impl Context {
                 self.cur_node = node;
                 let r = Self::call_task(self, node, arg);
                 self.flush_outputs(graph);
-                self.drain::<true, false>(graph);
+                if self.rt_want_drain && !self.pending.is_empty() {
+                    self.rt_want_drain = false;
+                    self.drain::<true, true>(graph);
+                } else {
+                    self.drain::<true, false>(graph);
+                }
                 r
             },
         );
@@ -810,10 +820,11 @@ impl Context {
         self.flush_outputs(graph);
         let t1 = crate::tsc::rdtsc();
         self.rt_sample(node, u64::from(r.packets), t1.wrapping_sub(t0));
+        self.rt_task_cd = self.rt_period();
         if self.pending.is_empty() {
-            self.rt_task_cd = 1;
+            self.rt_want_drain = true;
         } else {
-            self.rt_task_cd = self.rt_period();
+            self.rt_want_drain = false;
             self.drain::<true, true>(graph);
         }
         r
