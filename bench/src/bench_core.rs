@@ -563,6 +563,86 @@ fn ip_lookup(pool: &PacketPool, routes: &[(u32, u8)], lo: u32, hi: u32, o: &Opts
     random_dst(pool, lo, hi, Some(("IPLookup", arg, &cmds, 4)), o)
 }
 
+/// What runtime sampling (`show runtime`) costs on Source -> 8 x Bypass -> Sink.
+struct RuntimeCost {
+    off_mpps: f64,
+    on_mpps: f64,
+    /// Median over the pairs of 1 - on/off, in percent.
+    cost_pct: f64,
+    pairs: usize,
+    /// The sampled cycles per packet of each module, as `show runtime` gives them.
+    modules: Vec<(String, f64)>,
+}
+
+/// Runs the chain8 case with runtime sampling off and on, alternated: pairs of runs one
+/// right after the other on the same graph, so that load from elsewhere hits both alike;
+/// the cost is the median of the pairs' ratios.
+fn runtime_cost(pool: &PacketPool, o: &Opts) -> RuntimeCost {
+    let mut c = Case::source(pool, 60, MAX_BURST);
+    let mut prev = "src".to_string();
+    for i in 0..8 {
+        let name = format!("bp{i}");
+        c.then(&prev, "Bypass", &name, Value::map());
+        prev = name;
+    }
+    c.then(&prev, "Sink", "sink", Value::Null);
+    // As the engine does for a task on worker 0: the modules get their worker's slots.
+    c.g.set_task_workers(&|_| Some(0));
+    let mut tree = ClassTree::new(0);
+    tree.add_class("leaf", Policy::Leaf, None, 0, 1).unwrap();
+    tree.attach_task("leaf", c.task).unwrap();
+    let pairs = if o.base.quick { 6 } else { 20 };
+    let (mut off, mut on, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..pairs {
+        let mut pair = [0.0f64; 2];
+        // Which runs first alternates too.
+        for k in 0..2 {
+            let sampled = (i + k) % 2 == 1;
+            c.g.set_runtime(sampled);
+            let (g, ctx) = (&c.g, &mut c.ctx);
+            let s = measure(o.base.secs, || {
+                let mut n = 0u64;
+                tree.schedule_round(
+                    &mut |t, max_runs| {
+                        let group = ctx.run_task_group(g, t, max_runs);
+                        n += group.result.packets as u64;
+                        group
+                    },
+                    FUSED_RUNS,
+                );
+                n
+            });
+            pair[sampled as usize] = s.mpps;
+        }
+        off.push(pair[0]);
+        on.push(pair[1]);
+        ratios.push(pair[1] / pair[0]);
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v[v.len() / 2]
+    };
+    let modules =
+        c.g.runtime(true)
+            .into_iter()
+            .map(|m| {
+                let cpp = m
+                    .workers
+                    .first()
+                    .and_then(|w| w.cycles_per_packet())
+                    .unwrap_or(0.0);
+                (m.name, cpp)
+            })
+            .collect();
+    RuntimeCost {
+        off_mpps: median(off),
+        on_mpps: median(on),
+        cost_pct: (1.0 - median(ratios)) * 100.0,
+        pairs,
+        modules,
+    }
+}
+
 fn alloc_free(pool: &PacketPool, o: &Opts) -> Stat {
     let mut cache = pool.cache();
     let mut b = PacketBatch::new();
@@ -862,6 +942,22 @@ fn main() {
         row("ip_lookup_900k_60", &mut || {
             ip_lookup(&pool, &r900k, 0x0100_0000, 0xdfff_ffff, &o)
         });
+    }
+    if wanted("runtime_chain8_60") {
+        let r = runtime_cost(&pool, &o);
+        println!(
+            "\nruntime sampling (show runtime) on chain8_60, {} alternated off/on pairs: off {:.1} Mpps, on {:.1} Mpps, cost {:.2} % (median of the pairs)",
+            r.pairs, r.off_mpps, r.on_mpps, r.cost_pct
+        );
+        let per: Vec<String> = r
+            .modules
+            .iter()
+            .map(|(m, c)| format!("{m} {c:.1}"))
+            .collect();
+        println!("  sampled cycles/packet: {}", per.join(", "));
+        json.push(("runtime_off_mpps".into(), format!("{:.2}", r.off_mpps)));
+        json.push(("runtime_on_mpps".into(), format!("{:.2}", r.on_mpps)));
+        json.push(("runtime_cost_pct".into(), format!("{:.2}", r.cost_pct)));
     }
     if busy > 0 {
         println!(

@@ -564,6 +564,25 @@ def show_errors(s: Session, args) -> None:
     print(render.errors(resp, args.sort, port_drops))
 
 
+def show_runtime(s: Session, args) -> None:
+    """Per module and worker: calls, packets, packets per call and sampled cycles per
+    packet (ShowRuntime), as VPP's `show runtime`."""
+    print(render.runtime(s.bess.show_runtime(list(args.names))))
+
+
+def show_latency(s: Session, args) -> None:
+    """A Measure's latency and jitter: labelled percentiles and a terminal histogram
+    (ShowLatency)."""
+    resp = s.bess.show_latency(args.module)
+    mclass = next((m.mclass for m in s.bess.list_modules() if m.name == args.module), "?")
+    print(render.latency(args.module, mclass, resp))
+
+
+def clear_runtime(s: Session, _args) -> None:
+    """Start `show runtime`'s counts afresh (VPP's `clear runtime`)."""
+    s.bess.show_runtime(clear=True)
+
+
 def show_mclass(s: Session, args) -> None:
     names = args.names or s.bess.list_mclasses()
     print("\n".join(s.bess.get_mclass_info(n).help for n in names))
@@ -873,12 +892,27 @@ def _parser() -> argparse.ArgumentParser:
         default="count",
         help="row order (count: largest first)",
     )
+    cmd(
+        sh,
+        "runtime",
+        show_runtime,
+        "per module and worker: calls, packets, packets per call, cycles per packet",
+    ).add_argument("names", nargs="*", help="only these modules")
+    cmd(
+        sh,
+        "latency",
+        show_latency,
+        "a Measure's latency and jitter: p50, p90, p99, p99.9, max and a histogram",
+    ).add_argument("module")
     cmd(sh, "mclass", show_mclass, "module classes: arguments and commands").add_argument(
         "names", nargs="*"
     )
     cmd(sh, "port", show_port, "ports and their counters").add_argument("names", nargs="*")
     cmd(sh, "driver", show_driver, "port drivers").add_argument("names", nargs="*")
     cmd(sh, "gatehook", show_gatehook, "installed gate hooks")
+
+    cl = group("clear", "start counters afresh")
+    cmd(cl, "runtime", clear_runtime, "start show runtime's counts afresh")
 
     ck = group("check", "check the configuration")
     cmd(ck, "constraints", check_constraints, "modules reachable from more than one worker")

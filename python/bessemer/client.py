@@ -341,6 +341,22 @@ class BESS:
         )
         return self._ext_call("ShowErrors", req)
 
+    def show_runtime(self, modules: list[str] | None = None, clear: bool = False):
+        """Per module and worker: calls, packets and sampled TSC cycles since the last clear
+        (VPP's `show runtime`); `clear=True` then starts them afresh (Bessemer's own RPC)."""
+        req = self._msg(
+            "ext_observe",
+            "ShowRuntimeRequest",
+            {"modules": list(modules or []), "clear": clear},
+        )
+        return self._ext_call("ShowRuntime", req)
+
+    def show_latency(self, module: str):
+        """The histograms module `module` keeps (Measure: latency and jitter): HDR-style
+        buckets, count, sum, labelled percentiles (Bessemer's own RPC)."""
+        req = self._msg("ext_observe", "ShowLatencyRequest", {"module": module})
+        return self._ext_call("ShowLatency", req)
+
     def offload(self, port: str, action: str = "show"):
         """XDP offload of the pipeline downstream of AFXDPPort `port`: action "on", "off" or
         "show"; the response has `enabled` and the planner's `plan` (Bessemer's own RPC)."""

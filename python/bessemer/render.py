@@ -230,6 +230,97 @@ def errors(resp, sort: str = "count", ports=()) -> str:
     return _table(headers, rows) + f"\ntotal: {total:,}"
 
 
+def _num(x: float | None, digits: int = 1) -> str:
+    return "-" if x is None else f"{x:,.{digits}f}"
+
+
+def runtime(resp) -> str:
+    """`show runtime`, as VPP's: per worker, one row per module it called: calls, packets,
+    packets per call, and the sampled TSC cycles per packet and per call."""
+    hz = resp.tsc_hz or 1
+    head = f"time {resp.seconds:,.1f} s since cleared"
+    if resp.enabled:
+        head += (
+            f"; cycles from sampled calls (about 1 run in {resp.sample_period} timed, "
+            f"TSC {hz / 1e9:.2f} GHz)"
+        )
+    else:
+        head += (
+            "; runtime sampling is off (bessemerd --no-runtime): only batches given to "
+            "modules are counted, no task runs, no cycles"
+        )
+    by_worker: dict[int, list[list[Any]]] = {}
+    for m in resp.modules:
+        for w in m.workers:
+            per_call = w.packets / w.calls if w.calls else None
+            cpp = w.sampled_cycles / w.sampled_packets if w.sampled_packets else None
+            cpc = w.sampled_cycles / w.sampled_calls if w.sampled_calls else None
+            by_worker.setdefault(w.wid, []).append(
+                [
+                    m.name,
+                    m.mclass,
+                    f"{w.calls:,}",
+                    f"{w.packets:,}",
+                    _num(per_call, 2),
+                    _num(cpp),
+                    _num(cpc),
+                    f"{w.sampled_calls:,}",
+                ]
+            )
+    if not by_worker:
+        return head + "\nno module has run since"
+    headers = ["module", "class", "calls", "packets", "pkts/call", "cycles/pkt"]
+    headers += ["cycles/call", "sampled"]
+    parts = [head]
+    for wid in sorted(by_worker):
+        parts.append(f"\nworker {wid}\n" + _table(headers, by_worker[wid]))
+    return "\n".join(parts)
+
+
+def _ns(v: float) -> str:
+    """A duration in ns with a readable unit."""
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if v >= scale:
+            return f"{v / scale:.3g} {unit}"
+    return f"{v:.0f} ns"
+
+
+def _pct_label(p: float) -> str:
+    return f"p{p:g}"
+
+
+def latency(module: str, mclass: str, resp, width: int = 40) -> str:
+    """`show latency`: per histogram, labelled percentiles and max, then one bar per
+    bucket (empty buckets at either end left out)."""
+    parts = []
+    for h in resp.histograms:
+        head = f"{h.name} of {module} ({mclass}): {h.count:,} samples"
+        head += f", resolution {_ns(h.resolution_ns)}"
+        if h.above_range:
+            head += f", {h.above_range:,} above the range"
+        if not h.count:
+            parts.append(head + "\n  no samples")
+            continue
+        cells = [f"{_pct_label(p.percentile)} {_ns(p.value_ns)}" for p in h.percentiles]
+        cells.append(f"max {_ns(h.max_ns)}")
+        cells.append(f"avg {_ns(h.sum_ns / h.count)}")
+        lines = [head, "  " + "   ".join(cells)]
+        counts = list(h.counts)
+        nz = [i for i, c in enumerate(counts) if c]
+        lo, hi = nz[0], nz[-1]
+        top = max(counts)
+        labels = [f"<= {_ns(b)}" for b in h.bounds_ns] + [f"> {_ns(h.bounds_ns[-1])}"]
+        lw = max(len(labels[i]) for i in range(lo, hi + 1))
+        cum = sum(counts[:lo])
+        for i in range(lo, hi + 1):
+            c = counts[i]
+            cum += c
+            bar = "#" * max(1 if c else 0, round(c / top * width))
+            lines.append(f"  {labels[i]:>{lw}} | {bar:<{width}} {c:,} ({cum / h.count * 100:.1f}%)")
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts) if parts else f"{module} keeps no histogram"
+
+
 def ports(ps, stats: dict) -> str:
     if not ps:
         return "no ports"

@@ -575,3 +575,145 @@ def test_health_and_readiness_endpoints_and_the_alert_rules(tmp_path):
             ["promtool", *args], cwd=rules, capture_output=True, text=True, timeout=60
         )
         assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_show_runtime_counts_a_pcap_file_exactly_and_clears(daemon, tmp_path):
+    b = daemon.client
+    n = 1000
+    path = tmp_path / "in.pcap"
+    wrpcap(str(path), [Ether() / IP(dst="10.0.0.2") / UDP(dport=53) for _ in range(n)])
+    b.create_port("PcapFilePort", "file", {"rx_file": str(path)})
+    b.create_module("PortInc", "pin", {"port": "file"})
+    b.create_module("Bypass", "bp")
+    b.create_module("Sink", "sink")
+    b.connect_modules("pin", "bp")
+    b.connect_modules("bp", "sink")
+    b.resume_all()
+    assert _until(lambda: ogate_packets(b, "bp") == n, 20), ogate_packets(b, "bp")
+    b.pause_all()
+    resp = b.show_runtime()
+    assert resp.enabled and resp.tsc_hz > 0 and resp.seconds > 0
+    rows = {m.name: m for m in resp.modules}
+    assert [m.name for m in resp.modules] == ["pin", "bp", "sink"]
+    pin, bp, sink = (rows[k].workers for k in ("pin", "bp", "sink"))
+    assert [w.wid for w in pin] == [0] and [w.wid for w in bp] == [0]
+    # PortInc's runs: every packet of the file, in at least ceil(n / 64) runs (and empty
+    # polls after the file ended).
+    assert pin[0].packets == n and pin[0].calls >= -(-n // 64)
+    batches = next(g.cnt for g in b.get_module_info("pin").ogates if g.ogate == 0)
+    for w in (bp[0], sink[0]):
+        assert (w.calls, w.packets) == (batches, n)
+        # The first run that brought packets was timed.
+        assert w.sampled_calls >= 1 and w.sampled_packets >= 1 and w.sampled_cycles > 0
+    assert rows["bp"].mclass == "Bypass" and rows["sink"].mclass == "Sink"
+
+    code, out, err = _cli(daemon.port, "show", "runtime")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("time ") and "1 run in 512 timed" in lines[0]
+    assert "worker 0" in lines
+    header = lines[lines.index("worker 0") + 1].split()
+    assert header == [
+        "module",
+        "class",
+        "calls",
+        "packets",
+        "pkts/call",
+        "cycles/pkt",
+        "cycles/call",
+        "sampled",
+    ]
+    table = {ln.split()[0]: ln.split() for ln in lines[lines.index("worker 0") + 3 :] if ln}
+    assert table["bp"][:4] == ["bp", "Bypass", f"{batches:,}", f"{n:,}"]
+    assert float(table["bp"][4]) == pytest.approx(n / batches, abs=0.01)
+    assert float(table["bp"][5].replace(",", "")) > 0
+    assert table["pin"][3] == f"{n:,}"
+    code, out, _ = _cli(daemon.port, "show", "runtime", "bp")
+    assert [ln.split()[0] for ln in out.splitlines()[5:] if ln] == ["bp"]
+    code, _, err = _cli(daemon.port, "show", "runtime", "nope")
+    assert code == 1 and "nope" in err
+
+    # clear runtime: nothing ran since (paused); the gate counters other views read go on.
+    code, _, err = _cli(daemon.port, "clear", "runtime")
+    assert code == 0, err
+    assert all(not m.workers for m in b.show_runtime().modules)
+    assert ogate_packets(b, "bp") == n
+    code, out, _ = _cli(daemon.port, "show", "runtime")
+    assert out.splitlines()[-1] == "no module has run since"
+
+
+def test_show_latency_prints_labelled_percentiles_a_histogram_and_exports_it(tmp_path):
+    mport = free_port()
+    with running_daemon(tmp_path, "--metrics", f"127.0.0.1:{mport}") as d:
+        b = d.client
+        b.create_module("Source", "src", {"pkt_size": 80})
+        b.create_module("Timestamp", "ts")
+        b.create_module("Measure", "m")
+        b.create_module("Sink", "sink")
+        b.connect_modules("src", "ts")
+        b.connect_modules("ts", "m")
+        b.connect_modules("m", "sink")
+        b.resume_all()
+        assert _until(lambda: ogate_packets(b, "m") > 10_000)
+        b.pause_all()
+        resp = b.show_latency("m")
+        assert [h.name for h in resp.histograms] == ["latency", "jitter"]
+        lat = resp.histograms[0]
+        assert lat.count > 0 and sum(lat.counts) == lat.count
+        assert len(lat.counts) == len(lat.bounds_ns) + 1
+        assert list(lat.bounds_ns) == sorted(lat.bounds_ns) and lat.bounds_ns[0] == 100
+        assert [p.percentile for p in lat.percentiles] == [50, 90, 99, 99.9]
+        values = [p.value_ns for p in lat.percentiles]
+        assert values == sorted(values) and values[-1] <= lat.max_ns
+        assert lat.resolution_ns == 100
+        # The summary BESS's get_summary gives agrees: same histogram, same percentiles.
+        s = b.run_module_command(
+            "m",
+            "get_summary",
+            "MeasureCommandGetSummaryArg",
+            {"latency_percentiles": [50.0, 90.0, 99.0, 99.9]},
+        )
+        assert s.latency.count == lat.count
+        assert list(s.latency.percentile_values_ns) == values
+
+        code, out, err = _cli(d.port, "show", "latency", "m")
+        assert code == 0, err
+        first = out.splitlines()[0]
+        assert first.startswith(f"latency of m (Measure): {lat.count:,} samples"), first
+        labels = out.splitlines()[1].split()
+        for k in ("p50", "p90", "p99", "p99.9", "max", "avg"):
+            assert k in labels, labels
+        bars = [ln for ln in out.splitlines() if " | " in ln]
+        assert bars and any("#" in ln for ln in bars)
+        assert bars[-1].rstrip().endswith("%)") and "(100.0%)" in out
+        assert "jitter of m (Measure)" in out
+        code, out, _ = _cli(d.port, "show", "latency", "src")
+        assert code == 0 and out.strip() == "src keeps no histogram"
+        code, _, err = _cli(d.port, "show", "latency", "nope")
+        assert code == 1 and "nope" in err
+
+        _, _, text = _get(f"http://127.0.0.1:{mport}/metrics")
+        assert "# TYPE bessemer_module_latency_seconds histogram" in text
+        assert (
+            f'bessemer_module_latency_seconds_count{{class="Measure",module="m"}} {lat.count}'
+            in text
+        )
+        assert (
+            'bessemer_module_latency_seconds_bucket{class="Measure",module="m",le="+Inf"}' in text
+        )
+        assert (
+            'bessemer_module_jitter_seconds_bucket{class="Measure",module="m",le="0.0000001"}'
+            in text
+        )
+        documented = (ROOT / "docs" / "observability.md").read_text()
+        for name in re.findall(r"^# TYPE (\w+)", text, re.M):
+            assert f"`{name}`" in documented, f"{name} is not in docs/observability.md"
+        if shutil.which("promtool"):
+            check = subprocess.run(
+                ["promtool", "check", "metrics"],
+                input=text,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert check.returncode == 0, check.stdout + check.stderr

@@ -378,6 +378,24 @@ impl Engine {
         self.idle_sleep_max_us.load(Ordering::Relaxed)
     }
 
+    /// Turns runtime sampling (`show runtime`: per module and worker, calls, packets and
+    /// sampled TSC cycles) on or off, with the workers paused. Off by default in the core.
+    pub fn set_runtime(&mut self, on: bool) -> Result<()> {
+        self.paused(|e| {
+            e.graph_mut().set_runtime(on);
+            Ok(())
+        })
+    }
+
+    /// Starts the runtime counts afresh (`clear runtime`, see
+    /// [`Pipeline::clear_runtime`]), with the workers paused.
+    pub fn clear_runtime(&mut self) -> Result<()> {
+        self.paused(|e| {
+            e.graph_mut().clear_runtime();
+            Ok(())
+        })
+    }
+
     /// The packet pool.
     pub fn pool(&self) -> &PacketPool {
         &self.pool

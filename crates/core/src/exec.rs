@@ -87,7 +87,18 @@ pub struct Context {
     moved: Moved,
     /// Packets dropped through this context (every reason; BESS's worker `silent_drops`).
     dropped: u64,
+    /// Runtime sampling: runs left until the next timed one, and the generator of the
+    /// periods between them.
+    rt_task_cd: u32,
+    rt_rng: u32,
+    /// A timed run sent nothing on: the next run that does has its drain timed.
+    rt_want_drain: bool,
 }
+
+/// Mean number of runs between two sampled ones (runtime sampling): each period is drawn
+/// from `RT_PERIOD / 2 .. RT_PERIOD * 3 / 2`, so that no periodic pattern of tasks or
+/// paths is always or never sampled.
+pub const RT_PERIOD: u32 = 512;
 
 // SAFETY: the raw pointers are only dereferenced while the owning worker runs the graph, and
 // the graph outlives every run (changes happen with the worker paused).
@@ -110,6 +121,42 @@ impl Context {
             fast_input: std::ptr::null(),
             moved: Moved::NONE,
             dropped: 0,
+            // The first run is sampled (and, if it sends nothing, the drain of the first
+            // that does), so that even a few packets give every module they pass a
+            // measurement.
+            rt_task_cd: 1,
+            rt_want_drain: true,
+            rt_rng: 0x9e37_79b9 ^ (wid as u32).wrapping_mul(0x85eb_ca6b),
+        }
+    }
+
+    /// The next sampling period (xorshift32).
+    #[cold]
+    fn rt_period(&mut self) -> u32 {
+        let mut x = self.rt_rng.max(1);
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        self.rt_rng = x;
+        RT_PERIOD / 2 + x % RT_PERIOD
+    }
+
+    /// Counts a call of a module several workers run, on this worker's slot.
+    #[inline(always)]
+    fn rt_count_multi(&self, node: &Node, packets: usize) {
+        if let Some(s) = node.rt.get(self.wid) {
+            s.multi_calls.add(1);
+            s.multi_packets.add(packets as u64);
+        }
+    }
+
+    /// Records one timed call of `node` on this worker.
+    #[inline(always)]
+    fn rt_sample(&self, node: &Node, packets: u64, cycles: u64) {
+        if let Some(s) = node.rt.get(self.wid) {
+            s.s_calls.add(1);
+            s.s_packets.add(packets);
+            s.s_cycles.add(cycles);
         }
     }
 
@@ -466,6 +513,10 @@ impl Context {
         for p in self.pending.iter_mut() {
             if p.dst == og.dst && p.igate == og.igate && p.batch.len() + n <= MAX_BURST {
                 p.batch.append(batch);
+                // One batch fewer reaches the module than its gates counted (runtime).
+                // SAFETY: `refresh_gates` points it at the live node `dst` names.
+                let dst = unsafe { &*og.dst_node };
+                dst.uncalled.add_by(1, dst.multi);
                 return None;
             }
         }
@@ -504,8 +555,11 @@ impl Context {
     /// Runs pending batches until none is left. Inlined into `run_task`, its one hot caller,
     /// so that a task's run and the batches it sends share one call frame (a small burst
     /// pays the frame set-up per packet).
+    ///
+    /// `RT`: runtime sampling is on (modules several workers run count their calls per
+    /// worker); `TIMED`: this run is sampled (each module call is timed with the TSC).
     #[inline(always)]
-    pub(crate) fn drain(&mut self, graph: &Pipeline) {
+    pub(crate) fn drain<const RT: bool, const TIMED: bool>(&mut self, graph: &Pipeline) {
         let mut hops = 0;
         let Some(mut cur) = self.pop_pending() else {
             return;
@@ -517,6 +571,8 @@ impl Context {
             self.cur_node = node;
             hops += 1;
             if hops > MAX_HOPS {
+                node.uncalled.add_shared(1);
+                node.unprocessed.add_shared(cur.batch.len() as u64);
                 self.drop_batch(&mut cur.batch, CoreDrop::HopLimit);
                 self.spare.push(cur.batch);
                 match self.pop_pending() {
@@ -539,19 +595,35 @@ impl Context {
                     crate::hook::run_hooks(h, batch);
                 }
             }
+            let n_in = if TIMED { batch.len() as u64 } else { 0 };
+            let t0 = if TIMED { crate::tsc::rdtsc() } else { 0 };
             match &node.inst {
                 // SAFETY: only this worker runs this module (`multi` false).
                 InstanceCell::Exclusive(m) if !node.multi => unsafe {
                     (*m.get()).process_batch(self, batch, igate)
                 },
-                InstanceCell::Exclusive(m) => locked(node, || {
-                    // SAFETY: `locked` holds the node's lock.
-                    unsafe { (*m.get()).process_batch(self, batch, igate) }
-                }),
-                InstanceCell::Shared(m) => m.process_batch(self, batch, igate),
+                InstanceCell::Exclusive(m) => {
+                    if RT {
+                        self.rt_count_multi(node, batch.len());
+                    }
+                    locked(node, || {
+                        // SAFETY: `locked` holds the node's lock.
+                        unsafe { (*m.get()).process_batch(self, batch, igate) }
+                    })
+                }
+                InstanceCell::Shared(m) => {
+                    if RT && node.multi {
+                        self.rt_count_multi(node, batch.len());
+                    }
+                    m.process_batch(self, batch, igate)
+                }
             }
             if !self.touched.is_empty() {
                 self.flush_outputs(graph);
+            }
+            if TIMED {
+                let t1 = crate::tsc::rdtsc();
+                self.rt_sample(node, n_in, t1.wrapping_sub(t0));
             }
             if !self.moved.og.is_null() {
                 // Only `og` says whether a move is recorded; `n` is overwritten with the
@@ -630,6 +702,9 @@ impl Context {
     /// looked up once for the group (a scheduling round's runs of a lone task, see
     /// [`crate::sched::ClassTree::schedule_round`]).
     pub fn run_task_group(&mut self, graph: &Pipeline, task: TaskId, max_runs: u64) -> RunGroup {
+        if graph.runtime {
+            return self.run_task_group_rt(graph, task, max_runs);
+        }
         let Some(entry) = graph.task(task) else {
             return RunGroup {
                 result: TaskResult {
@@ -662,10 +737,97 @@ impl Context {
                     InstanceCell::Shared(m) => m.run_task(self, arg),
                 };
                 self.flush_outputs(graph);
-                self.drain(graph);
+                self.drain::<false, false>(graph);
                 r
             },
         )
+    }
+
+    /// `run_task_group` with runtime sampling on: the group's runs and packets are counted
+    /// on the module's slot of this worker; about one run in [`RT_PERIOD`] is timed: its
+    /// task call and, if it sent packets on, every downstream module call
+    /// ([`Context::drain`] with `TIMED`). When a timed run sent nothing, the next run that
+    /// does (of any task) has its drain timed, so that the modules downstream of a mostly
+    /// idle source are measured as soon as packets come, and idle tasks beside busy ones add
+    /// no samples. Out of line: with sampling off the runner pays one flag test
+    /// per group.
+    #[inline(never)]
+    fn run_task_group_rt(&mut self, graph: &Pipeline, task: TaskId, max_runs: u64) -> RunGroup {
+        let Some(entry) = graph.task(task) else {
+            return RunGroup {
+                result: TaskResult {
+                    block: true,
+                    packets: 0,
+                    bits: 0,
+                },
+                runs: 1,
+                idle_tail: None,
+            };
+        };
+        let (module, arg) = (entry.module, entry.arg);
+        self.enter(graph, module);
+        let node = graph.node(module);
+        let group = RunGroup::collect(
+            max_runs,
+            #[inline(always)]
+            || {
+                self.rt_task_cd -= 1;
+                if self.rt_task_cd == 0 {
+                    return self.run_timed(graph, node, arg);
+                }
+                self.cur_node = node;
+                let r = Self::call_task(self, node, arg);
+                self.flush_outputs(graph);
+                if self.rt_want_drain && !self.pending.is_empty() {
+                    self.rt_want_drain = false;
+                    self.drain::<true, true>(graph);
+                } else {
+                    self.drain::<true, false>(graph);
+                }
+                r
+            },
+        );
+        if let Some(s) = node.rt.get(self.wid) {
+            let tail = group.idle_tail.map_or(0, |t| u64::from(t.packets));
+            s.task_calls
+                .add(group.runs + u64::from(group.idle_tail.is_some()));
+            s.task_packets.add(u64::from(group.result.packets) + tail);
+        }
+        group
+    }
+
+    /// Calls the task of `node`.
+    #[inline(always)]
+    fn call_task(&mut self, node: &Node, arg: u64) -> TaskResult {
+        match &node.inst {
+            // SAFETY: as in `drain`.
+            InstanceCell::Exclusive(m) if !node.multi => unsafe { (*m.get()).run_task(self, arg) },
+            InstanceCell::Exclusive(m) => locked(node, || {
+                // SAFETY: as in `drain`.
+                unsafe { (*m.get()).run_task(self, arg) }
+            }),
+            InstanceCell::Shared(m) => m.run_task(self, arg),
+        }
+    }
+
+    /// One sampled run (see [`Context::run_task_group_rt`]).
+    #[cold]
+    #[inline(never)]
+    fn run_timed(&mut self, graph: &Pipeline, node: &Node, arg: u64) -> TaskResult {
+        self.cur_node = node;
+        let t0 = crate::tsc::rdtsc();
+        let r = Self::call_task(self, node, arg);
+        self.flush_outputs(graph);
+        let t1 = crate::tsc::rdtsc();
+        self.rt_sample(node, u64::from(r.packets), t1.wrapping_sub(t0));
+        self.rt_task_cd = self.rt_period();
+        if self.pending.is_empty() {
+            self.rt_want_drain = true;
+        } else {
+            self.rt_want_drain = false;
+            self.drain::<true, true>(graph);
+        }
+        r
     }
 
     /// Returns every cached buffer to the pool (before the worker exits).

@@ -164,6 +164,91 @@ pub struct Node {
     /// exclusive instance is run under `lock`, so any placement BESS accepts runs safely.
     pub(crate) multi: bool,
     pub(crate) lock: std::sync::atomic::AtomicBool,
+    /// Runtime counters (`show runtime`), one slot per worker id up to the highest in
+    /// `workers` (grown by [`Pipeline::refresh_workers`], never shrunk).
+    pub(crate) rt: Vec<RtSlot>,
+    /// Batches counted on a gate into this module that never became a call of it: merged
+    /// into another batch waiting for the same input gate, or dropped at the hop limit.
+    pub(crate) uncalled: Counter,
+    /// Packets counted on a gate into this module that it never got (the hop limit).
+    pub(crate) unprocessed: Counter,
+    /// The runtime rows at the last [`Pipeline::clear_runtime`] (control thread only).
+    rt_base: Vec<WorkerRuntime>,
+}
+
+/// One worker's runtime counters of one module (written by that worker only).
+///
+/// Calls and packets of input-gate batches come from the gate counters (exact, free);
+/// these slots add what those cannot say: task runs, the per-worker split of a module
+/// several workers run, and the sampled TSC cycles (see `exec.rs`, "runtime").
+#[derive(Default)]
+pub(crate) struct RtSlot {
+    pub(crate) task_calls: Counter,
+    pub(crate) task_packets: Counter,
+    pub(crate) multi_calls: Counter,
+    pub(crate) multi_packets: Counter,
+    pub(crate) s_calls: Counter,
+    pub(crate) s_packets: Counter,
+    pub(crate) s_cycles: Counter,
+}
+
+/// One worker's share of a module's runtime (see [`ModuleRuntime`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkerRuntime {
+    /// Worker id.
+    pub wid: usize,
+    /// Calls of the module (task runs and batches processed), exact.
+    pub calls: u64,
+    /// Packets: those its task runs reported plus those it was given, exact.
+    pub packets: u64,
+    /// Calls whose TSC cycles were measured.
+    pub sampled_calls: u64,
+    /// Packets of those calls.
+    pub sampled_packets: u64,
+    /// TSC cycles of those calls.
+    pub sampled_cycles: u64,
+}
+
+impl WorkerRuntime {
+    /// Subtracts an earlier reading (a `clear runtime` baseline), saturating at 0.
+    pub fn since(&self, base: &WorkerRuntime) -> WorkerRuntime {
+        WorkerRuntime {
+            wid: self.wid,
+            calls: self.calls.saturating_sub(base.calls),
+            packets: self.packets.saturating_sub(base.packets),
+            sampled_calls: self.sampled_calls.saturating_sub(base.sampled_calls),
+            sampled_packets: self.sampled_packets.saturating_sub(base.sampled_packets),
+            sampled_cycles: self.sampled_cycles.saturating_sub(base.sampled_cycles),
+        }
+    }
+
+    /// Estimated cycles per call (sampled), or None with no sample.
+    pub fn cycles_per_call(&self) -> Option<f64> {
+        (self.sampled_calls > 0).then(|| self.sampled_cycles as f64 / self.sampled_calls as f64)
+    }
+
+    /// Estimated cycles per packet (sampled), or None with no sampled packet.
+    pub fn cycles_per_packet(&self) -> Option<f64> {
+        (self.sampled_packets > 0).then(|| self.sampled_cycles as f64 / self.sampled_packets as f64)
+    }
+
+    /// Estimated cycles of all calls: cycles per call times calls.
+    pub fn cycles(&self) -> u64 {
+        self.cycles_per_call()
+            .map_or(0, |c| (c * self.calls as f64).round() as u64)
+    }
+}
+
+/// A module's runtime (`show runtime`): per worker that called it, exact calls and packets
+/// and the sampled cycles.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ModuleRuntime {
+    /// Instance name.
+    pub name: String,
+    /// Class name.
+    pub mclass: &'static str,
+    /// One row per worker with calls or samples, by worker id.
+    pub workers: Vec<WorkerRuntime>,
 }
 
 /// A task registered by a module.
@@ -231,6 +316,11 @@ pub struct Pipeline {
     /// [`Pipeline::refresh_workers`] (what a change costs; see [`Pipeline::recomputed`]).
     recomputed: u64,
     ports: crate::port::PortTable,
+    /// Runtime sampling (`show runtime`) is on: workers count task runs and time sampled
+    /// calls (changed only with the workers paused, see [`crate::Engine::set_runtime`]).
+    pub(crate) runtime: bool,
+    /// When runtime sampling was last turned on or cleared.
+    rt_since: Option<std::time::Instant>,
 }
 
 /// What [`Pipeline::settle`] computes for one component before writing it.
@@ -605,6 +695,10 @@ impl Pipeline {
             workers: 0,
             multi: false,
             lock: std::sync::atomic::AtomicBool::new(false),
+            rt: Vec::new(),
+            uncalled: Counter::default(),
+            unprocessed: Counter::default(),
+            rt_base: Vec::new(),
         });
         self.by_name.insert(name.clone(), id);
         self.name_taken(class, &name);
@@ -1086,6 +1180,10 @@ impl Pipeline {
                 let n = self.nodes[i as usize].as_mut().unwrap();
                 n.workers = mask;
                 n.multi = mask.count_ones() > 1;
+                let slots = 64 - mask.leading_zeros() as usize;
+                if n.rt.len() < slots {
+                    n.rt.resize_with(slots, RtSlot::default);
+                }
             }
             self.refresh_gates_of(&ids);
             self.recomputed += ids.len() as u64;
@@ -1108,6 +1206,118 @@ impl Pipeline {
             })
             .collect();
         out.sort();
+        out
+    }
+
+    /// Runtime sampling is on (see [`crate::Engine::set_runtime`]).
+    pub fn runtime_enabled(&self) -> bool {
+        self.runtime
+    }
+
+    /// Turns runtime sampling on or off; only with the workers paused (the engine's
+    /// [`crate::Engine::set_runtime`]) or before any runs.
+    pub fn set_runtime(&mut self, on: bool) {
+        if on && !self.runtime {
+            self.rt_since = Some(std::time::Instant::now());
+        }
+        self.runtime = on;
+    }
+
+    /// Seconds since runtime sampling was turned on or last cleared (0 if never on).
+    pub fn runtime_secs(&self) -> f64 {
+        self.rt_since.map_or(0.0, |t| t.elapsed().as_secs_f64())
+    }
+
+    /// Starts every module's runtime counts afresh (`clear runtime`): later readings of
+    /// [`Pipeline::runtime`] with `since_clear` count from now. The counters themselves go
+    /// on (the gate counters other views read, Prometheus's series).
+    pub fn clear_runtime(&mut self) {
+        let now = self.runtime(false);
+        for m in now {
+            if let Ok(id) = self.id_of(&m.name) {
+                self.nodes[id as usize].as_mut().unwrap().rt_base = m.workers;
+            }
+        }
+        self.rt_since = Some(std::time::Instant::now());
+    }
+
+    /// Every module's runtime counters, in creation-slot order (`show runtime`).
+    ///
+    /// The batches a module processes are counted once, on the gates that lead to it (the
+    /// same counters as GetModuleInfo's), less those that were merged into another batch
+    /// or dropped at the hop limit; a module run by one worker has them on that worker. A
+    /// module several workers run counts its own calls per worker while runtime sampling
+    /// is on. Task runs are counted per worker while sampling is on. Counts go on from the
+    /// module's creation; callers keep a baseline to clear them (`clear runtime`).
+    ///
+    /// `since_clear`: less what was counted up to the last [`Pipeline::clear_runtime`].
+    pub fn runtime(&self, since_clear: bool) -> Vec<ModuleRuntime> {
+        let mut inb = vec![(0u64, 0u64); self.nodes.len()];
+        for n in self.nodes.iter().flatten() {
+            for og in n.ogates.iter().flatten() {
+                let e = &mut inb[og.dst as usize];
+                e.0 += og.stats.batches.get();
+                e.1 += og.stats.packets.get();
+            }
+        }
+        let mut out = Vec::new();
+        for (i, n) in self.nodes.iter().enumerate() {
+            let Some(n) = n else { continue };
+            let mut rows: Vec<WorkerRuntime> =
+                n.rt.iter()
+                    .enumerate()
+                    .map(|(w, s)| WorkerRuntime {
+                        wid: w,
+                        calls: s.task_calls.get() + s.multi_calls.get(),
+                        packets: s.task_packets.get() + s.multi_packets.get(),
+                        sampled_calls: s.s_calls.get(),
+                        sampled_packets: s.s_packets.get(),
+                        sampled_cycles: s.s_cycles.get(),
+                    })
+                    .collect();
+            let multi_calls: u64 = n.rt.iter().map(|s| s.multi_calls.get()).sum();
+            let multi_packets: u64 = n.rt.iter().map(|s| s.multi_packets.get()).sum();
+            let calls = inb[i]
+                .0
+                .saturating_sub(n.uncalled.get())
+                .saturating_sub(multi_calls);
+            let packets = inb[i]
+                .1
+                .saturating_sub(n.unprocessed.get())
+                .saturating_sub(multi_packets);
+            if calls > 0 || packets > 0 {
+                // Batches processed while one worker ran the module: its worker now, or
+                // the one that was sampled most (the placement changed), else worker 0.
+                let w = if n.workers.count_ones() == 1 {
+                    n.workers.trailing_zeros() as usize
+                } else {
+                    rows.iter()
+                        .max_by_key(|r| (r.sampled_calls, std::cmp::Reverse(r.wid)))
+                        .map_or(0, |r| r.wid)
+                };
+                if rows.len() <= w {
+                    rows.extend((rows.len()..=w).map(|wid| WorkerRuntime {
+                        wid,
+                        ..Default::default()
+                    }));
+                }
+                rows[w].calls += calls;
+                rows[w].packets += packets;
+            }
+            if since_clear {
+                for r in rows.iter_mut() {
+                    if let Some(b) = n.rt_base.iter().find(|b| b.wid == r.wid) {
+                        *r = r.since(b);
+                    }
+                }
+            }
+            rows.retain(|r| r.calls > 0 || r.sampled_calls > 0);
+            out.push(ModuleRuntime {
+                name: n.name.clone(),
+                mclass: n.class.name,
+                workers: rows,
+            });
+        }
         out
     }
 
@@ -1155,6 +1365,25 @@ impl Pipeline {
             InstanceCell::Exclusive(m) => unsafe { (*m.get()).info() },
             InstanceCell::Shared(m) => m.info(),
         })
+    }
+
+    /// The histograms every module keeps ([`Module::histograms`]), by module in
+    /// creation-slot order; modules with none are left out. Read while workers run, as
+    /// `desc` is (a module's histogram never changes size, so a reading is a few counts
+    /// apart from an instant's, never out of bounds).
+    pub fn histograms(&self) -> Vec<(String, &'static str, Vec<crate::module::HistogramExport>)> {
+        self.nodes
+            .iter()
+            .flatten()
+            .filter_map(|n| {
+                let h = match &n.inst {
+                    // SAFETY: a read of module state from the control thread, as `desc_of`.
+                    InstanceCell::Exclusive(m) => unsafe { (*m.get()).histograms() },
+                    InstanceCell::Shared(m) => m.histograms(),
+                };
+                (!h.is_empty()).then(|| (n.name.clone(), n.class.name, h))
+            })
+            .collect()
     }
 
     /// Every connection with its counters.
@@ -1276,7 +1505,7 @@ impl Pipeline {
             _ => Err(handler_mismatch(name, n.class.name, cmd)),
         };
         ctx.flush_outputs(self);
-        ctx.drain(self);
+        ctx.drain::<false, false>(self);
         r
     }
 

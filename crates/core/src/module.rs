@@ -396,6 +396,12 @@ pub trait Module: Any + Send {
         Value::Null
     }
 
+    /// The histograms the module keeps (Measure's latency and jitter), for `show latency`
+    /// and Prometheus; read from the control thread while workers run, as `desc` is.
+    fn histograms(&self) -> Vec<HistogramExport> {
+        Vec::new()
+    }
+
     /// Releases any packets the module holds (called before destruction, workers paused).
     fn deinit(&mut self, ctx: &mut Context) {
         let _ = ctx;
@@ -415,6 +421,10 @@ pub trait SharedModule: Any + Send + Sync {
     /// As [`Module::info`].
     fn info(&self) -> Value {
         Value::Null
+    }
+    /// As [`Module::histograms`].
+    fn histograms(&self) -> Vec<HistogramExport> {
+        Vec::new()
     }
     /// As [`Module::deinit`].
     fn deinit(&self, ctx: &mut Context) {
@@ -498,4 +508,57 @@ mod tests {
             assert!(r.index() > 1 << 32, "past any class's reasons");
         }
     }
+}
+
+/// A module's histogram of nanosecond values as the daemon exports it (`show latency`,
+/// Prometheus histograms): HDR-style log-spaced buckets, two per power of two of the
+/// module's resolution, up to its range.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HistogramExport {
+    /// What it measures: "latency", "jitter".
+    pub name: &'static str,
+    /// Upper bounds of the buckets in ns, increasing: `counts[i]` holds the values `v` with
+    /// `bounds_ns[i - 1] < v <= bounds_ns[i]`.
+    pub bounds_ns: Vec<u64>,
+    /// One count per bound, then the values above the last bound (`+Inf`).
+    pub counts: Vec<u64>,
+    /// Values recorded.
+    pub count: u64,
+    /// Their sum in ns.
+    pub sum_ns: u64,
+    /// Values beyond the module's range (counted in the last bucket).
+    pub above_range: u64,
+    /// The module's own bucket width in ns (values are rounded down to a multiple of it).
+    pub resolution_ns: u64,
+    /// Smallest and largest value recorded (0 when none).
+    pub min_ns: u64,
+    /// Largest value recorded.
+    pub max_ns: u64,
+    /// Percentiles (50, 90, 99, 99.9) and their values in ns.
+    pub percentiles: Vec<(f64, u64)>,
+}
+
+/// The percentiles `show latency` labels.
+pub const EXPORT_PERCENTILES: [f64; 4] = [50.0, 90.0, 99.0, 99.9];
+
+/// The HDR-style bounds for a histogram of `resolution` ns buckets up to `range` ns:
+/// resolution x 2^k and x 1.5 x 2^k, until one reaches the range.
+pub fn export_bounds(resolution: u64, range: u64) -> Vec<u64> {
+    let mut v = Vec::new();
+    let mut b = resolution.max(1);
+    loop {
+        v.push(b);
+        if b >= range {
+            break;
+        }
+        let mid = b + b / 2;
+        if mid > b && mid < range {
+            v.push(mid);
+        }
+        match b.checked_mul(2) {
+            Some(n) => b = n,
+            None => break,
+        }
+    }
+    v
 }

@@ -52,6 +52,10 @@ struct Cli {
     /// Open vSwitch's pmd-sleep-max). 0, the default, keeps BESS's always-polling workers.
     #[arg(long, value_name = "US", default_value_t = 0)]
     idle_sleep_max_us: u32,
+    /// Turn runtime sampling off: `bessemer show runtime` then has no task runs and no
+    /// cycles (it costs under 1 % on a chain of 8 Bypass modules; docs/observability.md).
+    #[arg(long)]
+    no_runtime: bool,
     /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9100). Off by default.
     #[arg(long, value_name = "ADDR")]
     metrics: Option<SocketAddr>,
@@ -138,6 +142,7 @@ fn main() {
     settings.pid_file = cli.pid_file.clone();
     settings.default_core = cli.core;
     settings.idle_sleep_max_us = cli.idle_sleep_max_us;
+    settings.runtime = !cli.no_runtime;
     settings.metrics = cli.metrics;
     settings.http = cli.http;
     settings.http_allow = cli.http_allow.clone();

@@ -46,6 +46,8 @@ pub struct Settings {
     pub default_core: usize,
     /// Longest nap of an idle worker in µs (0: workers always poll, as in BESS).
     pub idle_sleep_max_us: u32,
+    /// Runtime sampling (`show runtime`) on: the default; `--no-runtime` turns it off.
+    pub runtime: bool,
     /// Where to serve Prometheus's `/metrics` (off when None).
     pub metrics: Option<SocketAddr>,
     /// Where to serve the web view (off when None); may equal `metrics`.
@@ -188,6 +190,7 @@ impl Settings {
             pid_file: None,
             default_core: 0,
             idle_sleep_max_us: 0,
+            runtime: true,
             metrics: None,
             http: None,
             http_allow: Vec::new(),
@@ -340,6 +343,9 @@ pub async fn run(settings: Settings) -> Result<(), String> {
     engine
         .set_idle_sleep_max_us(settings.idle_sleep_max_us)
         .map_err(|e| format!("--idle-sleep-max-us: {}", e.msg))?;
+    engine
+        .set_runtime(settings.runtime)
+        .map_err(|e| format!("runtime sampling: {}", e.msg))?;
     tracing::info!(
         buffers = settings.engine.buffers,
         pages = ?engine.pool().page_kind(),

@@ -3,7 +3,7 @@
 //! reasoning over it: path predicates, per-queue guarantees and flow tracing.
 
 use crate::pred::{Dnf, Header, Term};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::fmt::{self, Write as _};
 
 /// Index of a node in a [`Graph`].
@@ -604,13 +604,78 @@ impl Graph {
     }
 
     /// Graphviz text: f-nodes white boxes (dashed when software), o-nodes grey, c-nodes
-    /// turquoise, as in the thesis's figures.
+    /// turquoise, as in the thesis's figures; ranked left to right, with at most
+    /// [`DOT_GROUP_CAP`] filters of one kind drawn (see [`Graph::to_dot_body`]).
     pub fn to_dot(&self) -> String {
         let mut s = format!(
-            "digraph \"{}\" {{\n  rankdir=LR;\n  node [shape=box];\n",
+            "digraph \"{}\" {{\n  rankdir=LR;\n  newrank=true;\n  node [shape=box];\n",
             self.name
         );
-        for (x, n) in self.nodes.iter().enumerate().filter(|(_, n)| n.alive) {
+        s.push_str(&self.to_dot_body("  "));
+        s.push_str("}\n");
+        s
+    }
+
+    /// The nodes and edges of [`Graph::to_dot`], each line indented by `indent`. Readable
+    /// at any size: the transmit side (nodes named `Tx...`) is drawn apart from the
+    /// receive side; f-nodes of one kind (the label before its first parenthesis, e.g.
+    /// `5T`) beyond the first [`DOT_GROUP_CAP`] are drawn as one summary node ("... N more
+    /// 5T filters") taking over their edges, so a plan for many flows stays as wide as one
+    /// for a few.
+    pub fn to_dot_body(&self, indent: &str) -> String {
+        let alive: Vec<usize> = (0..self.nodes.len())
+            .filter(|&x| self.nodes[x].alive)
+            .collect();
+        // Kind of an f-node with a parenthesised argument, and how many of each.
+        let kind = |n: &Node| -> Option<String> {
+            match n.kind {
+                NodeKind::F => n.label.split_once('(').map(|(k, _)| k.to_string()),
+                _ => None,
+            }
+        };
+        let mut seen: HashMap<String, usize> = HashMap::new();
+        let mut total: HashMap<String, usize> = HashMap::new();
+        for &x in &alive {
+            if let Some(k) = kind(&self.nodes[x]) {
+                *total.entry(k).or_default() += 1;
+            }
+        }
+        // Where each node is drawn: itself, or its kind's summary node.
+        let mut rep: HashMap<usize, String> = HashMap::new();
+        let mut summaries: Vec<(String, String)> = Vec::new();
+        for &x in &alive {
+            let id = match kind(&self.nodes[x]) {
+                Some(k) if total[&k] > DOT_GROUP_CAP + 1 => {
+                    let i = seen.entry(k.clone()).or_default();
+                    *i += 1;
+                    if *i <= DOT_GROUP_CAP {
+                        format!("n{x}")
+                    } else {
+                        let sid =
+                            format!("more_{}", k.replace(|c: char| !c.is_alphanumeric(), "_"));
+                        if *i == DOT_GROUP_CAP + 1 {
+                            let more = total[&k] - DOT_GROUP_CAP;
+                            summaries.push((
+                                sid.clone(),
+                                format!(
+                                    "... {more} more {k} filters\\n(the text report lists them)"
+                                ),
+                            ));
+                        }
+                        sid
+                    }
+                }
+                _ => format!("n{x}"),
+            };
+            rep.insert(x, id);
+        }
+        let mut rx = String::new();
+        let mut tx = String::new();
+        for &x in &alive {
+            let n = &self.nodes[x];
+            if rep[&x] != format!("n{x}") {
+                continue;
+            }
             let style = match &n.kind {
                 NodeKind::F if n.software => "style=dashed".to_string(),
                 NodeKind::F => String::new(),
@@ -618,21 +683,70 @@ impl Graph {
                 NodeKind::Config { .. } => "style=filled,fillcolor=turquoise".into(),
                 NodeKind::Sink(_) => "shape=doubleoctagon".into(),
             };
+            let out = if n.label.starts_with("Tx") {
+                &mut tx
+            } else {
+                &mut rx
+            };
+            // One condition per line: a filter's box is as wide as its longest field.
             let _ = writeln!(
-                s,
-                "  n{x} [label=\"{}\" {style}];",
-                n.label.replace('"', "'")
+                out,
+                "{indent}  n{x} [label=\"{}\" {style}];",
+                n.label
+                    .replace('"', "'")
+                    .replace(" & ", "\\n")
+                    .replacen('(', "\\n(", 1)
             );
-            for p in &n.ports {
+        }
+        // The filters of one kind in one column: a chain of them grows down, not right.
+        let mut kinds: Vec<&String> = total.keys().filter(|k| total[*k] > 1).collect();
+        kinds.sort();
+        for k in kinds {
+            let mut ids: Vec<String> = alive
+                .iter()
+                .filter(|&&x| kind(&self.nodes[x]).as_ref() == Some(k))
+                .map(|x| rep[x].clone())
+                .collect();
+            ids.dedup();
+            let _ = writeln!(rx, "{indent}  {{ rank=same; {}; }}", ids.join("; "));
+        }
+        for (id, label) in &summaries {
+            let _ = writeln!(
+                rx,
+                "{indent}  {id} [label=\"{label}\" style=\"dashed,filled\",fillcolor=lightyellow];"
+            );
+        }
+        let mut edges = String::new();
+        let mut drawn = std::collections::HashSet::new();
+        for &x in &alive {
+            for p in &self.nodes[x].ports {
                 for t in &p.targets {
-                    let _ = writeln!(s, "  n{x} -> n{t} [label=\"{}\"];", p.name);
+                    let (a, b) = (&rep[&x], rep.get(t).cloned().unwrap_or(format!("n{t}")));
+                    if a == &b || !drawn.insert((a.clone(), b.clone(), p.name.clone())) {
+                        continue;
+                    }
+                    let _ = writeln!(edges, "{indent}{a} -> {b} [label=\"{}\"];", p.name);
                 }
             }
         }
-        s.push_str("}\n");
+        let mut s = String::new();
+        if tx.is_empty() {
+            s.push_str(&rx.replace(&format!("{indent}  "), indent));
+        } else {
+            let _ = write!(
+                s,
+                "{indent}subgraph cluster_rx {{\n{indent}  label=\"receive\";\n{rx}{indent}}}\n\
+                 {indent}subgraph cluster_tx {{\n{indent}  label=\"transmit\";\n{tx}{indent}}}\n"
+            );
+        }
+        s.push_str(&edges);
         s
     }
 }
+
+/// Most f-nodes of one kind (e.g. `5T` filters) [`Graph::to_dot`] draws; the rest become one
+/// summary node.
+pub const DOT_GROUP_CAP: usize = 4;
 
 #[cfg(test)]
 mod tests {

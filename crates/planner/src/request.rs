@@ -237,16 +237,64 @@ fn dest_index(d: Dest) -> String {
     }
 }
 
-/// The configured PRG and each queue's pipeline, as one Graphviz graph.
+/// Most queue pipelines [`plan_dot`] draws; the rest are summarised in one node.
+pub const DOT_QUEUE_CAP: usize = 8;
+
+/// The configured PRG and each queue's pipeline, as one Graphviz graph, readable at any
+/// size: ranked left to right, the NIC in one group (receive and transmit sides apart,
+/// at most [`crate::graph::DOT_GROUP_CAP`] filters of a kind drawn), each receive queue
+/// joined to its pipeline's group on the right, at most [`DOT_QUEUE_CAP`] pipelines drawn
+/// and the rest counted in a summary node.
 pub fn plan_dot(m: &dyn NicModel, p: &Planner, lpg: &Lpg) -> Result<String, ModelError> {
+    use crate::graph::NodeKind;
     let prg = configured_prg(m, &p.cfg)?;
     let queues = specialise(&prg, lpg);
-    let mut s = prg.to_dot().trim_end().trim_end_matches('}').to_string();
-    for q in &queues {
-        s.push_str(&q.pipeline.to_dot(
-            &format!("q{}", dest_index(q.dest)),
-            &format!("pipeline on {}", q.dest),
-        ));
+    let mut s = format!(
+        "digraph \"{}\" {{\n  rankdir=LR;\n  newrank=true;\n  compound=true;\n  node [shape=box];\n",
+        prg.name
+    );
+    let _ = write!(
+        s,
+        "  subgraph cluster_nic {{\n    label=\"NIC {} ({} queues), configured: {} filters\";\n{}  }}\n",
+        m.name(),
+        m.queues(),
+        p.cfg.filters.len(),
+        prg.to_dot_body("    ")
+    );
+    let sink_of = |d: Dest| {
+        prg.nodes
+            .iter()
+            .position(|n| n.alive && matches!(n.kind, NodeKind::Sink(x) if x == d))
+    };
+    for (k, q) in queues.iter().enumerate() {
+        let prefix = format!("q{}", dest_index(q.dest));
+        if k == DOT_QUEUE_CAP {
+            let more = queues.len() - DOT_QUEUE_CAP;
+            let _ = writeln!(
+                s,
+                "  more_queues [label=\"... {more} more queue pipelines\\n(the text report lists them)\" style=\"dashed,filled\",fillcolor=lightyellow];"
+            );
+        }
+        if k >= DOT_QUEUE_CAP {
+            if let Some(x) = sink_of(q.dest) {
+                let _ = writeln!(s, "  n{x} -> more_queues [style=dashed];");
+            }
+            continue;
+        }
+        s.push_str(
+            &q.pipeline
+                .to_dot(&prefix, &format!("pipeline on {}", q.dest)),
+        );
+        let entry = q.pipeline.root;
+        if let (Some(x), true) = (
+            sink_of(q.dest),
+            q.pipeline.modules.get(entry).is_some_and(|m| m.is_some()),
+        ) {
+            let _ = writeln!(
+                s,
+                "  n{x} -> {prefix}_{entry} [style=dashed, lhead=cluster_{prefix}];"
+            );
+        }
     }
     s.push_str("}\n");
     Ok(s)

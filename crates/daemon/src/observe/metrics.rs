@@ -109,6 +109,64 @@ fn process_metrics(b: &Builder) {
     .set(boot + field(19) / tick);
 }
 
+/// The modules' histograms (Measure's latency and jitter) as Prometheus histograms,
+/// `bessemer_module_<name>_seconds` with `module` and `class` labels: the module's own
+/// HDR-style buckets (cumulative, in seconds), `_sum` and `_count`. Built by hand: the
+/// client library's histograms can only observe values one by one.
+fn histograms(s: &Snapshot) -> Vec<prometheus::proto::MetricFamily> {
+    use prometheus::proto::{Bucket, Histogram, LabelPair, Metric, MetricFamily, MetricType};
+    let mut fams: Vec<MetricFamily> = Vec::new();
+    for m in &s.modules {
+        for h in &m.histograms {
+            let name = format!("bessemer_module_{}_seconds", h.name);
+            let at = match fams.iter().position(|f| f.name() == name) {
+                Some(i) => i,
+                None => {
+                    let mut f = MetricFamily::default();
+                    f.set_name(name);
+                    f.set_help(format!(
+                        "A module's {} histogram (Measure), in its own HDR-style buckets",
+                        h.name
+                    ));
+                    f.set_field_type(MetricType::HISTOGRAM);
+                    fams.push(f);
+                    fams.len() - 1
+                }
+            };
+            let mut hist = Histogram::default();
+            hist.set_sample_count(h.count);
+            hist.set_sample_sum(h.sum_ns as f64 / 1e9);
+            let mut cum = 0;
+            let buckets = h
+                .bounds_ns
+                .iter()
+                .zip(&h.counts)
+                .map(|(&b, &c)| {
+                    cum += c;
+                    let mut k = Bucket::default();
+                    k.set_upper_bound(b as f64 / 1e9);
+                    k.set_cumulative_count(cum);
+                    k
+                })
+                .collect();
+            hist.set_bucket(buckets);
+            let label = |n: &str, v: &str| {
+                let mut l = LabelPair::default();
+                l.set_name(n.to_string());
+                l.set_value(v.to_string());
+                l
+            };
+            let mut metric = Metric::default();
+            metric.set_label(vec![label("class", &m.mclass), label("module", &m.name)]);
+            metric.set_histogram(hist);
+            let mut metrics = fams[at].take_metric();
+            metrics.push(metric);
+            fams[at].set_metric(metrics);
+        }
+    }
+    fams
+}
+
 /// The text served at `/metrics`.
 pub fn render(s: &Snapshot) -> String {
     let b = Builder(Registry::new());
@@ -129,7 +187,42 @@ pub fn render(s: &Snapshot) -> String {
         "Batches sent through a module's output gate",
         &gate,
     );
+    let rt = ["module", "class", "worker"];
+    let rt_calls = b.counters(
+        "module_calls_total",
+        "Calls of a module on a worker: task runs and batches processed",
+        &rt,
+    );
+    let rt_pkts = b.counters(
+        "module_packets_total",
+        "Packets a module's task runs reported plus packets it was given, per worker",
+        &rt,
+    );
+    let rt_scalls = b.counters(
+        "module_sampled_calls_total",
+        "Calls of a module whose TSC cycles were measured (runtime sampling)",
+        &rt,
+    );
+    let rt_spkts = b.counters(
+        "module_sampled_packets_total",
+        "Packets of the sampled calls",
+        &rt,
+    );
+    let rt_scycles = b.counters(
+        "module_sampled_cycles_total",
+        "TSC cycles of the sampled calls",
+        &rt,
+    );
     for m in &s.modules {
+        for r in &m.runtime {
+            let w = r.wid.to_string();
+            let l = [m.name.as_str(), &m.mclass, &w];
+            rt_calls.with_label_values(&l).inc_by(r.calls);
+            rt_pkts.with_label_values(&l).inc_by(r.packets);
+            rt_scalls.with_label_values(&l).inc_by(r.sampled_calls);
+            rt_spkts.with_label_values(&l).inc_by(r.sampled_packets);
+            rt_scycles.with_label_values(&l).inc_by(r.sampled_cycles);
+        }
         for d in &m.drops {
             drops
                 .with_label_values(&[&m.name, &m.mclass, &d.reason])
@@ -263,9 +356,11 @@ pub fn render(s: &Snapshot) -> String {
     .with_label_values::<&str>(&[])
     .inc_by(crate::listen::ACCEPT_ERRORS.load(Relaxed));
 
+    let mut families = b.0.gather();
+    families.extend(histograms(s));
     let mut out = Vec::new();
     // Encoding into memory cannot fail for these metric types.
-    let _ = TextEncoder::new().encode(&b.0.gather(), &mut out);
+    let _ = TextEncoder::new().encode(&families, &mut out);
     String::from_utf8(out).unwrap_or_default()
 }
 
@@ -297,6 +392,24 @@ mod tests {
                     igate: 1,
                     packets: 93,
                     batches: 3,
+                }],
+                histograms: vec![HistogramStat {
+                    name: "latency".into(),
+                    bounds_ns: vec![100, 150, 200],
+                    counts: vec![3, 0, 1, 2],
+                    count: 6,
+                    sum_ns: 1_500,
+                    percentiles: vec![(50.0, 100)],
+                    max_ns: 300,
+                }],
+                runtime: vec![RuntimeStat {
+                    wid: 0,
+                    calls: 3,
+                    packets: 100,
+                    sampled_calls: 1,
+                    sampled_packets: 40,
+                    sampled_cycles: 1200,
+                    cycles_per_packet: Some(30.0),
                 }],
             }],
             ports: vec![PortStats {
@@ -360,8 +473,20 @@ mod tests {
             r#"bessemer_pool_buffers{state="free"} 60"#,
             r#"bessemer_pool_buffers{state="in_use"} 40"#,
             "bessemer_pool_alloc_failures_total 2",
+            r#"bessemer_module_calls_total{class="UpdateTTL",module="ttl",worker="0"} 3"#,
+            r#"bessemer_module_packets_total{class="UpdateTTL",module="ttl",worker="0"} 100"#,
+            r#"bessemer_module_sampled_calls_total{class="UpdateTTL",module="ttl",worker="0"} 1"#,
+            r#"bessemer_module_sampled_packets_total{class="UpdateTTL",module="ttl",worker="0"} 40"#,
+            r#"bessemer_module_sampled_cycles_total{class="UpdateTTL",module="ttl",worker="0"} 1200"#,
             "# TYPE bessemer_module_drops_total counter",
             "# TYPE bessemer_pool_buffers gauge",
+            "# TYPE bessemer_module_latency_seconds histogram",
+            r#"bessemer_module_latency_seconds_bucket{class="UpdateTTL",module="ttl",le="0.0000001"} 3"#,
+            r#"bessemer_module_latency_seconds_bucket{class="UpdateTTL",module="ttl",le="0.00000015"} 3"#,
+            r#"bessemer_module_latency_seconds_bucket{class="UpdateTTL",module="ttl",le="0.0000002"} 4"#,
+            r#"bessemer_module_latency_seconds_bucket{class="UpdateTTL",module="ttl",le="+Inf"} 6"#,
+            r#"bessemer_module_latency_seconds_sum{class="UpdateTTL",module="ttl"} 0.0000015"#,
+            r#"bessemer_module_latency_seconds_count{class="UpdateTTL",module="ttl"} 6"#,
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
         }

@@ -45,6 +45,59 @@ pub struct ModuleStats {
     pub drops: Vec<DropStat>,
     /// Connected output gates.
     pub ogates: Vec<EdgeStats>,
+    /// Runtime per worker that called it (`show runtime`; counted from the module's
+    /// creation, not from a `clear runtime`).
+    pub runtime: Vec<RuntimeStat>,
+    /// The histograms it keeps (Measure: latency and jitter).
+    pub histograms: Vec<HistogramStat>,
+}
+
+/// A module's histogram (`show latency`, Prometheus histograms): HDR-style buckets.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct HistogramStat {
+    /// "latency", "jitter".
+    pub name: String,
+    /// Upper bounds of the buckets in ns.
+    pub bounds_ns: Vec<u64>,
+    /// One count per bound, then those above the last.
+    pub counts: Vec<u64>,
+    /// Samples.
+    pub count: u64,
+    /// Their sum in ns.
+    pub sum_ns: u64,
+    /// (percentile, ns): 50, 90, 99, 99.9.
+    pub percentiles: Vec<(f64, u64)>,
+    /// Largest sample in ns.
+    pub max_ns: u64,
+}
+
+/// The histograms `module` keeps (none for most classes).
+pub fn histograms_of(e: &Engine, module: &str) -> Vec<bessemer_core::module::HistogramExport> {
+    e.graph()
+        .histograms()
+        .into_iter()
+        .find(|(n, _, _)| n == module)
+        .map(|(_, _, h)| h)
+        .unwrap_or_default()
+}
+
+/// One worker's calls of a module and their sampled cycles.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RuntimeStat {
+    /// Worker id.
+    pub wid: usize,
+    /// Calls (task runs and batches processed).
+    pub calls: u64,
+    /// Packets.
+    pub packets: u64,
+    /// Calls whose TSC cycles were measured.
+    pub sampled_calls: u64,
+    /// Their packets.
+    pub sampled_packets: u64,
+    /// Their cycles.
+    pub sampled_cycles: u64,
+    /// Sampled cycles per packet (None before a sampled call with packets).
+    pub cycles_per_packet: Option<f64>,
 }
 
 /// Packets dropped under one reason.
@@ -187,6 +240,45 @@ pub fn collect(e: &Engine) -> Snapshot {
             batches: c.counts.batches,
         });
     }
+    let mut runtime: HashMap<String, Vec<RuntimeStat>> = g
+        .runtime(false)
+        .into_iter()
+        .map(|m| {
+            let rows = m
+                .workers
+                .iter()
+                .map(|w| RuntimeStat {
+                    wid: w.wid,
+                    calls: w.calls,
+                    packets: w.packets,
+                    sampled_calls: w.sampled_calls,
+                    sampled_packets: w.sampled_packets,
+                    sampled_cycles: w.sampled_cycles,
+                    cycles_per_packet: w.cycles_per_packet(),
+                })
+                .collect();
+            (m.name, rows)
+        })
+        .collect();
+    let mut hists: HashMap<String, Vec<HistogramStat>> = g
+        .histograms()
+        .into_iter()
+        .map(|(name, _, hs)| {
+            let v = hs
+                .into_iter()
+                .map(|h| HistogramStat {
+                    name: h.name.to_string(),
+                    bounds_ns: h.bounds_ns,
+                    counts: h.counts,
+                    count: h.count,
+                    sum_ns: h.sum_ns,
+                    percentiles: h.percentiles,
+                    max_ns: h.max_ns,
+                })
+                .collect();
+            (name, v)
+        })
+        .collect();
     let modules = g
         .modules()
         .into_iter()
@@ -196,6 +288,8 @@ pub fn collect(e: &Engine) -> Snapshot {
             ModuleStats {
                 drops: drops_of(e, &m.name).unwrap_or_default(),
                 ogates,
+                runtime: runtime.remove(&m.name).unwrap_or_default(),
+                histograms: hists.remove(&m.name).unwrap_or_default(),
                 mclass: m.mclass.to_string(),
                 desc: m.desc,
                 name: m.name,

@@ -24,6 +24,28 @@ impl BessemerControl for Control {
         answer("ShowErrors", res)
     }
 
+    async fn show_runtime(
+        &self,
+        r: Request<ext::ShowRuntimeRequest>,
+    ) -> std::result::Result<Response<ext::ShowRuntimeResponse>, Status> {
+        let req = r.into_inner();
+        let res = self
+            .run(move |e| super::observe::show_runtime(e, req))
+            .await;
+        answer("ShowRuntime", res)
+    }
+
+    async fn show_latency(
+        &self,
+        r: Request<ext::ShowLatencyRequest>,
+    ) -> std::result::Result<Response<ext::ShowLatencyResponse>, Status> {
+        let req = r.into_inner();
+        let res = self
+            .run(move |e| super::observe::show_latency(e, req))
+            .await;
+        answer("ShowLatency", res)
+    }
+
     async fn transaction(
         &self,
         r: Request<ext::TransactionRequest>,

@@ -82,3 +82,99 @@ pub(super) fn show_errors(
         timestamp: super::now(),
     })
 }
+
+impl Reply for ext::ShowRuntimeResponse {
+    fn set_error(&mut self, e: pb::Error) {
+        self.error = Some(e);
+    }
+}
+
+/// `ShowRuntime`: every module's (or the named ones') runtime since the last clear; then,
+/// with `clear`, starts the counts afresh.
+pub(super) fn show_runtime(
+    e: &mut Engine,
+    req: ext::ShowRuntimeRequest,
+) -> Result<ext::ShowRuntimeResponse> {
+    let mut wanted = Vec::with_capacity(req.modules.len());
+    for n in &req.modules {
+        let n = lookup_name(n, "module name")?;
+        e.graph().class_of(&n)?;
+        wanted.push(n);
+    }
+    let modules = e
+        .graph()
+        .runtime(true)
+        .into_iter()
+        .filter(|m| wanted.is_empty() || wanted.contains(&m.name))
+        .map(|m| ext::ModuleRuntime {
+            name: m.name,
+            mclass: m.mclass.to_string(),
+            workers: m
+                .workers
+                .into_iter()
+                .map(|w| ext::WorkerRuntime {
+                    wid: w.wid as u64,
+                    calls: w.calls,
+                    packets: w.packets,
+                    sampled_calls: w.sampled_calls,
+                    sampled_packets: w.sampled_packets,
+                    sampled_cycles: w.sampled_cycles,
+                })
+                .collect(),
+        })
+        .collect();
+    let res = ext::ShowRuntimeResponse {
+        error: None,
+        enabled: e.graph().runtime_enabled(),
+        modules,
+        seconds: e.graph().runtime_secs(),
+        tsc_hz: bessemer_core::tsc::hz(),
+        sample_period: bessemer_core::exec::RT_PERIOD,
+        timestamp: super::now(),
+    };
+    if req.clear {
+        e.clear_runtime()?;
+    }
+    Ok(res)
+}
+
+impl Reply for ext::ShowLatencyResponse {
+    fn set_error(&mut self, e: pb::Error) {
+        self.error = Some(e);
+    }
+}
+
+/// `ShowLatency`: the histograms module `req.module` keeps (none: an empty list).
+pub(super) fn show_latency(
+    e: &Engine,
+    req: ext::ShowLatencyRequest,
+) -> Result<ext::ShowLatencyResponse> {
+    let name = super::need_name(&req.module, "module name")?;
+    e.graph().class_of(&name)?;
+    let histograms = crate::observe::histograms_of(e, &name)
+        .into_iter()
+        .map(|h| ext::LatencyHistogram {
+            name: h.name.to_string(),
+            bounds_ns: h.bounds_ns,
+            counts: h.counts,
+            count: h.count,
+            sum_ns: h.sum_ns,
+            above_range: h.above_range,
+            resolution_ns: h.resolution_ns,
+            min_ns: h.min_ns,
+            max_ns: h.max_ns,
+            percentiles: h
+                .percentiles
+                .into_iter()
+                .map(|(percentile, value_ns)| ext::Percentile {
+                    percentile,
+                    value_ns,
+                })
+                .collect(),
+        })
+        .collect();
+    Ok(ext::ShowLatencyResponse {
+        error: None,
+        histograms,
+    })
+}

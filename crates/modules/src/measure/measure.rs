@@ -1,4 +1,5 @@
 //! Measure: latency and jitter histograms of packets marked by Timestamp.
+use bessemer_core::module::{export_bounds, HistogramExport, EXPORT_PERCENTILES};
 use bessemer_core::{
     handler, AccessMode, Args, AttrOffset, CommandSpec, Context, Error, Instance, Module,
     ModuleClass, PacketBatch, Result, Value,
@@ -143,6 +144,46 @@ impl Histogram {
     fn clear(&mut self) {
         self.buckets.fill(0);
     }
+
+    /// The histogram with HDR-style log-spaced buckets (see
+    /// [`bessemer_core::module::export_bounds`]) for `show latency` and Prometheus. A value
+    /// is its bucket's representative (i x resolution), as in [`Histogram::summarize`]; the
+    /// values above the range count in the last (`+Inf`) bucket and in the sum at the
+    /// range's end.
+    pub fn export(&self, name: &'static str) -> HistogramExport {
+        let n = self.buckets.len() - 1;
+        let bounds = export_bounds(self.resolution, self.end.max(self.resolution));
+        let mut counts = vec![0u64; bounds.len() + 1];
+        let mut j = 0;
+        for (i, &c) in self.buckets[..n].iter().enumerate() {
+            if c == 0 {
+                continue;
+            }
+            let v = i as u64 * self.resolution;
+            while j < bounds.len() && bounds[j] < v {
+                j += 1;
+            }
+            counts[j] += c;
+        }
+        counts[bounds.len()] += self.buckets[n];
+        let s = self.summarize(&EXPORT_PERCENTILES);
+        HistogramExport {
+            name,
+            bounds_ns: bounds,
+            counts,
+            count: s.count,
+            sum_ns: s.total,
+            above_range: s.above_range,
+            resolution_ns: self.resolution,
+            min_ns: s.min,
+            max_ns: s.max,
+            percentiles: EXPORT_PERCENTILES
+                .iter()
+                .copied()
+                .zip(s.percentiles)
+                .collect(),
+        }
+    }
 }
 
 /// Reads Timestamp's mark, records one-way latency, and samples jitter (difference between
@@ -253,6 +294,10 @@ impl Module for Measure {
 
     fn desc(&self) -> String {
         format!("{} packets measured", self.packets)
+    }
+
+    fn histograms(&self) -> Vec<HistogramExport> {
+        vec![self.latency.export("latency"), self.jitter.export("jitter")]
     }
 }
 
@@ -397,6 +442,38 @@ mod tests {
                 ..Summary::default()
             }
         );
+    }
+
+    #[test]
+    fn export_has_log_buckets_that_add_up_and_labelled_percentiles() {
+        // 100 ns buckets up to 10 us: bounds 100, 150, 200, 300, 400, ..., 6400, 9600, 12800.
+        let mut h = Histogram::new(100, 100);
+        for v in [0, 99, 100, 149, 150, 151, 1000, 9_999, 10_000, 50_000] {
+            h.insert(v);
+        }
+        let e = h.export("latency");
+        assert_eq!(
+            e.bounds_ns,
+            vec![
+                100, 150, 200, 300, 400, 600, 800, 1200, 1600, 2400, 3200, 4800, 6400, 9600, 12800
+            ]
+        );
+        assert_eq!(e.counts.len(), e.bounds_ns.len() + 1);
+        assert_eq!(e.counts.iter().sum::<u64>(), 10);
+        assert_eq!(e.count, 10);
+        // Representatives: 0, 0 -> le 100; 100, 100 -> le 100; 100 (149), 100 (150 is
+        // bucket 1) -> le 100; 151 -> 100; 1000 -> le 1200; 9900 -> le 12800; two above.
+        assert_eq!(e.counts[0], 6);
+        assert_eq!(e.counts[7], 1);
+        assert_eq!(e.counts[14], 1);
+        assert_eq!((e.counts[15], e.above_range), (2, 2));
+        assert_eq!(e.max_ns, 10_000);
+        assert_eq!(
+            e.percentiles.iter().map(|p| p.0).collect::<Vec<_>>(),
+            vec![50.0, 90.0, 99.0, 99.9]
+        );
+        assert_eq!(e.percentiles[0].1, 100);
+        assert_eq!(e.sum_ns, h.summarize(&[]).total);
     }
 
     #[test]
