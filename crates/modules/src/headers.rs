@@ -1145,6 +1145,33 @@ pub mod test_util {
             _ => true,
         }
     }
+
+    /// A 60-byte Ethernet/IPv4 frame (UDP to port 53, TTL 64, valid header checksum) with
+    /// one change chosen by `kind` (0..8; none from 8 on) and `x`, for fast-path tests: a
+    /// header field changed or the frame cut short (some stay plain IPv4, see
+    /// `crate::util::plain_ipv4`).
+    pub fn mutated_ipv4(kind: u8, x: u8) -> Vec<u8> {
+        let mut d = hex("02000000 00020200 00000001 08004500 002e0001 40004011 00000a00 00010a00 000204d2 0035001a 0000");
+        d.resize(60, 0);
+        d[33] = x;
+        match kind {
+            0 => d.truncate(x as usize % 60),
+            1 => d[12 + x as usize % 12] = x,
+            2 => d[22] = x % 4,
+            3 => d[23] = [1, 6, 17, 47][x as usize % 4],
+            4 => d[20..22].copy_from_slice(&[x & 0x3f, x]),
+            5 => d[16..18].copy_from_slice(&[0, x % 64]),
+            6 => d[14] = 0x40 | (x % 16),
+            7 => d.truncate(34 + x as usize % 26),
+            _ => {}
+        }
+        if d.len() >= 34 {
+            d[24..26].fill(0);
+            let c = crate::checksum::ipv4_header(&d[14..34]);
+            d[24..26].copy_from_slice(&c.to_be_bytes());
+        }
+        d
+    }
 }
 
 #[cfg(test)]

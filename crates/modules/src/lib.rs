@@ -6,6 +6,7 @@ pub mod basic;
 pub use bessemer_core::checksum;
 pub mod classify;
 pub mod encap;
+pub mod gates;
 pub mod hash;
 pub mod headers;
 pub mod io;

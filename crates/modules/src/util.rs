@@ -144,6 +144,20 @@ pub fn process_each<R: DropReason + PartialEq>(
     send_each(ctx, batch, |i| v[i]);
 }
 
+/// True when frame `d` is plain IPv4: Ethernet type 0x0800 and an IPv4 header of 20 bytes
+/// (version 4, IHL 5) whose total length is at least 20 and fits the frame. These are the
+/// frames for which [`crate::headers::ipv4_in_frame`] succeeds with a 20-byte header, so a
+/// class may handle a batch of them without its general checks; bytes 0..34 are in `d`.
+#[inline(always)]
+pub fn plain_ipv4(d: &[u8]) -> bool {
+    if d.len() < 34 {
+        return false;
+    }
+    let tl = u16::from_be_bytes([d[16], d[17]]) as usize;
+    // 20 <= total length <= len - 14 as one unsigned compare.
+    d[12] == 0x08 && d[13] == 0x00 && d[14] == 0x45 && tl.wrapping_sub(20) <= d.len() - 34
+}
+
 /// Sends packet i of `batch` as `verdict(i)` says, for classes that computed the verdicts
 /// beforehand (in several passes over the batch); the others use [`process_each`]. A batch
 /// whose packets all go out of one gate is forwarded whole (no per-packet emit), which is the

@@ -2,7 +2,7 @@
 use bessemer_core::module::MAX_GATES;
 use bessemer_core::{
     handler, Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result,
-    Value,
+    Value, MAX_BURST,
 };
 
 use crate::util::{gates_value, parse_gates};
@@ -53,6 +53,51 @@ impl RoundRobin {
     }
 }
 
+impl RoundRobin {
+    /// Mode "packet": packet i goes to `gates[(next + i) % n]`. The gates are worked out for
+    /// the whole batch first (a counter that wraps, no division), then the batch leaves
+    /// through [`crate::gates::split_routed`] (whole when every packet has the same gate),
+    /// which sends exactly what one `emit` per packet would, in the same order; gates from
+    /// [`FEW_GATES`](crate::gates::FEW_GATES) up still go packet by packet through `emit`.
+    #[inline(always)]
+    fn per_packet_split(&mut self, ctx: &mut Context, batch: &mut PacketBatch) {
+        let n = self.gates.len();
+        let len = batch.len();
+        if len == 0 {
+            return;
+        }
+        let mut gates = [0u16; MAX_BURST];
+        let mut any = 0u16;
+        let mut differ = 0u16;
+        let first = self.gates[self.next];
+        let mut j = self.next;
+        for g in &mut gates[..len] {
+            *g = self.gates[j];
+            any |= *g;
+            differ |= *g ^ first;
+            j += 1;
+            if j == n {
+                j = 0;
+            }
+        }
+        self.next = j;
+        if differ == 0 {
+            return ctx.forward(first, batch);
+        }
+        crate::gates::split_routed(ctx, batch, &gates, any);
+    }
+
+    /// Mode "packet" one `emit` per packet: what `per_packet_split` must match (tests).
+    #[cfg(test)]
+    fn per_packet_emit(&mut self, ctx: &mut Context, batch: &mut PacketBatch) {
+        let n = self.gates.len();
+        for pkt in batch.drain() {
+            ctx.emit(self.gates[self.next], pkt);
+            self.next = (self.next + 1) % n;
+        }
+    }
+}
+
 impl Module for RoundRobin {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
         let n = self.gates.len();
@@ -60,10 +105,7 @@ impl Module for RoundRobin {
             return ctx.drop_batch(batch, RoundRobinDrop::NoGates);
         }
         if self.per_packet {
-            for pkt in batch.drain() {
-                ctx.emit(self.gates[self.next], pkt);
-                self.next = (self.next + 1) % n;
-            }
+            self.per_packet_split(ctx, batch);
         } else {
             let g = self.gates[self.next];
             self.next = (self.next + 1) % n;
@@ -199,5 +241,77 @@ mod tests {
             .unwrap_err()
             .msg
             .contains("RoundRobinArg.gates"));
+    }
+
+    /// RoundRobin whose mode "packet" emits packet by packet: the reference.
+    struct EmitRoundRobin(RoundRobin);
+
+    impl Module for EmitRoundRobin {
+        fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
+            self.0.per_packet_emit(ctx, batch);
+        }
+    }
+
+    static EMIT_CLASS: ModuleClass = ModuleClass {
+        name: "EmitRoundRobin",
+        name_template: "err",
+        create: |_, arg| {
+            let mut a = Args::new(arg, "RoundRobinArg")?;
+            let gates = parse_gates(a.list("gates")?, "RoundRobinArg", false)?;
+            let _ = a.str("mode")?;
+            a.finish()?;
+            Ok(Instance::Exclusive(Box::new(EmitRoundRobin(RoundRobin {
+                gates,
+                per_packet: true,
+                next: 0,
+            }))))
+        },
+        ..CLASS
+    };
+
+    /// Packet bytes in the order they reach one capture that every gate in `used` leads to.
+    fn run(class: &'static ModuleClass, gates: &[i64], batches: &[usize]) -> Vec<Vec<u8>> {
+        let mut h = Harness::new();
+        h.add(class, "rr", &arg(gates, "packet")).unwrap();
+        let c = h.capture("rr", gates[0] as u16);
+        let mut used: Vec<i64> = gates.to_vec();
+        used.sort_unstable();
+        used.dedup();
+        for &g in &used {
+            if g != gates[0] {
+                h.connect("rr", g as u16, &format!("cap_rr_{}", gates[0]), 0)
+                    .unwrap();
+            }
+        }
+        let mut out = Vec::new();
+        let mut k = 0u16;
+        for &n in batches {
+            let pkts: Vec<Vec<u8>> = (0..n)
+                .map(|_| {
+                    k += 1;
+                    let mut p = vec![0u8; 60];
+                    p[..2].copy_from_slice(&k.to_be_bytes());
+                    p
+                })
+                .collect();
+            h.inject("rr", 0, &pkts);
+            out.extend(c.take_data());
+        }
+        assert_eq!(h.in_use(), 0);
+        out
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+        /// The batch split sends what one emit per packet sends, in the same order, across
+        /// batches (the turn carries over), with repeated gates and gates past the split's
+        /// few-gate range.
+        #[test]
+        fn split_sends_as_emit_does(
+            gates in proptest::collection::vec(0i64..12, 1..7),
+            batches in proptest::collection::vec(0usize..=MAX_BURST, 1..6),
+        ) {
+            proptest::prop_assert_eq!(run(&CLASS, &gates, &batches), run(&EMIT_CLASS, &gates, &batches));
+        }
     }
 }

@@ -1,6 +1,6 @@
 //! UpdateTTL: decrements the IPv4 TTL, updating the header checksum incrementally.
 use crate::headers::{ipv4_in_frame_mut, Ipv4Error};
-use crate::util::{process_each, Verdict};
+use crate::util::{plain_ipv4, process_each, Verdict};
 use bessemer_core::{Args, Context, Instance, Module, ModuleClass, PacketBatch};
 
 bessemer_core::drop_reasons! {
@@ -18,6 +18,37 @@ pub struct UpdateTtl;
 
 impl Module for UpdateTtl {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
+        // The common batch: every frame plain IPv4 (20-byte header) with a TTL above 1. The
+        // test reads only; then each TTL is decremented without the general path's checks
+        // and the batch leaves whole, as the general path would send it.
+        let fast = batch.pkts().iter().fold(true, |ok, p| {
+            ok & (plain_ipv4(p.data()) && p.data()[22] > 1)
+        });
+        if fast {
+            for p in batch.pkts_mut() {
+                decrement_ttl(p.data_mut());
+            }
+            return ctx.forward(0, batch);
+        }
+        Self::general(ctx, batch);
+    }
+}
+
+/// Decrements the TTL of plain IPv4 frame `d` (see [`plain_ipv4`]), whose TTL is above 1,
+/// updating the header checksum incrementally as [`crate::headers::Ipv4View::decrement_ttl`].
+#[inline(always)]
+fn decrement_ttl(d: &mut [u8]) {
+    // TTL shares a 16-bit checksum word with the protocol byte.
+    let old = u16::from_be_bytes([d[22], d[23]]);
+    d[22] -= 1;
+    let hc = u16::from_be_bytes([d[24], d[25]]);
+    let hc = crate::checksum::update16(hc, old, old - 0x100);
+    d[24..26].copy_from_slice(&hc.to_be_bytes());
+}
+
+impl UpdateTtl {
+    /// Any batch, packet by packet.
+    fn general(ctx: &mut Context, batch: &mut PacketBatch) {
         process_each(ctx, batch, |p| {
             let mut ip = match ipv4_in_frame_mut(p.data_mut()) {
                 Ok(ip) => ip,
@@ -108,5 +139,68 @@ mod tests {
         assert_eq!(h.drops("t", "too_short"), 2);
         assert_eq!(h.drops("t", "not_ipv4"), 1);
         assert_eq!(h.drops("t", "bad_ip_header"), 1);
+    }
+
+    /// UpdateTtl through its general path only: the reference for the batch fast path.
+    struct General;
+
+    impl Module for General {
+        fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
+            UpdateTtl::general(ctx, batch);
+        }
+    }
+
+    static GENERAL: ModuleClass = ModuleClass {
+        name: "UpdateTtlGeneral",
+        create: |_, _| Ok(Instance::Exclusive(Box::new(General))),
+        ..CLASS
+    };
+
+    fn through(class: &'static ModuleClass, batches: &[Vec<Vec<u8>>]) -> (Vec<Vec<u8>>, Vec<u64>) {
+        let mut h = Harness::new();
+        h.add(class, "m", &Value::map()).unwrap();
+        let c = h.capture("m", 0);
+        let mut out = Vec::new();
+        for b in batches {
+            h.inject("m", 0, b);
+            out.extend(c.take_data());
+        }
+        let drops = UpdateTtlDrop::NAMES
+            .iter()
+            .map(|r| h.drops("m", r))
+            .collect();
+        assert_eq!(h.in_use(), 0);
+        (out, drops)
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+        /// Batches of plain IPv4 frames, some with one field changed or cut short: the
+        /// batch fast path sends and drops exactly what the general path does.
+        #[test]
+        fn fast_path_matches_the_general_path(
+            batches in proptest::collection::vec(
+                (
+                    proptest::prelude::any::<bool>(),
+                    proptest::collection::vec((0u8..16, proptest::prelude::any::<u8>()), 1..=bessemer_core::MAX_BURST),
+                ),
+                1..4,
+            ),
+        ) {
+            // A clean batch's frames are unchanged or keep their header form (kinds 2-5
+            // may leave them plain), so that the fast path runs often.
+            let frames: Vec<Vec<Vec<u8>>> = batches
+                .iter()
+                .map(|(clean, b)| {
+                    b.iter()
+                        .map(|&(k, x)| {
+                            let k = if *clean && !(2..=5).contains(&k) { k | 8 } else { k };
+                            crate::headers::test_util::mutated_ipv4(k, x)
+                        })
+                        .collect()
+                })
+                .collect();
+            proptest::prop_assert_eq!(through(&CLASS, &frames), through(&GENERAL, &frames));
+        }
     }
 }
