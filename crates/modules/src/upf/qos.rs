@@ -165,7 +165,7 @@ impl SmallTrTcm {
         let tc = fill(self.tc, self.cir, self.cbs as u64 * hz);
         let tp = fill(self.tp, self.pir, self.pbs as u64 * hz);
         // A packet too long for 64 bits exceeds any bucket: red.
-        let need = len.checked_mul(hz).unwrap_or(u64::MAX);
+        let need = len.saturating_mul(hz);
         let (tc, tp, c) = if tp < need {
             (tc, tp, Color::Red)
         } else if tc < need {
