@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: deps build demo demo-inprocess test test-rust test-python lint lint-python fmt bench-core bench-vs-bess bench-profile bench-modules bench-ports bench-upf bench-slices bench-slice-lib bench-scaling bench-planner bench-megapipe soak soak-megapipe fuzz clean
+.PHONY: deps build demo demo-inprocess test test-rust test-python lint lint-python fmt bench-core bench-vs-bess bench-profile bench-modules bench-ports bench-upf bench-upf-profile bench-slices bench-slice-lib bench-scaling bench-planner bench-megapipe soak soak-megapipe fuzz clean
 
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -76,6 +76,12 @@ bench-vs-bess: deps
 # (make bench-upf ARGS=--quick).
 bench-upf: deps
 	bench/upf.sh $(ARGS)
+
+# Callgrind instructions per packet of omec's own up4.bess on bessemerd by module class,
+# uplink and downlink (root; about 5 minutes; make bench-upf-profile ARGS="--seconds 5").
+bench-upf-profile: deps
+	cargo build --release -q --bin bessemerd
+	$(PY) bench/upf_profile.py $(ARGS)
 
 # Issue 11's whole benchmark: scaling, slice library, NetSlice's comparison (root) and IPsec
 # (ESPEncap / ESPDecap per core), each part's table and JSON line, then one combined JSON line

@@ -118,10 +118,45 @@ fn plain_fields(d: &[u8]) -> Option<Fields> {
     })
 }
 
+/// The fields of an untagged IPv4 packet without options carrying TCP, or UDP not to the
+/// GTP-U port, unfragmented (the UPF's downlink), read straight from the bytes, when the
+/// full classification would accept it with them; None sends the frame down the full path.
+/// (Through the full path such a packet cost about 90 instructions more than a G-PDU
+/// through its short path: callgrind, `bench/upf_profile.py`.)
+#[inline(always)]
+fn plain_ip_fields(d: &[u8]) -> Option<Fields> {
+    let h = d.get(..ETH_LEN + 24)?;
+    let be16 = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]) as usize;
+    let proto = h[23];
+    // Total length at least 24: the ports are inside the packet (the full path drops a
+    // shorter TCP or UDP packet as too short).
+    if h[12..14] != [0x08, 0x00]
+        || h[14] != 0x45
+        || be16(16) < 24
+        || be16(16) > d.len() - ETH_LEN
+        || be16(20) & 0x1fff != 0
+        || !(proto == PROTO_TCP || (proto == PROTO_UDP && be16(36) != gtpu::PORT as usize))
+    {
+        return None;
+    }
+    Some(Fields {
+        src: [h[26], h[27], h[28], h[29]],
+        dst: [h[30], h[31], h[32], h[33]],
+        sport: [h[34], h[35]],
+        dport: [h[36], h[37]],
+        teid: NONE4,
+        tunnel_dst: NONE4,
+        proto,
+    })
+}
+
 /// The gate of a frame and the attributes to write (None: write none).
 #[inline(always)]
 fn classify(d: &[u8]) -> Result<(u16, Option<Fields>), GtpuParserDrop> {
-    match plain_fields(d) {
+    if let Some(f) = plain_fields(d) {
+        return Ok((GATE_FORWARD, Some(f)));
+    }
+    match plain_ip_fields(d) {
         Some(f) => Ok((GATE_FORWARD, Some(f))),
         None => classify_full(d),
     }
@@ -302,7 +337,40 @@ mod tests {
         assert_eq!(classify(&gpdu()), classify_full(&gpdu()));
     }
 
+    /// A plain IPv4/UDP packet (ports 1000 -> 2000) in 60 bytes, as on the downlink.
+    fn udp() -> Vec<u8> {
+        let mut f = vec![0u8; 60];
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f[14] = 0x45;
+        f[16..18].copy_from_slice(&46u16.to_be_bytes());
+        f[23] = 17;
+        f[26..34].copy_from_slice(&[6, 6, 6, 6, 16, 0, 0, 1]);
+        f[34..36].copy_from_slice(&1000u16.to_be_bytes());
+        f[36..38].copy_from_slice(&2000u16.to_be_bytes());
+        f
+    }
+
+    #[test]
+    fn a_plain_ipv4_packet_takes_the_short_path() {
+        assert!(plain_ip_fields(&udp()).is_some());
+        assert_eq!(classify(&udp()), classify_full(&udp()));
+    }
+
     proptest! {
+        /// The plain-IPv4 short path gives what the full classification gives for UDP
+        /// packets with header bytes changed (protocol, ports, lengths, fragment fields,
+        /// version and header length among them) and frames cut or padded.
+        #[test]
+        fn the_ip_short_path_agrees_with_the_full_parse(
+            edits in proptest::collection::vec((12usize..40, any::<u8>(), 0u8..4), 0..4),
+            len in prop_oneof![Just(60usize), 0usize..70],
+        ) {
+            let mut f = udp();
+            crate::upf::gtpu::test_frames::mutate(&mut f, &edits);
+            f.resize(len, 0xee);
+            prop_assert_eq!(classify(&f), classify_full(&f));
+        }
+
         /// The short path gives what the full classification gives for G-PDUs with outer
         /// and inner header bytes changed and frames cut or padded.
         #[test]
