@@ -138,8 +138,15 @@ pub fn process_each<R: DropReason + PartialEq>(
     mut f: impl FnMut(&mut bessemer_core::Packet) -> Verdict<R>,
 ) {
     let mut v = [Verdict::Gate(0); bessemer_core::MAX_BURST];
+    // Whether every verdict so far is the first one's gate, kept as they come so that the
+    // usual batch (all out of one gate) is forwarded whole without a second pass.
+    let mut same = true;
     for (i, p) in batch.pkts_mut().iter_mut().enumerate() {
         v[i] = f(p);
+        same &= v[i] == v[0];
+    }
+    if let (true, Verdict::Gate(g), false) = (same, v[0], batch.is_empty()) {
+        return ctx.forward(g, batch);
     }
     send_each(ctx, batch, |i| v[i]);
 }

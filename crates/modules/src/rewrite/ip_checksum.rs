@@ -2,8 +2,8 @@
 use super::headers::{checksum_desc, parse_checksum_arg, CHECKSUM_HW_DOC};
 use crate::checksum;
 use crate::headers::{l3_after_tags, Ipv4Error, Ipv4Header, ETHERTYPE_IPV4, L3};
-use crate::util::{send_each, Verdict};
-use bessemer_core::{Context, Instance, Module, ModuleClass, PacketBatch, MAX_BURST};
+use crate::util::{process_each, Verdict};
+use bessemer_core::{Context, Instance, Module, ModuleClass, PacketBatch};
 
 bessemer_core::drop_reasons! {
     /// Why IPChecksum drops packets.
@@ -71,22 +71,13 @@ impl IpChecksum {
 
 impl Module for IpChecksum {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        // Verdicts kept as they come, with whether all go to gate 0 (the usual case: the
-        // batch is then forwarded whole without a second pass over them).
-        let mut v = [Verdict::Gate(FORWARD_GATE); MAX_BURST];
-        let mut all_forward = true;
-        for (v, p) in v.iter_mut().zip(batch.pkts_mut()) {
+        process_each(ctx, batch, |p| {
             let d = p.data_mut();
-            *v = match self.plain(d) {
+            match self.plain(d) {
                 Some(r) => r,
                 None => self.one(d),
-            };
-            all_forward &= *v == Verdict::Gate(FORWARD_GATE);
-        }
-        if all_forward {
-            return ctx.forward(FORWARD_GATE, batch);
-        }
-        send_each(ctx, batch, |i| v[i]);
+            }
+        });
     }
 
     fn desc(&self) -> String {

@@ -4,8 +4,8 @@ use crate::checksum::{self, PROTO_TCP, PROTO_UDP};
 use crate::headers::{
     l3_after_tags, Ipv4Error, Ipv4View, TcpView, UdpView, ETHERTYPE_IPV4, ETHERTYPE_IPV6, L3,
 };
-use crate::util::{send_each, Verdict};
-use bessemer_core::{Context, Instance, Module, ModuleClass, PacketBatch, MAX_BURST};
+use crate::util::{process_each, Verdict};
+use bessemer_core::{Context, Instance, Module, ModuleClass, PacketBatch};
 use smoltcp::wire::Ipv6Packet;
 
 bessemer_core::drop_reasons! {
@@ -150,22 +150,13 @@ impl L4Checksum {
 
 impl Module for L4Checksum {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        // Verdicts kept as they come, with whether all go to gate 0 (the usual case: the
-        // batch is then forwarded whole without a second pass over them).
-        let mut v = [Verdict::Gate(FORWARD_GATE); MAX_BURST];
-        let mut all_forward = true;
-        for (v, p) in v.iter_mut().zip(batch.pkts_mut()) {
+        process_each(ctx, batch, |p| {
             let d = p.data_mut();
-            *v = match self.udp4(d) {
+            match self.udp4(d) {
                 Some(r) => r,
                 None => self.one(d),
-            };
-            all_forward &= *v == Verdict::Gate(FORWARD_GATE);
-        }
-        if all_forward {
-            return ctx.forward(FORWARD_GATE, batch);
-        }
-        send_each(ctx, batch, |i| v[i]);
+            }
+        });
     }
 
     fn desc(&self) -> String {

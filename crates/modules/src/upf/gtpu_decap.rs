@@ -1,12 +1,10 @@
 //! GtpuDecap (omec-project fork): removes the outer IPv4, UDP and GTP-U headers of a G-PDU,
 //! keeping its Ethernet header in front of the inner packet.
-use bessemer_core::{
-    Args, Context, Instance, Module, ModuleClass, Packet, PacketBatch, Value, MAX_BURST,
-};
+use bessemer_core::{Args, Context, Instance, Module, ModuleClass, Packet, PacketBatch, Value};
 
 use crate::headers::ETH_LEN;
 use crate::upf::gtpu::{self, GtpuError};
-use crate::util::{send_each, Verdict};
+use crate::util::{process_each, Verdict};
 
 bessemer_core::drop_reasons! {
     /// Why GtpuDecap drops packets.
@@ -55,18 +53,7 @@ fn decap_parsed(p: &mut Packet) -> Verdict<GtpuDecapDrop> {
 
 impl Module for GtpuDecap {
     fn process_batch(&mut self, ctx: &mut Context, batch: &mut PacketBatch, _igate: u16) {
-        // Verdicts kept as they come, with whether all go on (the usual case: the batch is
-        // then forwarded whole without a second pass over them).
-        let mut v = [Verdict::Gate(0); MAX_BURST];
-        let mut all_forward = true;
-        for (v, p) in v.iter_mut().zip(batch.pkts_mut()) {
-            *v = decap(p);
-            all_forward &= *v == Verdict::Gate(0);
-        }
-        if all_forward {
-            return ctx.forward(0, batch);
-        }
-        send_each(ctx, batch, |i| v[i]);
+        process_each(ctx, batch, decap);
     }
 }
 

@@ -2,7 +2,7 @@
 //! the inner ones for a GTP-U G-PDU and the outer ones otherwise.
 use bessemer_core::{
     AccessMode, Args, AttrOffset, Context, Instance, Module, ModuleClass, Packet, PacketBatch,
-    Value, MAX_BURST,
+    Value,
 };
 
 use crate::checksum::{PROTO_TCP, PROTO_UDP};
@@ -10,7 +10,7 @@ use crate::headers::{
     ip_version, Ipv4Error, Ipv4View, PortsView, ETHERTYPE_ARP, ETHERTYPE_IPV4, ETH_LEN, PROTO_ICMP,
 };
 use crate::upf::gtpu::{self, GtpuError};
-use crate::util::{add_attrs, process_each, send_each, Verdict};
+use crate::util::{add_attrs, process_each, Verdict};
 
 /// IP protocol number of ESP (no ports: its payload is encrypted).
 const PROTO_ESP: u8 = 50;
@@ -236,31 +236,22 @@ impl Module for GtpuParser {
         {
             let (src, dst, teid, tun) = (src.min(124), dst.min(124), teid.min(124), tun.min(124));
             let (sport, dport, proto) = (sport.min(126), dport.min(126), proto.min(127));
-            let mut v = [Verdict::Gate(GATE_FORWARD); MAX_BURST];
-            let mut all_forward = true;
-            for (v, p) in v.iter_mut().zip(batch.pkts_mut()) {
-                *v = match classify(p.data()) {
-                    Err(r) => Verdict::Drop(r),
-                    Ok((gate, f)) => {
-                        if let Some(f) = f {
-                            let m = p.metadata_mut();
-                            m[src..src + 4].copy_from_slice(&f.src);
-                            m[dst..dst + 4].copy_from_slice(&f.dst);
-                            m[sport..sport + 2].copy_from_slice(&f.sport);
-                            m[dport..dport + 2].copy_from_slice(&f.dport);
-                            m[teid..teid + 4].copy_from_slice(&f.teid);
-                            m[tun..tun + 4].copy_from_slice(&f.tunnel_dst);
-                            m[proto] = f.proto;
-                        }
-                        Verdict::Gate(gate)
+            return process_each(ctx, batch, |p: &mut Packet| match classify(p.data()) {
+                Err(r) => Verdict::Drop(r),
+                Ok((gate, f)) => {
+                    if let Some(f) = f {
+                        let m = p.metadata_mut();
+                        m[src..src + 4].copy_from_slice(&f.src);
+                        m[dst..dst + 4].copy_from_slice(&f.dst);
+                        m[sport..sport + 2].copy_from_slice(&f.sport);
+                        m[dport..dport + 2].copy_from_slice(&f.dport);
+                        m[teid..teid + 4].copy_from_slice(&f.teid);
+                        m[tun..tun + 4].copy_from_slice(&f.tunnel_dst);
+                        m[proto] = f.proto;
                     }
-                };
-                all_forward &= *v == Verdict::Gate(GATE_FORWARD);
-            }
-            if all_forward {
-                return ctx.forward(GATE_FORWARD, batch);
-            }
-            return send_each(ctx, batch, |i| v[i]);
+                    Verdict::Gate(gate)
+                }
+            });
         }
         process_each(ctx, batch, |p: &mut Packet| match classify(p.data()) {
             Err(r) => Verdict::Drop(r),
