@@ -1146,6 +1146,27 @@ pub mod test_util {
         }
     }
 
+    /// Batches of [`mutated_ipv4`] frames from `(clean, [(kind, x)])` pairs: a clean batch's
+    /// frames are unchanged or keep their header form (kinds 2-5 may leave them plain), so
+    /// that a fast path for all-plain batches runs often.
+    pub fn mutated_ipv4_batches(batches: &[(bool, Vec<(u8, u8)>)]) -> Vec<Vec<Vec<u8>>> {
+        batches
+            .iter()
+            .map(|(clean, b)| {
+                b.iter()
+                    .map(|&(k, x)| {
+                        let k = if *clean && !(2..=5).contains(&k) {
+                            k | 8
+                        } else {
+                            k
+                        };
+                        mutated_ipv4(k, x)
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
     /// A 60-byte Ethernet/IPv4 frame (UDP to port 53, TTL 64, valid header checksum) with
     /// one change chosen by `kind` (0..8; none from 8 on) and `x`, for fast-path tests: a
     /// header field changed or the frame cut short (some stay plain IPv4, see

@@ -187,19 +187,7 @@ mod tests {
                 1..4,
             ),
         ) {
-            // A clean batch's frames are unchanged or keep their header form (kinds 2-5
-            // may leave them plain), so that the fast path runs often.
-            let frames: Vec<Vec<Vec<u8>>> = batches
-                .iter()
-                .map(|(clean, b)| {
-                    b.iter()
-                        .map(|&(k, x)| {
-                            let k = if *clean && !(2..=5).contains(&k) { k | 8 } else { k };
-                            crate::headers::test_util::mutated_ipv4(k, x)
-                        })
-                        .collect()
-                })
-                .collect();
+            let frames = crate::headers::test_util::mutated_ipv4_batches(&batches);
             proptest::prop_assert_eq!(through(&CLASS, &frames), through(&GENERAL, &frames));
         }
     }
