@@ -26,11 +26,16 @@ out=${BESSEMER_IMAGE_OUT:-target/image}; mkdir -p "$out"
 work=$(mktemp -d /tmp/bessemer-image.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 cp "$deb" "$work/bessemer.deb"
+# The package's own dependencies (libpcap, DPDK's libraries, ...) as its control file names
+# them (dpkg-shlibdeps wrote them), plus iproute2; alternatives take their first choice.
+include=$(dpkg-deb -f "$deb" Depends | tr ',' '\n' | sed 's/|.*//; s/(.*)//' | awk 'NF {print $1}' |
+  sort -u | paste -sd, -)
+include="iproute2,$include"
 t0=$SECONDS
 # The package goes in by dpkg in a customize hook (apt cannot reach a local file from inside
 # the chroot); its dependencies are in --include. setcap runs outside, on the root's file.
 mmdebstrap --quiet --mode=root --variant=minbase --format=tar \
-  --include="iproute2,python3,libpcap0.8" \
+  --include="$include" \
   --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
   --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
   --dpkgopt='path-include=/usr/share/doc/bessemer/*' --dpkgopt='path-exclude=/usr/share/info/*' \

@@ -29,6 +29,8 @@ have chromium || [ -x /usr/bin/chromium ] || need_apt+=(chromium)
 have openssl || need_apt+=(openssl)
 # The BPF module compiles tcpdump expressions with libpcap (headers + libpcap.so to link).
 [ -f /usr/include/pcap/pcap.h ] || need_apt+=(libpcap-dev)
+# DPDK (PMDPort on NICs and DPDK virtual devices; the real bessd is built against it too).
+pkg-config --exists libdpdk 2>/dev/null || need_apt+=(libdpdk-dev)
 # The planner's tests cross-check its decision procedure with Z3 (the z3 crate binds libz3
 # with bindgen, which needs libclang) and read NIC capabilities with ethtool.
 [ -f /usr/include/z3.h ] || need_apt+=(libz3-dev)

@@ -99,6 +99,19 @@ struct Cli {
     #[arg(long, value_name = "SECS", default_value_t = 60,
           value_parser = clap::value_parser!(u32).range(1..=86400))]
     idle_timeout: u32,
+    /// Arguments added to DPDK's EAL when the first DPDK PMDPort starts it (e.g.
+    /// "-a 0000:3b:00.0 --log-level=pmd.net.ice:debug"); see `bessemerd --help` and
+    /// docs/ports.md. DPDK is never started by a daemon that creates no DPDK port.
+    #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
+    dpdk_args: Option<String>,
+    /// Hugepage memory for DPDK in MB (bessd's -m); 0: no hugepages (plain memory,
+    /// virtual devices and AF_XDP only). Default: hugepages if the machine has free ones.
+    #[arg(short = 'm', long, value_name = "MB")]
+    dpdk_mem: Option<u32>,
+    /// Serve PMDPort's net_af_xdp / net_af_packet vdevs with DPDK's own drivers instead of
+    /// Bessemer's AFXDPPort / AFPacketPort (which are faster on veth).
+    #[arg(long)]
+    dpdk_vdevs: bool,
 }
 
 fn init_logs(cli: &Cli) -> Result<(), String> {
@@ -159,6 +172,16 @@ fn main() {
     if cli.no_hugepages {
         settings = settings.no_hugepages();
     }
+    let dpdk_mem = cli.dpdk_mem.or(cli.no_hugepages.then_some(0));
+    let dpdk_args = cli
+        .dpdk_args
+        .as_deref()
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    bessemer_dpdk::set_eal_args(dpdk_args, dpdk_mem);
+    bessemer_drivers::pmd_port::set_kernel_vdevs_to_dpdk(cli.dpdk_vdevs);
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("bessemerd-rpc")

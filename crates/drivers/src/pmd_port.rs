@@ -8,8 +8,14 @@
 //!
 //! As with DPDK, the port has the queues the request asks for (`num_inc_q`, `num_out_q`,
 //! 1 when 0), and a device refuses more than it has (`queue_count`, `qpairs`; 1 by default).
-//! Everything else a PMDPort can name (`port_id`, `pci`, other vdev kinds) needs DPDK and is
-//! answered with ENOTSUP; a malformed vdev string with EINVAL naming what is wrong.
+//! A malformed vdev string is answered with EINVAL naming what is wrong.
+//!
+//! Everything else a PMDPort can name (`port_id`, `pci`, every other vdev: `net_null`,
+//! `net_ring`, `net_tap`, `net_memif`, `net_vhost`, `virtio_user`, `net_pcap`, a NIC's PMD)
+//! goes to DPDK itself (crate `bessemer-dpdk`; the EAL starts on the first such port, with
+//! the daemon's `--dpdk-args`). `bessemerd --dpdk-vdevs` sends the two kernel vdevs to
+//! DPDK's own PMDs too. Packets are copied between DPDK's buffers and Bessemer's (one copy
+//! each way, counted per port in `show port`).
 //!
 //! [`AFXDPPort`]: crate::af_xdp_port
 //! [`AFPacketPort`]: crate::af_packet_port
@@ -17,27 +23,44 @@
 use bessemer_core::port::{NewPort, PortDriver, PortParams};
 use bessemer_core::{Args, Error, Result, Value};
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bessemer_core::batch::PacketBatch;
+use bessemer_core::pool::PoolCache;
+use bessemer_core::port::{LinkStatus, Port, PortConf, RxQueue, TxQueue};
+use bessemer_dpdk::{DevSpec, EthPort, PortSetup, RxBurst, RX_BURST};
+
 use crate::{af_packet_port, af_xdp_port};
+
+/// `bessemerd --dpdk-vdevs`: net_af_xdp / net_af_packet vdevs go to DPDK's own PMDs.
+static KERNEL_VDEVS_TO_DPDK: AtomicBool = AtomicBool::new(false);
+
+/// Sends the kernel-interface vdevs (`net_af_xdp`, `net_af_packet`) to DPDK's own PMDs
+/// instead of Bessemer's AFXDPPort / AFPacketPort (which are faster on veth).
+pub fn set_kernel_vdevs_to_dpdk(on: bool) {
+    KERNEL_VDEVS_TO_DPDK.store(on, Ordering::Relaxed);
+}
 
 const MSG: &str = "PMDPortArg";
 
 /// What Bessemer serves, for error messages.
-const SUPPORTED: &str = "Bessemer's PMDPort serves only vdev=\"net_af_xdp<N>,iface=IF[,start_queue=Q][,queue_count=C]\" \
+const SUPPORTED: &str = "Bessemer serves natively only vdev=\"net_af_xdp<N>,iface=IF[,start_queue=Q][,queue_count=C]\" \
      and vdev=\"net_af_packet<N>,iface=IF[,qpairs=C]\" (kernel interfaces through AF_XDP or AF_PACKET)";
 
 /// The PMDPort driver.
 pub static DRIVER: PortDriver = PortDriver {
     name: "PMDPort",
     name_template: "pmd_port",
-    help: "BESS's DPDK port; Bessemer serves its AF_XDP and AF_PACKET virtual devices (net_af_xdp, net_af_packet) with AFXDPPort and AFPacketPort",
+    help: "BESS's DPDK port: a NIC (port_id, pci) or a DPDK virtual device (vdev) through DPDK; the net_af_xdp and net_af_packet vdevs by AFXDPPort and AFPacketPort unless bessemerd runs with --dpdk-vdevs",
     arg_type: MSG,
     arg_doc: &[
-        "vdev: string — \"net_af_xdp<N>,iface=IF[,start_queue=Q][,queue_count=C][,force_copy=0|1]\" or \"net_af_packet<N>,iface=IF[,qpairs=C][,blocksz=..][,framesz=..][,framecnt=..][,qdisc_bypass=0|1]\"",
-        "port_id: uint64, pci: string — DPDK devices: not available in Bessemer (ENOTSUP)",
+        "vdev: string — a DPDK virtual device (net_null0, net_ring0, net_tap0,iface=T, net_memif0,role=server,socket=P, ...); \"net_af_xdp<N>,iface=IF[,start_queue=Q][,queue_count=C][,force_copy=0|1]\" and \"net_af_packet<N>,iface=IF[,qpairs=C]\" are served natively",
+        "port_id: uint64 — a port DPDK probed at start (see --dpdk-args); pci: string — a PCI address (0000:3b:00.0) bound to vfio-pci",
         "num_inc_q/num_out_q (CreatePort) — queues (default 1), at most the device's queue_count/qpairs",
         "promiscuous_mode: bool — put the interface in promiscuous mode (AF_PACKET)",
         "loopback, socket_id, hwcksum: accepted and ignored (no effect on these devices)",
-        "vlan_offload_rx_strip/filter/qinq, flow_profiles: need a DPDK NIC (ENOTSUP when set)",
+        "vlan_offload_rx_strip/filter/qinq: the device's VLAN offloads (ENOTSUP where it has none); flow_profiles: not available (ENOTSUP)",
     ],
     create,
 };
@@ -232,24 +255,48 @@ fn create(params: &PortParams, arg: &Value) -> Result<NewPort> {
     let _hwcksum = a.bool("hwcksum")?;
     let flow_profiles = a.list("flow_profiles")?.len();
     a.finish()?;
-    let vdev = match (port_id, pci, vdev) {
-        (_, _, Some(v)) => v,
-        (Some(id), _, _) => {
-            return Err(Error::unsupported(format!(
-                "{MSG}.port_id={id}: DPDK ports are not available in Bessemer; {SUPPORTED}"
-            )))
+    let spec = match (port_id, pci, vdev) {
+        (_, _, Some(v)) => {
+            let native = kind_of(v.split(',').next().unwrap_or_default()).is_some()
+                && !KERNEL_VDEVS_TO_DPDK.load(Ordering::Relaxed);
+            if native {
+                None
+            } else if v.trim().is_empty() {
+                return Err(Error::invalid(format!("{MSG}.vdev is empty")));
+            } else {
+                Some(DevSpec::Vdev(v.to_string()))
+            }
         }
-        (_, Some(p), _) => {
-            return Err(Error::unsupported(format!(
-                "{MSG}.pci='{p}': DPDK (PCI) ports are not available in Bessemer; {SUPPORTED}"
-            )))
-        }
+        (Some(id), _, _) => Some(DevSpec::PortId(u16::try_from(id).map_err(|_| {
+            Error::invalid(format!("{MSG}.port_id={id}: DPDK port ids are below 65536"))
+        })?)),
+        (_, Some(p), _) => Some(DevSpec::Pci(p.to_string())),
         _ => {
             return Err(Error::invalid(format!(
-                "{MSG}: no port specified (port_id, pci or vdev); {SUPPORTED}"
+                "{MSG}: no port specified (port_id, pci or vdev)"
             )))
         }
     };
+    if let Some(spec) = spec {
+        if flow_profiles > 0 {
+            return Err(Error::unsupported(format!(
+                "{MSG}.flow_profiles: flow steering rules (rte_flow) are not available in Bessemer's PMDPort yet"
+            )));
+        }
+        let setup = PortSetup {
+            rx_queues: params.num_inc_q.max(1).min(u16::MAX as usize) as u16,
+            tx_queues: params.num_out_q.max(1).min(u16::MAX as usize) as u16,
+            rx_desc: ring_size(params.size_inc_q, "size_inc_q")?,
+            tx_desc: ring_size(params.size_out_q, "size_out_q")?,
+            rss: true,
+            vlan_strip: vlan.contains(&"vlan_offload_rx_strip"),
+            vlan_filter: vlan.contains(&"vlan_offload_rx_filter"),
+            vlan_qinq: vlan.contains(&"vlan_offload_rx_qinq"),
+            loopback: _loopback.unwrap_or(false) as u32,
+        };
+        return dpdk_create(params, spec, &setup, promiscuous);
+    }
+    let vdev = vdev.unwrap_or_default();
     let dev = parse_vdev(vdev)?;
     if let Some(k) = vlan.first() {
         return Err(Error::unsupported(format!(
@@ -306,6 +353,251 @@ fn create(params: &PortParams, arg: &Value) -> Result<NewPort> {
                 .with("promiscuous", promiscuous);
             (af_packet_port::DRIVER.create)(&inner, &arg)
         }
+    }
+}
+
+fn ring_size(n: usize, what: &str) -> Result<u16> {
+    match n {
+        0 => Ok(1024),
+        1..=32768 => Ok(n as u16),
+        _ => Err(Error::invalid(format!(
+            "{what} {n}: a DPDK queue has at most 32768 descriptors"
+        ))),
+    }
+}
+
+fn dpdk_err(e: bessemer_dpdk::DpdkError) -> Error {
+    Error::new(e.errno, format!("{MSG}: {}", e.msg))
+}
+
+/// Counters of what crossed between DPDK's buffers and Bessemer's.
+#[derive(Default)]
+struct Copies {
+    rx_copied: AtomicU64,
+    tx_copied: AtomicU64,
+    /// Received packets with no Bessemer buffer for them (pool empty or too long).
+    rx_no_buffer: AtomicU64,
+    /// Transmit bursts that found no DPDK buffers.
+    tx_no_mbuf: AtomicU64,
+}
+
+/// A PMDPort on a DPDK device.
+struct DpdkPort {
+    eth: Arc<EthPort>,
+    copies: Arc<Copies>,
+    nrx: usize,
+    ntx: usize,
+}
+
+fn dpdk_create(
+    params: &PortParams,
+    spec: DevSpec,
+    setup: &PortSetup,
+    promiscuous: bool,
+) -> Result<NewPort> {
+    let _ = promiscuous; // the shim enables promiscuous mode wherever the device has it
+    let eth = EthPort::open(&spec).map_err(dpdk_err)?;
+    eth.setup(setup).map_err(dpdk_err)?;
+    tracing::info!(
+        "PMDPort {}: DPDK port {} '{}' ({}), {} RX / {} TX queues",
+        params.name,
+        eth.id(),
+        eth.info().name,
+        eth.info().driver,
+        setup.rx_queues,
+        setup.tx_queues
+    );
+    Ok(NewPort {
+        num_inc_q: setup.rx_queues as usize,
+        num_out_q: setup.tx_queues as usize,
+        port: Box::new(DpdkPort {
+            eth: Arc::new(eth),
+            copies: Arc::default(),
+            nrx: setup.rx_queues as usize,
+            ntx: setup.tx_queues as usize,
+        }),
+    })
+}
+
+struct DpdkRxQ {
+    eth: Arc<EthPort>,
+    copies: Arc<Copies>,
+    q: u16,
+    burst: RxBurst,
+}
+
+impl RxQueue for DpdkRxQ {
+    fn recv(&mut self, cache: &mut PoolCache, batch: &mut PacketBatch, max: usize) -> usize {
+        let want = max.min(batch.room()).min(RX_BURST);
+        let k = self.eth.rx_burst(self.q, &mut self.burst, want);
+        if k == 0 {
+            return 0;
+        }
+        let mut dst = [std::ptr::null_mut::<u8>(); RX_BURST];
+        let start = batch.len();
+        let mut missing = 0;
+        for (i, d) in dst.iter_mut().enumerate().take(k) {
+            match cache.alloc_any(self.burst.lens[i] as usize) {
+                Some(mut p) => {
+                    *d = p.data_mut().as_mut_ptr();
+                    // SAFETY: at most `want` <= batch.room() packets are pushed.
+                    unsafe { batch.push_unchecked(p) };
+                }
+                None => missing += 1,
+            }
+        }
+        EthPort::rx_copy_out(&mut self.burst, &dst[..k]);
+        let got = batch.len() - start;
+        self.copies
+            .rx_copied
+            .fetch_add(got as u64, Ordering::Relaxed);
+        if missing > 0 {
+            self.copies
+                .rx_no_buffer
+                .fetch_add(missing, Ordering::Relaxed);
+        }
+        got
+    }
+}
+
+struct DpdkTxQ {
+    eth: Arc<EthPort>,
+    copies: Arc<Copies>,
+    q: u16,
+}
+
+impl TxQueue for DpdkTxQ {
+    fn send(&mut self, cache: &mut PoolCache, batch: &mut PacketBatch) -> usize {
+        let n = batch.len().min(RX_BURST);
+        if n == 0 {
+            return 0;
+        }
+        let mut src = [std::ptr::null::<u8>(); RX_BURST];
+        let mut lens = [0u32; RX_BURST];
+        for (i, p) in batch.pkts().iter().take(n).enumerate() {
+            let d = p.data();
+            src[i] = d.as_ptr();
+            lens[i] = d.len() as u32;
+        }
+        let mut nombuf = 0;
+        let sent = self.eth.tx_copy(self.q, &src[..n], &lens[..n], &mut nombuf);
+        if nombuf > 0 {
+            self.copies.tx_no_mbuf.fetch_add(nombuf, Ordering::Relaxed);
+        }
+        if sent == 0 {
+            return 0;
+        }
+        let mut rest = PacketBatch::new();
+        let mut gone = PacketBatch::new();
+        for (k, p) in batch.drain().enumerate() {
+            // SAFETY: at most MAX_BURST packets in each.
+            unsafe {
+                if k < sent {
+                    gone.push_unchecked(p)
+                } else {
+                    rest.push_unchecked(p)
+                }
+            };
+        }
+        cache.free_bulk(&mut gone);
+        batch.append(&mut rest);
+        self.copies
+            .tx_copied
+            .fetch_add(sent as u64, Ordering::Relaxed);
+        sent
+    }
+}
+
+impl Port for DpdkPort {
+    fn rx_queue(&self, qid: usize) -> Result<Box<dyn RxQueue>> {
+        if qid >= self.nrx {
+            return Err(Error::invalid(format!(
+                "no RX queue {qid} (the port has {})",
+                self.nrx
+            )));
+        }
+        Ok(Box::new(DpdkRxQ {
+            eth: self.eth.clone(),
+            copies: self.copies.clone(),
+            q: qid as u16,
+            burst: RxBurst::default(),
+        }))
+    }
+
+    fn tx_queue(&self, qid: usize) -> Result<Box<dyn TxQueue>> {
+        if qid >= self.ntx {
+            return Err(Error::invalid(format!(
+                "no TX queue {qid} (the port has {})",
+                self.ntx
+            )));
+        }
+        Ok(Box::new(DpdkTxQ {
+            eth: self.eth.clone(),
+            copies: self.copies.clone(),
+            q: qid as u16,
+        }))
+    }
+
+    fn link_status(&self) -> LinkStatus {
+        let l = self.eth.link();
+        LinkStatus {
+            speed_mbps: l.speed_mbps,
+            full_duplex: l.full_duplex,
+            autoneg: l.autoneg,
+            link_up: l.up,
+        }
+    }
+
+    fn conf(&self) -> PortConf {
+        PortConf {
+            mac_addr: self.eth.mac(),
+            mtu: self.eth.mtu(),
+            admin_up: self.eth.link().up,
+        }
+    }
+
+    fn set_conf(&self, conf: &PortConf) -> Result<()> {
+        let now = self.conf();
+        if conf.mac_addr != now.mac_addr {
+            self.eth.set_mac(conf.mac_addr).map_err(dpdk_err)?;
+        }
+        if conf.mtu != now.mtu && conf.mtu != 0 {
+            self.eth.set_mtu(conf.mtu).map_err(dpdk_err)?;
+        }
+        if conf.admin_up != now.admin_up {
+            self.eth.set_link(conf.admin_up).map_err(dpdk_err)?;
+        }
+        Ok(())
+    }
+
+    fn driver_drops(&self) -> (u64, u64) {
+        let s = self.eth.stats();
+        (
+            s.imissed + s.ierrors + s.rx_nombuf + self.copies.rx_no_buffer.load(Ordering::Relaxed),
+            s.oerrors,
+        )
+    }
+
+    fn desc(&self) -> String {
+        let i = self.eth.info();
+        let s = self.eth.stats();
+        let c = &self.copies;
+        format!(
+            "DPDK port {} '{}' ({}), copy mode: copied rx {} tx {}; device rx {} tx {} imissed {} ierrors {} oerrors {} rx_nombuf {}; no buffer rx {} tx {}",
+            self.eth.id(),
+            i.name,
+            i.driver,
+            c.rx_copied.load(Ordering::Relaxed),
+            c.tx_copied.load(Ordering::Relaxed),
+            s.ipackets,
+            s.opackets,
+            s.imissed,
+            s.ierrors,
+            s.oerrors,
+            s.rx_nombuf,
+            c.rx_no_buffer.load(Ordering::Relaxed),
+            c.tx_no_mbuf.load(Ordering::Relaxed),
+        )
     }
 }
 

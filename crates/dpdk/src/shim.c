@@ -1,0 +1,323 @@
+/*
+ * The thin C side of bessemer-dpdk: DPDK's burst, mbuf and mempool calls are inline
+ * functions or macros, so Rust reaches them through these wrappers. Everything else
+ * (which port, how many queues, errors, counters in Bessemer's shape) is decided in Rust.
+ * Every function returns 0 or a count on success and a negative errno on failure.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <rte_dev.h>
+#include <rte_eal.h>
+#include <rte_errno.h>
+#include <rte_ethdev.h>
+#include <rte_lcore.h>
+#include <rte_log.h>
+#include <rte_mbuf.h>
+#include <rte_mempool.h>
+
+#define BSM_BURST 64
+
+/* Implemented in Rust: one call per line DPDK logs. */
+extern void bsm_dpdk_log(const char *buf, size_t len);
+
+static ssize_t log_write(void *cookie, const char *buf, size_t len) {
+  (void)cookie;
+  bsm_dpdk_log(buf, len);
+  return (ssize_t)len;
+}
+
+/* Each port's mempool for copied TX buffers (and its RX queues' buffers). */
+static struct rte_mempool *port_pool[RTE_MAX_ETHPORTS];
+
+int bsm_eal_init(int argc, char **argv) {
+  cookie_io_functions_t funcs = {.write = log_write};
+  FILE *s = fopencookie(NULL, "w", funcs);
+  if (s != NULL) {
+    setvbuf(s, NULL, _IOLBF, 0);
+    rte_openlog_stream(s);
+  }
+  int r = rte_eal_init(argc, argv);
+  return r < 0 ? -rte_errno : r;
+}
+
+/* Makes the calling (worker) thread known to DPDK, so mempools use per-lcore caches. */
+int bsm_thread_register(void) {
+  if (rte_lcore_id() != LCORE_ID_ANY)
+    return 0;
+  return rte_thread_register() < 0 ? -rte_errno : 0;
+}
+
+const char *bsm_strerror(int e) { return rte_strerror(e < 0 ? -e : e); }
+
+int bsm_port_by_name(const char *name, uint16_t *port) {
+  int r = rte_eth_dev_get_port_by_name(name, port);
+  return r < 0 ? r : 0;
+}
+
+int bsm_dev_probe(const char *devargs) {
+  int r = rte_dev_probe(devargs);
+  return r < 0 ? r : 0;
+}
+
+int bsm_port_valid(uint16_t port) { return rte_eth_dev_is_valid_port(port); }
+
+struct bsm_port_info {
+  char driver[64];
+  char name[RTE_ETH_NAME_MAX_LEN];
+  uint16_t max_rx_queues;
+  uint16_t max_tx_queues;
+  uint64_t rx_offload_capa;
+  uint64_t flow_type_rss_offloads;
+  int32_t socket;
+  uint32_t min_rx_bufsize;
+  uint32_t max_rx_pktlen;
+};
+
+int bsm_port_info(uint16_t port, struct bsm_port_info *out) {
+  struct rte_eth_dev_info info;
+  int r = rte_eth_dev_info_get(port, &info);
+  if (r < 0)
+    return r;
+  memset(out, 0, sizeof(*out));
+  snprintf(out->driver, sizeof(out->driver), "%s", info.driver_name ? info.driver_name : "");
+  rte_eth_dev_get_name_by_port(port, out->name);
+  out->max_rx_queues = info.max_rx_queues;
+  out->max_tx_queues = info.max_tx_queues;
+  out->rx_offload_capa = info.rx_offload_capa;
+  out->flow_type_rss_offloads = info.flow_type_rss_offloads;
+  out->socket = rte_eth_dev_socket_id(port);
+  out->min_rx_bufsize = info.min_rx_bufsize;
+  out->max_rx_pktlen = info.max_rx_pktlen;
+  return 0;
+}
+
+struct bsm_port_conf {
+  uint16_t nrxq, ntxq;
+  uint16_t rxd, txd;
+  uint8_t rss, vlan_strip, vlan_filter, vlan_qinq;
+  uint32_t loopback;
+  uint32_t mbufs;
+};
+
+/* The offload bits, so Rust need not know DPDK's numbering. */
+uint64_t bsm_offload_vlan_strip(void) { return RTE_ETH_RX_OFFLOAD_VLAN_STRIP; }
+uint64_t bsm_offload_vlan_filter(void) { return RTE_ETH_RX_OFFLOAD_VLAN_FILTER; }
+uint64_t bsm_offload_qinq(void) { return RTE_ETH_RX_OFFLOAD_QINQ_STRIP; }
+
+/* Configures, sets up the queues of and starts `port`. On failure *stage names the call. */
+int bsm_port_setup(uint16_t port, const struct bsm_port_conf *c, const char **stage) {
+  struct rte_eth_dev_info info;
+  struct rte_eth_conf conf;
+  int r;
+  *stage = "rte_eth_dev_info_get";
+  if ((r = rte_eth_dev_info_get(port, &info)) < 0)
+    return r;
+  memset(&conf, 0, sizeof(conf));
+  if (c->rss && c->nrxq > 1 && info.flow_type_rss_offloads != 0) {
+    conf.rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
+    conf.rx_adv_conf.rss_conf.rss_hf =
+        (RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP | RTE_ETH_RSS_TCP) & info.flow_type_rss_offloads;
+  }
+  if (c->vlan_strip)
+    conf.rxmode.offloads |= RTE_ETH_RX_OFFLOAD_VLAN_STRIP;
+  if (c->vlan_filter)
+    conf.rxmode.offloads |= RTE_ETH_RX_OFFLOAD_VLAN_FILTER;
+  if (c->vlan_qinq)
+    conf.rxmode.offloads |= RTE_ETH_RX_OFFLOAD_QINQ_STRIP;
+  conf.lpbk_mode = c->loopback;
+  *stage = "rte_eth_dev_configure";
+  if ((r = rte_eth_dev_configure(port, c->nrxq, c->ntxq, &conf)) < 0)
+    return r;
+  uint16_t rxd = c->rxd, txd = c->txd;
+  *stage = "rte_eth_dev_adjust_nb_rx_tx_desc";
+  if ((r = rte_eth_dev_adjust_nb_rx_tx_desc(port, &rxd, &txd)) < 0)
+    return r;
+  if (port_pool[port] == NULL) {
+    char name[RTE_MEMPOOL_NAMESIZE];
+    snprintf(name, sizeof(name), "bsm_port%u", port);
+    unsigned n = c->mbufs;
+    unsigned need = (unsigned)c->nrxq * rxd + (unsigned)c->ntxq * txd + 2 * BSM_BURST * 64;
+    if (n < need)
+      n = need;
+    *stage = "rte_pktmbuf_pool_create";
+    port_pool[port] = rte_pktmbuf_pool_create(name, n, 256, 0, RTE_MBUF_DEFAULT_BUF_SIZE,
+                                              rte_eth_dev_socket_id(port));
+    if (port_pool[port] == NULL)
+      return -rte_errno;
+  }
+  int socket = rte_eth_dev_socket_id(port);
+  for (uint16_t q = 0; q < c->nrxq; q++) {
+    *stage = "rte_eth_rx_queue_setup";
+    if ((r = rte_eth_rx_queue_setup(port, q, rxd, socket, NULL, port_pool[port])) < 0)
+      return r;
+  }
+  for (uint16_t q = 0; q < c->ntxq; q++) {
+    *stage = "rte_eth_tx_queue_setup";
+    if ((r = rte_eth_tx_queue_setup(port, q, txd, socket, NULL)) < 0)
+      return r;
+  }
+  *stage = "rte_eth_dev_start";
+  if ((r = rte_eth_dev_start(port)) < 0)
+    return r;
+  /* Not every device has a promiscuous mode (virtual ones often do not): not an error. */
+  rte_eth_promiscuous_enable(port);
+  *stage = "";
+  return 0;
+}
+
+/* Stops and closes `port`; `remove` also detaches its device (vdevs and hot-plugged PCI). */
+int bsm_port_close(uint16_t port, int remove) {
+  struct rte_eth_dev_info info;
+  struct rte_device *dev = NULL;
+  if (rte_eth_dev_info_get(port, &info) == 0)
+    dev = info.device;
+  rte_eth_dev_stop(port);
+  int r = rte_eth_dev_close(port);
+  if (remove && dev != NULL) {
+    int r2 = rte_dev_remove(dev);
+    if (r == 0)
+      r = r2;
+  }
+  if (port_pool[port] != NULL) {
+    rte_mempool_free(port_pool[port]);
+    port_pool[port] = NULL;
+  }
+  return r < 0 ? r : 0;
+}
+
+/* Receives up to n packets on (port, q) into m[], their lengths into lens[]. */
+uint16_t bsm_rx_burst(uint16_t port, uint16_t q, struct rte_mbuf **m, uint32_t *lens,
+                      uint16_t n) {
+  if (n > BSM_BURST)
+    n = BSM_BURST;
+  uint16_t k = rte_eth_rx_burst(port, q, m, n);
+  for (uint16_t i = 0; i < k; i++)
+    lens[i] = rte_pktmbuf_pkt_len(m[i]);
+  return k;
+}
+
+/*
+ * Copies each received m[i] (all its segments) to dst[i], which has room for it, and frees
+ * the mbufs; a NULL dst[i] drops that packet.
+ */
+void bsm_rx_copy_out(struct rte_mbuf **m, uint8_t *const *dst, uint16_t k) {
+  for (uint16_t i = 0; i < k; i++) {
+    uint8_t *d = dst[i];
+    if (d == NULL)
+      continue;
+    for (struct rte_mbuf *s = m[i]; s != NULL; s = s->next) {
+      memcpy(d, rte_pktmbuf_mtod(s, void *), s->data_len);
+      d += s->data_len;
+    }
+  }
+  if (k > 0)
+    rte_pktmbuf_free_bulk(m, k);
+}
+
+/*
+ * Copies n packets (src[i], lens[i] bytes) into mbufs and sends them on (port, q).
+ * Returns how many the device took; *nombuf is set when mbufs ran out.
+ */
+uint16_t bsm_tx_copy(uint16_t port, uint16_t q, const uint8_t *const *src, const uint32_t *lens,
+                     uint16_t n, uint64_t *nombuf) {
+  struct rte_mbuf *m[BSM_BURST];
+  struct rte_mempool *mp = port_pool[port];
+  if (n > BSM_BURST)
+    n = BSM_BURST;
+  if (mp == NULL || n == 0)
+    return 0;
+  if (rte_pktmbuf_alloc_bulk(mp, m, n) != 0) {
+    (*nombuf)++;
+    return 0;
+  }
+  uint16_t ok = 0;
+  for (uint16_t i = 0; i < n; i++) {
+    char *d = rte_pktmbuf_append(m[i], (uint16_t)lens[i]);
+    if (d == NULL || lens[i] > UINT16_MAX)
+      break;
+    memcpy(d, src[i], lens[i]);
+    ok++;
+  }
+  uint16_t sent = rte_eth_tx_burst(port, q, m, ok);
+  if (sent < n)
+    rte_pktmbuf_free_bulk(&m[sent], n - sent);
+  return sent;
+}
+
+uint32_t bsm_mbuf_room(void) { return RTE_MBUF_DEFAULT_BUF_SIZE - RTE_PKTMBUF_HEADROOM; }
+
+struct bsm_stats {
+  uint64_t ipackets, opackets, ibytes, obytes, imissed, ierrors, oerrors, rx_nombuf;
+  uint64_t q_ipackets[RTE_ETHDEV_QUEUE_STAT_CNTRS];
+  uint64_t q_opackets[RTE_ETHDEV_QUEUE_STAT_CNTRS];
+  uint64_t q_errors[RTE_ETHDEV_QUEUE_STAT_CNTRS];
+};
+
+
+int bsm_stats(uint16_t port, struct bsm_stats *out) {
+  struct rte_eth_stats s;
+  int r = rte_eth_stats_get(port, &s);
+  if (r < 0)
+    return r;
+  out->ipackets = s.ipackets;
+  out->opackets = s.opackets;
+  out->ibytes = s.ibytes;
+  out->obytes = s.obytes;
+  out->imissed = s.imissed;
+  out->ierrors = s.ierrors;
+  out->oerrors = s.oerrors;
+  out->rx_nombuf = s.rx_nombuf;
+  for (int i = 0; i < RTE_ETHDEV_QUEUE_STAT_CNTRS; i++) {
+    out->q_ipackets[i] = s.q_ipackets[i];
+    out->q_opackets[i] = s.q_opackets[i];
+    out->q_errors[i] = s.q_errors[i];
+  }
+  return 0;
+}
+
+int bsm_link(uint16_t port, uint32_t *speed, int *full_duplex, int *autoneg, int *up) {
+  struct rte_eth_link l;
+  memset(&l, 0, sizeof(l));
+  int r = rte_eth_link_get_nowait(port, &l);
+  if (r < 0)
+    return r;
+  *speed = l.link_speed == RTE_ETH_SPEED_NUM_UNKNOWN ? 0 : l.link_speed;
+  *full_duplex = l.link_duplex == RTE_ETH_LINK_FULL_DUPLEX;
+  *autoneg = l.link_autoneg == RTE_ETH_LINK_AUTONEG;
+  *up = l.link_status == RTE_ETH_LINK_UP;
+  return 0;
+}
+
+int bsm_mac(uint16_t port, uint8_t mac[6]) {
+  struct rte_ether_addr a;
+  int r = rte_eth_macaddr_get(port, &a);
+  if (r < 0)
+    return r;
+  memcpy(mac, a.addr_bytes, 6);
+  return 0;
+}
+
+int bsm_set_mac(uint16_t port, const uint8_t mac[6]) {
+  struct rte_ether_addr a;
+  memcpy(a.addr_bytes, mac, 6);
+  int r = rte_eth_dev_default_mac_addr_set(port, &a);
+  return r < 0 ? r : 0;
+}
+
+int bsm_mtu(uint16_t port, uint16_t *mtu) {
+  int r = rte_eth_dev_get_mtu(port, mtu);
+  return r < 0 ? r : 0;
+}
+
+int bsm_set_mtu(uint16_t port, uint16_t mtu) {
+  int r = rte_eth_dev_set_mtu(port, mtu);
+  return r < 0 ? r : 0;
+}
+
+int bsm_set_link(uint16_t port, int up) {
+  int r = up ? rte_eth_dev_set_link_up(port) : rte_eth_dev_set_link_down(port);
+  return r < 0 ? r : 0;
+}
