@@ -12,9 +12,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# VS_BESS_DRIVER runs another driver with the same set-up (make bench-pmd: bench/pmd.py).
+driver=${VS_BESS_DRIVER:-bench/vs_bess.py}
+bench=$(basename "$driver" .py)
+
 not_measured() {
   echo "BESS not measured: $*"
-  echo '{"bench": "vs_bess", "bess_measured": false}'
+  echo "{\"bench\": \"$bench\", \"bess_measured\": false}"
   exit 0
 }
 
@@ -55,4 +59,4 @@ else
   cargo build --release -q -p bessemer-daemon
   args+=(--bessemerd target/release/bessemerd)
 fi
-exec "$py" -u bench/vs_bess.py "${args[@]}" "$@"
+exec "$py" -u "$driver" "${args[@]}" "$@"

@@ -594,6 +594,14 @@ def show_port(s: Session, args) -> None:
     if missing:
         raise CliError(f"no port named {', '.join(sorted(missing))}")
     print(render.ports(ports, {p.name: s.bess.get_port_stats(p.name) for p in ports}))
+    try:
+        details = s.bess.show_port_details([p.name for p in ports]).ports
+    except BESS.Error:
+        details = []  # BESS has no such RPC: its table is all there is
+    lines = [f"  {d.name}: {d.details}" for d in details if d.details]
+    if lines:
+        print("details:")
+        print("\n".join(lines))
 
 
 def show_driver(s: Session, args) -> None:

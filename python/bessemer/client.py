@@ -392,6 +392,12 @@ class BESS:
         )
         return self._ext_call("PlanNic", req).text
 
+    def show_port_details(self, ports: list[str] | None = None):
+        """Each port's driver-level details in one line (device, mode, the driver's own
+        counters); Bessemer's own RPC."""
+        req = self._msg("ext_service", "ShowPortDetailsRequest", {"ports": list(ports or [])})
+        return self._ext_call("ShowPortDetails", req)
+
     def _ext_call(self, name: str, req):
         """A call of Bessemer's own service; BESS answers UNIMPLEMENTED, said plainly."""
         try:

@@ -13,6 +13,7 @@ from bessemer.client import BESS
 from bessemer.script import run_script
 
 from .conftest import ROOT, ROOT_ONLY, in_ns, ogate_packets, sh
+from .test_cli import cli
 from .test_ports import _pcap_frames
 
 
@@ -47,6 +48,10 @@ def test_net_null_sample_receives_and_sends(daemon):
     inc = [m.name for m in b.list_modules() if m.mclass == "PortInc"][0]
     assert ogate_packets(b, inc) > 0
     assert b.get_link_status(port.name).link_up
+    # `show port` names the device and counts the copies between DPDK's buffers and ours.
+    r = cli(daemon.port, "show", "port")
+    assert r.returncode == 0, r.stderr
+    assert "'net_null0' (net_null), copy mode: copied rx" in r.stdout, r.stdout
 
 
 def test_pcap_replay_looped_through_net_ring_arrives_intact(daemon, tmp_path):

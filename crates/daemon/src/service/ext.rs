@@ -46,6 +46,17 @@ impl BessemerControl for Control {
         answer("ShowLatency", res)
     }
 
+    async fn show_port_details(
+        &self,
+        r: Request<ext::ShowPortDetailsRequest>,
+    ) -> std::result::Result<Response<ext::ShowPortDetailsResponse>, Status> {
+        let req = r.into_inner();
+        let res = self
+            .run(move |e| super::ports::show_port_details(e, req))
+            .await;
+        answer("ShowPortDetails", res)
+    }
+
     async fn transaction(
         &self,
         r: Request<ext::TransactionRequest>,
@@ -94,6 +105,12 @@ impl BessemerControl for Control {
 }
 
 impl super::Reply for ext::PlanNicResponse {
+    fn set_error(&mut self, e: crate::pb::Error) {
+        self.error = Some(e);
+    }
+}
+
+impl super::Reply for ext::ShowPortDetailsResponse {
     fn set_error(&mut self, e: crate::pb::Error) {
         self.error = Some(e);
     }

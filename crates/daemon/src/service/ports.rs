@@ -61,6 +61,32 @@ pub(super) async fn reset_ports(ctl: &Control) -> RpcResult<pb::EmptyResponse> {
     empty("ResetPorts", res)
 }
 
+/// `ShowPortDetails`: each port's own one-line description (`Port::desc`).
+pub(super) fn show_port_details(
+    e: &bessemer_core::Engine,
+    req: crate::bessemer::pb::ShowPortDetailsRequest,
+) -> Result<crate::bessemer::pb::ShowPortDetailsResponse> {
+    let ports = if req.ports.is_empty() {
+        e.ports().list()
+    } else {
+        req.ports
+            .iter()
+            .map(|n| e.ports().get(n))
+            .collect::<Result<Vec<_>>>()?
+    };
+    Ok(crate::bessemer::pb::ShowPortDetailsResponse {
+        error: None,
+        ports: ports
+            .into_iter()
+            .map(|p| crate::bessemer::pb::PortDetails {
+                name: p.name().to_string(),
+                driver: p.driver().name.to_string(),
+                details: p.port().desc(),
+            })
+            .collect(),
+    })
+}
+
 pub(super) async fn list_ports(ctl: &Control) -> RpcResult<pb::ListPortsResponse> {
     let res = ctl
         .run(|e| {
