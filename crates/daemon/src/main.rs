@@ -112,6 +112,10 @@ struct Cli {
     /// Bessemer's AFXDPPort / AFPacketPort (which are faster on veth).
     #[arg(long)]
     dpdk_vdevs: bool,
+    /// Copy packets between DPDK's buffers and Bessemer's instead of laying DPDK's mbufs
+    /// over Bessemer's frames (zero copy, the default where DPDK uses IOVA as VA).
+    #[arg(long)]
+    dpdk_copy: bool,
 }
 
 fn init_logs(cli: &Cli) -> Result<(), String> {
@@ -182,6 +186,7 @@ fn main() {
         .collect();
     bessemer_dpdk::set_eal_args(dpdk_args, dpdk_mem);
     bessemer_drivers::pmd_port::set_kernel_vdevs_to_dpdk(cli.dpdk_vdevs);
+    bessemer_drivers::pmd_port::set_dpdk_copy(cli.dpdk_copy);
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("bessemerd-rpc")

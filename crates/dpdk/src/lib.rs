@@ -13,9 +13,13 @@
 
 mod eal;
 mod port;
+mod zc;
 
 pub use eal::{eal_args, ensure_eal, recent_log, set_eal_args};
-pub use port::{DevSpec, EthPort, LinkState, PortInfo, PortSetup, PortStats, RxBurst, RX_BURST};
+pub use port::{
+    DevSpec, EthPort, LinkState, PortInfo, PortSetup, PortStats, RxBurst, ZeroCopy, RX_BURST,
+};
+pub use zc::{zero_copy_usable, FrameSource, ZcMempool, MBUF_HEADER};
 
 /// Why a DPDK call failed: an errno and a message with DPDK's own words.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -112,7 +116,40 @@ pub(crate) mod ffi {
         pub fn bsm_offload_vlan_strip() -> u64;
         pub fn bsm_offload_vlan_filter() -> u64;
         pub fn bsm_offload_qinq() -> u64;
-        pub fn bsm_port_setup(port: u16, c: *const PortConfC, stage: *mut *const c_char) -> c_int;
+        pub fn bsm_port_setup(
+            port: u16,
+            c: *const PortConfC,
+            rx_pools: *const *mut std::ffi::c_void,
+            stage: *mut *const c_char,
+        ) -> c_int;
+        pub fn bsm_zc_usable() -> c_int;
+        pub fn bsm_zc_mempool(
+            name: *const c_char,
+            ctx: *mut std::ffi::c_void,
+            frame_size: u32,
+            n: u32,
+        ) -> *mut std::ffi::c_void;
+        pub fn bsm_mempool_free(mp: *mut std::ffi::c_void);
+        pub fn bsm_zc_register(addr: *mut std::ffi::c_void, len: usize, port: u16) -> c_int;
+        pub fn bsm_rx_burst_zc(
+            port: u16,
+            q: u16,
+            m: *mut *mut std::ffi::c_void,
+            lens: *mut u32,
+            descs: *mut *mut std::ffi::c_void,
+            offs: *mut u32,
+            n: u16,
+        ) -> u16;
+        pub fn bsm_tx_zc(
+            port: u16,
+            q: u16,
+            mp: *mut std::ffi::c_void,
+            frames: *const *mut u8,
+            offs: *const u32,
+            lens: *const u32,
+            descs: *const *mut std::ffi::c_void,
+            n: u16,
+        ) -> u16;
         pub fn bsm_port_close(port: u16, remove: c_int) -> c_int;
         pub fn bsm_rx_burst(
             port: u16,

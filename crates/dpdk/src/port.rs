@@ -120,6 +120,11 @@ pub struct RxBurst {
     m: [*mut std::ffi::c_void; RX_BURST],
     /// Each packet's length.
     pub lens: [u32; RX_BURST],
+    /// Zero copy: the packet's Bessemer descriptor (null: copy it), and where its data
+    /// starts in its frame.
+    pub descs: [*mut std::ffi::c_void; RX_BURST],
+    /// See `descs`.
+    pub offs: [u32; RX_BURST],
     n: usize,
 }
 
@@ -128,6 +133,8 @@ impl Default for RxBurst {
         RxBurst {
             m: [std::ptr::null_mut(); RX_BURST],
             lens: [0; RX_BURST],
+            descs: [std::ptr::null_mut(); RX_BURST],
+            offs: [0; RX_BURST],
             n: 0,
         }
     }
@@ -143,6 +150,21 @@ pub struct EthPort {
     /// Detach the device on close (Bessemer attached it).
     attached: bool,
     info: PortInfo,
+    /// Zero copy: each RX queue's mempool, each TX queue's (dropped after the close).
+    zc_rx: Vec<crate::ZcMempool>,
+    zc_tx: Vec<crate::ZcMempool>,
+}
+
+/// Zero copy for [`EthPort::setup`]: one mempool per RX and per TX queue, and the memory
+/// region their frames are in (registered with DPDK for the device's DMA).
+#[derive(Debug)]
+pub struct ZeroCopy {
+    /// One per RX queue.
+    pub rx: Vec<crate::ZcMempool>,
+    /// One per TX queue.
+    pub tx: Vec<crate::ZcMempool>,
+    /// Regions (start, length) the frames come from.
+    pub regions: Vec<(*mut u8, usize)>,
 }
 
 #[cfg(dpdk)]
@@ -284,6 +306,8 @@ impl EthPort {
         let port = EthPort {
             id,
             attached,
+            zc_rx: Vec::new(),
+            zc_tx: Vec::new(),
             info: PortInfo {
                 driver: ffi::cstr(&pi.driver),
                 name: ffi::cstr(&pi.name),
@@ -302,13 +326,15 @@ impl EthPort {
 
     /// Configures the queues and offloads and starts the port.
     #[cfg(not(dpdk))]
-    pub fn setup(&self, _s: &PortSetup) -> Result<(), DpdkError> {
+    pub fn setup(&mut self, _s: &PortSetup, _zc: Option<ZeroCopy>) -> Result<(), DpdkError> {
         crate::available()
     }
 
     /// Configures the queues and offloads and starts the port.
     #[cfg(dpdk)]
-    pub fn setup(&self, s: &PortSetup) -> Result<(), DpdkError> {
+    /// With `zc`, the RX queues receive into its mempools' frames and [`EthPort::tx_zc`]
+    /// sends without copying.
+    pub fn setup(&mut self, s: &PortSetup, zc: Option<ZeroCopy>) -> Result<(), DpdkError> {
         use crate::ffi;
         let i = &self.info;
         let dev = format!("'{}' ({})", i.name, i.driver);
@@ -359,9 +385,31 @@ impl EthPort {
             loopback: s.loopback,
             mbufs: 8192,
         };
+        let mut rx_pools: Vec<*mut std::ffi::c_void> = Vec::new();
+        if let Some(zc) = zc {
+            for (base, len) in &zc.regions {
+                // SAFETY: the region is mapped memory that outlives the port.
+                let r = unsafe { ffi::bsm_zc_register(*base as *mut _, *len, self.id) };
+                if r < 0 {
+                    return Err(err(
+                        r,
+                        format!("{dev}: registering Bessemer's packet memory"),
+                    ));
+                }
+            }
+            rx_pools = zc.rx.iter().map(|m| m.raw()).collect();
+            rx_pools.resize(c.nrxq as usize, std::ptr::null_mut());
+            self.zc_rx = zc.rx;
+            self.zc_tx = zc.tx;
+        }
         let mut stage: *const std::os::raw::c_char = std::ptr::null();
-        // SAFETY: c and stage are valid pointers for the call.
-        let r = unsafe { ffi::bsm_port_setup(self.id, &c, &mut stage) };
+        let pools = if rx_pools.is_empty() {
+            std::ptr::null()
+        } else {
+            rx_pools.as_ptr()
+        };
+        // SAFETY: c, pools (nrxq entries or null) and stage are valid for the call.
+        let r = unsafe { ffi::bsm_port_setup(self.id, &c, pools, &mut stage) };
         if r < 0 {
             let stage = if stage.is_null() {
                 String::new()
@@ -401,6 +449,97 @@ impl EthPort {
         // SAFETY: m[..n] are live mbufs of the last burst; dst[i] has room for lens[i].
         unsafe { crate::ffi::bsm_rx_copy_out(mbufs.m.as_ptr(), dst.as_ptr(), mbufs.n as u16) };
         mbufs.n = 0;
+    }
+
+    /// Whether [`EthPort::setup`] set the port up for zero copy.
+    pub fn zero_copy(&self) -> bool {
+        !self.zc_rx.is_empty()
+    }
+
+    /// As [`EthPort::rx_burst`], and marks the packets that arrived in Bessemer's own frames
+    /// (`mbufs.descs[i]` non-null; they are the caller's now, never to be copied or freed
+    /// through DPDK); the rest go through [`EthPort::rx_copy_rest`].
+    #[cfg(dpdk)]
+    #[inline]
+    pub fn rx_burst_zc(&self, q: u16, mbufs: &mut RxBurst, n: usize) -> usize {
+        register_thread();
+        let n = n.min(RX_BURST) as u16;
+        // SAFETY: every array has RX_BURST slots.
+        let k = unsafe {
+            crate::ffi::bsm_rx_burst_zc(
+                self.id,
+                q,
+                mbufs.m.as_mut_ptr(),
+                mbufs.lens.as_mut_ptr(),
+                mbufs.descs.as_mut_ptr(),
+                mbufs.offs.as_mut_ptr(),
+                n,
+            )
+        };
+        mbufs.n = k as usize;
+        k as usize
+    }
+
+    /// After [`EthPort::rx_burst_zc`]: copies each packet that did not arrive in a Bessemer
+    /// frame to `dst[i]` (null drops it) and frees its DPDK buffer; zero-copy ones are
+    /// left alone.
+    #[cfg(dpdk)]
+    #[inline]
+    pub fn rx_copy_rest(mbufs: &mut RxBurst, dst: &[*mut u8]) {
+        let mut m = [std::ptr::null_mut(); RX_BURST];
+        let mut d = [std::ptr::null_mut::<u8>(); RX_BURST];
+        let mut k = 0;
+        for (i, &to) in dst.iter().enumerate().take(mbufs.n) {
+            if mbufs.descs[i].is_null() {
+                m[k] = mbufs.m[i];
+                d[k] = to;
+                k += 1;
+            }
+        }
+        if k > 0 {
+            // SAFETY: m[..k] are live mbufs of the burst not handed over; d[i] has room.
+            unsafe { crate::ffi::bsm_rx_copy_out(m.as_ptr(), d.as_ptr(), k as u16) };
+        }
+        mbufs.n = 0;
+    }
+
+    /// Sends packets in their own frames: frame starts, data offsets in the frame (at
+    /// least [`crate::MBUF_HEADER`]), lengths and descriptors. Returns how many the device
+    /// took (a prefix): those belong to DPDK now and come back through the TX queue's
+    /// [`crate::FrameSource::free`]; the rest are untouched.
+    #[cfg(dpdk)]
+    #[inline]
+    pub fn tx_zc(
+        &self,
+        q: u16,
+        frames: &[*mut u8],
+        offs: &[u32],
+        lens: &[u32],
+        descs: &[*mut std::ffi::c_void],
+    ) -> usize {
+        register_thread();
+        let n = frames
+            .len()
+            .min(offs.len())
+            .min(lens.len())
+            .min(descs.len())
+            .min(64);
+        let Some(mp) = self.zc_tx.get(q as usize) else {
+            return 0;
+        };
+        // SAFETY: the arrays hold n entries describing frames the caller owns.
+        unsafe {
+            crate::ffi::bsm_tx_zc(
+                self.id,
+                q,
+                mp.raw(),
+                frames.as_ptr(),
+                offs.as_ptr(),
+                lens.as_ptr(),
+                descs.as_ptr(),
+                n as u16,
+            ) as usize
+        }
     }
 
     /// Copies `src[i]` (`lens[i]` bytes) into DPDK buffers and sends them on queue `q`.

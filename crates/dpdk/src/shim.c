@@ -16,6 +16,7 @@
 #include <rte_lcore.h>
 #include <rte_log.h>
 #include <rte_mbuf.h>
+#include <rte_mbuf_dyn.h>
 #include <rte_mempool.h>
 
 #define BSM_BURST 64
@@ -29,6 +30,174 @@ static ssize_t log_write(void *cookie, const char *buf, size_t len) {
   return (ssize_t)len;
 }
 
+/*
+ * Zero copy: mbufs laid over Bessemer's packet frames. A frame of Bessemer's pool holds the
+ * 128-byte rte_mbuf in its first bytes (part of the headroom every Bessemer frame keeps in
+ * front of its data) and the mbuf's buffer is the rest of the frame, so DPDK reads and
+ * writes packet bytes where Bessemer has them. A mempool with the ops below hands out such
+ * mbufs (Bessemer allocates the frames: bsm_zc_alloc) and takes them back (Bessemer frees
+ * the packets: bsm_zc_free); each mbuf carries its Bessemer descriptor in a dynamic field.
+ */
+#define BSM_MBUF_HDR 128
+_Static_assert(sizeof(struct rte_mbuf) <= BSM_MBUF_HDR, "rte_mbuf no longer fits the headroom");
+
+/* Implemented in Rust (bessemer-dpdk's zc module): ctx is the mempool's pool_config. */
+extern int bsm_zc_alloc(void *ctx, void **frames, void **descs, unsigned n);
+extern void bsm_zc_free(void *ctx, void *const *descs, unsigned n);
+extern unsigned bsm_zc_count(void *ctx);
+extern uint32_t bsm_zc_frame_size(void *ctx);
+
+static int desc_field = -1; /* offset of the descriptor pointer in an mbuf */
+static int zc_ops_index = -1;
+
+static inline void **desc_of(struct rte_mbuf *m) {
+  return RTE_MBUF_DYNFIELD(m, desc_field, void **);
+}
+
+/* Writes a fresh mbuf header at the start of `frame` (data at `data_off` of the buffer). */
+static inline struct rte_mbuf *mbuf_over(struct rte_mempool *mp, void *frame, uint32_t frame_size,
+                                         uint16_t data_off, uint32_t len, void *desc) {
+  struct rte_mbuf *m = frame;
+  memset(m, 0, sizeof(*m));
+  m->buf_addr = (char *)frame + BSM_MBUF_HDR;
+  m->buf_iova = (rte_iova_t)(uintptr_t)m->buf_addr; /* IOVA as VA only: see bsm_zc_usable */
+  m->buf_len = (uint16_t)(frame_size - BSM_MBUF_HDR);
+  m->data_off = data_off;
+  m->data_len = (uint16_t)len;
+  m->pkt_len = len;
+  m->nb_segs = 1;
+  m->port = RTE_MBUF_PORT_INVALID;
+  m->pool = mp;
+  rte_mbuf_refcnt_set(m, 1);
+  *desc_of(m) = desc;
+  return m;
+}
+
+static int zc_alloc_op(struct rte_mempool *mp) {
+  (void)mp;
+  return 0;
+}
+
+static void zc_free_op(struct rte_mempool *mp) { (void)mp; }
+
+static int zc_enqueue(struct rte_mempool *mp, void *const *objs, unsigned n) {
+  void *descs[BSM_BURST];
+  while (n > 0) {
+    unsigned k = n < BSM_BURST ? n : BSM_BURST;
+    for (unsigned i = 0; i < k; i++)
+      descs[i] = *desc_of((struct rte_mbuf *)objs[i]);
+    bsm_zc_free(mp->pool_config, descs, k);
+    objs += k;
+    n -= k;
+  }
+  return 0;
+}
+
+static int zc_dequeue(struct rte_mempool *mp, void **objs, unsigned n) {
+  void *frames[BSM_BURST], *descs[BSM_BURST];
+  uint32_t fs = bsm_zc_frame_size(mp->pool_config);
+  unsigned done = 0;
+  while (done < n) {
+    unsigned k = n - done < BSM_BURST ? n - done : BSM_BURST;
+    if (bsm_zc_alloc(mp->pool_config, frames, descs, k) != 0) {
+      if (done > 0)
+        zc_enqueue(mp, objs, done); /* all or nothing */
+      return -ENOBUFS;
+    }
+    for (unsigned i = 0; i < k; i++)
+      objs[done + i] = mbuf_over(mp, frames[i], fs, RTE_PKTMBUF_HEADROOM, 0, descs[i]);
+    done += k;
+  }
+  return 0;
+}
+
+static unsigned zc_get_count(const struct rte_mempool *mp) { return bsm_zc_count(mp->pool_config); }
+
+static struct rte_mempool_ops zc_ops = {
+    .name = "bessemer_zc",
+    .alloc = zc_alloc_op,
+    .free = zc_free_op,
+    .enqueue = zc_enqueue,
+    .dequeue = zc_dequeue,
+    .get_count = zc_get_count,
+};
+
+/* Zero copy needs IOVA as VA (the mbufs' bus addresses are their virtual ones). */
+int bsm_zc_usable(void) { return desc_field >= 0 && rte_eal_iova_mode() == RTE_IOVA_VA; }
+
+/* A mempool of mbufs over Bessemer frames; ctx answers its allocations (see above). */
+struct rte_mempool *bsm_zc_mempool(const char *name, void *ctx, uint32_t frame_size, unsigned n) {
+  struct rte_mempool *mp = rte_mempool_create_empty(
+      name, n, frame_size, 0, sizeof(struct rte_pktmbuf_pool_private), SOCKET_ID_ANY, 0);
+  if (mp == NULL)
+    return NULL;
+  if (rte_mempool_set_ops_byname(mp, "bessemer_zc", ctx) != 0) {
+    rte_mempool_free(mp);
+    return NULL;
+  }
+  struct rte_pktmbuf_pool_private priv = {
+      .mbuf_data_room_size = (uint16_t)(frame_size - BSM_MBUF_HDR), .mbuf_priv_size = 0};
+  rte_pktmbuf_pool_init(mp, &priv);
+  return mp;
+}
+
+void bsm_mempool_free(struct rte_mempool *mp) { rte_mempool_free(mp); }
+
+/* Makes DPDK devices able to reach [addr, addr + len) (Bessemer's frame region). */
+int bsm_zc_register(void *addr, size_t len, uint16_t port) {
+  int r = rte_extmem_register(addr, len, NULL, 0, 4096);
+  if (r < 0 && rte_errno != EEXIST)
+    return -rte_errno;
+  struct rte_eth_dev_info info;
+  if (rte_eth_dev_info_get(port, &info) == 0 && info.device != NULL) {
+    /* Virtual devices have no DMA to map: ENOTSUP is expected there. */
+    if (rte_dev_dma_map(info.device, addr, (uint64_t)(uintptr_t)addr, len) < 0 &&
+        rte_errno != ENOTSUP && rte_errno != EEXIST)
+      return -rte_errno;
+  }
+  return 0;
+}
+
+/*
+ * Receives up to n packets; for each, descs[i] is its Bessemer descriptor and offs[i] where
+ * its data starts in the frame when the mbuf is one of Bessemer's frames in one segment (it
+ * then belongs to Bessemer: not freed here), else NULL (copy it: bsm_rx_copy_out).
+ */
+uint16_t bsm_rx_burst_zc(uint16_t port, uint16_t q, struct rte_mbuf **m, uint32_t *lens,
+                         void **descs, uint32_t *offs, uint16_t n) {
+  if (n > BSM_BURST)
+    n = BSM_BURST;
+  uint16_t k = rte_eth_rx_burst(port, q, m, n);
+  for (uint16_t i = 0; i < k; i++) {
+    struct rte_mbuf *x = m[i];
+    lens[i] = rte_pktmbuf_pkt_len(x);
+    if (x->pool != NULL && x->pool->ops_index == zc_ops_index && x->nb_segs == 1 &&
+        x->buf_addr == (char *)x + BSM_MBUF_HDR) {
+      descs[i] = *desc_of(x);
+      offs[i] = BSM_MBUF_HDR + x->data_off;
+    } else {
+      descs[i] = NULL;
+    }
+  }
+  return k;
+}
+
+/*
+ * Sends n Bessemer packets without copying: an mbuf header is written at the start of each
+ * frame (the packet's data at offs[i] of it, lens[i] bytes), owned by mempool mp. Returns how
+ * many the device took; the rest are untouched packets of the caller's.
+ */
+uint16_t bsm_tx_zc(uint16_t port, uint16_t q, struct rte_mempool *mp, void *const *frames,
+                   const uint32_t *offs, const uint32_t *lens, void *const *descs, uint16_t n) {
+  struct rte_mbuf *m[BSM_BURST];
+  uint32_t fs = bsm_zc_frame_size(mp->pool_config);
+  if (n > BSM_BURST)
+    n = BSM_BURST;
+  for (uint16_t i = 0; i < n; i++)
+    m[i] = mbuf_over(mp, frames[i], fs, (uint16_t)(offs[i] - BSM_MBUF_HDR), lens[i], descs[i]);
+  return rte_eth_tx_burst(port, q, m, n);
+}
+
 /* Each port's mempool for copied TX buffers (and its RX queues' buffers). */
 static struct rte_mempool *port_pool[RTE_MAX_ETHPORTS];
 
@@ -39,8 +208,18 @@ int bsm_eal_init(int argc, char **argv) {
     setvbuf(s, NULL, _IOLBF, 0);
     rte_openlog_stream(s);
   }
+  rte_mempool_register_ops(&zc_ops);
   int r = rte_eal_init(argc, argv);
-  return r < 0 ? -rte_errno : r;
+  if (r < 0)
+    return -rte_errno;
+  zc_ops_index = -1;
+  for (unsigned i = 0; i < rte_mempool_ops_table.num_ops; i++)
+    if (strcmp(rte_mempool_ops_table.ops[i].name, "bessemer_zc") == 0)
+      zc_ops_index = (int)i;
+  static const struct rte_mbuf_dynfield desc_dynfield = {
+      .name = "bessemer_desc", .size = sizeof(void *), .align = __alignof__(void *)};
+  desc_field = rte_mbuf_dynfield_register(&desc_dynfield);
+  return r;
 }
 
 /* Makes the calling (worker) thread known to DPDK, so mempools use per-lcore caches. */
@@ -108,7 +287,8 @@ uint64_t bsm_offload_vlan_filter(void) { return RTE_ETH_RX_OFFLOAD_VLAN_FILTER; 
 uint64_t bsm_offload_qinq(void) { return RTE_ETH_RX_OFFLOAD_QINQ_STRIP; }
 
 /* Configures, sets up the queues of and starts `port`. On failure *stage names the call. */
-int bsm_port_setup(uint16_t port, const struct bsm_port_conf *c, const char **stage) {
+int bsm_port_setup(uint16_t port, const struct bsm_port_conf *c, struct rte_mempool *const *rx_pools,
+                   const char **stage) {
   struct rte_eth_dev_info info;
   struct rte_eth_conf conf;
   int r;
@@ -151,7 +331,8 @@ int bsm_port_setup(uint16_t port, const struct bsm_port_conf *c, const char **st
   int socket = rte_eth_dev_socket_id(port);
   for (uint16_t q = 0; q < c->nrxq; q++) {
     *stage = "rte_eth_rx_queue_setup";
-    if ((r = rte_eth_rx_queue_setup(port, q, rxd, socket, NULL, port_pool[port])) < 0)
+    struct rte_mempool *mp = rx_pools != NULL && rx_pools[q] != NULL ? rx_pools[q] : port_pool[port];
+    if ((r = rte_eth_rx_queue_setup(port, q, rxd, socket, NULL, mp)) < 0)
       return r;
   }
   for (uint16_t q = 0; q < c->ntxq; q++) {

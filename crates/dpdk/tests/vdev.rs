@@ -15,9 +15,9 @@ fn virtual_devices_send_receive_count_and_refuse_what_they_cannot() {
     bessemer_dpdk::ensure_eal().expect("EAL starts without hugepages");
 
     // net_null: receives as fast as asked (64-byte packets), swallows what it is sent.
-    let null = EthPort::open(&DevSpec::Vdev("net_null0".into())).unwrap();
+    let mut null = EthPort::open(&DevSpec::Vdev("net_null0".into())).unwrap();
     assert_eq!(null.info().driver, "net_null");
-    null.setup(&PortSetup::default()).unwrap();
+    null.setup(&PortSetup::default(), None).unwrap();
     let mut bufs = buffers(32, 2048);
     let ptrs: Vec<*mut u8> = bufs.iter_mut().map(|b| b.as_mut_ptr()).collect();
     let mut burst = RxBurst::default();
@@ -50,18 +50,21 @@ fn virtual_devices_send_receive_count_and_refuse_what_they_cannot() {
     assert!(e.msg.contains("0000:ff:1f.7"), "{e}");
 
     // net_ring: what is sent on its one queue pair comes back on it, bytes intact.
-    let ring = EthPort::open(&DevSpec::Vdev("net_ring0".into())).unwrap();
+    let mut ring = EthPort::open(&DevSpec::Vdev("net_ring0".into())).unwrap();
     let e = ring
-        .setup(&PortSetup {
-            rx_queues: 64,
-            ..PortSetup::default()
-        })
+        .setup(
+            &PortSetup {
+                rx_queues: 64,
+                ..PortSetup::default()
+            },
+            None,
+        )
         .unwrap_err();
     assert!(
         e.msg.contains("num_inc_q 64 is more than the device has"),
         "{e}"
     );
-    ring.setup(&PortSetup::default()).unwrap();
+    ring.setup(&PortSetup::default(), None).unwrap();
     let data: Vec<Vec<u8>> = (0..8)
         .map(|i| (0..60 + i).map(|b| (b * 7 + i) as u8).collect())
         .collect();

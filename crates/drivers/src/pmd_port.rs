@@ -29,12 +29,29 @@ use std::sync::Arc;
 use bessemer_core::batch::PacketBatch;
 use bessemer_core::pool::PoolCache;
 use bessemer_core::port::{LinkStatus, Port, PortConf, RxQueue, TxQueue};
-use bessemer_dpdk::{DevSpec, EthPort, PortSetup, RxBurst, RX_BURST};
+use std::ffi::c_void;
+use std::sync::atomic::AtomicPtr;
+use std::sync::Mutex;
+
+use bessemer_core::packet::Packet;
+use bessemer_core::pool::PacketPool;
+use bessemer_dpdk::{
+    DevSpec, EthPort, FrameSource, PortSetup, RxBurst, ZcMempool, ZeroCopy, MBUF_HEADER, RX_BURST,
+};
 
 use crate::{af_packet_port, af_xdp_port};
 
 /// `bessemerd --dpdk-vdevs`: net_af_xdp / net_af_packet vdevs go to DPDK's own PMDs.
 static KERNEL_VDEVS_TO_DPDK: AtomicBool = AtomicBool::new(false);
+
+/// `bessemerd --dpdk-copy`: DPDK ports copy packets instead of sharing frames.
+static DPDK_COPY: AtomicBool = AtomicBool::new(false);
+
+/// Makes DPDK ports copy between DPDK's buffers and Bessemer's instead of laying DPDK's
+/// mbufs over Bessemer's frames (for drivers that cannot take external memory).
+pub fn set_dpdk_copy(on: bool) {
+    DPDK_COPY.store(on, Ordering::Relaxed);
+}
 
 /// Sends the kernel-interface vdevs (`net_af_xdp`, `net_af_packet`) to DPDK's own PMDs
 /// instead of Bessemer's AFXDPPort / AFPacketPort (which are faster on veth).
@@ -370,9 +387,94 @@ fn dpdk_err(e: bessemer_dpdk::DpdkError) -> Error {
     Error::new(e.errno, format!("{MSG}: {}", e.msg))
 }
 
+/// Bessemer's pool as the frames of a zero-copy mempool (one per queue). DPDK allocates and
+/// frees through it inside the bursts of the queue's owner, whose cache is lent for the
+/// burst (`worker`); at device start and close, on the control thread, `ctl` serves.
+struct PoolFrames {
+    pool: PacketPool,
+    worker: AtomicPtr<PoolCache>,
+    ctl: Mutex<PoolCache>,
+}
+
+impl PoolFrames {
+    fn new(pool: &PacketPool) -> Arc<PoolFrames> {
+        Arc::new(PoolFrames {
+            pool: pool.clone(),
+            worker: AtomicPtr::new(std::ptr::null_mut()),
+            ctl: Mutex::new(pool.cache()),
+        })
+    }
+
+    fn with_cache<R>(&self, f: impl FnOnce(&mut PoolCache) -> R) -> R {
+        let w = self.worker.load(Ordering::Relaxed);
+        if w.is_null() {
+            f(&mut self.ctl.lock().unwrap_or_else(|p| p.into_inner()))
+        } else {
+            // SAFETY: set by the queue's owner for the length of a burst on its own thread,
+            // from the cache it holds exclusively and does not touch during the burst.
+            f(unsafe { &mut *w })
+        }
+    }
+
+    /// Lends `cache` to the bursts of this queue until the guard goes.
+    fn lend<'a>(&'a self, cache: &'a mut PoolCache) -> impl Drop + 'a {
+        self.worker.store(cache, Ordering::Relaxed);
+        struct Back<'b>(&'b AtomicPtr<PoolCache>);
+        impl Drop for Back<'_> {
+            fn drop(&mut self) {
+                self.0.store(std::ptr::null_mut(), Ordering::Relaxed);
+            }
+        }
+        Back(&self.worker)
+    }
+}
+
+/// The mempool's view of a queue's frames.
+struct QueueFrames(Arc<PoolFrames>);
+
+impl FrameSource for QueueFrames {
+    fn alloc(&self, frames: &mut [*mut u8], descs: &mut [*mut c_void]) -> bool {
+        let pool = &self.0.pool;
+        self.0.with_cache(|cache| {
+            for i in 0..frames.len() {
+                let Some(p) = cache.alloc(0) else {
+                    for d in &descs[..i] {
+                        // SAFETY: allocated just above, never handed out.
+                        cache.free(unsafe { Packet::from_raw(*d as *mut _) });
+                    }
+                    return false;
+                };
+                // SAFETY: the frame is inside the pool's region.
+                frames[i] = unsafe { pool.region_base().add(pool.frame_addr(&p) as usize) };
+                descs[i] = p.into_raw() as *mut c_void;
+            }
+            true
+        })
+    }
+
+    fn free(&self, descs: &[*mut c_void]) {
+        self.0.with_cache(|cache| {
+            for d in descs {
+                // SAFETY: DPDK hands back a descriptor it got from alloc or tx_zc, once.
+                cache.free(unsafe { Packet::from_raw(*d as *mut _) });
+            }
+        })
+    }
+
+    fn available(&self) -> usize {
+        self.0.pool.free_count()
+    }
+
+    fn frame_size(&self) -> u32 {
+        self.0.pool.frame_size() as u32
+    }
+}
+
 /// Counters of what crossed between DPDK's buffers and Bessemer's.
 #[derive(Default)]
 struct Copies {
+    rx_zero_copy: AtomicU64,
+    tx_zero_copy: AtomicU64,
     rx_copied: AtomicU64,
     tx_copied: AtomicU64,
     /// Received packets with no Bessemer buffer for them (pool empty or too long).
@@ -387,6 +489,11 @@ struct DpdkPort {
     copies: Arc<Copies>,
     nrx: usize,
     ntx: usize,
+    /// Zero copy: each queue's frames (empty: copy mode).
+    rx_frames: Vec<Arc<PoolFrames>>,
+    tx_frames: Vec<Arc<PoolFrames>>,
+    /// Packets of this pool go out without a copy (its memory is the one registered).
+    pool_id: u16,
 }
 
 fn dpdk_create(
@@ -396,8 +503,33 @@ fn dpdk_create(
     promiscuous: bool,
 ) -> Result<NewPort> {
     let _ = promiscuous; // the shim enables promiscuous mode wherever the device has it
-    let eth = EthPort::open(&spec).map_err(dpdk_err)?;
-    eth.setup(setup).map_err(dpdk_err)?;
+    let mut eth = EthPort::open(&spec).map_err(dpdk_err)?;
+    let zero_copy = bessemer_dpdk::zero_copy_usable() && !DPDK_COPY.load(Ordering::Relaxed);
+    let (mut rx_frames, mut tx_frames) = (Vec::new(), Vec::new());
+    let zc = if zero_copy {
+        let mut zc = ZeroCopy {
+            rx: Vec::new(),
+            tx: Vec::new(),
+            regions: vec![(params.pool.region_base(), params.pool.region_len())],
+        };
+        for (dir, n, frames, pools) in [
+            ("rx", setup.rx_queues, &mut rx_frames, &mut zc.rx),
+            ("tx", setup.tx_queues, &mut tx_frames, &mut zc.tx),
+        ] {
+            for q in 0..n {
+                let f = PoolFrames::new(&params.pool);
+                let name = format!("bsm{}{dir}{q}", eth.id());
+                let mp = ZcMempool::new(&name, Box::new(QueueFrames(f.clone())), 8192)
+                    .map_err(dpdk_err)?;
+                frames.push(f);
+                pools.push(mp);
+            }
+        }
+        Some(zc)
+    } else {
+        None
+    };
+    eth.setup(setup, zc).map_err(dpdk_err)?;
     tracing::info!(
         "PMDPort {}: DPDK port {} '{}' ({}), {} RX / {} TX queues",
         params.name,
@@ -415,6 +547,9 @@ fn dpdk_create(
             copies: Arc::default(),
             nrx: setup.rx_queues as usize,
             ntx: setup.tx_queues as usize,
+            rx_frames,
+            tx_frames,
+            pool_id: params.pool.id(),
         }),
     })
 }
@@ -424,11 +559,73 @@ struct DpdkRxQ {
     copies: Arc<Copies>,
     q: u16,
     burst: RxBurst,
+    frames: Option<Arc<PoolFrames>>,
+}
+
+impl DpdkRxQ {
+    fn recv_zero_copy(
+        &mut self,
+        frames: &PoolFrames,
+        cache: &mut PoolCache,
+        batch: &mut PacketBatch,
+        want: usize,
+    ) -> usize {
+        let k = {
+            let _lent = frames.lend(cache);
+            self.eth.rx_burst_zc(self.q, &mut self.burst, want)
+        };
+        if k == 0 {
+            return 0;
+        }
+        let start = batch.len();
+        let mut dst = [std::ptr::null_mut::<u8>(); RX_BURST];
+        let (mut zc, mut copied, mut missing) = (0u64, 0u64, 0u64);
+        for (i, d) in dst.iter_mut().enumerate().take(k) {
+            let desc = self.burst.descs[i];
+            if !desc.is_null() {
+                // SAFETY: the frame arrived in one of Bessemer's mbufs: its packet is ours.
+                let mut p = unsafe { Packet::from_raw(desc as *mut _) };
+                if p.set_data_bounds(self.burst.offs[i] as usize, self.burst.lens[i] as usize) {
+                    // SAFETY: at most `want` <= batch.room() packets are pushed.
+                    unsafe { batch.push_unchecked(p) };
+                    zc += 1;
+                } else {
+                    cache.free(p);
+                    missing += 1;
+                }
+                continue;
+            }
+            match cache.alloc_any(self.burst.lens[i] as usize) {
+                Some(mut p) => {
+                    *d = p.data_mut().as_mut_ptr();
+                    // SAFETY: as above.
+                    unsafe { batch.push_unchecked(p) };
+                    copied += 1;
+                }
+                None => missing += 1,
+            }
+        }
+        EthPort::rx_copy_rest(&mut self.burst, &dst[..k]);
+        let c = &self.copies;
+        if zc > 0 {
+            c.rx_zero_copy.fetch_add(zc, Ordering::Relaxed);
+        }
+        if copied > 0 {
+            c.rx_copied.fetch_add(copied, Ordering::Relaxed);
+        }
+        if missing > 0 {
+            c.rx_no_buffer.fetch_add(missing, Ordering::Relaxed);
+        }
+        batch.len() - start
+    }
 }
 
 impl RxQueue for DpdkRxQ {
     fn recv(&mut self, cache: &mut PoolCache, batch: &mut PacketBatch, max: usize) -> usize {
         let want = max.min(batch.room()).min(RX_BURST);
+        if let Some(frames) = self.frames.clone() {
+            return self.recv_zero_copy(&frames, cache, batch, want);
+        }
         let k = self.eth.rx_burst(self.q, &mut self.burst, want);
         if k == 0 {
             return 0;
@@ -464,11 +661,80 @@ struct DpdkTxQ {
     eth: Arc<EthPort>,
     copies: Arc<Copies>,
     q: u16,
+    frames: Option<Arc<PoolFrames>>,
+    pool_id: u16,
 }
 
-impl TxQueue for DpdkTxQ {
-    fn send(&mut self, cache: &mut PoolCache, batch: &mut PacketBatch) -> usize {
-        let n = batch.len().min(RX_BURST);
+impl DpdkTxQ {
+    /// A packet that can leave in its own frame: held once (the mbuf header is written into
+    /// its frame), of the registered pool, with the header's room in front of its data.
+    fn zero_copy_ok(&self, p: &Packet) -> bool {
+        !p.is_shared() && p.pool_id() == self.pool_id && p.data_offset() >= MBUF_HEADER
+    }
+
+    /// Sends the leading packets that can go without a copy; returns how many went.
+    fn send_zero_copy(
+        &mut self,
+        frames: &PoolFrames,
+        cache: &mut PoolCache,
+        batch: &mut PacketBatch,
+    ) -> usize {
+        let mut fr = [std::ptr::null_mut::<u8>(); RX_BURST];
+        let mut offs = [0u32; RX_BURST];
+        let mut lens = [0u32; RX_BURST];
+        let mut descs = [std::ptr::null_mut::<c_void>(); RX_BURST];
+        let mut n = 0;
+        for p in batch.pkts().iter().take(RX_BURST) {
+            if !self.zero_copy_ok(p) {
+                break;
+            }
+            let off = p.data_offset();
+            // SAFETY: data_offset bytes in front of the data are the frame's own.
+            fr[n] = unsafe { p.data().as_ptr().sub(off) as *mut u8 };
+            offs[n] = off as u32;
+            lens[n] = p.len() as u32;
+            descs[n] = p.as_ptr() as *mut c_void;
+            n += 1;
+        }
+        if n == 0 {
+            return 0;
+        }
+        let sent = {
+            let _lent = frames.lend(cache);
+            self.eth
+                .tx_zc(self.q, &fr[..n], &offs[..n], &lens[..n], &descs[..n])
+        };
+        if sent > 0 {
+            let mut rest = PacketBatch::new();
+            for (k, p) in batch.drain().enumerate() {
+                if k < sent {
+                    // DPDK holds the packet now and frees it through the queue's frames.
+                    let _ = p.into_raw();
+                } else {
+                    // SAFETY: at most MAX_BURST packets.
+                    unsafe { rest.push_unchecked(p) };
+                }
+            }
+            batch.append(&mut rest);
+            self.copies
+                .tx_zero_copy
+                .fetch_add(sent as u64, Ordering::Relaxed);
+        }
+        sent
+    }
+
+    /// Sends the leading packets that need a copy (all of them without zero copy).
+    fn send_copy(&mut self, cache: &mut PoolCache, batch: &mut PacketBatch) -> usize {
+        let n = if self.frames.is_some() {
+            batch
+                .pkts()
+                .iter()
+                .take(RX_BURST)
+                .take_while(|p| !self.zero_copy_ok(p))
+                .count()
+        } else {
+            batch.len().min(RX_BURST)
+        };
         if n == 0 {
             return 0;
         }
@@ -508,6 +774,29 @@ impl TxQueue for DpdkTxQ {
     }
 }
 
+impl TxQueue for DpdkTxQ {
+    fn send(&mut self, cache: &mut PoolCache, batch: &mut PacketBatch) -> usize {
+        let Some(frames) = self.frames.clone() else {
+            return self.send_copy(cache, batch);
+        };
+        // Runs of packets that can go in their own frames and runs that need a copy, in
+        // order, until the device takes no more.
+        let mut sent = 0;
+        while !batch.is_empty() {
+            let want = batch.len();
+            let k = match self.send_zero_copy(&frames, cache, batch) {
+                0 => self.send_copy(cache, batch),
+                k => k,
+            };
+            sent += k;
+            if k == 0 || batch.len() == want {
+                break;
+            }
+        }
+        sent
+    }
+}
+
 impl Port for DpdkPort {
     fn rx_queue(&self, qid: usize) -> Result<Box<dyn RxQueue>> {
         if qid >= self.nrx {
@@ -521,6 +810,7 @@ impl Port for DpdkPort {
             copies: self.copies.clone(),
             q: qid as u16,
             burst: RxBurst::default(),
+            frames: self.rx_frames.get(qid).cloned(),
         }))
     }
 
@@ -535,6 +825,8 @@ impl Port for DpdkPort {
             eth: self.eth.clone(),
             copies: self.copies.clone(),
             q: qid as u16,
+            frames: self.tx_frames.get(qid).cloned(),
+            pool_id: self.pool_id,
         }))
     }
 
@@ -583,10 +875,13 @@ impl Port for DpdkPort {
         let s = self.eth.stats();
         let c = &self.copies;
         format!(
-            "DPDK port {} '{}' ({}), copy mode: copied rx {} tx {}; device rx {} tx {} imissed {} ierrors {} oerrors {} rx_nombuf {}; no buffer rx {} tx {}",
+            "DPDK port {} '{}' ({}), {}: zero-copy rx {} tx {}, copied rx {} tx {}; device rx {} tx {} imissed {} ierrors {} oerrors {} rx_nombuf {}; no buffer rx {} tx {}",
             self.eth.id(),
             i.name,
             i.driver,
+            if self.eth.zero_copy() { "zero copy" } else { "copy mode" },
+            c.rx_zero_copy.load(Ordering::Relaxed),
+            c.tx_zero_copy.load(Ordering::Relaxed),
             c.rx_copied.load(Ordering::Relaxed),
             c.tx_copied.load(Ordering::Relaxed),
             s.ipackets,
