@@ -95,6 +95,8 @@ pub enum Vdev {
         queue_count: u32,
         /// Copy mode forced.
         force_copy: bool,
+        /// Busy polling budget (0: off).
+        busy_budget: u32,
     },
     /// `net_af_packet`: AF_PACKET sockets joined by a fanout group.
     AfPacket {
@@ -183,7 +185,7 @@ pub fn parse_vdev(vdev: &str) -> Result<Vdev> {
         ));
     }
     if kind == "net_af_xdp" {
-        let (mut start_queue, mut queue_count, mut force_copy) = (0, 1, false);
+        let (mut start_queue, mut queue_count, mut force_copy, mut busy_budget) = (0, 1, false, 0);
         for (k, v) in kv {
             match k {
                 "iface" => {}
@@ -194,9 +196,7 @@ pub fn parse_vdev(vdev: &str) -> Result<Vdev> {
                 "shared_umem" => {
                     flag(vdev, k, v)?;
                 }
-                "busy_budget" => {
-                    number(vdev, k, v, 0, u32::MAX as u64)?;
-                }
+                "busy_budget" => busy_budget = number(vdev, k, v, 0, u16::MAX as u64)? as u32,
                 "xdp_prog" | "use_cni" | "use_pinned_map" | "uds_path" | "dp_path" => {
                     return Err(Error::unsupported(format!(
                         "{MSG}.vdev '{vdev}': option '{k}' (a custom XDP program or the AF_XDP device plugin) is not available: Bessemer's net_af_xdp loads its own XDP program"
@@ -215,6 +215,7 @@ pub fn parse_vdev(vdev: &str) -> Result<Vdev> {
             start_queue,
             queue_count,
             force_copy,
+            busy_budget,
         });
     }
     let mut qpairs = 1;
@@ -351,6 +352,7 @@ fn create(params: &PortParams, arg: &Value) -> Result<NewPort> {
             iface,
             start_queue,
             force_copy,
+            busy_budget,
             ..
         } => {
             if promiscuous {
@@ -361,7 +363,8 @@ fn create(params: &PortParams, arg: &Value) -> Result<NewPort> {
             let arg = Value::map()
                 .with("ifname", iface)
                 .with("qid", start_queue as u64)
-                .with("copy", force_copy);
+                .with("copy", force_copy)
+                .with("busy_budget", busy_budget as u64);
             (af_xdp_port::DRIVER.create)(&inner, &arg)
         }
         Vdev::AfPacket { iface, .. } => {
@@ -908,7 +911,8 @@ mod tests {
                 iface: "eth1".into(),
                 start_queue: 0,
                 queue_count: 4,
-                force_copy: false
+                force_copy: false,
+                busy_budget: 0
             }
         );
         assert_eq!(

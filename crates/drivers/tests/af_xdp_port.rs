@@ -61,8 +61,24 @@ fn class(n: &str) -> &'static bessemer_core::ModuleClass {
 /// two workers, each direction runs on its own (so each port's RX and TX run on different
 /// threads).
 fn switch(e: &mut Engine, h: &TwoHosts, workers: usize, skb_mode: bool) {
-    port(e, "pa", arg(&h.la.outer).with("skb_mode", skb_mode)).unwrap();
-    port(e, "pb", arg(&h.lb.outer).with("skb_mode", skb_mode)).unwrap();
+    switch_busy(e, h, workers, skb_mode, 0)
+}
+
+/// `switch` with busy polling at this budget (0: off).
+fn switch_busy(e: &mut Engine, h: &TwoHosts, workers: usize, skb_mode: bool, busy: u64) {
+    for (name, l) in [("pa", &h.la), ("pb", &h.lb)] {
+        let a = arg(&l.outer).with("skb_mode", skb_mode);
+        port(
+            e,
+            name,
+            if busy > 0 {
+                a.with("busy_budget", busy)
+            } else {
+                a
+            },
+        )
+        .unwrap();
+    }
     for w in 0..workers {
         e.add_worker(w, w).unwrap();
     }
@@ -110,16 +126,23 @@ fn udp_in(ns: &str, addr: String) -> UdpSocket {
 #[test]
 #[cfg_attr(not(root), ignore = "needs root: network namespaces and veths")]
 fn udp_crosses_the_switch_byte_for_byte_and_nothing_leaks() {
-    udp_roundtrip(81, false);
-    udp_roundtrip(87, true);
+    udp_roundtrip(81, false, 0);
+    udp_roundtrip(87, true, 0);
+    // Busy polling changes how the socket is driven, not what crosses it.
+    udp_roundtrip(89, false, 16);
 }
 
-fn udp_roundtrip(subnet: u8, skb_mode: bool) {
+fn udp_roundtrip(subnet: u8, skb_mode: bool, busy: u64) {
     let h = TwoHosts::new(subnet);
     let mut e = engine();
-    switch(&mut e, &h, 1, skb_mode);
+    switch_busy(&mut e, &h, 1, skb_mode, busy);
     let desc = e.ports().get("pa").unwrap().port().desc();
     assert!(desc.contains("copy"), "{desc}");
+    assert_eq!(
+        desc.contains(&format!("busy polling (budget {busy})")),
+        busy > 0,
+        "{desc}"
+    );
     let mode = if skb_mode {
         "XDP generic"
     } else {
