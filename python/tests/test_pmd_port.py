@@ -267,3 +267,31 @@ def test_link_down_and_up_through_set_port_conf(daemon):
     assert not b.get_link_status("r").link_up
     set_up(True)
     assert b.get_link_status("r").link_up
+
+
+def test_virtio_user_to_vhost_between_two_daemons(tmp_path):
+    """What a VM sees: one bessemerd serves a vhost-user socket (net_vhost), another attaches
+    to it as the guest's driver (virtio_user). virtio-user can only hand the backend DPDK's
+    own memory, so that side copies (said in show port); the vhost side receives in place."""
+    sock = str(tmp_path / "vhost.sock")
+    with running_daemon(tmp_path) as host, running_daemon(tmp_path) as guest:
+        _dpdk_or_skip(host.client)
+        host.client.create_port("PMDPort", "v", {"vdev": f"net_vhost0,iface={sock},queues=1"})
+        guest.client.create_port("PMDPort", "u", {"vdev": f"virtio_user0,path={sock},queues=1"})
+        assert _wait(lambda: host.client.get_link_status("v").link_up), "vhost link down"
+        guest.client.create_module("Source", "src", {"pkt_size": 60})
+        guest.client.create_module("PortOut", "out", {"port": "u"})
+        guest.client.connect_modules("src", "out")
+        host.client.create_module("PortInc", "inc", {"port": "v"})
+        host.client.create_module("Sink", "sink")
+        host.client.connect_modules("inc", "sink")
+        host.client.resume_all()
+        guest.client.resume_all()
+        assert _wait(lambda: host.client.get_port_stats("v").inc.packets > 5_000)
+        guest.client.pause_all()
+        sent = guest.client.get_port_stats("u").out.packets
+        assert _wait(lambda: host.client.get_port_stats("v").inc.packets == sent, 5)
+        (u,) = guest.client.show_port_details().ports
+        assert "(net_virtio_user), copy mode" in u.details, u.details
+        (v,) = host.client.show_port_details().ports
+        assert "(net_vhost), zero copy" in v.details, v.details

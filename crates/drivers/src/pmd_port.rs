@@ -507,7 +507,12 @@ fn dpdk_create(
 ) -> Result<NewPort> {
     let _ = promiscuous; // the shim enables promiscuous mode wherever the device has it
     let mut eth = EthPort::open(&spec).map_err(dpdk_err)?;
-    let zero_copy = bessemer_dpdk::zero_copy_usable() && !DPDK_COPY.load(Ordering::Relaxed);
+    // virtio-user hands its vhost backend only DPDK's own memory (the memory table it
+    // shares by file descriptor): Bessemer's frames are not in it, so that device copies.
+    let needs_dpdk_memory = ["net_virtio_user"].contains(&eth.info().driver.as_str());
+    let zero_copy = bessemer_dpdk::zero_copy_usable()
+        && !DPDK_COPY.load(Ordering::Relaxed)
+        && !needs_dpdk_memory;
     let (mut rx_frames, mut tx_frames) = (Vec::new(), Vec::new());
     let zc = if zero_copy {
         let mut zc = ZeroCopy {
