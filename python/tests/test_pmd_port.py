@@ -197,6 +197,16 @@ def test_net_tap_answers_the_kernel_through_the_pipeline(daemon, two_namespaces)
     assert "02:00:00:79:00:02" in neigh, neigh
     st = b.get_port_stats("tap")
     assert st.inc.packets > 0 and st.out.packets > 0
+    # The kernel interface removed under the running port: the daemon keeps answering, the
+    # port's counters stay readable, and it is destroyed cleanly.
+    r = in_ns(ns, "ip", "link", "del", "bsmtap0")
+    assert r.returncode == 0, r.stderr
+    time.sleep(0.5)
+    b.get_version()
+    b.get_port_stats("tap")
+    b.pause_all()
+    b.reset_all()
+    assert b.list_ports() == []
 
 
 def test_two_daemons_over_net_memif(tmp_path):
@@ -295,3 +305,43 @@ def test_virtio_user_to_vhost_between_two_daemons(tmp_path):
         assert "(net_virtio_user), copy mode" in u.details, u.details
         (v,) = host.client.show_port_details().ports
         assert "(net_vhost), zero copy" in v.details, v.details
+
+
+@ROOT_ONLY
+def test_flows_spread_over_queues_and_workers(daemon, two_namespaces):
+    """A two-queue PMDPort on DPDK's TAP PMD (a multi-queue TAP interface, the kernel
+    spreading flows over its queues by their hash), one QueueInc per queue on its own
+    worker: many UDP flows from the kernel reach both queues and both workers."""
+    b = daemon.client
+    _dpdk_or_skip(b)
+    ns, _ = two_namespaces
+    b.create_port("PMDPort", "mq", {"vdev": "net_tap1,iface=bsmtapq"}, num_inc_q=2, num_out_q=2)
+    r = sh("ip", "link", "set", "bsmtapq", "netns", ns)
+    assert r.returncode == 0, r.stderr
+    for cmd in (
+        ["ip", "addr", "add", "10.78.0.1/24", "dev", "bsmtapq"],
+        ["ip", "link", "set", "bsmtapq", "up"],
+        ["ip", "neigh", "add", "10.78.0.2", "lladdr", "02:00:00:78:00:02", "dev", "bsmtapq"],
+    ):
+        r = in_ns(ns, *cmd)
+        assert r.returncode == 0, r.stderr
+    for q in (0, 1):
+        b.add_worker(q, q)
+        b.create_module("QueueInc", f"q{q}", {"port": "mq", "qid": q})
+        b.create_module("Sink", f"sink{q}")
+        b.connect_modules(f"q{q}", f"sink{q}")
+        b.attach_task(f"q{q}", wid=q)
+    b.resume_all()
+    send = (
+        "import socket\n"
+        "for sport in range(20000, 20256):\n"
+        "    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+        "    s.bind(('10.78.0.1', sport))\n"
+        "    for _ in range(4): s.sendto(b'x' * 64, ('10.78.0.2', 9))\n"
+        "    s.close()\n"
+    )
+    r = in_ns(ns, "python3", "-c", send)
+    assert r.returncode == 0, r.stderr
+    assert _wait(lambda: ogate_packets(b, "q0") + ogate_packets(b, "q1") >= 1024)
+    per_queue = [ogate_packets(b, "q0"), ogate_packets(b, "q1")]
+    assert min(per_queue) > 0, per_queue
