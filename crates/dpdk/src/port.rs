@@ -722,3 +722,31 @@ impl Drop for EthPort {
         let _ = self.attached;
     }
 }
+
+/// Without DPDK no [`EthPort`] can be opened ([`EthPort::open`] answers why), so its bursts
+/// are never called; they exist so the callers build the same way.
+#[cfg(not(dpdk))]
+#[allow(missing_docs)]
+impl EthPort {
+    pub fn rx_burst(&self, _q: u16, _mbufs: &mut RxBurst, _n: usize) -> usize {
+        0
+    }
+    pub fn rx_copy_out(_mbufs: &mut RxBurst, _dst: &[*mut u8]) {}
+    pub fn rx_burst_zc(&self, _q: u16, _mbufs: &mut RxBurst, _n: usize) -> usize {
+        0
+    }
+    pub fn rx_copy_rest(_mbufs: &mut RxBurst, _dst: &[*mut u8]) {}
+    pub fn tx_zc(
+        &self,
+        _q: u16,
+        _frames: &[*mut u8],
+        _offs: &[u32],
+        _lens: &[u32],
+        _descs: &[*mut std::ffi::c_void],
+    ) -> usize {
+        0
+    }
+    pub fn tx_copy(&self, _q: u16, _src: &[*const u8], _lens: &[u32], _nombuf: &mut u64) -> usize {
+        0
+    }
+}

@@ -1,16 +1,27 @@
 //! The EAL and ethdev ports on DPDK's virtual devices (no NIC, no hugepages): net_null and
 //! net_ring. One process starts one EAL, so every case runs in one test, in order.
 
-#![cfg(dpdk)]
-
+#[cfg(dpdk)]
 use bessemer_dpdk::{DevSpec, EthPort, PortSetup, RxBurst};
 
+#[cfg(dpdk)]
 fn buffers(n: usize, size: usize) -> Vec<Vec<u8>> {
     (0..n).map(|i| vec![i as u8; size]).collect()
 }
 
 #[test]
+#[cfg_attr(
+    not(dpdk),
+    ignore = "built without DPDK: install libdpdk-dev (make deps)"
+)]
+#[cfg_attr(not(root), ignore = "needs root: DPDK's EAL")]
 fn virtual_devices_send_receive_count_and_refuse_what_they_cannot() {
+    #[cfg(dpdk)]
+    run();
+}
+
+#[cfg(dpdk)]
+fn run() {
     bessemer_dpdk::set_eal_args(vec![], Some(0));
     bessemer_dpdk::ensure_eal().expect("EAL starts without hugepages");
 
