@@ -22,7 +22,7 @@ pub use eal::{eal_args, ensure_eal, recent_log, set_eal_args};
 pub use port::{
     DevSpec, EthPort, LinkState, PortInfo, PortSetup, PortStats, RxBurst, ZeroCopy, RX_BURST,
 };
-pub use zc::{zero_copy_usable, FrameSource, ZcMempool, MBUF_HEADER};
+pub use zc::{zero_copy_usable, FrameSource, ZcMempool, MBUF_HEADER, ZC_HEADROOM};
 
 /// Why a DPDK call failed: an errno and a message with DPDK's own words.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -140,15 +140,14 @@ pub(crate) mod ffi {
             m: *mut *mut std::ffi::c_void,
             lens: *mut u32,
             descs: *mut *mut std::ffi::c_void,
-            offs: *mut u32,
+            datas: *mut *mut u8,
             n: u16,
         ) -> u16;
         pub fn bsm_tx_zc(
             port: u16,
             q: u16,
             mp: *mut std::ffi::c_void,
-            frames: *const *mut u8,
-            offs: *const u32,
+            datas: *const *mut u8,
             lens: *const u32,
             descs: *const *mut std::ffi::c_void,
             n: u16,

@@ -120,11 +120,10 @@ pub struct RxBurst {
     m: [*mut std::ffi::c_void; RX_BURST],
     /// Each packet's length.
     pub lens: [u32; RX_BURST],
-    /// Zero copy: the packet's Bessemer descriptor (null: copy it), and where its data
-    /// starts in its frame.
+    /// Zero copy: the packet's Bessemer descriptor (null: copy it), and its first byte.
     pub descs: [*mut std::ffi::c_void; RX_BURST],
     /// See `descs`.
-    pub offs: [u32; RX_BURST],
+    pub datas: [*mut u8; RX_BURST],
     n: usize,
 }
 
@@ -134,7 +133,7 @@ impl Default for RxBurst {
             m: [std::ptr::null_mut(); RX_BURST],
             lens: [0; RX_BURST],
             descs: [std::ptr::null_mut(); RX_BURST],
-            offs: [0; RX_BURST],
+            datas: [std::ptr::null_mut(); RX_BURST],
             n: 0,
         }
     }
@@ -472,7 +471,7 @@ impl EthPort {
                 mbufs.m.as_mut_ptr(),
                 mbufs.lens.as_mut_ptr(),
                 mbufs.descs.as_mut_ptr(),
-                mbufs.offs.as_mut_ptr(),
+                mbufs.datas.as_mut_ptr(),
                 n,
             )
         };
@@ -503,27 +502,21 @@ impl EthPort {
         mbufs.n = 0;
     }
 
-    /// Sends packets in their own frames: frame starts, data offsets in the frame (at
-    /// least [`crate::MBUF_HEADER`]), lengths and descriptors. Returns how many the device
-    /// took (a prefix): those belong to DPDK now and come back through the TX queue's
-    /// [`crate::FrameSource::free`]; the rest are untouched.
+    /// Sends packets in their own frames: first bytes (each with at least
+    /// [`crate::ZC_HEADROOM`] bytes of its frame in front), lengths and descriptors. Returns
+    /// how many the device took (a prefix): those belong to DPDK now and come back through
+    /// the TX queue's [`crate::FrameSource::free`]; the rest are untouched.
     #[cfg(dpdk)]
     #[inline]
     pub fn tx_zc(
         &self,
         q: u16,
-        frames: &[*mut u8],
-        offs: &[u32],
+        datas: &[*mut u8],
         lens: &[u32],
         descs: &[*mut std::ffi::c_void],
     ) -> usize {
         register_thread();
-        let n = frames
-            .len()
-            .min(offs.len())
-            .min(lens.len())
-            .min(descs.len())
-            .min(64);
+        let n = datas.len().min(lens.len()).min(descs.len()).min(64);
         let Some(mp) = self.zc_tx.get(q as usize) else {
             return 0;
         };
@@ -533,8 +526,7 @@ impl EthPort {
                 self.id,
                 q,
                 mp.raw(),
-                frames.as_ptr(),
-                offs.as_ptr(),
+                datas.as_ptr(),
                 lens.as_ptr(),
                 descs.as_ptr(),
                 n as u16,
@@ -739,8 +731,7 @@ impl EthPort {
     pub fn tx_zc(
         &self,
         _q: u16,
-        _frames: &[*mut u8],
-        _offs: &[u32],
+        _datas: &[*mut u8],
         _lens: &[u32],
         _descs: &[*mut std::ffi::c_void],
     ) -> usize {

@@ -9,9 +9,10 @@ use crate::DpdkError;
 
 /// Where a zero-copy mempool's frames come from.
 pub trait FrameSource: Send + Sync {
-    /// Allocates `frames.len()` frames, all or none: each frame's start (where the mbuf
-    /// header goes) and its descriptor (returned to [`FrameSource::free`]).
-    fn alloc(&self, frames: &mut [*mut u8], descs: &mut [*mut c_void]) -> bool;
+    /// Allocates `hdrs.len()` frames, all or none: where each one's mbuf header goes (64-byte
+    /// aligned, 128 bytes in front of where its data should start; frames are aligned to
+    /// their size) and its descriptor (returned to [`FrameSource::free`]).
+    fn alloc(&self, hdrs: &mut [*mut u8], descs: &mut [*mut c_void]) -> bool;
     /// Frees frames DPDK is done with (their descriptors).
     fn free(&self, descs: &[*mut c_void]);
     /// Frames that could still be allocated.
@@ -22,6 +23,8 @@ pub trait FrameSource: Send + Sync {
 
 /// Bytes of a frame's headroom the mbuf header takes.
 pub const MBUF_HEADER: usize = 128;
+/// Headroom a packet needs to be sent without a copy: the header, placed 64-byte aligned.
+pub const ZC_HEADROOM: usize = MBUF_HEADER + 64;
 
 /// A DPDK mempool answered by a [`FrameSource`].
 pub struct ZcMempool {
@@ -100,14 +103,14 @@ fn source<'a>(ctx: *mut c_void) -> &'a dyn FrameSource {
 #[no_mangle]
 extern "C" fn bsm_zc_alloc(
     ctx: *mut c_void,
-    frames: *mut *mut u8,
+    hdrs: *mut *mut u8,
     descs: *mut *mut c_void,
     n: u32,
 ) -> i32 {
     // SAFETY: the shim passes arrays of n slots.
     let (f, d) = unsafe {
         (
-            std::slice::from_raw_parts_mut(frames, n as usize),
+            std::slice::from_raw_parts_mut(hdrs, n as usize),
             std::slice::from_raw_parts_mut(descs, n as usize),
         )
     };

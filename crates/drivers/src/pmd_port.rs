@@ -36,7 +36,7 @@ use std::sync::Mutex;
 use bessemer_core::packet::Packet;
 use bessemer_core::pool::PacketPool;
 use bessemer_dpdk::{
-    DevSpec, EthPort, FrameSource, PortSetup, RxBurst, ZcMempool, ZeroCopy, MBUF_HEADER, RX_BURST,
+    DevSpec, EthPort, FrameSource, PortSetup, RxBurst, ZcMempool, ZeroCopy, RX_BURST, ZC_HEADROOM,
 };
 
 use crate::{af_packet_port, af_xdp_port};
@@ -436,10 +436,9 @@ impl PoolFrames {
 struct QueueFrames(Arc<PoolFrames>);
 
 impl FrameSource for QueueFrames {
-    fn alloc(&self, frames: &mut [*mut u8], descs: &mut [*mut c_void]) -> bool {
-        let pool = &self.0.pool;
+    fn alloc(&self, hdrs: &mut [*mut u8], descs: &mut [*mut c_void]) -> bool {
         self.0.with_cache(|cache| {
-            for i in 0..frames.len() {
+            for i in 0..hdrs.len() {
                 let Some(p) = cache.alloc(0) else {
                     for d in &descs[..i] {
                         // SAFETY: allocated just above, never handed out.
@@ -447,8 +446,12 @@ impl FrameSource for QueueFrames {
                     }
                     return false;
                 };
-                // SAFETY: the frame is inside the pool's region.
-                frames[i] = unsafe { pool.region_base().add(pool.frame_addr(&p) as usize) };
+                // The header goes 256 bytes in front of the packet's home data offset (which
+                // DPDK's default headroom of 128 then lands the data on): staggered by frame.
+                let d = p.data().as_ptr();
+                // SAFETY: a fresh packet's data starts at its home offset, >= 256 bytes
+                // into its frame.
+                hdrs[i] = unsafe { d.sub(2 * bessemer_dpdk::MBUF_HEADER) as *mut u8 };
                 descs[i] = p.into_raw() as *mut c_void;
             }
             true
@@ -593,7 +596,11 @@ impl DpdkRxQ {
             if !desc.is_null() {
                 // SAFETY: the frame arrived in one of Bessemer's mbufs: its packet is ours.
                 let mut p = unsafe { Packet::from_raw(desc as *mut _) };
-                if p.set_data_bounds(self.burst.offs[i] as usize, self.burst.lens[i] as usize) {
+                // The frame's start: its data pointer less its data offset, as the
+                // descriptor last had them (the device only wrote bytes inside the frame).
+                let base = p.data().as_ptr() as usize - p.data_offset();
+                let off = self.burst.datas[i] as usize - base;
+                if p.set_data_bounds(off, self.burst.lens[i] as usize) {
                     // SAFETY: at most `want` <= batch.room() packets are pushed.
                     unsafe { batch.push_unchecked(p) };
                     zc += 1;
@@ -677,7 +684,7 @@ impl DpdkTxQ {
     /// A packet that can leave in its own frame: held once (the mbuf header is written into
     /// its frame), of the registered pool, with the header's room in front of its data.
     fn zero_copy_ok(&self, p: &Packet) -> bool {
-        !p.is_shared() && p.pool_id() == self.pool_id && p.data_offset() >= MBUF_HEADER
+        !p.is_shared() && p.pool_id() == self.pool_id && p.data_offset() >= ZC_HEADROOM
     }
 
     /// Sends the leading packets that can go without a copy; returns how many went.
@@ -687,8 +694,7 @@ impl DpdkTxQ {
         cache: &mut PoolCache,
         batch: &mut PacketBatch,
     ) -> usize {
-        let mut fr = [std::ptr::null_mut::<u8>(); RX_BURST];
-        let mut offs = [0u32; RX_BURST];
+        let mut datas = [std::ptr::null_mut::<u8>(); RX_BURST];
         let mut lens = [0u32; RX_BURST];
         let mut descs = [std::ptr::null_mut::<c_void>(); RX_BURST];
         let mut n = 0;
@@ -696,10 +702,7 @@ impl DpdkTxQ {
             if !self.zero_copy_ok(p) {
                 break;
             }
-            let off = p.data_offset();
-            // SAFETY: data_offset bytes in front of the data are the frame's own.
-            fr[n] = unsafe { p.data().as_ptr().sub(off) as *mut u8 };
-            offs[n] = off as u32;
+            datas[n] = p.data().as_ptr() as *mut u8;
             lens[n] = p.len() as u32;
             descs[n] = p.as_ptr() as *mut c_void;
             n += 1;
@@ -709,8 +712,7 @@ impl DpdkTxQ {
         }
         let sent = {
             let _lent = frames.lend(cache);
-            self.eth
-                .tx_zc(self.q, &fr[..n], &offs[..n], &lens[..n], &descs[..n])
+            self.eth.tx_zc(self.q, &datas[..n], &lens[..n], &descs[..n])
         };
         if sent > 0 {
             let mut rest = PacketBatch::new();
