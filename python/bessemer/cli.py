@@ -972,7 +972,11 @@ def _parser() -> argparse.ArgumentParser:
 
     tr = group("trace", "trace packets through the pipeline (VPP's trace, OVS's ofproto/trace)")
     c = cmd(tr, "add", trace_add, "trace the next N packets entering a module or port")
-    c.add_argument("at", metavar="PORT|MODULE")
+    c.add_argument(
+        "at",
+        metavar="PORT|MODULE",
+        help="a module, or a port (the PortInc and QueueInc modules reading it)",
+    )
     c.add_argument("count", metavar="N", type=int, help="packets to capture (1..500)")
     c = cmd(
         tr,
@@ -980,7 +984,11 @@ def _parser() -> argparse.ArgumentParser:
         trace_packet,
         "run one packet from MODULE through the pipeline without sending it",
     )
-    c.add_argument("module", metavar="MODULE")
+    c.add_argument(
+        "module",
+        metavar="MODULE",
+        help="where the packet enters (one without input gates, e.g. a PortInc: as its output)",
+    )
     c.add_argument(
         "packet",
         nargs="+",

@@ -84,7 +84,7 @@ def test_trace_add_on_a_port_and_show_trace(daemon, tmp_path):
         "ttl (UpdateTTL) in gate 0 -> out gate 0",
         "pout (PortOut) in gate 0",
     ]
-    assert "  before: len 60" in lines and "  after: len 60" in lines
+    assert "  before: len 60, as pin left it" in lines and "  after: len 60" in lines
     assert "    ETH 02:00:00:00:00:01 > 02:00:00:00:00:02 type 0x0800" in lines
     assert "  sent to port file" in lines
     assert out.count("Packet ") == 3

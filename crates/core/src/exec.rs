@@ -97,6 +97,10 @@ pub struct Context {
     rt_want_drain: bool,
     /// The trace being recorded by a traced run (`drain` with `TRACE`); None otherwise.
     tracer: Option<std::sync::Arc<crate::trace::Tracer>>,
+    /// The capture points of the trace whose `points_gen` is `trace_gen` (a cache, so that
+    /// a traced call checks them without the trace's lock).
+    trace_points: Vec<String>,
+    trace_gen: u64,
 }
 
 /// Mean number of runs between two sampled ones (runtime sampling): each period is drawn
@@ -132,6 +136,8 @@ impl Context {
             rt_want_drain: true,
             rt_rng: 0x9e37_79b9 ^ (wid as u32).wrapping_mul(0x85eb_ca6b),
             tracer: None,
+            trace_points: Vec::new(),
+            trace_gen: 0,
         }
     }
 
@@ -878,6 +884,7 @@ impl Context {
         let (module, arg) = (entry.module, entry.arg);
         self.enter(graph, module);
         let node = graph.node(module);
+        self.trace_cache_points(&tracer);
         self.tracer = Some(tracer);
         let group = RunGroup::collect(max_runs, || {
             self.cur_node = node;
@@ -1018,11 +1025,11 @@ impl Context {
         batch: &PacketBatch,
     ) -> Option<Box<TraceCall>> {
         let t = self.tracer.as_ref()?;
-        let mut s = t.lock();
-        let point = s.remaining > 0 && s.points.iter().any(|p| *p == node.name);
-        if !point && s.live.is_empty() {
+        if !self.trace_may_match(t, node) {
             return None;
         }
+        let mut s = t.lock();
+        let point = s.remaining > 0 && s.points.iter().any(|p| *p == node.name);
         let mut pkts = Vec::new();
         for p in batch.pkts() {
             let addr = p.as_ptr() as usize;
@@ -1050,6 +1057,7 @@ impl Context {
             );
             pkts.push((addr, idx, kept));
         }
+        t.sync(&s);
         if pkts.is_empty() {
             return None;
         }
@@ -1134,8 +1142,7 @@ impl Context {
                 }
             }
         }
-        let active = s.remaining > 0 || !s.live.is_empty();
-        t.active.store(active, std::sync::atomic::Ordering::Relaxed);
+        t.sync(&s);
     }
 
     /// After a task call (its outputs all in the pending list): the traced packets it sent
@@ -1143,14 +1150,19 @@ impl Context {
     #[cold]
     #[inline(never)]
     fn trace_task(&mut self, node: &Node) {
+        if self.pending.is_empty()
+            || !self
+                .tracer
+                .as_ref()
+                .is_some_and(|t| self.trace_may_match(t, node))
+        {
+            return;
+        }
         let Some(t) = self.tracer.clone() else {
             return;
         };
         let mut s = t.lock();
         let point = s.remaining > 0 && s.points.iter().any(|p| *p == node.name);
-        if !point && s.live.is_empty() {
-            return;
-        }
         let mut seen: Vec<usize> = Vec::new();
         for p in &self.pending {
             let g = ogate_to(node, p.dst, p.igate);
@@ -1190,8 +1202,26 @@ impl Context {
                 );
             }
         }
-        let active = s.remaining > 0 || !s.live.is_empty();
-        t.active.store(active, std::sync::atomic::Ordering::Relaxed);
+        t.sync(&s);
+    }
+
+    /// Refreshes the cached capture points of `t` if they changed.
+    fn trace_cache_points(&mut self, t: &Tracer) {
+        let gen = t.points_gen.load(std::sync::atomic::Ordering::Relaxed);
+        if gen != self.trace_gen {
+            self.trace_points = t.lock().points.clone();
+            self.trace_gen = gen;
+        }
+    }
+
+    /// Whether a call of `node` may concern the trace: packets are in flight, or `node` is
+    /// a capture point with packets left to capture. Lock-free (the trace's mirrors and the
+    /// cached points); a false positive only costs the lock.
+    #[inline(always)]
+    fn trace_may_match(&self, t: &Tracer, node: &Node) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        t.live_n.load(Relaxed) > 0
+            || (t.left.load(Relaxed) > 0 && self.trace_points.iter().any(|p| *p == node.name))
     }
 
     /// In a dry run, a module that would transmit the packet or hold it for later is not
@@ -1203,13 +1233,18 @@ impl Context {
         traced: &mut Option<Box<TraceCall>>,
         batch: &mut PacketBatch,
     ) -> bool {
+        // Checked through a borrow: a clone of the Arc per call costs two locked
+        // instructions on every traced call.
+        if !self.tracer.as_ref().is_some_and(|t| t.dry_run) {
+            return false;
+        }
+        let class = node.class.name;
+        if !(TX_CLASSES.contains(&class) || HOLDING_CLASSES.contains(&class)) {
+            return false;
+        }
         let Some(t) = self.tracer.clone() else {
             return false;
         };
-        let class = node.class.name;
-        if !t.dry_run || !(TX_CLASSES.contains(&class) || HOLDING_CLASSES.contains(&class)) {
-            return false;
-        }
         let what = if TX_CLASSES.contains(&class) {
             format!("would send to port {}", port_of(node))
         } else {
@@ -1225,6 +1260,7 @@ impl Context {
                     }
                 }
             }
+            t.sync(&s);
         }
         self.cache.free_bulk(batch);
         true
@@ -1286,12 +1322,14 @@ impl Context {
                     end: None,
                 },
             );
+            tracer.sync(&s);
             (og.dst, og.igate, og.dst_prio)
         };
         let mut b = self.spare();
         // SAFETY: a spare batch is empty.
         unsafe { b.push_unchecked(pkt) };
         self.enter(graph, id);
+        self.trace_cache_points(&tracer);
         self.tracer = Some(tracer.clone());
         self.push_pending(Pending {
             prio,

@@ -19,7 +19,7 @@
 //! with at most [`MAX_TRACE_HOPS`] module records, each of at most [`MAX_LAYERS`] header lines.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -133,8 +133,17 @@ pub struct Tracer {
     /// false the runner skips the traced path (a finished trace costs a load per group).
     pub(crate) active: AtomicBool,
     pub(crate) dry_run: bool,
+    /// Mirrors of `live.len()` and `remaining`, and a number that changes whenever the
+    /// capture points do (unique across tracers), so that a traced module call that can
+    /// match nothing returns without taking the lock (workers cache the points by it).
+    pub(crate) live_n: AtomicUsize,
+    pub(crate) left: AtomicU32,
+    pub(crate) points_gen: AtomicU64,
     start: Instant,
 }
+
+/// Source of `Tracer::points_gen` values.
+static POINTS_GEN: AtomicU64 = AtomicU64::new(1);
 
 impl Tracer {
     /// A trace capturing the next `count` packets entering any of `points`.
@@ -152,6 +161,9 @@ impl Tracer {
             }),
             active: AtomicBool::new(count > 0),
             dry_run,
+            live_n: AtomicUsize::new(0),
+            left: AtomicU32::new(count.min(MAX_TRACE_PACKETS)),
+            points_gen: AtomicU64::new(POINTS_GEN.fetch_add(1, Ordering::Relaxed)),
             start: Instant::now(),
         }
     }
@@ -170,6 +182,17 @@ impl Tracer {
         }
         let room = MAX_TRACE_PACKETS.saturating_sub(s.packets.len() as u32);
         s.remaining = (s.remaining + count).min(room);
+        self.points_gen.store(
+            POINTS_GEN.fetch_add(1, Ordering::Relaxed),
+            Ordering::Relaxed,
+        );
+        self.sync(&s);
+    }
+
+    /// Updates the lock-free mirrors of `s` (call before releasing the lock).
+    pub(crate) fn sync(&self, s: &TraceState) {
+        self.live_n.store(s.live.len(), Ordering::Relaxed);
+        self.left.store(s.remaining, Ordering::Relaxed);
         self.active
             .store(s.remaining > 0 || !s.live.is_empty(), Ordering::Relaxed);
     }
@@ -239,8 +262,16 @@ pub fn render(packets: &[PacketTrace]) -> String {
                 format!(" (worker {})", p.wid)
             }
         );
+        let mut prev: Option<&Hop> = None;
         for h in &p.hops {
-            let t = h.ns as f64 / 1e9;
+            let us = h.ns / 1_000;
+            let (sec, us) = (us / 1_000_000, us % 1_000_000);
+            let t = format!(
+                "{:02}:{:02}:{:02}:{us:06}",
+                sec / 3600,
+                sec / 60 % 60,
+                sec % 60
+            );
             let gin = h
                 .igate
                 .map_or("task".to_string(), |g| format!("in gate {g}"));
@@ -256,22 +287,27 @@ pub fn render(packets: &[PacketTrace]) -> String {
                         .join(",")
                 )
             };
-            s += &format!("{t:012.6}: {} ({}) {gin}{gout}\n", h.module, h.mclass);
-            let same = h.before.is_some() && h.before == h.after;
+            s += &format!("{t}: {} ({}) {gin}{gout}\n", h.module, h.mclass);
+            let headers = |s: &mut String, what: &str, x: &Summary| {
+                *s += &format!("  {what}: len {}\n", x.len);
+                for l in &x.headers {
+                    *s += &format!("    {l}\n");
+                }
+            };
             if let Some(b) = &h.before {
-                s += &format!(
-                    "  {} len {}\n",
-                    if same { "unchanged:" } else { "before:" },
-                    b.len
-                );
-                for l in &b.headers {
-                    s += &format!("    {l}\n");
+                match prev {
+                    // As the previous module left it: not repeated.
+                    Some(q) if q.after.as_ref() == Some(b) => {
+                        s += &format!("  before: len {}, as {} left it\n", b.len, q.module)
+                    }
+                    _ => headers(&mut s, "before", b),
                 }
             }
-            if let (Some(a), false) = (&h.after, same) {
-                s += &format!("  after: len {}\n", a.len);
-                for l in &a.headers {
-                    s += &format!("    {l}\n");
+            if let Some(a) = &h.after {
+                if h.before.as_ref() == Some(a) {
+                    s += &format!("  after: len {}, unchanged\n", a.len);
+                } else {
+                    headers(&mut s, "after", a);
                 }
             }
             for (k, v) in &h.meta {
@@ -280,6 +316,7 @@ pub fn render(packets: &[PacketTrace]) -> String {
             if let Some(e) = &h.end {
                 s += &format!("  {}\n", e.text());
             }
+            prev = Some(h);
         }
         if p.truncated {
             s += &format!("  (more than {MAX_TRACE_HOPS} modules: cut)\n");

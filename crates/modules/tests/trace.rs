@@ -241,3 +241,40 @@ fn trace_add_checks_its_arguments_and_caps_packets() {
     // Packets captured at rw pass set: one record each, not a second capture.
     assert!(pk.iter().all(|p| p.hops[0].module == "rw"));
 }
+
+#[test]
+fn a_queued_packet_is_followed_when_its_queue_dequeues_it() {
+    let mut e = engine();
+    e.add_worker(0, 0).unwrap();
+    add_source(&mut e, "src");
+    add_module(
+        &mut e,
+        "Rewrite",
+        "rw",
+        &Value::map().with("templates", Value::List(vec![Value::Bytes(udp(64))])),
+    );
+    add_module(&mut e, "Queue", "q", &Value::map());
+    add_sink(&mut e, "sink");
+    e.connect("src", 0, "rw", 0).unwrap();
+    e.connect("rw", 0, "q", 0).unwrap();
+    e.connect("q", 0, "sink", 0).unwrap();
+    e.trace_add(&["rw".to_string()], 2).unwrap();
+    e.resume_all().unwrap();
+    assert!(eventually(|| finished(&e, 2)), "{:?}", e.trace_packets());
+    e.pause_all().unwrap();
+    let (pk, _, _) = e.trace_packets().unwrap();
+    for p in &pk {
+        assert_eq!(
+            path(p),
+            [
+                ("rw", Some(0), vec![0]),
+                ("q", Some(0), vec![]),
+                ("q", None, vec![0]),
+                ("sink", Some(0), vec![]),
+            ]
+        );
+        assert_eq!(p.hops[1].end, Some(End::Queued));
+        assert!(p.hops[2].before.is_none() && p.hops[2].after.is_some());
+        assert_eq!(p.hops[3].end, Some(End::Consumed));
+    }
+}
