@@ -25,6 +25,7 @@ import re
 import shutil
 import signal
 import socket
+import string
 import subprocess
 import sys
 import tempfile
@@ -616,6 +617,9 @@ def packet_bytes(text: str) -> bytes:
         if len(digits) % 2:
             raise CliError(f"bad hex: odd number of digits ({len(digits)}); each byte takes two")
         return bytes.fromhex(digits)
+    if t.lower().startswith("0x"):
+        bad = next((i, c) for i, c in enumerate(digits) if c not in string.hexdigits)
+        raise CliError(f"bad hex: {bad[1]!r} at digit {bad[0]} is not a hex digit")
     try:
         import scapy.all as scapy  # slow to import: only when needed
     except ImportError as exc:

@@ -140,6 +140,7 @@ def test_trace_errors_name_the_problem(daemon, tmp_path):
         (["trace", "packet", "ttl", "abc"], "odd number of digits"),
         (["trace", "packet", "ttl", "Ether(("], "neither hex nor a scapy expression"),
         (["trace", "packet", "ttl", "0011"], "2 bytes"),
+        (["trace", "packet", "ttl", "0x0g"], "bad hex: 'g' at digit 1 is not a hex digit"),
     ]:
         code, out, err = _cli(daemon.port, *argv)
         assert code != 0 and text in err, (argv, out, err)
