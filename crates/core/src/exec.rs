@@ -1029,7 +1029,7 @@ impl Context {
             return None;
         }
         let mut s = t.lock();
-        let point = s.remaining > 0 && s.points.iter().any(|p| *p == node.name);
+        let point = s.remaining > 0 && s.points.contains(&node.name);
         let mut pkts = Vec::new();
         for p in batch.pkts() {
             let addr = p.as_ptr() as usize;
@@ -1162,7 +1162,7 @@ impl Context {
             return;
         };
         let mut s = t.lock();
-        let point = s.remaining > 0 && s.points.iter().any(|p| *p == node.name);
+        let point = s.remaining > 0 && s.points.contains(&node.name);
         let mut seen: Vec<usize> = Vec::new();
         for p in &self.pending {
             let g = ogate_to(node, p.dst, p.igate);
@@ -1221,7 +1221,7 @@ impl Context {
     fn trace_may_match(&self, t: &Tracer, node: &Node) -> bool {
         use std::sync::atomic::Ordering::Relaxed;
         t.live_n.load(Relaxed) > 0
-            || (t.left.load(Relaxed) > 0 && self.trace_points.iter().any(|p| *p == node.name))
+            || (t.left.load(Relaxed) > 0 && self.trace_points.contains(&node.name))
     }
 
     /// In a dry run, a module that would transmit the packet or hold it for later is not

@@ -592,42 +592,6 @@ pub fn summarize(data: &[u8]) -> Summary {
     }
 }
 
-/// Parses a packet given as hex (spaces, colons, newlines and a leading `0x` allowed).
-pub fn parse_hex(text: &str) -> Result<Vec<u8>, String> {
-    let t = text.trim();
-    let t = t
-        .strip_prefix("0x")
-        .or_else(|| t.strip_prefix("0X"))
-        .unwrap_or(t);
-    let digits: Vec<u8> = t
-        .bytes()
-        .filter(|c| !matches!(c, b' ' | b':' | b'\n' | b'\r' | b'\t' | b'-'))
-        .collect();
-    if digits.is_empty() {
-        return Err("the packet is empty (give its bytes as hex)".into());
-    }
-    if let Some((i, c)) = digits
-        .iter()
-        .enumerate()
-        .find(|(_, c)| !c.is_ascii_hexdigit())
-    {
-        return Err(format!(
-            "bad hex: '{}' at digit {i} is not a hex digit",
-            (*c as char).escape_default()
-        ));
-    }
-    if digits.len() % 2 != 0 {
-        return Err(format!(
-            "bad hex: odd number of digits ({}); each byte takes two",
-            digits.len()
-        ));
-    }
-    Ok(digits
-        .chunks(2)
-        .map(|p| u8::from_str_radix(std::str::from_utf8(p).unwrap(), 16).unwrap())
-        .collect())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -695,14 +659,5 @@ mod tests {
         assert_eq!(s.headers[3], "VXLAN vni 42");
         assert!(s.headers[4].starts_with("ETH "), "{s:?}");
         assert_eq!(s.headers[5], "truncated or bad IPv6 header");
-    }
-
-    #[test]
-    fn hex_parsing_names_the_problem() {
-        assert_eq!(parse_hex("0x0a0B ff").unwrap(), [10, 11, 255]);
-        assert_eq!(parse_hex("0a:0b").unwrap(), [10, 11]);
-        assert!(parse_hex("").unwrap_err().contains("empty"));
-        assert!(parse_hex("0g").unwrap_err().contains("'g' at digit 1"));
-        assert!(parse_hex("abc").unwrap_err().contains("odd number"));
     }
 }
