@@ -1205,6 +1205,8 @@ impl Engine {
             for n in &names {
                 e.remove_paused(n)?;
             }
+            // The trace's capture points and records name modules that are gone.
+            e.graph_mut().set_trace(None);
             Ok(())
         })
     }

@@ -240,6 +240,9 @@ fn trace_add_checks_its_arguments_and_caps_packets() {
     assert_eq!((pk.len(), left), (MAX_TRACE_PACKETS as usize, 0));
     // Packets captured at rw pass set: one record each, not a second capture.
     assert!(pk.iter().all(|p| p.hops[0].module == "rw"));
+    // Removing every module (ResetModules, `daemon reset`) removes the trace too.
+    e.reset_modules().unwrap();
+    assert!(e.trace_packets().is_none());
 }
 
 #[test]
