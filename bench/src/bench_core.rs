@@ -643,6 +643,90 @@ fn runtime_cost(pool: &PacketPool, o: &Opts) -> RuntimeCost {
     }
 }
 
+/// What packet trace costs on Source -> 8 x Bypass -> Sink: Mpps with no trace, with a
+/// trace armed whose capture is over (`trace add` done, not yet cleared), and with one
+/// capturing at a module outside the chain (every run takes the traced path).
+struct TraceCost {
+    off_mpps: f64,
+    done_mpps: f64,
+    capturing_mpps: f64,
+    /// Medians over the rounds of 1 - with/off, in percent.
+    done_pct: f64,
+    capturing_pct: f64,
+    rounds: usize,
+}
+
+/// Runs the chain8 case in rounds of three runs (no trace, a finished trace, a capturing
+/// one), one right after the other on the same graph, in a rotating order, as
+/// `runtime_cost` does. Runtime sampling is off, so that with no trace the runner takes its
+/// plain path: the one flag test per task group is all tracing adds there.
+fn trace_cost(pool: &PacketPool, o: &Opts) -> TraceCost {
+    use bessemer_core::trace::Tracer;
+    use std::sync::Arc;
+    let mut c = Case::source(pool, 60, MAX_BURST);
+    let mut prev = "src".to_string();
+    for i in 0..8 {
+        let name = format!("bp{i}");
+        c.then(&prev, "Bypass", &name, Value::map());
+        prev = name;
+    }
+    c.then(&prev, "Sink", "sink", Value::Null);
+    c.g.set_task_workers(&|_| Some(0));
+    c.g.set_runtime(false);
+    let mut tree = ClassTree::new(0);
+    tree.add_class("leaf", Policy::Leaf, None, 0, 1).unwrap();
+    tree.attach_task("leaf", c.task).unwrap();
+    let rounds = if o.base.quick { 6 } else { 20 };
+    let mut mpps: [Vec<f64>; 3] = Default::default();
+    let (mut done, mut capturing) = (Vec::new(), Vec::new());
+    for i in 0..rounds {
+        let mut r = [0.0f64; 3];
+        for k in 0..3 {
+            let v = (i + k) % 3;
+            c.g.set_trace(match v {
+                0 => None,
+                // Armed, nothing left to capture: the runner loads one flag of the trace.
+                1 => Some(Arc::new(Tracer::new(vec!["elsewhere".into()], 0))),
+                // Capturing at a module not in the chain: every call takes the traced path.
+                _ => Some(Arc::new(Tracer::new(vec!["elsewhere".into()], 1))),
+            });
+            let (g, ctx) = (&c.g, &mut c.ctx);
+            let s = measure(o.base.secs, || {
+                let mut n = 0u64;
+                tree.schedule_round(
+                    &mut |t, max_runs| {
+                        let group = ctx.run_task_group(g, t, max_runs);
+                        n += group.result.packets as u64;
+                        group
+                    },
+                    FUSED_RUNS,
+                );
+                n
+            });
+            r[v] = s.mpps;
+        }
+        c.g.set_trace(None);
+        for v in 0..3 {
+            mpps[v].push(r[v]);
+        }
+        done.push(r[1] / r[0]);
+        capturing.push(r[2] / r[0]);
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v[v.len() / 2]
+    };
+    let [off, d, cap] = mpps;
+    TraceCost {
+        off_mpps: median(off),
+        done_mpps: median(d),
+        capturing_mpps: median(cap),
+        done_pct: (1.0 - median(done)) * 100.0,
+        capturing_pct: (1.0 - median(capturing)) * 100.0,
+        rounds,
+    }
+}
+
 fn alloc_free(pool: &PacketPool, o: &Opts) -> Stat {
     let mut cache = pool.cache();
     let mut b = PacketBatch::new();
@@ -958,6 +1042,24 @@ fn main() {
         json.push(("runtime_off_mpps".into(), format!("{:.2}", r.off_mpps)));
         json.push(("runtime_on_mpps".into(), format!("{:.2}", r.on_mpps)));
         json.push(("runtime_cost_pct".into(), format!("{:.2}", r.cost_pct)));
+    }
+    if wanted("trace_chain8_60") {
+        let r = trace_cost(&pool, &o);
+        println!(
+            "\npacket trace on chain8_60, {} rotated rounds: no trace {:.1} Mpps; a finished trace armed {:.1} Mpps ({:.2} %); one capturing elsewhere {:.1} Mpps ({:.2} %) (medians)",
+            r.rounds, r.off_mpps, r.done_mpps, r.done_pct, r.capturing_mpps, r.capturing_pct
+        );
+        json.push(("trace_off_mpps".into(), format!("{:.2}", r.off_mpps)));
+        json.push(("trace_done_mpps".into(), format!("{:.2}", r.done_mpps)));
+        json.push(("trace_done_cost_pct".into(), format!("{:.2}", r.done_pct)));
+        json.push((
+            "trace_capturing_mpps".into(),
+            format!("{:.2}", r.capturing_mpps),
+        ));
+        json.push((
+            "trace_capturing_cost_pct".into(),
+            format!("{:.2}", r.capturing_pct),
+        ));
     }
     if busy > 0 {
         println!(

@@ -21,9 +21,11 @@ import argparse
 import ast
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
+import string
 import subprocess
 import sys
 import tempfile
@@ -583,6 +585,62 @@ def clear_runtime(s: Session, _args) -> None:
     s.bess.show_runtime(clear=True)
 
 
+def trace_add(s: Session, args) -> None:
+    """Trace the next N packets entering a module or port (TraceAdd), as VPP's `trace add`."""
+    if not 1 <= args.count <= 500:
+        raise CliError(f"N must be 1..500 packets, not {args.count}")
+    resp = s.bess.trace_add(args.at, args.count)
+    print(f"tracing the next {args.count} packets entering {', '.join(resp.modules)}")
+
+
+def show_trace(s: Session, _args) -> None:
+    """The packets traced, module by module (ShowTrace), as VPP's `show trace`."""
+    resp = s.bess.show_trace()
+    text = resp.text.rstrip("\n")
+    if resp.armed and resp.remaining:
+        text += f"\n({resp.remaining} more packet(s) to capture entering {', '.join(resp.points)})"
+    print(text)
+
+
+def clear_trace(s: Session, _args) -> None:
+    """Remove the trace and its records (VPP's `clear trace`)."""
+    s.bess.show_trace(clear=True)
+
+
+def packet_bytes(text: str) -> bytes:
+    """A packet given as hex (spaces and colons allowed, an optional 0x) or as a scapy
+    expression such as "Ether()/IP(dst='10.0.0.2')/UDP()" (evaluated here, with scapy's
+    names, as bessctl evaluates its Python arguments)."""
+    t = text.strip()
+    digits = re.sub(r"[\s:]", "", t[2:] if t.lower().startswith("0x") else t)
+    if digits and re.fullmatch(r"[0-9a-fA-F]+", digits):
+        if len(digits) % 2:
+            raise CliError(f"bad hex: odd number of digits ({len(digits)}); each byte takes two")
+        return bytes.fromhex(digits)
+    if t.lower().startswith("0x"):
+        bad = next((i, c) for i, c in enumerate(digits) if c not in string.hexdigits)
+        raise CliError(f"bad hex: {bad[1]!r} at digit {bad[0]} is not a hex digit")
+    try:
+        import scapy.all as scapy  # slow to import: only when needed
+    except ImportError as exc:
+        raise CliError(
+            f"{t!r} is not hex, and scapy is not installed to read it as a scapy expression"
+        ) from exc
+    names = {k: getattr(scapy, k) for k in dir(scapy) if not k.startswith("_")}
+    try:
+        pkt = eval(t, names)  # the user's own expression, run on their own machine
+        return bytes(pkt)
+    except Exception as exc:
+        raise CliError(f"{t!r} is neither hex nor a scapy expression: {exc}") from exc
+
+
+def trace_packet(s: Session, args) -> None:
+    """Run one packet through the pipeline from MODULE without sending it (TracePacket),
+    as OVS's `ofproto/trace`; print its trace."""
+    resp = s.bess.trace_packet(args.module, packet_bytes(" ".join(args.packet)))
+    print(resp.text.rstrip("\n"))
+
+
 def show_mclass(s: Session, args) -> None:
     names = args.names or s.bess.list_mclasses()
     print("\n".join(s.bess.get_mclass_info(n).help for n in names))
@@ -912,6 +970,7 @@ def _parser() -> argparse.ArgumentParser:
         show_latency,
         "a Measure's latency and jitter: p50, p90, p99, p99.9, max and a histogram",
     ).add_argument("module")
+    cmd(sh, "trace", show_trace, "the packets traced (trace add), module by module")
     cmd(sh, "mclass", show_mclass, "module classes: arguments and commands").add_argument(
         "names", nargs="*"
     )
@@ -921,6 +980,34 @@ def _parser() -> argparse.ArgumentParser:
 
     cl = group("clear", "start counters afresh")
     cmd(cl, "runtime", clear_runtime, "start show runtime's counts afresh")
+    cmd(cl, "trace", clear_trace, "remove the packet trace and its records")
+
+    tr = group("trace", "trace packets through the pipeline (VPP's trace, OVS's ofproto/trace)")
+    c = cmd(tr, "add", trace_add, "trace the next N packets entering a module or port")
+    c.add_argument(
+        "at",
+        metavar="PORT|MODULE",
+        help="a module, or a port (the PortInc and QueueInc modules reading it)",
+    )
+    c.add_argument("count", metavar="N", type=int, help="packets to capture (1..500)")
+    c = cmd(
+        tr,
+        "packet",
+        trace_packet,
+        "run one packet from MODULE through the pipeline without sending it",
+    )
+    c.add_argument(
+        "module",
+        metavar="MODULE",
+        help="where the packet enters (one without input gates, e.g. a PortInc: as its output)",
+    )
+    c.add_argument(
+        "packet",
+        nargs="+",
+        metavar="HEX|SCAPY-EXPR",
+        help="the packet from Ethernet on: hex bytes, or a scapy expression such as "
+        "\"Ether()/IP(dst='10.0.0.2')/UDP()\"",
+    )
 
     ck = group("check", "check the configuration")
     cmd(ck, "constraints", check_constraints, "modules reachable from more than one worker")

@@ -357,6 +357,27 @@ class BESS:
         req = self._msg("ext_observe", "ShowLatencyRequest", {"module": module})
         return self._ext_call("ShowLatency", req)
 
+    def trace_add(self, at: str, count: int):
+        """Traces the next `count` packets entering module `at`, or port `at` (its PortInc and
+        QueueInc modules), as VPP's `trace add`; the response names the modules armed
+        (Bessemer's own RPC)."""
+        req = self._msg("ext_observe", "TraceAddRequest", {"at": at, "count": count})
+        return self._ext_call("TraceAdd", req)
+
+    def show_trace(self, clear: bool = False):
+        """The packets traced so far, as records and as text (`show trace`); `clear=True`
+        then removes the trace and its records (`clear trace`) (Bessemer's own RPC)."""
+        req = self._msg("ext_observe", "ShowTraceRequest", {"clear": clear})
+        return self._ext_call("ShowTrace", req)
+
+    def trace_packet(self, module: str, packet: bytes):
+        """Runs one packet (bytes from Ethernet on) through the graph from `module` without
+        sending it (OVS's `ofproto/trace`) and returns its trace (Bessemer's own RPC)."""
+        req = self._msg(
+            "ext_observe", "TracePacketRequest", {"module": module, "packet": bytes(packet)}
+        )
+        return self._ext_call("TracePacket", req)
+
     def offload(self, port: str, action: str = "show"):
         """XDP offload of the pipeline downstream of AFXDPPort `port`: action "on", "off" or
         "show"; the response has `enabled` and the planner's `plan` (Bessemer's own RPC)."""

@@ -396,6 +396,75 @@ impl Engine {
         })
     }
 
+    /// Arms a packet trace (`trace add`): the next `count` packets entering any of the
+    /// modules `points` (batches given to it, or packets its task produces) are traced
+    /// through the graph (see [`crate::trace`]). A trace already armed gets the points and
+    /// the count added (its records are kept). Off by default.
+    pub fn trace_add(&mut self, points: &[String], count: u32) -> Result<()> {
+        use crate::trace::{Tracer, MAX_TRACE_PACKETS};
+        if count == 0 || count > MAX_TRACE_PACKETS {
+            return Err(Error::invalid(format!(
+                "trace count {count} is out of range (1..={MAX_TRACE_PACKETS} packets)"
+            )));
+        }
+        if points.is_empty() {
+            return Err(Error::invalid(
+                "trace add needs a module or a port to trace at",
+            ));
+        }
+        for p in points {
+            self.graph().id_of(p)?;
+        }
+        if let Some(t) = self.graph().trace() {
+            t.add(points.to_vec(), count);
+            return Ok(());
+        }
+        let t = Arc::new(Tracer::new(points.to_vec(), count));
+        self.paused(|e| {
+            e.graph_mut().set_trace(Some(t));
+            Ok(())
+        })
+    }
+
+    /// Removes the packet trace and its records (`clear trace`): the runner is back on its
+    /// plain path.
+    pub fn trace_clear(&mut self) -> Result<()> {
+        if self.graph().trace().is_none() {
+            return Ok(());
+        }
+        self.paused(|e| {
+            e.graph_mut().set_trace(None);
+            Ok(())
+        })
+    }
+
+    /// The packets traced so far (`show trace`), with the trace's capture points and the
+    /// packets it has still to capture; None when no trace is armed.
+    pub fn trace_packets(&self) -> Option<(Vec<crate::trace::PacketTrace>, Vec<String>, u32)> {
+        let t = self.graph().trace()?;
+        let (points, left) = t.pending();
+        Some((t.packets(), points, left))
+    }
+
+    /// Runs one packet through the graph from `module` without sending it (`trace packet`,
+    /// OVS's `ofproto/trace`), with the workers paused, and returns its trace. Modules
+    /// that would send it to a port (PortOut, QueueOut) or hold it (Queue, DRR, Buffer) are
+    /// not run; the others run on their real state (counters, learned entries may change:
+    /// docs/compat.md). A module without input gates is taken as having produced it.
+    pub fn trace_packet(
+        &mut self,
+        module: &str,
+        bytes: &[u8],
+    ) -> Result<crate::trace::PacketTrace> {
+        let id = self.graph().id_of(module)?;
+        self.paused(|e| {
+            let mut ctx = std::mem::replace(&mut e.ctx, Context::new(usize::MAX, &e.pool));
+            let r = ctx.trace_dry(e.graph(), id, bytes);
+            e.ctx = ctx;
+            r
+        })
+    }
+
     /// The packet pool.
     pub fn pool(&self) -> &PacketPool {
         &self.pool
@@ -1136,6 +1205,8 @@ impl Engine {
             for n in &names {
                 e.remove_paused(n)?;
             }
+            // The trace's capture points and records name modules that are gone.
+            e.graph_mut().set_trace(None);
             Ok(())
         })
     }

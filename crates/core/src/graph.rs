@@ -321,6 +321,12 @@ pub struct Pipeline {
     pub(crate) runtime: bool,
     /// When runtime sampling was last turned on or cleared.
     rt_since: Option<std::time::Instant>,
+    /// The packet trace armed (`trace add`), if any (changed only with the workers paused).
+    pub(crate) trace: Option<Arc<crate::trace::Tracer>>,
+    /// `runtime || trace.is_some()`: the one flag the runner tests per task group to leave
+    /// its plain path (see `Context::run_task_group`), so that tracing, when off, adds
+    /// nothing to what runtime sampling already cost there.
+    pub(crate) slow: bool,
 }
 
 /// What [`Pipeline::settle`] computes for one component before writing it.
@@ -1221,6 +1227,19 @@ impl Pipeline {
             self.rt_since = Some(std::time::Instant::now());
         }
         self.runtime = on;
+        self.slow = self.runtime || self.trace.is_some();
+    }
+
+    /// Arms (Some) or removes (None) the packet trace; only with the workers paused (the
+    /// engine's [`crate::Engine::trace_add`]) or before any runs.
+    pub fn set_trace(&mut self, t: Option<Arc<crate::trace::Tracer>>) {
+        self.trace = t;
+        self.slow = self.runtime || self.trace.is_some();
+    }
+
+    /// The packet trace armed, if any.
+    pub fn trace(&self) -> Option<&Arc<crate::trace::Tracer>> {
+        self.trace.as_ref()
     }
 
     /// Seconds since runtime sampling was turned on or last cleared (0 if never on).
@@ -1505,7 +1524,7 @@ impl Pipeline {
             _ => Err(handler_mismatch(name, n.class.name, cmd)),
         };
         ctx.flush_outputs(self);
-        ctx.drain::<false, false>(self);
+        ctx.drain::<false, false, false>(self);
         r
     }
 

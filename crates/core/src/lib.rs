@@ -20,6 +20,7 @@ pub mod pool;
 pub mod port;
 pub mod sched;
 pub mod testing;
+pub mod trace;
 pub mod tsc;
 pub mod value;
 

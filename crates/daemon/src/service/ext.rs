@@ -57,6 +57,35 @@ impl BessemerControl for Control {
         answer("ShowPortDetails", res)
     }
 
+    async fn trace_add(
+        &self,
+        r: Request<ext::TraceAddRequest>,
+    ) -> std::result::Result<Response<ext::TraceAddResponse>, Status> {
+        let req = r.into_inner();
+        let res = self.run(move |e| super::observe::trace_add(e, req)).await;
+        answer("TraceAdd", res)
+    }
+
+    async fn show_trace(
+        &self,
+        r: Request<ext::ShowTraceRequest>,
+    ) -> std::result::Result<Response<ext::ShowTraceResponse>, Status> {
+        let req = r.into_inner();
+        let res = self.run(move |e| super::observe::show_trace(e, req)).await;
+        answer("ShowTrace", res)
+    }
+
+    async fn trace_packet(
+        &self,
+        r: Request<ext::TracePacketRequest>,
+    ) -> std::result::Result<Response<ext::TracePacketResponse>, Status> {
+        let req = r.into_inner();
+        let res = self
+            .run(move |e| super::observe::trace_packet(e, req))
+            .await;
+        answer("TracePacket", res)
+    }
+
     async fn transaction(
         &self,
         r: Request<ext::TransactionRequest>,

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use bessemer_core::{Engine, Result};
+use bessemer_core::{Engine, Error, Result};
 
 use super::{lookup_name, Reply};
 use crate::bessemer::pb as ext;
@@ -176,5 +176,167 @@ pub(super) fn show_latency(
     Ok(ext::ShowLatencyResponse {
         error: None,
         histograms,
+    })
+}
+
+impl Reply for ext::TraceAddResponse {
+    fn set_error(&mut self, e: pb::Error) {
+        self.error = Some(e);
+    }
+}
+
+impl Reply for ext::ShowTraceResponse {
+    fn set_error(&mut self, e: pb::Error) {
+        self.error = Some(e);
+    }
+}
+
+impl Reply for ext::TracePacketResponse {
+    fn set_error(&mut self, e: pb::Error) {
+        self.error = Some(e);
+    }
+}
+
+/// The modules `trace add AT` captures at: the module `at`, or else the PortInc and
+/// QueueInc modules reading port `at` (their description starts with the port's name).
+fn trace_points(e: &Engine, at: &str) -> Result<Vec<String>> {
+    if e.graph().class_of(at).is_ok() {
+        return Ok(vec![at.to_string()]);
+    }
+    if e.ports().get(at).is_err() {
+        return Err(Error::not_found(format!(
+            "no module or port named '{at}' to trace at"
+        )));
+    }
+    let mods: Vec<String> = e
+        .graph()
+        .modules()
+        .into_iter()
+        .filter(|m| {
+            matches!(m.mclass, "PortInc" | "QueueInc") && m.desc.split(':').next() == Some(at)
+        })
+        .map(|m| m.name)
+        .collect();
+    if mods.is_empty() {
+        return Err(Error::not_found(format!(
+            "port '{at}' has no PortInc or QueueInc module reading it: nothing to trace at"
+        )));
+    }
+    Ok(mods)
+}
+
+/// `TraceAdd`: arms (or adds to) the packet trace.
+pub(super) fn trace_add(
+    e: &mut Engine,
+    req: ext::TraceAddRequest,
+) -> Result<ext::TraceAddResponse> {
+    let at = super::need_name(&req.at, "module or port name")?;
+    let modules = trace_points(e, &at)?;
+    e.trace_add(&modules, req.count)?;
+    Ok(ext::TraceAddResponse {
+        error: None,
+        modules,
+    })
+}
+
+fn trace_headers(s: Option<bessemer_core::trace::Summary>) -> Option<ext::TraceHeaders> {
+    s.map(|s| ext::TraceHeaders {
+        len: s.len as u64,
+        headers: s.headers,
+    })
+}
+
+fn packet_trace(p: bessemer_core::trace::PacketTrace) -> ext::PacketTrace {
+    ext::PacketTrace {
+        id: p.id,
+        worker: if p.wid == usize::MAX {
+            -1
+        } else {
+            p.wid as i64
+        },
+        truncated: p.truncated,
+        hops: p
+            .hops
+            .into_iter()
+            .map(|h| {
+                let (end, end_detail) = h
+                    .end
+                    .as_ref()
+                    .map(|e| e.parts())
+                    .map_or((String::new(), String::new()), |(k, d)| (k.to_string(), d));
+                ext::TraceHop {
+                    module: h.module,
+                    mclass: h.mclass.to_string(),
+                    igate: h.igate.map_or(-1, i32::from),
+                    ogates: h.ogates.into_iter().map(u32::from).collect(),
+                    ns: h.ns,
+                    before: trace_headers(h.before),
+                    after: trace_headers(h.after),
+                    metadata: h
+                        .meta
+                        .into_iter()
+                        .map(|(name, value)| ext::TraceMetadata { name, value })
+                        .collect(),
+                    end,
+                    end_detail,
+                }
+            })
+            .collect(),
+    }
+}
+
+/// `ShowTrace`: the packets traced so far, as records and as `show trace` prints them; with
+/// `clear`, then removes the trace.
+pub(super) fn show_trace(
+    e: &mut Engine,
+    req: ext::ShowTraceRequest,
+) -> Result<ext::ShowTraceResponse> {
+    let res = match e.trace_packets() {
+        None => ext::ShowTraceResponse {
+            text: "No packets in trace buffer\n".into(),
+            ..Default::default()
+        },
+        Some((packets, points, remaining)) => ext::ShowTraceResponse {
+            error: None,
+            armed: true,
+            text: if packets.is_empty() {
+                "No packets in trace buffer\n".into()
+            } else {
+                bessemer_core::trace::render(&packets)
+            },
+            packets: packets.into_iter().map(packet_trace).collect(),
+            points,
+            remaining,
+        },
+    };
+    if req.clear {
+        e.trace_clear()?;
+    }
+    Ok(res)
+}
+
+/// Longest packet `TracePacket` takes (a jumbo frame).
+const MAX_TRACE_PACKET_LEN: usize = 9_600;
+
+/// `TracePacket`: one packet through the graph from a module, not sent (see
+/// [`Engine::trace_packet`]).
+pub(super) fn trace_packet(
+    e: &mut Engine,
+    req: ext::TracePacketRequest,
+) -> Result<ext::TracePacketResponse> {
+    let module = super::need_name(&req.module, "module name")?;
+    e.graph().class_of(&module)?;
+    if req.packet.len() < 14 || req.packet.len() > MAX_TRACE_PACKET_LEN {
+        return Err(Error::invalid(format!(
+            "the packet has {} bytes; a dry run takes 14 (an Ethernet header) to \
+             {MAX_TRACE_PACKET_LEN}",
+            req.packet.len()
+        )));
+    }
+    let p = e.trace_packet(&module, &req.packet)?;
+    Ok(ext::TracePacketResponse {
+        error: None,
+        text: bessemer_core::trace::render(std::slice::from_ref(&p)),
+        packet: Some(packet_trace(p)),
     })
 }
