@@ -22,7 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import free_port, ogate_packets, running_daemon
+from bessemer.script import run_script
+
+from .conftest import ROOT, free_port, ogate_packets, running_daemon
 
 SIZE = (1280, 800)
 
@@ -173,11 +175,103 @@ def test_details_plot_a_measure_latency_histogram(upf_view, tmp_path):
     _shoot("webview-upf-details.png", url + f"?find={target}", u.ns, tmp_path)
 
 
-def test_expanded_every_module_has_its_own_box(upf_view):
+def test_expanded_every_module_has_its_own_box(upf_view, tmp_path):
     u, url, names = upf_view
     dom = _Dom(_browse(url + "?expand=all", u.ns))
     assert int(dom.check["nodes"]) == 67 and dom.check["collapsed"] == "", dom.check
     assert sorted(n["data-name"] for n in dom.nodes) == names
+    # All of it still fits in the panel (small: zoom in to read it).
+    assert int(dom.check["fit-inside"]) == 67, dom.check
+    _shoot("webview-upf-expanded.png", url + "?expand=all", u.ns, tmp_path)
+
+
+# ---- small pipelines, no root ------------------------------------------------------------
+
+
+def _need_chromium() -> None:
+    if _chromium() is None:
+        pytest.skip("chromium is missing (apt-get install -y chromium)")
+
+
+def test_duplicate_copies_collapse_into_one_group_per_worker(tmp_path):
+    _need_chromium()
+    port = free_port()
+    with running_daemon(tmp_path, "--http", f"127.0.0.1:{port}") as d:
+        script = tmp_path / "dup.bess"
+        script.write_text(
+            "bess.add_worker(0, 0)\n"
+            "bess.add_worker(1, 1)\n"
+            "duplicate('src::Source(pkt_size=60) -> ttl::Bypass() -> m::Measure() -> Sink()', "
+            "workers=[0, 1], name='fw')\n"
+        )
+        run_script(script, d.client)
+        dom = _Dom(_browse(f"http://127.0.0.1:{port}/?collapse=all", None))
+    groups = {n["data-id"]: sorted(n["data-members"].split()) for n in dom.nodes}
+    assert groups == {
+        f"g:copy@w{w}": sorted(f"{m}@w{w}" for m in ("src", "ttl", "m", "fw.0")) for w in (0, 1)
+    }
+    assert dom.check["represented"] == dom.check["modules"] == "8"
+
+
+def test_pan_zoom_fit_details_search_and_groups_by_hand(tmp_path):
+    _need_chromium()
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
+    port = free_port()
+    with running_daemon(tmp_path, "--http", f"127.0.0.1:{port}") as d:
+        run_script(ROOT / "conf" / "demo.bess", d.client)
+        with sync_api.sync_playwright() as pw:
+            br = pw.chromium.launch(executable_path=_chromium(), args=["--no-sandbox"])
+            try:
+                page = br.new_page(viewport={"width": SIZE[0], "height": SIZE[1]})
+                page.goto(f"http://127.0.0.1:{port}/")
+                page.wait_for_selector("g.node")
+
+                def sc(key: str) -> str:
+                    return page.get_attribute("#selfcheck", f"data-{key}") or ""
+
+                def moved() -> tuple[float, ...]:
+                    t = page.get_attribute("#viewport", "transform")
+                    return tuple(float(x) for x in re.findall(r"-?[\d.]+", t))
+
+                fit = float(sc("scale"))
+                page.click("#zoomin")
+                assert float(sc("scale")) == pytest.approx(fit * 1.25, rel=1e-2)
+                page.click("#zoomout")
+                assert float(sc("scale")) == pytest.approx(fit, rel=1e-2)
+                g = page.query_selector("#graph").bounding_box()
+                cx, cy = g["x"] + g["width"] / 2, g["y"] + g["height"] / 2
+                page.mouse.move(cx, cy)
+                page.mouse.wheel(0, -400)
+                page.wait_for_function(f"Number(selfcheck.dataset.scale) > {fit * 1.1}")
+                x0, y0, _ = moved()
+                page.mouse.move(cx + 5, cy + 5)
+                page.mouse.down()
+                page.mouse.move(cx + 125, cy + 65, steps=6)
+                page.mouse.up()
+                x1, y1, _ = moved()
+                assert (x1 - x0, y1 - y0) == (pytest.approx(120, abs=2), pytest.approx(60, abs=2))
+                page.click("#fit")
+                assert float(sc("scale")) == pytest.approx(fit, rel=1e-2)
+                # A click on a module opens its details; Measure's histogram is plotted.
+                page.click('g.node[data-id="measure"]')
+                page.wait_for_selector("#details h3")
+                assert page.text_content("#details h3") == "measure"
+                assert "class Measure" in page.text_content("#details")
+                page.wait_for_selector('#details svg.hist[data-hist="latency"] rect', timeout=10000)
+                # The search box, with Enter.
+                page.fill("#search", "QUEUE")
+                page.press("#search", "Enter")
+                assert sc("found") == "queue0" and sc("found-inside") == "1"
+                # Collapse folds the chain src -> ... -> rr; a double-click opens it again.
+                page.click("#collapse")
+                assert page.query_selector('g.node[data-id="g:chain:src"]') is not None
+                before = int(sc("nodes"))
+                page.dblclick('g.node[data-id="g:chain:src"]')
+                assert int(sc("nodes")) > before
+                assert page.query_selector('g.node[data-id="rr"]') is not None
+                assert page.text_content("#error") == ""
+            finally:
+                br.close()
 
 
 # ---- FlowMeasure in /metrics --------------------------------------------------------------
@@ -208,6 +302,9 @@ def test_flow_measure_histograms_are_prometheus_histograms(tmp_path):
         while ogate_packets(b, "fm") < 5000 and time.monotonic() < deadline:
             time.sleep(0.1)
         b.pause_all()
+        resp = b.show_latency("fm")
+        assert [h.name for h in resp.histograms] == ["latency", "jitter"]
+        assert resp.histograms[0].count > 0 and resp.histograms[0].resolution_ns == 1000
         with urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=10) as r:
             text = r.read().decode()
     lab = 'class="FlowMeasure",module="fm"'
