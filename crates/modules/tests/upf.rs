@@ -1153,7 +1153,11 @@ fn flow_measure_fills_the_flagged_table_per_session() {
         assert_eq!(x.counts.iter().sum::<u64>(), 4);
         assert_eq!(x.counts.len(), x.bounds_ns.len() + 1);
         assert_eq!((x.bounds_ns[0], x.resolution_ns), (1000, 1000));
-        assert_eq!(*x.bounds_ns.last().unwrap(), 16_384_000, "the first bound past 10 ms");
+        assert_eq!(
+            *x.bounds_ns.last().unwrap(),
+            16_384_000,
+            "the first bound past 10 ms"
+        );
     }
     let e = h.command("follow", "flip", &Value::map()).unwrap_err();
     assert!(e.msg.contains("only leaders"), "{}", e.msg);
