@@ -257,12 +257,13 @@ def upf_host(
     access_ip: str | None,
     core_ip: str | None,
     command: list[str] | None = None,
+    extra: tuple[str, ...] = (),
 ) -> Upf:
     """A namespace holding bessemerd. With `access_ip` and `core_ip`, the UPF's two
     interfaces are made there too, as veth pairs whose peers stay in the same namespace (sim
     mode only needs the interfaces and their addresses); otherwise the caller joins them to
     other hosts with `neighbour`. `command` runs another daemon instead of bessemerd (the
-    real bessd, for benchmarks)."""
+    real bessd, for benchmarks); `extra` are more bessemerd options (e.g. `--http ADDR`)."""
     ns = f"upf{uuid.uuid4().hex[:6]}"
     u = Upf(cache=cache, ns=ns, tmp=tmp, conf=conf)
     assert sh("ip", "netns", "add", ns).returncode == 0
@@ -277,7 +278,7 @@ def upf_host(
                 sh("ip", "-n", ns, "link", "set", ifname, "up")
                 sh("ip", "-n", ns, "link", "set", peer, "up")
         u.write_conf()
-        u.start_daemon(command=command)
+        u.start_daemon(*extra, command=command)
     except BaseException:
         u.close()
         raise

@@ -1141,6 +1141,24 @@ fn flow_measure_fills_the_flagged_table_per_session() {
     );
     assert_eq!(fm_stats(&fm_read(&mut h, "lead", 1, true)), want);
     assert!(fm_stats(&fm_read(&mut h, "lead", 1, false)).is_empty());
+    // The module-wide histograms (Prometheus, show latency): every session's packets
+    // together, from both tables, kept across a clearing read.
+    let hist = h.graph.histograms();
+    let (_, class, lead) = hist.iter().find(|(n, _, _)| n == "lead").unwrap();
+    assert_eq!(*class, "FlowMeasure");
+    let names: Vec<_> = lead.iter().map(|x| x.name).collect();
+    assert_eq!(names, ["latency", "jitter"]);
+    for x in lead {
+        assert_eq!(x.count, 4, "{}", x.name);
+        assert_eq!(x.counts.iter().sum::<u64>(), 4);
+        assert_eq!(x.counts.len(), x.bounds_ns.len() + 1);
+        assert_eq!((x.bounds_ns[0], x.resolution_ns), (1000, 1000));
+        assert_eq!(
+            *x.bounds_ns.last().unwrap(),
+            16_384_000,
+            "the first bound past 10 ms"
+        );
+    }
     let e = h.command("follow", "flip", &Value::map()).unwrap_err();
     assert!(e.msg.contains("only leaders"), "{}", e.msg);
     let e = h

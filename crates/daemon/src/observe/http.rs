@@ -1,5 +1,5 @@
 //! The daemon's HTTP endpoints: `/metrics` (Prometheus, `--metrics ADDR`) and the live web
-//! view (`/`, `/api/snapshot`; `--http ADDR`). Both are off by default, read-only, and answer
+//! view (`/`, `/api/snapshot`, `/api/classes`; `--http ADDR`). Both are off by default, read-only, and answer
 //! only peers in the allowed networks (loopback unless `--http-allow` says otherwise).
 
 use std::net::{IpAddr, SocketAddr};
@@ -23,7 +23,7 @@ const VIEW_HTML: &str = include_str!("view.html");
 pub struct Endpoints {
     /// `/metrics`.
     pub metrics: bool,
-    /// The web view: `/` and `/api/snapshot`.
+    /// The web view: `/`, `/api/snapshot` and `/api/classes`.
     pub view: bool,
 }
 
@@ -136,6 +136,34 @@ async fn snapshot_json(State(s): State<Shared>) -> Response {
     }
 }
 
+/// What the web view's details panel says of a class: its help line, argument summary,
+/// commands and drop reasons (static: the view fetches it once).
+#[derive(serde::Serialize)]
+struct ClassInfo {
+    name: &'static str,
+    help: &'static str,
+    arg_type: &'static str,
+    arg_doc: &'static [&'static str],
+    commands: Vec<(&'static str, &'static str)>,
+    drop_reasons: &'static [&'static str],
+}
+
+async fn classes_json() -> Json<Vec<ClassInfo>> {
+    Json(
+        bessemer_modules::classes()
+            .iter()
+            .map(|c| ClassInfo {
+                name: c.name,
+                help: c.help,
+                arg_type: c.arg_type,
+                arg_doc: c.arg_doc,
+                commands: c.commands.iter().map(|x| (x.name, x.help)).collect(),
+                drop_reasons: c.drop_reasons,
+            })
+            .collect(),
+    )
+}
+
 async fn view_page() -> Html<&'static str> {
     Html(VIEW_HTML)
 }
@@ -212,7 +240,8 @@ pub fn router(
     if what.view {
         r = r
             .route("/", get(view_page))
-            .route("/api/snapshot", get(snapshot_json));
+            .route("/api/snapshot", get(snapshot_json))
+            .route("/api/classes", get(classes_json));
     }
     r.layer(middleware::from_fn_with_state(shared.clone(), only_allowed))
         .with_state(shared)

@@ -109,7 +109,8 @@ fn process_metrics(b: &Builder) {
     .set(boot + field(19) / tick);
 }
 
-/// The modules' histograms (Measure's latency and jitter) as Prometheus histograms,
+/// The modules' histograms (the latency and jitter of Measure, and of FlowMeasure's sessions
+/// all together) as Prometheus histograms,
 /// `bessemer_module_<name>_seconds` with `module` and `class` labels: the module's own
 /// HDR-style buckets (cumulative, in seconds), `_sum` and `_count`. Built by hand: the
 /// client library's histograms can only observe values one by one.
@@ -125,7 +126,7 @@ fn histograms(s: &Snapshot) -> Vec<prometheus::proto::MetricFamily> {
                     let mut f = MetricFamily::default();
                     f.set_name(name);
                     f.set_help(format!(
-                        "A module's {} histogram (Measure), in its own HDR-style buckets",
+                        "A module's {} histogram (Measure; FlowMeasure: all its sessions), in its own HDR-style buckets",
                         h.name
                     ));
                     f.set_field_type(MetricType::HISTOGRAM);

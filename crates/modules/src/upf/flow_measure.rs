@@ -3,6 +3,7 @@
 //! be read while the other fills.
 use std::collections::HashMap;
 
+use bessemer_core::module::HistogramExport;
 use bessemer_core::{
     handler, AccessMode, Args, CommandSpec, Context, Error, Instance, Module, ModuleClass,
     PacketBatch, Result, Value,
@@ -17,6 +18,9 @@ const NUM_BUCKETS: u64 = 100;
 const BUCKET_NS: u64 = 1000;
 /// Sessions per table when `entries` is 0.
 const DEFAULT_ENTRIES: u64 = 1 << 16;
+/// The module-wide histograms (Bessemer's own, for Prometheus and `show latency`): the
+/// sessions' 1 us buckets, up to 10 ms.
+const ALL_BUCKETS: u64 = 10_000;
 
 const ATTR_FLAG: usize = 0;
 const ATTR_TS: usize = 1;
@@ -45,6 +49,11 @@ pub struct FlowMeasure {
     flag: u64,
     entries: usize,
     tables: [HashMap<(u64, u64), Stats>; 2],
+    /// Every recorded latency and jitter of every session, since the module was created
+    /// (never cleared by `read`, so that the exported histograms only grow, as Prometheus
+    /// needs): one histogram per module however many sessions there are.
+    all_latency: Histogram,
+    all_jitter: Histogram,
 }
 
 fn histogram_value(h: &Histogram, percentiles: &[f64]) -> Value {
@@ -178,9 +187,12 @@ impl Module for FlowMeasure {
             if s.last_latency == 0 {
                 s.last_latency = lat;
             }
-            s.jitter.insert(s.last_latency.abs_diff(lat));
+            let jit = s.last_latency.abs_diff(lat);
+            s.jitter.insert(jit);
             s.last_latency = lat;
             s.latency.insert(lat);
+            self.all_jitter.insert(jit);
+            self.all_latency.insert(lat);
             s.pkts += 1;
             s.bytes += p.len() as u64;
         }
@@ -195,6 +207,16 @@ impl Module for FlowMeasure {
             self.tables[0].len(),
             self.tables[1].len()
         )
+    }
+
+    /// Latency and jitter of all sessions together (see `all_latency`); per-session
+    /// histograms stay with the `read` command, so the exported series are bounded by the
+    /// number of FlowMeasure modules, not of sessions.
+    fn histograms(&self) -> Vec<HistogramExport> {
+        vec![
+            self.all_latency.export("latency"),
+            self.all_jitter.export("jitter"),
+        ]
     }
 }
 
@@ -263,6 +285,8 @@ pub static CLASS: ModuleClass = ModuleClass {
                 entries
             } as usize,
             tables: [HashMap::new(), HashMap::new()],
+            all_latency: Histogram::new(ALL_BUCKETS, BUCKET_NS),
+            all_jitter: Histogram::new(ALL_BUCKETS, BUCKET_NS),
         })))
     },
 };
