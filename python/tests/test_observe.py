@@ -370,6 +370,11 @@ def test_web_view_draws_every_module_and_its_rates_change(tmp_path):
                 assert stopped, f"rate still {rate('src:0')} after traffic stopped"
                 second = page.screenshot(path=str(tmp_path / "view2.png"))
                 assert first != second, "the view did not change when traffic stopped"
+                # A module's details show the argument it was created with.
+                page.click('g.module[data-name="rr"]')
+                page.wait_for_selector('pre.arg[data-arg="rr"]', timeout=5000)
+                arg = json.loads(page.text_content('pre.arg[data-arg="rr"]'))
+                assert arg == {"gates": [0, 1]}, arg
                 assert page.text_content("#error") == ""
             finally:
                 br.close()

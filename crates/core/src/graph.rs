@@ -133,6 +133,7 @@ pub struct BuiltModule {
     name: String,
     init: InitContext,
     inst: Instance,
+    arg: Value,
 }
 
 impl BuiltModule {
@@ -157,6 +158,9 @@ pub struct Node {
     pub(crate) prio: u32,
     /// Metadata warnings about this module: (attribute, text).
     warnings: Vec<(String, String)>,
+    /// The argument it was created with (what the web view and `get_initial_arg`-style
+    /// questions show; never read on the data path).
+    pub(crate) init_arg: Value,
     /// Workers whose tasks reach this module (bit per worker id), set by
     /// [`Pipeline::set_task_workers`] while those workers are paused.
     pub(crate) workers: u64,
@@ -632,6 +636,7 @@ impl Pipeline {
             name,
             init,
             inst,
+            arg: arg.clone(),
         })
     }
 
@@ -643,6 +648,7 @@ impl Pipeline {
             name,
             init,
             inst,
+            arg,
         } = built;
         if self.by_name.contains_key(&name) {
             return Err(Error::exists(format!("module '{name}' already exists")));
@@ -697,6 +703,7 @@ impl Pipeline {
                 .collect(),
             tasks: tasks.clone(),
             prio: 0,
+            init_arg: arg,
             warnings: Vec::new(),
             workers: 0,
             multi: false,
@@ -1374,6 +1381,11 @@ impl Pipeline {
     /// Class of a module.
     pub fn class_of(&self, name: &str) -> Result<&'static ModuleClass> {
         Ok(self.node(self.id_of(name)?).class)
+    }
+
+    /// The argument the module was created with.
+    pub fn init_arg_of(&self, name: &str) -> Result<&Value> {
+        Ok(&self.node(self.id_of(name)?).init_arg)
     }
 
     /// Module-specific info value.

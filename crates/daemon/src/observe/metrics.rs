@@ -377,6 +377,7 @@ mod tests {
                 name: "ttl".into(),
                 mclass: "UpdateTTL".into(),
                 desc: String::new(),
+                arg: serde_json::Value::Null,
                 drops: vec![
                     DropStat {
                         reason: "ttl_expired".into(),

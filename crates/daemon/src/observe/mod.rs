@@ -50,6 +50,31 @@ pub struct ModuleStats {
     pub runtime: Vec<RuntimeStat>,
     /// The histograms it keeps (Measure: latency and jitter).
     pub histograms: Vec<HistogramStat>,
+    /// The argument it was created with, as JSON (bytes as hex strings).
+    pub arg: serde_json::Value,
+}
+
+/// A module argument as JSON: messages as objects, repeated fields as arrays, bytes as hex.
+fn value_json(v: &bessemer_core::Value) -> serde_json::Value {
+    use bessemer_core::Value as V;
+    match v {
+        V::Null => serde_json::Value::Null,
+        V::Bool(b) => (*b).into(),
+        V::Int(i) => (*i).into(),
+        V::Float(f) => serde_json::Number::from_f64(*f).map_or(serde_json::Value::Null, Into::into),
+        V::Str(s) => s.clone().into(),
+        V::Bytes(b) => b
+            .iter()
+            .map(|x| format!("{x:02x}"))
+            .collect::<String>()
+            .into(),
+        V::List(l) => l.iter().map(value_json).collect::<Vec<_>>().into(),
+        V::Map(m) => m
+            .iter()
+            .map(|(k, v)| (k.clone(), value_json(v)))
+            .collect::<serde_json::Map<_, _>>()
+            .into(),
+    }
 }
 
 /// A module's histogram (`show latency`, Prometheus histograms): HDR-style buckets.
@@ -290,6 +315,7 @@ pub fn collect(e: &Engine) -> Snapshot {
                 ogates,
                 runtime: runtime.remove(&m.name).unwrap_or_default(),
                 histograms: hists.remove(&m.name).unwrap_or_default(),
+                arg: g.init_arg_of(&m.name).map(value_json).unwrap_or_default(),
                 mclass: m.mclass.to_string(),
                 desc: m.desc,
                 name: m.name,
