@@ -393,11 +393,18 @@ fn dpdk_err(e: bessemer_dpdk::DpdkError) -> Error {
 /// Bessemer's pool as the frames of a zero-copy mempool (one per queue). DPDK allocates and
 /// frees through it inside the bursts of the queue's owner, whose cache is lent for the
 /// burst (`worker`); at device start and close, on the control thread, `ctl` serves.
+/// Frees during a burst (a driver frees sent mbufs one at a time) only collect the
+/// descriptors in `pending`; the burst's end frees them into the lent cache in bulk.
 struct PoolFrames {
     pool: PacketPool,
     worker: AtomicPtr<PoolCache>,
     ctl: Mutex<PoolCache>,
+    pending: std::cell::UnsafeCell<PacketBatch>,
 }
+
+// SAFETY: `pending` is touched only by the thread that lent its cache (`worker` non-null),
+// for the length of its burst; everything else is Sync.
+unsafe impl Sync for PoolFrames {}
 
 impl PoolFrames {
     fn new(pool: &PacketPool) -> Arc<PoolFrames> {
@@ -405,6 +412,7 @@ impl PoolFrames {
             pool: pool.clone(),
             worker: AtomicPtr::new(std::ptr::null_mut()),
             ctl: Mutex::new(pool.cache()),
+            pending: std::cell::UnsafeCell::new(PacketBatch::new()),
         })
     }
 
@@ -419,16 +427,48 @@ impl PoolFrames {
         }
     }
 
-    /// Lends `cache` to the bursts of this queue until the guard goes.
-    fn lend<'a>(&'a self, cache: &'a mut PoolCache) -> impl Drop + 'a {
-        self.worker.store(cache, Ordering::Relaxed);
-        struct Back<'b>(&'b AtomicPtr<PoolCache>);
-        impl Drop for Back<'_> {
-            fn drop(&mut self) {
-                self.0.store(std::ptr::null_mut(), Ordering::Relaxed);
+    /// Frees packets DPDK is done with: collected while a burst runs, else at once.
+    fn free(&self, descs: &[*mut c_void]) {
+        let w = self.worker.load(Ordering::Relaxed);
+        if w.is_null() {
+            let mut cache = self.ctl.lock().unwrap_or_else(|p| p.into_inner());
+            for d in descs {
+                // SAFETY: DPDK hands back a descriptor it got from alloc or tx_zc, once.
+                cache.free(unsafe { Packet::from_raw(*d as *mut _) });
+            }
+            return;
+        }
+        // SAFETY: the lending thread is the caller (see `pending`).
+        let pending = unsafe { &mut *self.pending.get() };
+        // SAFETY: as above (the cache is the lent one).
+        let cache = unsafe { &mut *w };
+        for d in descs {
+            // SAFETY: DPDK hands back a descriptor it got from alloc or tx_zc, once.
+            if let Err(p) = pending.push(unsafe { Packet::from_raw(*d as *mut _) }) {
+                cache.free_bulk(pending);
+                // SAFETY: the batch was just emptied.
+                unsafe { pending.push_unchecked(p) };
             }
         }
-        Back(&self.worker)
+    }
+
+    /// Lends `cache` to the bursts of this queue until the guard goes, which frees what
+    /// the bursts collected into it.
+    fn lend<'a>(&'a self, cache: &'a mut PoolCache) -> impl Drop + 'a {
+        self.worker.store(cache, Ordering::Relaxed);
+        struct Back<'b>(&'b PoolFrames);
+        impl Drop for Back<'_> {
+            fn drop(&mut self) {
+                let w = self.0.worker.swap(std::ptr::null_mut(), Ordering::Relaxed);
+                // SAFETY: the lending thread, at the end of its burst.
+                let pending = unsafe { &mut *self.0.pending.get() };
+                if !pending.is_empty() {
+                    // SAFETY: w is the cache lent by this thread (non-null while lent).
+                    unsafe { &mut *w }.free_bulk(pending);
+                }
+            }
+        }
+        Back(self)
     }
 }
 
@@ -437,34 +477,36 @@ struct QueueFrames(Arc<PoolFrames>);
 
 impl FrameSource for QueueFrames {
     fn alloc(&self, hdrs: &mut [*mut u8], descs: &mut [*mut c_void]) -> bool {
+        let n = hdrs.len().min(descs.len());
         self.0.with_cache(|cache| {
-            for i in 0..hdrs.len() {
-                let Some(p) = cache.alloc(0) else {
-                    for d in &descs[..i] {
-                        // SAFETY: allocated just above, never handed out.
+            let mut got = PacketBatch::new();
+            for at in (0..n).step_by(bessemer_core::batch::MAX_BURST) {
+                let k = (n - at).min(bessemer_core::batch::MAX_BURST);
+                if cache.alloc_bulk(&mut got, k, 0) != k {
+                    // All or nothing: give back what earlier rounds took.
+                    for d in &descs[..at] {
+                        // SAFETY: allocated above, never handed out.
                         cache.free(unsafe { Packet::from_raw(*d as *mut _) });
                     }
                     return false;
-                };
-                // The header goes 256 bytes in front of the packet's home data offset (which
-                // DPDK's default headroom of 128 then lands the data on): staggered by frame.
-                let d = p.data().as_ptr();
-                // SAFETY: a fresh packet's data starts at its home offset, >= 256 bytes
-                // into its frame.
-                hdrs[i] = unsafe { d.sub(2 * bessemer_dpdk::MBUF_HEADER) as *mut u8 };
-                descs[i] = p.into_raw() as *mut c_void;
+                }
+                for (i, p) in got.drain().enumerate() {
+                    // The header goes 256 bytes in front of the packet's home data offset
+                    // (where DPDK's default headroom of 128 then puts the data): staggered
+                    // by frame like Bessemer's own data offsets.
+                    // SAFETY: a fresh packet's data starts at its home offset, >= 256 bytes
+                    // into its frame.
+                    hdrs[at + i] =
+                        unsafe { p.data().as_ptr().sub(2 * bessemer_dpdk::MBUF_HEADER) as *mut u8 };
+                    descs[at + i] = p.into_raw() as *mut c_void;
+                }
             }
             true
         })
     }
 
     fn free(&self, descs: &[*mut c_void]) {
-        self.0.with_cache(|cache| {
-            for d in descs {
-                // SAFETY: DPDK hands back a descriptor it got from alloc or tx_zc, once.
-                cache.free(unsafe { Packet::from_raw(*d as *mut _) });
-            }
-        })
+        self.0.free(descs)
     }
 
     fn available(&self) -> usize {
