@@ -131,6 +131,7 @@ pub(crate) mod ffi {
             ctx: *mut std::ffi::c_void,
             frame_size: u32,
             n: u32,
+            cache: u32,
         ) -> *mut std::ffi::c_void;
         pub fn bsm_mempool_free(mp: *mut std::ffi::c_void);
         pub fn bsm_zc_register(addr: *mut std::ffi::c_void, len: usize, port: u16) -> c_int;

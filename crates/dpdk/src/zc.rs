@@ -44,8 +44,15 @@ impl std::fmt::Debug for ZcMempool {
 }
 
 impl ZcMempool {
-    /// Makes a mempool named `name` (unique) of up to `n` mbufs over `src`'s frames.
-    pub fn new(name: &str, src: Box<dyn FrameSource>, n: u32) -> Result<ZcMempool, DpdkError> {
+    /// Makes a mempool named `name` (unique) of up to `n` mbufs over `src`'s frames, with a
+    /// per-worker cache of `cache` mbufs (0: none; it pays for a TX queue's, whose driver
+    /// frees one mbuf at a time).
+    pub fn new(
+        name: &str,
+        src: Box<dyn FrameSource>,
+        n: u32,
+        cache: u32,
+    ) -> Result<ZcMempool, DpdkError> {
         #[cfg(dpdk)]
         {
             let fs = src.frame_size();
@@ -53,7 +60,7 @@ impl ZcMempool {
             let ctx = &*src as *const Box<dyn FrameSource> as *mut c_void;
             let c = std::ffi::CString::new(name).unwrap_or_default();
             // SAFETY: ctx outlives the mempool (both are dropped together, mempool first).
-            let mp = unsafe { crate::ffi::bsm_zc_mempool(c.as_ptr(), ctx, fs, n) };
+            let mp = unsafe { crate::ffi::bsm_zc_mempool(c.as_ptr(), ctx, fs, n, cache) };
             if mp.is_null() {
                 return Err(DpdkError {
                     errno: libc::ENOMEM,
@@ -64,7 +71,7 @@ impl ZcMempool {
         }
         #[cfg(not(dpdk))]
         {
-            let _ = (name, src, n);
+            let _ = (name, src, n, cache);
             Err(crate::available().unwrap_err())
         }
     }
