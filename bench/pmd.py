@@ -12,6 +12,10 @@ below 0.95 marked; median of --runs with the spread):
             PortInc(ring0) -> PortOut(ring1) and PortInc(ring1) -> PortOut(ring0): every
             packet counted was received from one DPDK port and sent to another
 
+  memif     two bessemerds over DPDK's memif (server: Source -> PortOut, client: PortInc ->
+            Sink), each worker on its own core: packets received per second of the
+            receiving worker's CPU (Bessemer only; --no-memif skips it)
+
 Each figure includes the daemon's packet-buffer handling: BESS's mbufs are its packets;
 Bessemer copies between DPDK's buffers and its own (its `show port` counts the copies).
 
@@ -113,6 +117,63 @@ def measure(d: Daemon, tcs: list, secs: float, warm: float) -> Run:
     return Run((p1 - p0) / cpu / 1e6, cpu / (w1 - w0), p1 - p0)
 
 
+def measure_memif(o, tmp: str, BESS) -> dict:
+    """Two bessemerds joined by net_memif, each with its worker on its own core."""
+    sock = f"{tmp}/memif.sock"
+
+    def mk(name: str, port: int) -> Daemon:
+        cmd = [o.bessemerd, "--port", str(port), "--no-hugepages", "--buffers", "65536"]
+        return Daemon(
+            name, [*cmd, "--log-level", "warn"], port, f"{tmp}/{name}.log", BESS
+        )
+
+    tx, rx = mk("memif-tx", o.port + 2), mk("memif-rx", o.port + 3)
+    try:
+        tx.start()
+        rx.start()
+        _reset(tx.b, 0)
+        _reset(rx.b, 1)
+        tx.b.create_port(
+            "PMDPort", "m", {"vdev": f"net_memif0,role=server,socket={sock}"}
+        )
+        rx.b.create_port(
+            "PMDPort", "m", {"vdev": f"net_memif0,role=client,socket={sock}"}
+        )
+        tx.b.create_module("Source", "src", {"pkt_size": 60})
+        tx.b.create_module("PortOut", "out", {"port": "m"})
+        tx.b.connect_modules("src", "out", 0, 0)
+        _task(tx.b, "src", "tc0")
+        rx.b.create_module("PortInc", "inc", {"port": "m"})
+        rx.b.create_module("Sink", "sink", {})
+        rx.b.connect_modules("inc", "sink", 0, 0)
+        _task(rx.b, "inc", "tc0")
+        deadline = time.monotonic() + 10
+        while not rx.b.get_link_status("m").link_up:
+            if time.monotonic() > deadline:
+                raise RuntimeError("memif did not connect")
+            time.sleep(0.1)
+        rx.b.resume_all()
+        tx.b.resume_all()
+        runs = []
+        for _ in range(o.runs):
+            time.sleep(o.warm)
+            p0, c0, w0 = rx.tc_packets("tc0"), rx.threads(), time.monotonic()
+            time.sleep(o.secs)
+            p1, c1, w1 = rx.tc_packets("tc0"), rx.threads(), time.monotonic()
+            d = {t: c1[t] - c0.get(t, 0) for t in c1}
+            cpu = max(max(d.values()), 1) / 1e9
+            runs.append(Run((p1 - p0) / cpu / 1e6, cpu / (w1 - w0), p1 - p0))
+        return {
+            "mpps": statistics.median(r.mpps for r in runs),
+            "min": min(r.mpps for r in runs),
+            "max": max(r.mpps for r in runs),
+            "share": min(r.share for r in runs),
+        }
+    finally:
+        for d in (tx, rx):
+            d.stop()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bessd", required=True)
@@ -124,6 +185,7 @@ def main() -> int:
     ap.add_argument("--secs", type=float, default=1.0)
     ap.add_argument("--warm", type=float, default=0.3)
     ap.add_argument("--quick", action="store_true", help="2 runs x 0.5 s")
+    ap.add_argument("--no-memif", action="store_true", help="skip the memif row")
     ap.add_argument("--port", type=int, default=10630)
     o = ap.parse_args()
     if o.quick:
@@ -218,6 +280,12 @@ def main() -> int:
     finally:
         for d in daemons:
             d.stop()
+    memif = None
+    if "bessemer" in which and not o.no_memif:
+        try:
+            memif = measure_memif(o, tmp, BESS)
+        except Exception as e:  # noqa: BLE001 - reported as the row's result
+            print(f"memif      not measured: {str(e)[:300]}")
     names = [d.name for d in daemons]
     both = names == ["BESS", "Bessemer"]
     print()
@@ -250,6 +318,13 @@ def main() -> int:
             line += f" {ratio:6.2f}"
             js[f"{key}_mpps_vs_bess"] = round(ratio, 3)
         print(line)
+    if memif:
+        print(
+            f"{'memif':<10} {'bessemerd -> bessemerd over net_memif':<42} Bessemer "
+            f"{memif['mpps']:.2f} Mpps per receiving core ({memif['min']:.1f}..{memif['max']:.1f},"
+            f" cpu {memif['share']:.2f})"
+        )
+        js["memif_mpps"] = round(memif["mpps"], 2)
     if "BESS" not in names:
         print("BESS not measured")
     js["bess_measured"] = "BESS" in names
