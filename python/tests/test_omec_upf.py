@@ -179,7 +179,7 @@ def test_the_shipped_configurations_optional_features_run(cache, tmp_path):
     here), the PDU Session Container (gtppsc), flow measurement (measure_flow: FlowMeasure),
     IPv4 reassembly and fragmentation (max_ip_defrag_flows, ip_frag_with_eth_mtu), GTP-U path
     monitoring, and the shipped slice meter and notification sockets. (`ddp` only changes a
-    DPDK port's flow profiles; PMDPort over a PCI device is not available, see compat.md.)"""
+    DPDK port's flow profiles (rte_flow profiles are refused by name, see compat.md).)"""
     conf = sim_conf(cache, tmp_path, sessions=50)
     conf.update(
         hwcksum=True,

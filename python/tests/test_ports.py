@@ -97,7 +97,7 @@ def test_port_errors_name_the_problem(daemon):
     cases = [
         ("VPort", {"netns": "no_such_ns_xyz"}, "no_such_ns_xyz"),
         ("NoSuchDriver", {}, "NoSuchDriver"),
-        ("PMDPort", {"port_id": 0}, "not available"),
+        ("PMDPort", {"port_id": 70000}, "below 65536"),
         ("UnixSocketPort", {"path": "/nonexistent-dir/x.sock"}, "/nonexistent-dir"),
         ("PcapFilePort", {"rx_file": "/nonexistent.pcap"}, "/nonexistent.pcap"),
     ]

@@ -166,7 +166,8 @@ fn port_arg(i: &mut Input, driver: &str, name: &str) -> Option<prost_types::Any>
                 v.with("repeat", f & 2 == 2).with("timing", f & 4 == 4),
             )
         }
-        "PMDPort" => ("bess.pb.PMDPortArg", Value::map().with("port_id", 4000u64)),
+        // Beyond DPDK's port ids: refused before DPDK starts (a fuzzer never probes devices).
+        "PMDPort" => ("bess.pb.PMDPortArg", Value::map().with("port_id", 70000u64)),
         "PCAPPort" => ("bess.pb.PCAPPortArg", Value::map().with("dev", "bfz-none0")),
         "AFXDPPort" => (
             "bessemer.pb.AFXDPPortArg",
