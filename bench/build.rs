@@ -2,15 +2,7 @@
 //! veths are then run, and reported as ignored (with the reason) otherwise, never as passed.
 
 fn main() {
-    println!("cargo::rustc-check-cfg=cfg(root)");
-    println!("cargo:rerun-if-env-changed=USER");
-    let uid0 = std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.split_whitespace().take(2).eq(["Uid:", "0"]))
-        })
-        .unwrap_or(false);
-    if uid0 {
-        println!("cargo:rustc-cfg=root");
-    }
+    root_cfg();
 }
+
+include!("../build-support/root_cfg.rs");

@@ -36,7 +36,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from vs_bess import Daemon, Run, load_avg
+from vs_bess import Run, bessemer_daemon, load_avg, make_daemons, measure
 
 
 def _reset(b, core: int) -> None:
@@ -101,33 +101,12 @@ ROWS = [
 ]
 
 
-def measure(d: Daemon, tcs: list, secs: float, warm: float) -> Run:
-    """As vs_bess.measure, over the packets of every counted traffic class."""
-    d.b.resume_all()
-    time.sleep(warm)
-    p0 = sum(d.tc_packets(t) for t in tcs)
-    c0, w0 = d.threads(), time.monotonic()
-    time.sleep(secs)
-    p1 = sum(d.tc_packets(t) for t in tcs)
-    c1, w1 = d.threads(), time.monotonic()
-    d.b.pause_all()
-    deltas = {t: c1[t] - c0.get(t, 0) for t in c1}
-    worker = max(deltas, key=deltas.get)
-    cpu = max(deltas[worker], 1) / 1e9
-    return Run((p1 - p0) / cpu / 1e6, cpu / (w1 - w0), p1 - p0)
-
-
 def measure_memif(o, tmp: str, BESS) -> dict:
     """Two bessemerds joined by net_memif, each with its worker on its own core."""
     sock = f"{tmp}/memif.sock"
 
-    def mk(name: str, port: int) -> Daemon:
-        cmd = [o.bessemerd, "--port", str(port), "--no-hugepages", "--buffers", "65536"]
-        return Daemon(
-            name, [*cmd, "--log-level", "warn"], port, f"{tmp}/{name}.log", BESS
-        )
-
-    tx, rx = mk("memif-tx", o.port + 2), mk("memif-rx", o.port + 3)
+    tx = bessemer_daemon(o, "memif-tx", o.port + 2, tmp, BESS)
+    rx = bessemer_daemon(o, "memif-rx", o.port + 3, tmp, BESS)
     try:
         tx.start()
         rx.start()
@@ -194,48 +173,8 @@ def main() -> int:
     from pybess.bess import BESS
 
     tmp = tempfile.mkdtemp(prefix="bench-pmd-")
-    daemons = []
     which = o.daemons.split(",")
-    if "bess" in which:
-        daemons.append(
-            Daemon(
-                "BESS",
-                [
-                    o.bessd,
-                    "-f",
-                    "-p",
-                    str(o.port),
-                    "-m",
-                    "0",
-                    "-c",
-                    str(o.core),
-                    "-i",
-                    f"{tmp}/bessd.pid",
-                ],
-                o.port,
-                f"{tmp}/bessd.log",
-                BESS,
-            )
-        )
-    if "bessemer" in which:
-        daemons.append(
-            Daemon(
-                "Bessemer",
-                [
-                    o.bessemerd,
-                    "--port",
-                    str(o.port + 1),
-                    "--no-hugepages",
-                    "--buffers",
-                    "65536",
-                    "--log-level",
-                    "warn",
-                ],
-                o.port + 1,
-                f"{tmp}/bessemerd.log",
-                BESS,
-            )
-        )
+    daemons = make_daemons(o, which, tmp, BESS)
     print(
         f"# bench-pmd: {', '.join(d.name for d in daemons)}; worker 0 on core {o.core}; "
         f"{o.runs} alternated runs x {o.secs:.2f} s; load average {load_avg()}; "

@@ -74,13 +74,25 @@ def ipv4(
 ) -> bytes:
     """An IPv4 header (valid checksum) and `payload`."""
     h = struct.pack(
-        "!BBHHHBBH4s4s", 0x45, 0, 20 + len(payload), ident, frag, ttl, proto, 0, ip4(src), ip4(dst)
+        "!BBHHHBBH4s4s",
+        0x45,
+        0,
+        20 + len(payload),
+        ident,
+        frag,
+        ttl,
+        proto,
+        0,
+        ip4(src),
+        ip4(dst),
     )
     h = h[:10] + struct.pack("!H", csum(h)) + h[12:]
     return h + payload
 
 
-def eth(payload: bytes, ethertype: int = 0x0800, dst: bytes = MAC_B, src: bytes = MAC_A) -> bytes:
+def eth(
+    payload: bytes, ethertype: int = 0x0800, dst: bytes = MAC_B, src: bytes = MAC_A
+) -> bytes:
     return dst + src + struct.pack("!H", ethertype) + payload
 
 
@@ -89,7 +101,11 @@ def pad(frame: bytes, size: int) -> bytes:
 
 
 def udp_frame(
-    size: int = 60, src: str = "10.0.0.1", dst: str = "10.0.0.2", sport: int = 1234, dport: int = 53
+    size: int = 60,
+    src: str = "10.0.0.1",
+    dst: str = "10.0.0.2",
+    sport: int = 1234,
+    dport: int = 53,
 ) -> bytes:
     """Ethernet/IPv4/UDP of `size` bytes (lengths and the IPv4 checksum valid)."""
     plen = size - 14 - 20 - 8
@@ -107,7 +123,10 @@ def tcp_frame(
     src: str = "10.0.0.1",
     dst: str = "93.184.216.34",
 ) -> bytes:
-    tcp = struct.pack("!HHIIBBHHH", sport, dport, seq, 0, 0x50, flags, 0xFFFF, 0, 0) + payload
+    tcp = (
+        struct.pack("!HHIIBBHHH", sport, dport, seq, 0, 0x50, flags, 0xFFFF, 0, 0)
+        + payload
+    )
     return pad(eth(ipv4(6, tcp, src, dst)), size)
 
 
@@ -126,7 +145,10 @@ def vxlan_frame() -> bytes:
     vx = struct.pack("!II", 0x08000000, 100 << 8) + inner
     return eth(
         ipv4(
-            17, struct.pack("!HHHH", 49152, 4789, 8 + len(vx), 0) + vx, "192.168.0.1", "192.168.0.2"
+            17,
+            struct.pack("!HHHH", 49152, 4789, 8 + len(vx), 0) + vx,
+            "192.168.0.1",
+            "192.168.0.2",
         )
     )
 
@@ -211,9 +233,13 @@ class Row:
     title: str
     cls: str
     stages: list  # Source first; the class is stages[at]
-    at: int | None = None  # index of the class in stages (None: the row has no front end)
+    at: int | None = (
+        None  # index of the class in stages (None: the row has no front end)
+    )
     count: int = 0  # stage whose task's packets are counted
-    front: str | None = None  # key of the row to subtract instead of the derived front end
+    front: str | None = (
+        None  # key of the row to subtract instead of the derived front end
+    )
     group: str = "class"
     note: str = ""
     big: bool = False  # skipped by --quick / --no-big
@@ -224,7 +250,11 @@ class Row:
 
 
 def src(size: int = 60, burst: int | None = None) -> Stage:
-    cmds = [] if burst is None else [("set_burst", "SourceCommandSetBurstArg", {"burst": burst})]
+    cmds = (
+        []
+        if burst is None
+        else [("set_burst", "SourceCommandSetBurstArg", {"burst": burst})]
+    )
     return Stage("Source", {"pkt_size": size}, cmds, task=True)
 
 
@@ -234,13 +264,15 @@ def rw(*templates: bytes) -> Stage:
 
 def ru(offset: int, size: int, lo: int, hi: int) -> Stage:
     return Stage(
-        "RandomUpdate", {"fields": [{"offset": offset, "size": size, "min": lo, "max": hi}]}
+        "RandomUpdate",
+        {"fields": [{"offset": offset, "size": size, "min": lo, "max": hi}]},
     )
 
 
 def setmd(*attrs: tuple) -> Stage:
     return Stage(
-        "SetMetadata", {"attrs": [{"name": n, "size": s, "value_bin": v} for n, s, v in attrs]}
+        "SetMetadata",
+        {"attrs": [{"name": n, "size": s, "value_bin": v} for n, s, v in attrs]},
     )
 
 
@@ -251,10 +283,17 @@ def front(template: bytes | None = None, *more: Stage, size: int | None = None) 
 
 
 def row(
-    key: str, title: str, stages: list, cls_stage: Stage, after: list | None = None, **kw
+    key: str,
+    title: str,
+    stages: list,
+    cls_stage: Stage,
+    after: list | None = None,
+    **kw,
 ) -> Row:
     at = len(stages)
-    return Row(key, title, cls_stage.cls, [*stages, cls_stage, *(after or [])], at=at, **kw)
+    return Row(
+        key, title, cls_stage.cls, [*stages, cls_stage, *(after or [])], at=at, **kw
+    )
 
 
 GATES4 = [0, 1, 2, 3]
@@ -265,8 +304,20 @@ def core_rows() -> list:
     ip_base = 0x0A000000
     r = [
         Row("src_sink", "Source -> Sink", "Source", [src()], group="core"),
-        Row("src_sink_burst1", "Source (burst 1) -> Sink", "Source", [src(burst=1)], group="core"),
-        row("rewrite", "Source -> Rewrite -> Sink", [src()], rw(udp_frame(60)), group="core"),
+        Row(
+            "src_sink_burst1",
+            "Source (burst 1) -> Sink",
+            "Source",
+            [src(burst=1)],
+            group="core",
+        ),
+        row(
+            "rewrite",
+            "Source -> Rewrite -> Sink",
+            [src()],
+            rw(udp_frame(60)),
+            group="core",
+        ),
     ]
     for n in (1, 8, 32):
         r.append(
@@ -290,7 +341,9 @@ def core_rows() -> list:
             group="core",
         )
     )
-    r.append(exact_match_row(1000, "...-> ExactMatch 1 000 rules (dst IP)", group="core"))
+    r.append(
+        exact_match_row(1000, "...-> ExactMatch 1 000 rules (dst IP)", group="core")
+    )
     r.append(
         ip_lookup_row(
             "ip_lookup_10k",
@@ -362,7 +415,14 @@ def routes_internet(n: int, seed: int = 900) -> list:
 
 
 def ip_lookup_row(
-    key: str, title: str, routes: Callable[[], list], n: int, lo: int, hi: int, gates: int = 4, **kw
+    key: str,
+    title: str,
+    routes: Callable[[], list],
+    n: int,
+    lo: int,
+    hi: int,
+    gates: int = 4,
+    **kw,
 ) -> Row:
     """IPLookup with the `n` routes `routes()` makes (gate i % gates) and a default route to
     gate 0 (none dropped); destinations uniform in lo..hi."""
@@ -373,7 +433,11 @@ def ip_lookup_row(
 
     def adds() -> list:
         out = [
-            {"prefix": str(ipaddress.IPv4Address(p)), "prefix_len": ln, "gate": i % gates}
+            {
+                "prefix": str(ipaddress.IPv4Address(p)),
+                "prefix_len": ln,
+                "gate": i % gates,
+            }
             for i, (p, ln) in enumerate(routes())
         ]
         out.append({"prefix": "0.0.0.0", "prefix_len": 0, "gate": 0})
@@ -402,7 +466,9 @@ def wildcard_row(key: str, rules: int, masks: int, **kw) -> Row:
         "WildcardMatch",
         {"fields": [{"offset": 30, "num_bytes": 4}, {"offset": 36, "num_bytes": 2}]},
         gates=4,
-        cmds=[("set_default_gate", "WildcardMatchCommandSetDefaultGateArg", {"gate": 0})],
+        cmds=[
+            ("set_default_gate", "WildcardMatchCommandSetDefaultGateArg", {"gate": 0})
+        ],
     )
     adds = []
     seen = set()
@@ -445,7 +511,10 @@ def exact_match_row(n: int, title: str | None = None, **kw) -> Row:
         (
             "add",
             "ExactMatchCommandAddArg",
-            lambda: [{"gate": i % 4, "fields": [{"value_bin": u32(base + i)}]} for i in range(n)],
+            lambda: [
+                {"gate": i % 4, "fields": [{"value_bin": u32(base + i)}]}
+                for i in range(n)
+            ],
         )
     ]
     return row(
@@ -464,7 +533,10 @@ def l2_forward_row(n: int) -> Row:
 
     def adds() -> list:
         entries = [
-            {"addr": ":".join(f"{b:02x}" for b in (b"\x02\x00" + u32(i))), "gate": i % 4}
+            {
+                "addr": ":".join(f"{b:02x}" for b in (b"\x02\x00" + u32(i))),
+                "gate": i % 4,
+            }
             for i in range(n)
         ]
         return [{"entries": entries[i : i + 2048]} for i in range(0, n, 2048)]
@@ -721,7 +793,11 @@ def class_rows(quick: bool) -> list:
             Stage(
                 "ArpResponder",
                 cmds=[
-                    ("add", "ArpResponderArg", {"ip": "10.0.0.1", "mac_addr": "52:54:00:12:34:56"})
+                    (
+                        "add",
+                        "ArpResponderArg",
+                        {"ip": "10.0.0.1", "mac_addr": "52:54:00:12:34:56"},
+                    )
                 ],
             ),
         )
@@ -760,7 +836,10 @@ def class_rows(quick: bool) -> list:
                     "pairs": [
                         {
                             "int_range": {"start": "10.0.0.0", "end": "10.0.255.255"},
-                            "ext_range": {"start": "198.18.0.0", "end": "198.18.255.255"},
+                            "ext_range": {
+                                "start": "198.18.0.0",
+                                "end": "198.18.255.255",
+                            },
                         }
                     ]
                 },
@@ -769,7 +848,14 @@ def class_rows(quick: bool) -> list:
         )
     )
     # Timestamps.
-    add(row("timestamp", "Timestamp (offset 42)", front(), Stage("Timestamp", {"offset": 42})))
+    add(
+        row(
+            "timestamp",
+            "Timestamp (offset 42)",
+            front(),
+            Stage("Timestamp", {"offset": 42}),
+        )
+    )
     add(
         row(
             "measure",
@@ -779,10 +865,14 @@ def class_rows(quick: bool) -> list:
         )
     )
     # Encapsulation / decapsulation.
-    md_eth = setmd(("ether_src", 6, MAC_A), ("ether_dst", 6, MAC_B), ("ether_type", 2, b"\x08\x00"))
+    md_eth = setmd(
+        ("ether_src", 6, MAC_A), ("ether_dst", 6, MAC_B), ("ether_type", 2, b"\x08\x00")
+    )
     add(row("ether_encap", "EtherEncap", front(None, md_eth), Stage("EtherEncap")))
     md_ip = setmd(
-        ("ip_src", 4, ip4("10.0.0.1")), ("ip_dst", 4, ip4("10.0.0.2")), ("ip_proto", 1, b"\x11")
+        ("ip_src", 4, ip4("10.0.0.1")),
+        ("ip_dst", 4, ip4("10.0.0.2")),
+        ("ip_proto", 1, b"\x11"),
     )
     add(
         row(
@@ -804,7 +894,11 @@ def class_rows(quick: bool) -> list:
             "VXLANEncap",
             front(None, md_vx),
             Stage("VXLANEncap", {"dstport": 4789}),
-            [Stage("MetadataTest", {"read": {"ip_src": 4, "ip_dst": 4, "ip_proto": 1}})],
+            [
+                Stage(
+                    "MetadataTest", {"read": {"ip_src": 4, "ip_dst": 4, "ip_proto": 1}}
+                )
+            ],
         )
     )
     add(
@@ -813,7 +907,12 @@ def class_rows(quick: bool) -> list:
             "VXLANDecap (110-byte frames)",
             front(vxlan_frame()),
             Stage("VXLANDecap"),
-            [Stage("MetadataTest", {"read": {"tun_ip_src": 4, "tun_ip_dst": 4, "tun_id": 4}})],
+            [
+                Stage(
+                    "MetadataTest",
+                    {"read": {"tun_ip_src": 4, "tun_ip_dst": 4, "tun_id": 4}},
+                )
+            ],
         )
     )
     add(
@@ -834,10 +933,22 @@ def class_rows(quick: bool) -> list:
         )
     )
     add(
-        row("generic_decap", "GenericDecap 14 bytes", front(), Stage("GenericDecap", {"bytes": 14}))
+        row(
+            "generic_decap",
+            "GenericDecap 14 bytes",
+            front(),
+            Stage("GenericDecap", {"bytes": 14}),
+        )
     )
     add(row("vlan_push", "VLANPush", front(), Stage("VLANPush", {"tci": 100})))
-    add(row("vlan_pop", "VLANPop (64-byte tagged)", front(vlan_frame()), Stage("VLANPop")))
+    add(
+        row(
+            "vlan_pop",
+            "VLANPop (64-byte tagged)",
+            front(vlan_frame()),
+            Stage("VLANPop"),
+        )
+    )
     add(
         row(
             "vlan_split",
@@ -846,7 +957,9 @@ def class_rows(quick: bool) -> list:
             Stage("VLANSplit", gates=4),
         )
     )
-    add(row("mpls_pop", "MPLSPop (64-byte MPLS)", front(mpls_frame()), Stage("MPLSPop")))
+    add(
+        row("mpls_pop", "MPLSPop (64-byte MPLS)", front(mpls_frame()), Stage("MPLSPop"))
+    )
     # Load balancing without a table.
     for mode in ("l2", "l3", "l4"):
         add(
@@ -869,7 +982,11 @@ def class_rows(quick: bool) -> list:
             note="Queue, DRR: packets counted as the queue's task sends them",
         )
     )
-    drr = Stage("DRR", {"num_flows": 4096, "quantum": 1500, "max_flow_queue_size": 4096}, task=True)
+    drr = Stage(
+        "DRR",
+        {"num_flows": 4096, "quantum": 1500, "max_flow_queue_size": 4096},
+        task=True,
+    )
     add(
         Row(
             "drr_1k",
@@ -895,7 +1012,9 @@ def class_rows(quick: bool) -> list:
             ),
         )
     )
-    fm_md = setmd(("fseid", 8, struct.pack("<Q", 7)), ("pdr_id", 4, struct.pack("<I", 3)))
+    fm_md = setmd(
+        ("fseid", 8, struct.pack("<Q", 7)), ("pdr_id", 4, struct.pack("<I", 3))
+    )
     add(
         row(
             "flow_measure",
@@ -903,13 +1022,31 @@ def class_rows(quick: bool) -> list:
             front(None, fm_md, Stage("Timestamp", {"attr_name": "timestamp"})),
             Stage(
                 "FlowMeasure",
-                {"flag_attr_name": "flow_measure_flag", "leader": True, "entries": 1 << 16},
+                {
+                    "flag_attr_name": "flow_measure_flag",
+                    "leader": True,
+                    "entries": 1 << 16,
+                },
             ),
         )
     )
     gtp = gtpu_frame()
-    add(row("gtpu_decap", f"GtpuDecap ({len(gtp)}-byte G-PDU)", front(gtp), Stage("GtpuDecap")))
-    add(row("gtpu_parser", "GtpuParser (G-PDU)", front(gtp), Stage("GtpuParser", gates=2)))
+    add(
+        row(
+            "gtpu_decap",
+            f"GtpuDecap ({len(gtp)}-byte G-PDU)",
+            front(gtp),
+            Stage("GtpuDecap"),
+        )
+    )
+    add(
+        row(
+            "gtpu_parser",
+            "GtpuParser (G-PDU)",
+            front(gtp),
+            Stage("GtpuParser", gates=2),
+        )
+    )
     md_gtp = setmd(
         ("action", 1, b"\x00"),
         ("qfi", 1, b"\x09"),
@@ -942,8 +1079,16 @@ def class_rows(quick: bool) -> list:
             Stage(
                 "GtpuPathMonitoring",
                 cmds=[
-                    ("add", "GtpuPathMonitoringCommandAddDeleteArg", {"gnb_ip": 0xC0A80001}),
-                    ("add", "GtpuPathMonitoringCommandAddDeleteArg", {"gnb_ip": 0xC0A80003}),
+                    (
+                        "add",
+                        "GtpuPathMonitoringCommandAddDeleteArg",
+                        {"gnb_ip": 0xC0A80001},
+                    ),
+                    (
+                        "add",
+                        "GtpuPathMonitoringCommandAddDeleteArg",
+                        {"gnb_ip": 0xC0A80003},
+                    ),
                 ],
             ),
             note="GtpuPathMonitoring: each request leaves once per gNB (a copy each); BESS's "
@@ -1080,7 +1225,11 @@ def class_rows(quick: bool) -> list:
             "url_filter_unknown",
             "UrlFilter, TCP of flows never seen",
             front(tcp_frame(60), ru(34, 2, 1024, 65535)),
-            Stage("UrlFilter", {"blacklist": [{"host": "example.com", "path": "/"}]}, gates=2),
+            Stage(
+                "UrlFilter",
+                {"blacklist": [{"host": "example.com", "path": "/"}]},
+                gates=2,
+            ),
         )
     )
     return rows
@@ -1116,14 +1265,18 @@ class Daemon:
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited ({self.proc.returncode}): {tail(self.log)}")
+                raise RuntimeError(
+                    f"{self.name} exited ({self.proc.returncode}): {tail(self.log)}"
+                )
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
                     break
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{self.name} did not listen on {self.port}: {tail(self.log)}")
+                raise RuntimeError(
+                    f"{self.name} did not listen on {self.port}: {tail(self.log)}"
+                )
             time.sleep(0.2)
         # gRPC may still remember a failed connection to this port (a daemon restarted after
         # a crash) and report it at once: try again until the deadline.
@@ -1196,7 +1349,9 @@ class Daemon:
         for name, st in zip(names, rw.stages, strict=True):
             b.create_module(st.cls, name, st.arg)
         b.create_module("Sink", "sink", {})
-        path = [(n, st) for n, st in zip(names, rw.stages, strict=True) if not st.detached]
+        path = [
+            (n, st) for n, st in zip(names, rw.stages, strict=True) if not st.detached
+        ]
         for i, (name, st) in enumerate(path):
             nxt = path[i + 1][0] if i + 1 < len(path) else "sink"
             for g in range(st.gates):
@@ -1213,7 +1368,9 @@ class Daemon:
         self.names = [n for n, _ in path]
         self.last_gates = path[-1][1].gates
 
-    def bulk(self, name: str, cmd: str, argtype: str, args: list, window: int = 256) -> None:
+    def bulk(
+        self, name: str, cmd: str, argtype: str, args: list, window: int = 256
+    ) -> None:
         """Runs `cmd` once per argument with up to `window` requests in flight (big tables)."""
         from pybess import protobuf_to_dict as pb_conv
         from pybess.builtin_pb import bess_msg_pb2 as bess_msg
@@ -1268,7 +1425,9 @@ def crash_reason(log: str, at: int, code: int) -> str:
     with open(log, "rb") as f:
         f.seek(at)
         text = f.read().decode(errors="replace")
-    fatal = [ln for ln in text.splitlines() if ln.startswith(("F20", "\x1b[0;31mF20", "E20"))]
+    fatal = [
+        ln for ln in text.splitlines() if ln.startswith(("F20", "\x1b[0;31mF20", "E20"))
+    ]
     frame = re.search(r"\(0\): \S*\(_ZN(\d+)(\w+?)(\d+)(\w+?)E", text)
     where = f" in {frame.group(2)}::{frame.group(4)}" if frame else ""
     last = fatal[-1].split("] ", 1)[-1] if fatal else f"status {code}"
@@ -1290,13 +1449,16 @@ class Run:
     packets: int
 
 
-def measure(d: Daemon, tc: str, secs: float, warm: float) -> Run:
+def measure(d: Daemon, tc: str | list, secs: float, warm: float) -> Run:
+    """Packets of traffic class `tc` (or the sum over a list of them) per second of the
+    worker's CPU in one run, and the worker's CPU share."""
+    tcs = [tc] if isinstance(tc, str) else tc
     d.b.resume_all(check=False)
     time.sleep(warm)
-    p0 = d.tc_packets(tc)
+    p0 = sum(d.tc_packets(t) for t in tcs)
     c0, w0 = d.threads(), time.monotonic()
     time.sleep(secs)
-    p1 = d.tc_packets(tc)
+    p1 = sum(d.tc_packets(t) for t in tcs)
     c1, w1 = d.threads(), time.monotonic()
     d.b.pause_all()
     deltas = {t: c1[t] - c0.get(t, 0) for t in c1}
@@ -1342,6 +1504,28 @@ def load_avg() -> str:
         return " ".join(f.read().split()[:3])
 
 
+def bessemer_daemon(o, name: str, port: int, tmp: str, BESS) -> Daemon:
+    """A bessemerd on `port` as the benchmarks run it (no hugepages, 65 536 buffers)."""
+    cmd = [o.bessemerd, "--port", str(port), "--no-hugepages", "--buffers", "65536"]
+    return Daemon(
+        name, [*cmd, "--log-level", "warn"], port, f"{tmp}/{name.lower()}d.log", BESS
+    )
+
+
+def make_daemons(o, which: list, tmp: str, BESS) -> list:
+    """bessd on o.port (no hugepages, worker core o.core) and bessemerd on o.port + 1, as
+    `which` names them."""
+    daemons: list = []
+    if "bess" in which:
+        # -i: its own pid file (the default one admits one bessd per machine).
+        cmd = [o.bessd, "-f", "-p", str(o.port), "-m", "0", "-c", str(o.core)]
+        cmd += ["-i", f"{tmp}/bessd.pid"]
+        daemons.append(Daemon("BESS", cmd, o.port, f"{tmp}/bessd.log", BESS))
+    if "bessemer" in which:
+        daemons.append(bessemer_daemon(o, "Bessemer", o.port + 1, tmp, BESS))
+    return daemons
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bessd", required=True)
@@ -1352,9 +1536,13 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--secs", type=float, default=1.0)
     ap.add_argument("--warm", type=float, default=0.3)
-    ap.add_argument("--rows", default="", help="comma-separated row keys or patterns (ip_*)")
+    ap.add_argument(
+        "--rows", default="", help="comma-separated row keys or patterns (ip_*)"
+    )
     ap.add_argument("--core-only", action="store_true", help="only the issue's rows")
-    ap.add_argument("--quick", action="store_true", help="2 runs x 0.5 s, no 1 M tables")
+    ap.add_argument(
+        "--quick", action="store_true", help="2 runs x 0.5 s, no 1 M tables"
+    )
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--port", type=int, default=10610)
     ap.add_argument("--json-out", help="also write the JSON line here")
@@ -1383,48 +1571,7 @@ def main() -> int:
     hz = tsc_hz()
     which = o.daemons.split(",")
     tmp = tempfile.mkdtemp(prefix="vs-bess-")
-    daemons: list = []
-    if "bess" in which:
-        # -i: its own pid file (the default one admits one bessd per machine).
-        daemons.append(
-            Daemon(
-                "BESS",
-                [
-                    o.bessd,
-                    "-f",
-                    "-p",
-                    str(o.port),
-                    "-m",
-                    "0",
-                    "-c",
-                    str(o.core),
-                    "-i",
-                    f"{tmp}/bessd.pid",
-                ],
-                o.port,
-                f"{tmp}/bessd.log",
-                BESS,
-            )
-        )
-    if "bessemer" in which:
-        daemons.append(
-            Daemon(
-                "Bessemer",
-                [
-                    o.bessemerd,
-                    "--port",
-                    str(o.port + 1),
-                    "--no-hugepages",
-                    "--buffers",
-                    "65536",
-                    "--log-level",
-                    "warn",
-                ],
-                o.port + 1,
-                f"{tmp}/bessemerd.log",
-                BESS,
-            )
-        )
+    daemons = make_daemons(o, which, tmp, BESS)
     print(
         f"# bench-vs-bess: {', '.join(d.name for d in daemons)}; worker 0 on core {o.core}; "
         f"{o.runs} alternated runs x {o.secs:.2f} s (warm-up {o.warm:.2f} s); TSC "
@@ -1466,7 +1613,9 @@ def fronts_of(rows: list) -> tuple:
         if s not in by_sig:
             k = f"front:{r.key}"
             by_sig[s] = k
-            fronts[k] = Row(k, f"front end of {r.key}", "", stages, count=count, group="front")
+            fronts[k] = Row(
+                k, f"front end of {r.key}", "", stages, count=count, group="front"
+            )
         of[r.key] = by_sig[s]
     return fronts, of
 
@@ -1606,11 +1755,17 @@ def report(rows: list, daemons: list, results: dict, o, hz: float) -> None:
             f"| {r.key} | {r.cls} | {b['mpps']:.1f} | {s['mpps']:.1f} | {ratio:.2f} | "
             f"{cyc_md} | {flags} |"
         )
-    fronts = [(k, v) for k, v in results.items() if k.startswith("front:") and "error" not in v]
+    fronts = [
+        (k, v)
+        for k, v in results.items()
+        if k.startswith("front:") and "error" not in v
+    ]
     if fronts and both:
         print("\nfront ends (the rows without their class), Mpps BESS / Bessemer:")
         for k, v in fronts:
-            print(f"  {k[6:]:<24} {v['BESS']['mpps']:8.2f} / {v['Bessemer']['mpps']:.2f}")
+            print(
+                f"  {k[6:]:<24} {v['BESS']['mpps']:8.2f} / {v['Bessemer']['mpps']:.2f}"
+            )
     notes = sorted({r.note for r in rows if r.note})
     if notes:
         print("\nnotes:")

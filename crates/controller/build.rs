@@ -21,17 +21,7 @@ const FILES: &[&str] = &[
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // `cfg(root)` when built by root, as in the daemon's build: root-only tests run then.
-    println!("cargo::rustc-check-cfg=cfg(root)");
-    println!("cargo:rerun-if-env-changed=USER");
-    let uid0 = std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.split_whitespace().take(2).eq(["Uid:", "0"]))
-        })
-        .unwrap_or(false);
-    if uid0 {
-        println!("cargo:rustc-cfg=root");
-    }
+    root_cfg();
     let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("../../proto/bess");
     println!("cargo:rerun-if-changed={}", root.display());
     let fds = protox::Compiler::new([&root])?
@@ -50,3 +40,5 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .compile_fds(fds)?;
     Ok(())
 }
+
+include!("../../build-support/root_cfg.rs");

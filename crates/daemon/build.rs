@@ -23,17 +23,7 @@ const FILES: &[&str] = &[
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // `cfg(root)` when built by root: root-only tests run, and are reported as ignored (with
     // the reason) otherwise, never as passed.
-    println!("cargo::rustc-check-cfg=cfg(root)");
-    println!("cargo:rerun-if-env-changed=USER");
-    let uid0 = std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.split_whitespace().take(2).eq(["Uid:", "0"]))
-        })
-        .unwrap_or(false);
-    if uid0 {
-        println!("cargo:rustc-cfg=root");
-    }
+    root_cfg();
     let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("../../proto/bess");
     println!("cargo:rerun-if-changed={}", root.display());
     for f in FILES {
@@ -55,3 +45,5 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .compile_fds(fds)?;
     Ok(())
 }
+
+include!("../../build-support/root_cfg.rs");

@@ -7,19 +7,7 @@ use std::process::Command;
 
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(dpdk)");
-    println!("cargo::rustc-check-cfg=cfg(root)");
-    println!("cargo:rerun-if-env-changed=USER");
-    // The EAL needs root here (its memory and devices): tests built by root run it, others
-    // report it as ignored with the reason.
-    let uid0 = std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.split_whitespace().take(2).eq(["Uid:", "0"]))
-        })
-        .unwrap_or(false);
-    if uid0 {
-        println!("cargo:rustc-cfg=root");
-    }
+    root_cfg();
     println!("cargo:rerun-if-changed=src/shim.c");
     println!("cargo:rerun-if-env-changed=BESSEMER_NO_DPDK");
     println!("cargo:rerun-if-env-changed=PKG_CONFIG_PATH");
@@ -92,3 +80,5 @@ fn pkg_config(args: &[&str]) -> Result<String, String> {
     }
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
+
+include!("../../build-support/root_cfg.rs");

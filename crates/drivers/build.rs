@@ -11,18 +11,8 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn main() {
-    println!("cargo::rustc-check-cfg=cfg(root)");
+    root_cfg();
     println!("cargo::rustc-check-cfg=cfg(bpf_clang)");
-    println!("cargo:rerun-if-env-changed=USER");
-    let uid0 = std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.split_whitespace().take(2).eq(["Uid:", "0"]))
-        })
-        .unwrap_or(false);
-    if uid0 {
-        println!("cargo:rustc-cfg=root");
-    }
     offload_program();
 }
 
@@ -82,3 +72,5 @@ fn compile(clang: &str, src: &str, obj: &str) -> Option<String> {
     }
     why
 }
+
+include!("../../build-support/root_cfg.rs");

@@ -8,19 +8,9 @@
 use std::process::Command;
 
 fn main() {
-    println!("cargo::rustc-check-cfg=cfg(root)");
+    root_cfg();
     println!("cargo::rustc-check-cfg=cfg(bpf_clang)");
-    println!("cargo:rerun-if-env-changed=USER");
     println!("cargo:rerun-if-env-changed=BESSEMER_CLANG");
-    let uid0 = std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.split_whitespace().take(2).eq(["Uid:", "0"]))
-        })
-        .unwrap_or(false);
-    if uid0 {
-        println!("cargo:rustc-cfg=root");
-    }
     let clang = std::env::var("BESSEMER_CLANG").unwrap_or_else(|_| "clang".into());
     println!("cargo:rerun-if-changed=/usr/bin/{clang}");
     if Command::new(&clang)
@@ -31,3 +21,5 @@ fn main() {
         println!("cargo:rustc-cfg=bpf_clang");
     }
 }
+
+include!("../../build-support/root_cfg.rs");

@@ -747,15 +747,7 @@ impl Context {
     #[inline(always)]
     fn run_task_group_plain(&mut self, graph: &Pipeline, task: TaskId, max_runs: u64) -> RunGroup {
         let Some(entry) = graph.task(task) else {
-            return RunGroup {
-                result: TaskResult {
-                    block: true,
-                    packets: 0,
-                    bits: 0,
-                },
-                runs: 1,
-                idle_tail: None,
-            };
+            return RunGroup::blocked();
         };
         let (module, arg) = (entry.module, entry.arg);
         self.enter(graph, module);
@@ -810,15 +802,7 @@ impl Context {
     #[inline(never)]
     fn run_task_group_rt(&mut self, graph: &Pipeline, task: TaskId, max_runs: u64) -> RunGroup {
         let Some(entry) = graph.task(task) else {
-            return RunGroup {
-                result: TaskResult {
-                    block: true,
-                    packets: 0,
-                    bits: 0,
-                },
-                runs: 1,
-                idle_tail: None,
-            };
+            return RunGroup::blocked();
         };
         let (module, arg) = (entry.module, entry.arg);
         self.enter(graph, module);
@@ -871,15 +855,7 @@ impl Context {
         max_runs: u64,
     ) -> RunGroup {
         let Some(entry) = graph.task(task) else {
-            return RunGroup {
-                result: TaskResult {
-                    block: true,
-                    packets: 0,
-                    bits: 0,
-                },
-                runs: 1,
-                idle_tail: None,
-            };
+            return RunGroup::blocked();
         };
         let (module, arg) = (entry.module, entry.arg);
         self.enter(graph, module);

@@ -104,6 +104,19 @@ pub struct RunGroup {
 }
 
 impl RunGroup {
+    /// One run that did nothing and asks to block (a task that no longer exists).
+    pub fn blocked() -> RunGroup {
+        RunGroup {
+            result: TaskResult {
+                block: true,
+                packets: 0,
+                bits: 0,
+            },
+            runs: 1,
+            idle_tail: None,
+        }
+    }
+
     /// Runs `run` once and, while each run reports packets, again, up to `max_runs` runs.
     #[inline(always)]
     pub fn collect(max_runs: u64, mut run: impl FnMut() -> TaskResult) -> RunGroup {

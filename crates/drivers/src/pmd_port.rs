@@ -682,8 +682,11 @@ impl DpdkRxQ {
 impl RxQueue for DpdkRxQ {
     fn recv(&mut self, cache: &mut PoolCache, batch: &mut PacketBatch, max: usize) -> usize {
         let want = max.min(batch.room()).min(RX_BURST);
-        if let Some(frames) = self.frames.clone() {
-            return self.recv_zero_copy(&frames, cache, batch, want);
+        // Taken out for the call and put back: no reference count touched per burst.
+        if let Some(frames) = self.frames.take() {
+            let got = self.recv_zero_copy(&frames, cache, batch, want);
+            self.frames = Some(frames);
+            return got;
         }
         let k = self.eth.rx_burst(self.q, &mut self.burst, want);
         if k == 0 {
@@ -777,9 +780,15 @@ impl DpdkTxQ {
         sent
     }
 
-    /// Sends the leading packets that need a copy (all of them without zero copy).
-    fn send_copy(&mut self, cache: &mut PoolCache, batch: &mut PacketBatch) -> usize {
-        let n = if self.frames.is_some() {
+    /// Sends the leading packets that need a copy: with `zero_copy`, the run up to the first
+    /// that can go in its own frame; without, all of them.
+    fn send_copy(
+        &mut self,
+        cache: &mut PoolCache,
+        batch: &mut PacketBatch,
+        zero_copy: bool,
+    ) -> usize {
+        let n = if zero_copy {
             batch
                 .pkts()
                 .iter()
@@ -830,8 +839,9 @@ impl DpdkTxQ {
 
 impl TxQueue for DpdkTxQ {
     fn send(&mut self, cache: &mut PoolCache, batch: &mut PacketBatch) -> usize {
-        let Some(frames) = self.frames.clone() else {
-            return self.send_copy(cache, batch);
+        // Taken out for the bursts and put back: no reference count touched per call.
+        let Some(frames) = self.frames.take() else {
+            return self.send_copy(cache, batch, false);
         };
         // Runs of packets that can go in their own frames and runs that need a copy, in
         // order, until the device takes no more.
@@ -839,7 +849,7 @@ impl TxQueue for DpdkTxQ {
         while !batch.is_empty() {
             let want = batch.len();
             let k = match self.send_zero_copy(&frames, cache, batch) {
-                0 => self.send_copy(cache, batch),
+                0 => self.send_copy(cache, batch, true),
                 k => k,
             };
             sent += k;
@@ -847,6 +857,7 @@ impl TxQueue for DpdkTxQ {
                 break;
             }
         }
+        self.frames = Some(frames);
         sent
     }
 }
