@@ -5,7 +5,9 @@ Needs a bessemerd built with DPDK (libdpdk-dev); skipped with the reason where i
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import json
 import os
 import re
 import struct
@@ -130,7 +132,8 @@ def test_bad_arguments_get_dpdks_reason_and_the_daemon_keeps_running(daemon):
     cases = [
         ({"vdev": "net_nosuchpmd0"}, "net_nosuchpmd0"),
         ({"vdev": "net_null1,nosuchoption=1"}, "could not be probed"),
-        ({"port_id": 99}, "DPDK has no port 99"),
+        ({"port_id": 7}, "DPDK has no port 7"),
+        ({"port_id": 99}, "Invalid port id 99"),
         ({"pci": "0000:ff:1f.7"}, "0000:ff:1f.7"),
     ]
     for arg, want in cases:
@@ -212,6 +215,26 @@ def test_net_tap_answers_the_kernel_through_the_pipeline(daemon, two_namespaces)
     assert b.list_ports() == []
 
 
+def _stream_between(tx: BESS, tx_port: str, rx: BESS, rx_port: str, least: int) -> None:
+    """Source -> PortOut(tx_port) on one daemon, PortInc(rx_port) -> Sink on the other: more
+    than `least` packets arrive, and once the sender stops, every packet it sent."""
+    tx.create_module("Source", "src", {"pkt_size": 60})
+    tx.create_module("PortOut", "out", {"port": tx_port})
+    tx.connect_modules("src", "out")
+    rx.create_module("PortInc", "inc", {"port": rx_port})
+    rx.create_module("Sink", "sink")
+    rx.connect_modules("inc", "sink")
+    rx.resume_all()
+    tx.resume_all()
+    assert _wait(lambda: rx.get_port_stats(rx_port).inc.packets > least)
+    tx.pause_all()
+    sent = tx.get_port_stats(tx_port).out.packets
+    assert _wait(lambda: rx.get_port_stats(rx_port).inc.packets == sent, 5), (
+        sent,
+        rx.get_port_stats(rx_port).inc.packets,
+    )
+
+
 def test_two_daemons_over_net_memif(tmp_path):
     """Two bessemerds joined by DPDK's memif (one server, one client on one socket): what
     one sends the other receives, counted on both sides."""
@@ -221,21 +244,7 @@ def test_two_daemons_over_net_memif(tmp_path):
         a.client.create_port("PMDPort", "m", {"vdev": f"net_memif0,role=server,socket={sock}"})
         z.client.create_port("PMDPort", "m", {"vdev": f"net_memif0,role=client,socket={sock}"})
         assert _wait(lambda: z.client.get_link_status("m").link_up), "memif did not connect"
-        a.client.create_module("Source", "src", {"pkt_size": 60})
-        a.client.create_module("PortOut", "out", {"port": "m"})
-        a.client.connect_modules("src", "out")
-        z.client.create_module("PortInc", "inc", {"port": "m"})
-        z.client.create_module("Sink", "sink")
-        z.client.connect_modules("inc", "sink")
-        z.client.resume_all()
-        a.client.resume_all()
-        assert _wait(lambda: z.client.get_port_stats("m").inc.packets > 10_000)
-        a.client.pause_all()
-        sent = a.client.get_port_stats("m").out.packets
-        assert _wait(lambda: z.client.get_port_stats("m").inc.packets == sent, 5), (
-            sent,
-            z.client.get_port_stats("m").inc.packets,
-        )
+        _stream_between(a.client, "m", z.client, "m", least=10_000)
 
 
 def test_net_pcap_replays_a_capture_and_writes_what_it_is_sent(daemon, tmp_path):
@@ -292,18 +301,7 @@ def test_virtio_user_to_vhost_between_two_daemons(tmp_path):
         host.client.create_port("PMDPort", "v", {"vdev": f"net_vhost0,iface={sock},queues=1"})
         guest.client.create_port("PMDPort", "u", {"vdev": f"virtio_user0,path={sock},queues=1"})
         assert _wait(lambda: host.client.get_link_status("v").link_up), "vhost link down"
-        guest.client.create_module("Source", "src", {"pkt_size": 60})
-        guest.client.create_module("PortOut", "out", {"port": "u"})
-        guest.client.connect_modules("src", "out")
-        host.client.create_module("PortInc", "inc", {"port": "v"})
-        host.client.create_module("Sink", "sink")
-        host.client.connect_modules("inc", "sink")
-        host.client.resume_all()
-        guest.client.resume_all()
-        assert _wait(lambda: host.client.get_port_stats("v").inc.packets > 5_000)
-        guest.client.pause_all()
-        sent = guest.client.get_port_stats("u").out.packets
-        assert _wait(lambda: host.client.get_port_stats("v").inc.packets == sent, 5)
+        _stream_between(guest.client, "u", host.client, "v", least=5_000)
         (u,) = guest.client.show_port_details().ports
         assert "(net_virtio_user), copy mode" in u.details, u.details
         (v,) = host.client.show_port_details().ports
@@ -389,3 +387,57 @@ def test_two_tap_hosts_ping_and_move_tcp_through_the_switch(daemon, two_namespac
     n, digest = out.split()
     expect = bytes.fromhex(chunk) * times
     assert int(n) == len(expect) and digest == hashlib.sha256(expect).hexdigest()
+
+
+OMEC_PYBESS_SCRIPT = """
+import errno, json, sys, time
+sys.path.insert(0, sys.argv[1])
+from pybess.bess import BESS
+b = BESS()
+b.connect(grpc_url="127.0.0.1:" + sys.argv[2])
+b.create_port("PMDPort", "p", {"vdev": "net_null0", "num_inc_q": 1, "num_out_q": 1})
+b.create_module("PortInc", "inc", {"port": "p"})
+b.create_module("Sink", "sink", {})
+b.connect_modules("inc", "sink")
+b.resume_all()
+time.sleep(0.5)
+b.pause_all()
+out = {"ports": [(p.name, p.driver) for p in b.list_ports().ports],
+       "inc": b.get_port_stats("p").inc.packets}
+# The UPF's scan_dpdk_ports walks port_id 0, 1, ... until the answer is ENODEV; net_null0
+# above is port 0 (held: EBUSY), port 1 has no device; 99 is beyond DPDK's table (EINVAL).
+for i in (0, 1, 99):
+    try:
+        b.create_port("PMDPort", "q", {"port_id": i})
+        out[f"port_id_{i}"] = 0
+    except BESS.Error as e:
+        out[f"port_id_{i}"] = e.code
+print(json.dumps(out))
+"""
+
+
+def test_omecs_own_pybess_makes_and_reads_a_pmdport(daemon):
+    """omec's pybess (what bessctl and the UPF's scripts use) creates a PMDPort on a DPDK
+    vdev, reads its counters, and meets bessd's answers for port ids: ENODEV where there is no
+    device (what the UPF's port scan stops at), EINVAL beyond DPDK's table."""
+    _dpdk_or_skip(daemon.client)
+    from .omec import peers
+
+    try:
+        cache = peers()
+    except RuntimeError as e:
+        pytest.skip(str(e))
+    r = subprocess.run(
+        [str(cache / "venv" / "bin" / "python"), "-c", OMEC_PYBESS_SCRIPT, str(cache / "bess"),
+         str(daemon.port)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["ports"] == [["p", "PMDPort"]]
+    assert out["inc"] > 1000
+    assert (out["port_id_0"], out["port_id_1"], out["port_id_99"]) == (
+        errno.EBUSY,
+        errno.ENODEV,
+        errno.EINVAL,
+    )

@@ -115,6 +115,7 @@ pub(crate) mod ffi {
         pub fn bsm_port_by_name(name: *const c_char, port: *mut u16) -> c_int;
         pub fn bsm_dev_probe(devargs: *const c_char) -> c_int;
         pub fn bsm_port_valid(port: u16) -> c_int;
+        pub fn bsm_max_ethports() -> u32;
         pub fn bsm_port_info(port: u16, out: *mut PortInfoC) -> c_int;
         pub fn bsm_offload_vlan_strip() -> u64;
         pub fn bsm_offload_vlan_filter() -> u64;

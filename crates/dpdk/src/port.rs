@@ -185,6 +185,10 @@ fn err(r: i32, what: impl std::fmt::Display) -> DpdkError {
     }
 }
 
+/// DPDK ports an [`EthPort`] holds: a second one on the same device is refused (EBUSY)
+/// instead of reconfiguring it under the first.
+static IN_USE: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+
 #[cfg(dpdk)]
 thread_local! {
     static REGISTERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
@@ -241,6 +245,15 @@ impl EthPort {
         };
         let (id, attached) = match spec {
             DevSpec::PortId(id) => {
+                // SAFETY: a constant.
+                let max = unsafe { ffi::bsm_max_ethports() };
+                if *id as u32 >= max {
+                    // As BESS: an id beyond DPDK's table is EINVAL, one without a device ENODEV.
+                    return Err(DpdkError {
+                        errno: libc::EINVAL,
+                        msg: format!("Invalid port id {id} (DPDK has at most {max} ports)"),
+                    });
+                }
                 // SAFETY: plain DPDK call.
                 if unsafe { ffi::bsm_port_valid(*id) } == 0 {
                     return Err(DpdkError {
@@ -298,6 +311,16 @@ impl EthPort {
                 (id, true)
             }
         };
+        {
+            let mut in_use = IN_USE.lock().unwrap_or_else(|p| p.into_inner());
+            if in_use.contains(&id) {
+                return Err(DpdkError {
+                    errno: libc::EBUSY,
+                    msg: format!("DPDK port {id} is in use by another port"),
+                });
+            }
+            in_use.push(id);
+        }
         // SAFETY: a zeroed PortInfoC is valid (plain numbers and chars).
         let mut pi: ffi::PortInfoC = unsafe { std::mem::zeroed() };
         // SAFETY: pi is a valid out pointer of the C struct's layout.
@@ -698,6 +721,10 @@ impl EthPort {
 
 impl Drop for EthPort {
     fn drop(&mut self) {
+        IN_USE
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|&p| p != self.id);
         #[cfg(dpdk)]
         {
             // SAFETY: the port is ours; its queues are released (they borrow the port).

@@ -297,6 +297,8 @@ int bsm_dev_probe(const char *devargs) {
 
 int bsm_port_valid(uint16_t port) { return rte_eth_dev_is_valid_port(port); }
 
+uint32_t bsm_max_ethports(void) { return RTE_MAX_ETHPORTS; }
+
 struct bsm_port_info {
   char driver[64];
   char name[RTE_ETH_NAME_MAX_LEN];

@@ -55,8 +55,13 @@ fn run() {
     assert!(e.msg.contains("net_nosuchdriver0"), "{e}");
     let e = EthPort::open(&DevSpec::Vdev("net_null1,nosuchoption=1".into())).unwrap_err();
     assert!(e.msg.contains("net_null1,nosuchoption=1"), "{e}");
+    // As BESS: beyond DPDK's port table EINVAL, a free slot ENODEV, a port held EBUSY.
     let e = EthPort::open(&DevSpec::PortId(200)).unwrap_err();
+    assert_eq!(e.errno, libc::EINVAL, "{e}");
+    let e = EthPort::open(&DevSpec::PortId(20)).unwrap_err();
     assert_eq!(e.errno, libc::ENODEV, "{e}");
+    let e = EthPort::open(&DevSpec::PortId(null.id())).unwrap_err();
+    assert_eq!(e.errno, libc::EBUSY, "{e}");
     let e = EthPort::open(&DevSpec::Pci("0000:ff:1f.7".into())).unwrap_err();
     assert!(e.msg.contains("0000:ff:1f.7"), "{e}");
 
