@@ -7,6 +7,8 @@ pub mod af_xdp_port;
 pub mod bpf;
 pub mod bpf_elf;
 pub mod ifctl;
+pub mod memif;
+pub mod memif_port;
 pub mod netns;
 pub mod partial_csum;
 pub mod pcap_file_port;
@@ -27,6 +29,7 @@ pub fn drivers() -> &'static [&'static PortDriver] {
     static DRIVERS: &[&PortDriver] = &[
         &af_packet_port::DRIVER,
         &af_xdp_port::DRIVER,
+        &memif_port::DRIVER,
         &pcap_port::DRIVER,
         &pmd_port::DRIVER,
         &pcap_file_port::DRIVER,

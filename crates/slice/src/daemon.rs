@@ -594,7 +594,7 @@ fn sockaddr(path: &str) -> io::Result<(libc::sockaddr_un, libc::socklen_t)> {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!(
-                "slice socket path '{path}' must be 1..{} bytes without NUL",
+                "socket path '{path}' must be 1..{} bytes without NUL",
                 a.sun_path.len() - 1
             ),
         ));
@@ -647,6 +647,48 @@ pub fn connect(path: &str) -> io::Result<OwnedFd> {
     Ok(s)
 }
 
+/// Listens (SOCK_SEQPACKET) at `path` ('@' = abstract name). A stale socket file nobody
+/// listens on is replaced; any other existing file is refused (`AlreadyExists`), and so is a
+/// socket with a live listener (`AddrInUse`).
+pub fn listen(path: &str) -> io::Result<OwnedFd> {
+    let (a, len) = sockaddr(path)?;
+    let abstract_name = path.starts_with('@');
+    if !abstract_name {
+        if let Ok(m) = std::fs::symlink_metadata(path) {
+            if !m.file_type().is_socket() {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!("'{path}' exists and is not a socket; not replacing it"),
+                ));
+            }
+            if listener_alive(&a, len) {
+                return Err(io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    format!("socket '{path}' is in use by another listener"),
+                ));
+            }
+            let _ = std::fs::remove_file(path);
+        }
+    }
+    let listen = seqpacket()?;
+    // SAFETY: valid address; plain syscalls on our socket.
+    unsafe {
+        if libc::bind(
+            listen.as_raw_fd(),
+            (&a as *const libc::sockaddr_un).cast(),
+            len,
+        ) != 0
+        {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(e.kind(), format!("bind({path}): {e}")));
+        }
+        if libc::listen(listen.as_raw_fd(), 4) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(listen)
+}
+
 impl Server {
     /// Listens at `path` ('@' = abstract name; a stale socket file nobody listens on is
     /// replaced, any other existing file refused) for apps, giving each a region with rings of
@@ -665,41 +707,8 @@ impl Server {
         hooks: Option<Arc<dyn SessionHooks>>,
     ) -> io::Result<Server> {
         Layout::new(ring_size).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        let (a, len) = sockaddr(path)?;
+        let listen = listen(path)?;
         let abstract_name = path.starts_with('@');
-        if !abstract_name {
-            if let Ok(m) = std::fs::symlink_metadata(path) {
-                if !m.file_type().is_socket() {
-                    return Err(io::Error::new(
-                        io::ErrorKind::AlreadyExists,
-                        format!("'{path}' exists and is not a socket; not replacing it"),
-                    ));
-                }
-                if listener_alive(&a, len) {
-                    return Err(io::Error::new(
-                        io::ErrorKind::AddrInUse,
-                        format!("slice socket '{path}' is in use by another listener"),
-                    ));
-                }
-                let _ = std::fs::remove_file(path);
-            }
-        }
-        let listen = seqpacket()?;
-        // SAFETY: valid address; plain syscalls on our socket.
-        unsafe {
-            if libc::bind(
-                listen.as_raw_fd(),
-                (&a as *const libc::sockaddr_un).cast(),
-                len,
-            ) != 0
-            {
-                let e = io::Error::last_os_error();
-                return Err(io::Error::new(e.kind(), format!("bind({path}): {e}")));
-            }
-            if libc::listen(listen.as_raw_fd(), 4) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-        }
         let stop = sys::eventfd()?;
         let shared = Arc::new(ServerShared {
             counters,
