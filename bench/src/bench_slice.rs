@@ -85,7 +85,7 @@ impl Case {
 
 /// The app's part of one step: sends a batch written in place (not for ToAppCopy) and
 /// receives and releases what came (not for FromApp); returns the frames received.
-fn app_step(s: &mut Slice, d: &mut [Desc; BATCH], case: Case) -> u64 {
+fn app_step(s: &mut Slice, d: &mut [Desc], case: Case) -> u64 {
     if case != Case::ToAppCopy {
         let k = s.alloc_tx(d);
         for x in &mut d[..k] {
@@ -107,19 +107,20 @@ fn app_step(s: &mut Slice, d: &mut [Desc; BATCH], case: Case) -> u64 {
 /// packets it took from (FromApp) or handed to (otherwise) the slice.
 fn daemon_step(
     case: Case,
+    burst: usize,
     cache: &mut bessemer_core::PoolCache,
     batch: &mut PacketBatch,
     rxq: &mut Box<dyn bessemer_core::port::RxQueue>,
     txq: &mut Box<dyn bessemer_core::port::TxQueue>,
 ) -> u64 {
     let n = match case {
-        Case::FromApp => rxq.recv(cache, batch, BATCH),
+        Case::FromApp => rxq.recv(cache, batch, burst),
         Case::RoundTrip => {
-            rxq.recv(cache, batch, BATCH);
+            rxq.recv(cache, batch, burst);
             txq.send(cache, batch)
         }
         Case::ToAppCopy => {
-            cache.alloc_bulk(batch, BATCH, LEN);
+            cache.alloc_bulk(batch, burst, LEN);
             txq.send(cache, batch)
         }
     };
@@ -146,7 +147,7 @@ fn run_one_core(secs: f64, case: Case, core: usize, ring: u64) -> f64 {
     let c0 = bessemer_drivers::slice_port::slice_counters(h.port()).expect("slice port");
     let mut step = || -> u64 {
         let got = app_step(&mut s, &mut d, case);
-        let n = daemon_step(case, &mut cache, &mut batch, &mut rxq, &mut txq);
+        let n = daemon_step(case, BATCH, &mut cache, &mut batch, &mut rxq, &mut txq);
         if case == Case::FromApp {
             n
         } else {
@@ -185,22 +186,45 @@ fn check_path(
     );
 }
 
-/// One run of `secs` of `case`, the app on its own thread: (Mpps over wall time, Mpps per
-/// second of the daemon thread's CPU time).
-fn run(secs: f64, case: Case, cores: (usize, usize), ring: u64) -> (f64, f64) {
+/// What a two-core run measured: Mpps over wall time, per second of the daemon thread's
+/// CPU time, and per second of the application thread's.
+#[derive(Clone, Copy)]
+struct TwoCore {
+    wall: f64,
+    daemon: f64,
+    app: f64,
+}
+
+/// One run of `secs` of `case`, the app on its own thread and core, in batches of `batch`
+/// (the daemon side moves at most a pipeline burst, 64, per call, as PortInc does).
+fn run(secs: f64, case: Case, cores: (usize, usize), ring: u64, batch: usize) -> TwoCore {
     let (pool, h, path) = make_port(ring);
     let stop = Arc::new(AtomicBool::new(false));
+    let measuring_flag = Arc::new(AtomicBool::new(false));
     let app = {
-        let (stop, path) = (stop.clone(), path.clone());
+        let (stop, path, measuring) = (stop.clone(), path.clone(), measuring_flag.clone());
         std::thread::spawn(move || {
             pin(PROG, cores.1);
             let mut s = Slice::attach(&path).expect("attach");
-            let mut d = [Desc::default(); BATCH];
+            let mut d = vec![Desc::default(); batch];
+            let (mut cpu0, mut busy) = (0.0, false);
             while !stop.load(Ordering::Relaxed) {
+                if !busy && measuring.load(Ordering::Relaxed) {
+                    cpu0 = thread_cpu_secs();
+                    busy = true;
+                }
                 for _ in 0..64 {
                     app_step(&mut s, &mut d, case);
                 }
+                if busy && !measuring.load(Ordering::Relaxed) {
+                    break;
+                }
             }
+            let cpu = thread_cpu_secs() - cpu0;
+            while !stop.load(Ordering::Relaxed) {
+                app_step(&mut s, &mut d, case);
+            }
+            cpu
         })
     };
     pin(PROG, cores.0);
@@ -210,16 +234,18 @@ fn run(secs: f64, case: Case, cores: (usize, usize), ring: u64) -> (f64, f64) {
         std::thread::sleep(Duration::from_millis(1));
     }
     let mut cache = pool.cache();
-    let mut batch = PacketBatch::new();
     let (_, mut rxq) = h.claim_rx(0).expect("rx");
     let (_, mut txq) = h.claim_tx(0).expect("tx");
     let c00 = bessemer_drivers::slice_port::slice_counters(h.port()).expect("slice port");
-    let mut step = || daemon_step(case, &mut cache, &mut batch, &mut rxq, &mut txq);
+    let burst = batch.min(bessemer_core::MAX_BURST);
+    let mut pkts = PacketBatch::new();
+    let mut step = || daemon_step(case, burst, &mut cache, &mut pkts, &mut rxq, &mut txq);
     // Warm-up, then the measured window.
     let w = Instant::now();
     while w.elapsed() < Duration::from_millis(50) {
         step();
     }
+    measuring_flag.store(true, Ordering::Relaxed);
     let (c0, w0, cpu0) = (
         bessemer_slice_counts(&h, case.counts_to_app()),
         Instant::now(),
@@ -233,6 +259,11 @@ fn run(secs: f64, case: Case, cores: (usize, usize), ring: u64) -> (f64, f64) {
     let el = w0.elapsed().as_secs_f64();
     let cpu = (thread_cpu_secs() - cpu0).max(1e-9);
     let c1 = bessemer_slice_counts(&h, case.counts_to_app());
+    measuring_flag.store(false, Ordering::Relaxed);
+    // The app stops its clock at the end of its current round of 64 steps.
+    for _ in 0..200 {
+        step();
+    }
     stop.store(true, Ordering::Relaxed);
     // Let the app finish its loop (it never blocks: a full ring makes it skip).
     for _ in 0..1000 {
@@ -242,12 +273,16 @@ fn run(secs: f64, case: Case, cores: (usize, usize), ring: u64) -> (f64, f64) {
         step();
         std::thread::sleep(Duration::from_micros(100));
     }
-    app.join().expect("app thread");
+    let app_cpu = app.join().expect("app thread").max(1e-9);
     check_path(&h, case, &c00);
     drop(rxq);
     drop(txq);
     let pkts = (c1 - c0) as f64;
-    (pkts / el / 1e6, pkts / cpu / 1e6)
+    TwoCore {
+        wall: pkts / el / 1e6,
+        daemon: pkts / cpu / 1e6,
+        app: pkts / app_cpu / 1e6,
+    }
 }
 
 /// Packets the slice moved in the direction measured (the port's own counters).
@@ -264,14 +299,23 @@ fn main() {
     let mut base = Base::new(5, 1.0);
     let mut args = Args::new(PROG);
     let mut ring = 1024u64;
+    let mut sweep: Vec<usize> = vec![1, 2, 4, 8, 16, 32, 64, 128, 256];
     while let Some(a) = args.next_opt() {
         if args.base(&mut base, &a) {
             continue;
         }
         match a.as_str() {
             "--ring" => ring = args.value(&a).parse().expect("--ring N"),
+            "--sweep" => {
+                sweep = args
+                    .value(&a)
+                    .split(',')
+                    .filter(|x| !x.is_empty())
+                    .map(|x| x.parse().expect("--sweep N,N,..."))
+                    .collect()
+            }
             "--help" | "-h" => {
-                println!("{PROG} [--runs N] [--secs S] [--quick] [--ring N]");
+                println!("{PROG} [--runs N] [--secs S] [--quick] [--ring N] [--sweep 1,2,..,256]");
                 return;
             }
             _ => args.unknown(&a),
@@ -284,8 +328,8 @@ fn main() {
         base.runs, base.secs, cores.0, cores.1
     );
     println!(
-        "{:<20} {:>16} {:>8} {:>8} {:>16} {:>12}",
-        "case", "Mpps, one core", "min", "max", "Mpps, two cores", "(wall)"
+        "{:<20} {:>16} {:>8} {:>8} {:>16} {:>12} {:>12}",
+        "case", "Mpps, one core", "min", "max", "2 cores/daemon", "/app core", "(wall)"
     );
     let mut res = Vec::new();
     let cases = [
@@ -297,14 +341,39 @@ fn main() {
         let one: Vec<f64> = (0..base.runs)
             .map(|_| run_one_core(base.secs, case, cores.0, ring))
             .collect();
-        let two: Vec<(f64, f64)> = (0..base.runs)
-            .map(|_| run(base.secs, case, cores, ring))
+        let two: Vec<TwoCore> = (0..base.runs)
+            .map(|_| run(base.secs, case, cores, ring, BATCH))
             .collect();
         let (m, lo, hi) = median(one);
-        let (two_core, _, _) = median(two.iter().map(|r| r.1).collect());
-        let (wall, _, _) = median(two.iter().map(|r| r.0).collect());
-        println!("{name:<20} {m:>16.2} {lo:>8.2} {hi:>8.2} {two_core:>16.2} {wall:>12.2}");
-        res.push((name, m, lo, hi, two_core));
+        let (two_core, _, _) = median(two.iter().map(|r| r.daemon).collect());
+        let (app_core, _, _) = median(two.iter().map(|r| r.app).collect());
+        let (wall, _, _) = median(two.iter().map(|r| r.wall).collect());
+        println!(
+            "{name:<20} {m:>16.2} {lo:>8.2} {hi:>8.2} {two_core:>16.2} {app_core:>12.2} {wall:>12.2}"
+        );
+        res.push((name, m, lo, hi, two_core, app_core));
+    }
+    // The paper's batch-size sweep: app on its own core, daemon on another, app -> daemon
+    // and the round trip, zero copy; Mpps per daemon core and per app core.
+    let mut sweep_js = Vec::new();
+    if !sweep.is_empty() {
+        println!();
+        println!(
+            "batch sweep (two cores, one run of {} s each): {:>6} {:>14} {:>14} {:>14} {:>14}",
+            base.secs, "batch", "from_app/dmn", "from_app/app", "roundtrip/dmn", "roundtrip/app"
+        );
+    }
+    for &b in &sweep {
+        let f = run(base.secs, Case::FromApp, cores, ring, b);
+        let r = run(base.secs, Case::RoundTrip, cores, ring, b);
+        println!(
+            "{:>51} {:>14.2} {:>14.2} {:>14.2} {:>14.2}",
+            b, f.daemon, f.app, r.daemon, r.app
+        );
+        sweep_js.push(format!(
+            "{{\"batch\": {b}, \"from_app_daemon\": {:.2}, \"from_app_app\": {:.2}, \"roundtrip_daemon\": {:.2}, \"roundtrip_app\": {:.2}}}",
+            f.daemon, f.app, r.daemon, r.app
+        ));
     }
     let target = 20.0;
     // The target is for zero copy each way: app → daemon, and the round trip, which
@@ -315,8 +384,17 @@ fn main() {
         "target >= {target} Mpps per core each way, zero copy: {}",
         if met { "met" } else { "not met" }
     );
+    // Application and daemon on separate cores, app -> daemon, per core (the lower of the
+    // daemon's and the application's); the round trip, each packet crossing both ways at
+    // once, beside it.
+    let two_core = from.4.min(from.5);
+    let two_core_rt = rt.4.min(rt.5);
     println!(
-        "{{\"bench\": \"slice_lib\", \"slice_lib_mpps\": {:.2}, \"slice_lib_to_app_mpps\": {:.2}, \"slice_lib_from_app_mpps\": {:.2}, \"slice_lib_to_app_copy_mpps\": {:.2}, \"zero_copy\": true, \"to_app_is_roundtrip\": true, \"to_app_min\": {:.2}, \"to_app_max\": {:.2}, \"from_app_min\": {:.2}, \"from_app_max\": {:.2}, \"to_app_copy_min\": {:.2}, \"to_app_copy_max\": {:.2}, \"two_core_to_app_mpps_per_daemon_core\": {:.2}, \"two_core_from_app_mpps_per_daemon_core\": {:.2}, \"two_core_to_app_copy_mpps_per_daemon_core\": {:.2}, \"batch\": {BATCH}, \"len\": {LEN}, \"ring\": {ring}, \"target_mpps\": {target}, \"met\": {met}}}",
+        "two cores (app and daemon each on its own): app -> daemon {two_core:.2} Mpps per core (target >= {target}: {}); round trip {two_core_rt:.2} Mpps each way at once",
+        if two_core >= target { "met" } else { "not met" }
+    );
+    println!(
+        "{{\"bench\": \"slice_lib\", \"slice_lib_mpps\": {:.2}, \"slice_lib_to_app_mpps\": {:.2}, \"slice_lib_from_app_mpps\": {:.2}, \"slice_lib_to_app_copy_mpps\": {:.2}, \"zero_copy\": true, \"to_app_is_roundtrip\": true, \"to_app_min\": {:.2}, \"to_app_max\": {:.2}, \"from_app_min\": {:.2}, \"from_app_max\": {:.2}, \"to_app_copy_min\": {:.2}, \"to_app_copy_max\": {:.2}, \"two_core_to_app_mpps_per_daemon_core\": {:.2}, \"two_core_from_app_mpps_per_daemon_core\": {:.2}, \"two_core_to_app_copy_mpps_per_daemon_core\": {:.2}, \"slice_two_core_mpps\": {two_core:.2}, \"slice_two_core_roundtrip_mpps\": {two_core_rt:.2}, \"two_core_from_app_mpps_per_app_core\": {:.2}, \"two_core_roundtrip_mpps_per_app_core\": {:.2}, \"sweep\": [{}], \"batch\": {BATCH}, \"len\": {LEN}, \"ring\": {ring}, \"target_mpps\": {target}, \"met\": {met}}}",
         from.1.min(rt.1),
         rt.1,
         from.1,
@@ -329,6 +407,9 @@ fn main() {
         copy.3,
         rt.4,
         from.4,
-        copy.4
+        copy.4,
+        from.5,
+        rt.5,
+        sweep_js.join(", ")
     );
 }
