@@ -15,6 +15,7 @@ import grpc
 from google.protobuf import any_pb2
 
 from . import pb
+from ._errors import Error as _Error
 
 DEFAULT_PORT = 10514
 
@@ -109,13 +110,7 @@ class Transaction:
 class BESS:
     """A connection to one daemon."""
 
-    class Error(Exception):
-        """The daemon refused a request: `code` is an errno, `errmsg` says why."""
-
-        def __init__(self, code: int, errmsg: str):
-            super().__init__(f"{errmsg} (errno {code})")
-            self.code = code
-            self.errmsg = errmsg
+    Error = _Error
 
     def __init__(
         self,

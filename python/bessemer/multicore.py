@@ -25,9 +25,12 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .client import BESS
+from ._errors import Error as _Error
+
+if TYPE_CHECKING:
+    from .client import BESS
 
 SUFFIX = "@w"
 
@@ -105,7 +108,7 @@ class Duplicate:
             raise AttributeError(str(exc)) from None
 
 
-class MissingWorkers(BESS.Error):
+class MissingWorkers(_Error):
     """Some of the workers asked for do not exist (`missing`); the message says how to add
     them from Python, a front end may say it its own way."""
 
@@ -118,7 +121,7 @@ class MissingWorkers(BESS.Error):
         self.missing = missing
 
 
-class TooFewQueues(BESS.Error):
+class TooFewQueues(_Error):
     """`port` has `have` queues in direction `what` ("incoming" or "outgoing"), fewer than
     the `need` workers; the message says how to fix it from Python."""
 
@@ -135,7 +138,7 @@ def _queues(bess: BESS, port: str) -> tuple[int, int]:
     for p in bess.list_ports():
         if p.name == port:
             return p.num_inc_q, p.num_out_q
-    raise BESS.Error(2, f"duplicate: no port named '{port}'")
+    raise _Error(2, f"duplicate: no port named '{port}'")
 
 
 def duplicate(
@@ -162,7 +165,7 @@ def duplicate(
 
     workers = [int(w) for w in workers]
     if not workers or len(set(workers)) != len(workers):
-        raise BESS.Error(22, f"duplicate: workers must be distinct and non-empty, not {workers}")
+        raise _Error(22, f"duplicate: workers must be distinct and non-empty, not {workers}")
     have = {w.wid for w in bess.list_workers()}
     missing = [w for w in workers if w not in have]
     if missing:
@@ -181,7 +184,7 @@ def duplicate(
     if isinstance(template, str):
         tree = ast.parse(translate(template, f"<duplicate {name}>"))
         if not tree.body or not isinstance(tree.body[-1], ast.Expr):
-            raise BESS.Error(22, "duplicate: the template must end with a module expression")
+            raise _Error(22, "duplicate: the template must end with a module expression")
         # The last expression is the copy's exit: bind it so it can be found after exec.
         last = tree.body[-1]
         tree.body[-1] = ast.copy_location(
@@ -206,7 +209,7 @@ def duplicate(
                     key = f"{dup_name}.{counter[0]}"
                     counter[0] += 1
                 if key in made:
-                    raise BESS.Error(17, f"duplicate: template names '{key}' twice")
+                    raise _Error(17, f"duplicate: template names '{key}' twice")
                 m = create(copy_name(key, wid), **arg)
                 made[key] = m
                 return m
@@ -230,12 +233,10 @@ def duplicate(
             first = next((m for m in made.values() if m is not entry), None)
             if port:
                 if first is None:
-                    raise BESS.Error(22, "duplicate: the template creates no module")
+                    raise _Error(22, "duplicate: the template creates no module")
                 entry.connect(first)
                 if not isinstance(exit_, Module):
-                    raise BESS.Error(
-                        22, "duplicate: the template's last expression must be a module"
-                    )
+                    raise _Error(22, "duplicate: the template's last expression must be a module")
                 out = local["QueueOut"](f"{dup_name}.out", port=out_port, qid=i)
                 exit_.connect(out)
         dup.copies.append(made)
@@ -243,7 +244,7 @@ def duplicate(
         for m in made.values():
             try:
                 bess.attach_task(m.name, wid=wid)
-            except BESS.Error as exc:
+            except _Error as exc:
                 if exc.code != 2:  # ENOENT: the module has no task
                     raise
     return dup

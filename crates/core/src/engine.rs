@@ -47,6 +47,8 @@ const ST_FINISHED: u8 = 2;
 struct GraphCell(UnsafeCell<Pipeline>);
 // SAFETY: see the module comment; access is serialised by the pause protocol.
 unsafe impl Sync for GraphCell {}
+// SAFETY: the cell holds a `Pipeline`, which is `Send` (see graph.rs); moving the cell moves
+// only that.
 unsafe impl Send for GraphCell {}
 
 struct WorkerShared {
@@ -173,6 +175,8 @@ impl RunClock {
 // SAFETY: `tree` is touched by the control thread only while the worker is paused; `clock`
 // only under the `paused` lock.
 unsafe impl Sync for WorkerShared {}
+// SAFETY: the fields are atomics, a mutex, a condvar and the `UnsafeCell<RunClock>` of plain
+// integers; none is tied to the thread that made it.
 unsafe impl Send for WorkerShared {}
 
 impl WorkerShared {

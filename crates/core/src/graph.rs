@@ -397,6 +397,9 @@ impl Edges {
 // `set_task_workers`) is run only under its node lock, and the control thread mutates only
 // while the workers are paused.
 unsafe impl Sync for Pipeline {}
+// SAFETY: the module instances are `Send` (the `Module` and `SharedModule` traits require
+// it), and the gates' `dst_node` pointers point into the heap-allocated node list, which
+// stays where it is when the `Pipeline` value moves to another thread.
 unsafe impl Send for Pipeline {}
 
 /// Longest module, port or traffic-class name accepted (BESS has no limit; ours bounds memory).
@@ -1528,8 +1531,8 @@ impl Pipeline {
         let n = self.node(id);
         ctx.enter(self, id);
         let r = match (&n.inst, spec.handler) {
-            // SAFETY: exclusive access: the caller paused every worker that can run it.
             (InstanceCell::Exclusive(m), Handler::Exclusive(h)) => {
+                // SAFETY: exclusive access: the caller paused every worker that can run it.
                 h(unsafe { &mut *m.get() }.as_mut() as &mut dyn Any, ctx, arg)
             }
             (InstanceCell::Shared(m), Handler::Shared(h)) => h(m.as_ref() as &dyn Any, ctx, arg),

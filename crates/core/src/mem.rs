@@ -44,6 +44,8 @@ pub struct Region {
 
 // SAFETY: the region is plain memory; synchronisation of its contents is the users' concern.
 unsafe impl Send for Region {}
+// SAFETY: as for `Send`: `&Region` only hands out the base pointer and length; any access
+// to the memory behind them is unsafe and synchronised by its users.
 unsafe impl Sync for Region {}
 
 impl Region {
@@ -149,6 +151,7 @@ mod tests {
         assert_eq!(r.kind(), PageKind::Plain);
         assert_eq!(r.base() as usize % 4096, 0);
         assert_eq!(r.len(), 12288);
+        // SAFETY: the last byte of a live, writable mapping of `r.len()` bytes.
         unsafe { *r.base().add(r.len() - 1) = 7 };
     }
 

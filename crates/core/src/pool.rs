@@ -65,6 +65,8 @@ enum Frames {
 // SAFETY: the lent memory is plain shared memory kept alive by its owner; the pool's users
 // synchronise its contents as they do an own region's.
 unsafe impl Send for Frames {}
+// SAFETY: as for `Send`: `&Frames` only gives out the base pointer and length, and the owner
+// is `Send + Sync` itself.
 unsafe impl Sync for Frames {}
 
 impl Frames {
@@ -261,6 +263,10 @@ impl PacketPool {
         for i in (0..nframes).rev() {
             // SAFETY: record i lies inside the descriptor region, frame i inside the frames.
             let d = unsafe { descs.base().add(i * DESC_SIZE) } as *mut PacketDesc;
+            // SAFETY: `d` is descriptor record i of the fresh, writable descriptor region
+            // (nframes * DESC_SIZE bytes), which nothing else references yet; frame i at
+            // `i * frame_size` is inside the frames (nframes * frame_size bytes, checked by
+            // the callers).
             unsafe {
                 (*d).frame_idx = i as u32;
                 (*d).frame_size = frame_size as u32;
@@ -995,9 +1001,13 @@ mod tests {
         let a = c.alloc(100).unwrap();
         let addr = p.frame_addr(&a);
         assert_eq!(addr % FRAME_SIZE as u64, 0);
+        // SAFETY: the frame is `a`'s, which this test holds; the second handle is given up
+        // with `into_raw` below, so the frame is freed once.
         let again = unsafe { p.packet_at(addr + 300) }.unwrap();
         assert_eq!(again.as_ptr(), a.as_ptr());
         let _ = again.into_raw(); // a second handle to the same frame: not freed twice
+
+        // SAFETY: beyond the 16 frames: answers None without touching a frame.
         assert!(unsafe { p.packet_at((16 * FRAME_SIZE) as u64) }.is_none());
         c.free(a);
     }
@@ -1096,6 +1106,8 @@ mod tests {
         // Frame addresses use the companion's frame size.
         let addr = big.frame_addr(&a);
         assert_eq!(addr % LARGE_FRAME_SIZE as u64, 0);
+        // SAFETY: the frame is `a`'s, which this test holds; the second handle is given up
+        // with `into_raw` below, so the frame is freed once.
         let again = unsafe { big.packet_at(addr + 5000) }.unwrap();
         assert_eq!(again.as_ptr(), a.as_ptr());
         let _ = again.into_raw();
@@ -1133,6 +1145,8 @@ mod tests {
         let a = c.alloc(10).unwrap();
         let raw = a.as_ptr();
         c.free(a);
+        // SAFETY: deliberately breaks `from_raw`'s contract (the frame was just freed) to
+        // check that a debug build catches it; the descriptor stays mapped by the pool.
         c.free(unsafe { Packet::from_raw(raw) });
     }
 
@@ -1145,6 +1159,9 @@ mod tests {
         let a = c.alloc(10).unwrap();
         let raw = a.as_ptr();
         c.free(a);
+        // SAFETY: deliberately breaks `from_raw`'s contract (the frame was just freed) to
+        // check that a debug build catches it; the descriptor stays mapped by the pool, and
+        // `ManuallyDrop` keeps the ghost from being freed again.
         let ghost = std::mem::ManuallyDrop::new(unsafe { Packet::from_raw(raw) });
         let _ = ghost.len();
     }
@@ -1167,6 +1184,8 @@ mod tests {
         let p = pool(64);
         let mut c = p.cache();
         // The owner wrote a packet at offset 256 of frame 3.
+        // SAFETY: 5 bytes at offset 256 of frame 3 lie inside the 8-frame region `mem`, which
+        // no packet holds yet.
         unsafe {
             std::ptr::copy_nonoverlapping(
                 b"hello".as_ptr(),
@@ -1174,10 +1193,12 @@ mod tests {
                 5,
             )
         };
+        // SAFETY: every buffer of a fresh lent pool is lent out; frame 3 is adopted once.
         let a = unsafe { lp.adopt(3, 256, 5) }.unwrap();
         assert_eq!(a.data(), b"hello");
         assert_eq!(
             a.data().as_ptr(),
+            // SAFETY: offset 256 of frame 3 is inside the 8-frame region.
             unsafe { mem.base().add(3 * FRAME_SIZE + 256) } as *const u8
         );
         assert_eq!(
@@ -1185,13 +1206,18 @@ mod tests {
             (lp.id(), 3, 256)
         );
         assert_eq!(lp.live(), 1);
+        // SAFETY: out of range (frame 8 of 8, 5 bytes past the frame's end): refused before
+        // any frame is touched.
         assert!(unsafe { lp.adopt(8, 0, 1) }.is_none());
+        // SAFETY: as above.
         assert!(unsafe { lp.adopt(2, FRAME_SIZE - 4, 5) }.is_none());
         assert!(
+            // SAFETY: an ordinary pool refuses before touching a frame.
             unsafe { p.adopt(0, 0, 1) }.is_none(),
             "ordinary pools adopt nothing"
         );
         // A worker's cache of another pool frees it home, where the owner takes it back.
+        // SAFETY: frame 5 is still lent out and adopted once.
         let b = unsafe { lp.adopt(5, 0, 60) }.unwrap();
         let mut batch = PacketBatch::new();
         batch.push(a).ok().unwrap();
@@ -1213,6 +1239,7 @@ mod tests {
         let (lp, _mem) = lent_pool();
         let p = pool(8);
         let mut c = p.cache();
+        // SAFETY: every buffer of a fresh lent pool is lent out; frame 1 is adopted once.
         let a = unsafe { lp.adopt(1, 64, 100) }.unwrap();
         let second = c.clone_packet(&a);
         let a = lp.lend(a).expect_err("shared: not lent");
@@ -1224,8 +1251,11 @@ mod tests {
         let other = lp.lend(other).expect_err("another pool's packet");
         c.free(other);
         // A lent-out buffer can be adopted again, or given back to wait with freed ones.
+        // SAFETY: `lend` above lent frame 1 out again, and nothing holds it.
         let a = unsafe { lp.adopt(1, 0, 10) }.unwrap();
         assert!(lp.lend(a).is_ok());
+        // SAFETY: frame 1 is lent out again (by `lend`) and named once; 99 is out of range
+        // and skipped.
         unsafe { lp.give_back(&[1, 99]) };
         let mut back = Vec::new();
         lp.take_returned(8, |i| back.push(i));

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 #[inline(always)]
 pub fn rdtsc() -> u64 {
     #[cfg(target_arch = "x86_64")]
+    // SAFETY: RDTSC is in every x86_64 CPU and only reads the counter.
     unsafe {
         core::arch::x86_64::_rdtsc()
     }

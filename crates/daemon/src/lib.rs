@@ -14,6 +14,7 @@ pub mod memory;
 pub mod nic_plan;
 pub mod observe;
 pub mod offload;
+mod secret;
 pub mod server;
 pub mod service;
 

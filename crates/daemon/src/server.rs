@@ -13,6 +13,7 @@ use crate::bessemer::pb::bessemer_control_server::BessemerControlServer;
 use crate::listen::{self, Accept, Label, Limits, Refusal};
 use crate::observe::{self, http::Allowed, http::Endpoints};
 use crate::pb::bess_control_server::BessControlServer;
+use crate::secret::same_secret;
 use crate::service::Control;
 
 /// Where the daemon listens.
@@ -144,11 +145,6 @@ impl Security {
         }
         Ok(Credentials { tls, token })
     }
-}
-
-/// Compares without stopping at the first difference, so timing does not reveal the token.
-pub(crate) fn same_secret(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Refuses RPCs on a connection beyond the cap (with the reason), and RPCs without the bearer

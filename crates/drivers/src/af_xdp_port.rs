@@ -511,6 +511,9 @@ struct Xsk {
 // the RX queue and `txs` only by the holder of the TX queue (each exclusive via `*_open`),
 // and by `Drop`, which runs when no queue object is left.
 unsafe impl Send for Xsk {}
+// SAFETY: as for `Send`: through `&Xsk` the `rxs` and `txs` cells are reached only by the
+// single holder of each queue (`rx_open` / `tx_open`); every other field is atomic or
+// immutable.
 unsafe impl Sync for Xsk {}
 
 /// Ring sizes of one socket.

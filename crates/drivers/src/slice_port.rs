@@ -341,41 +341,11 @@ pub fn slice_counters(port: &dyn Port) -> Option<bessemer_slice::CounterSnapshot
     if !d.starts_with("slice ") {
         return None;
     }
-    let mut c = bessemer_slice::CounterSnapshot::default();
-    let kv: std::collections::HashMap<&str, u64> = d
-        .split_whitespace()
-        .filter_map(|w| w.split_once('='))
-        .filter_map(|(k, v)| Some((k, v.parse().ok()?)))
-        .collect();
-    macro_rules! take {
-        ($($f:ident),*) => { $(c.$f = kv.get(stringify!($f)).copied().unwrap_or(0);)* };
-    }
-    take!(
-        to_app_packets,
-        to_app_bytes,
-        to_app_zero_copy,
-        to_app_copied,
-        to_app_ring_full,
-        to_app_no_frame,
-        to_app_too_long,
-        to_app_no_app,
-        from_app_packets,
-        from_app_bytes,
-        from_app_zero_copy,
-        from_app_copied,
-        from_app_no_pool_buffer,
-        invalid_offset,
-        invalid_length,
-        invalid_frame_not_held,
-        invalid_ring_index,
-        attaches,
-        detaches,
-        reclaimed_frames,
-        regions_deferred,
-        regions_released,
-        wakeups
-    );
-    Some(c)
+    Some(bessemer_slice::CounterSnapshot::from_pairs(
+        d.split_whitespace()
+            .filter_map(|w| w.split_once('='))
+            .filter_map(|(k, v)| Some((k, v.parse().ok()?))),
+    ))
 }
 
 /// The incoming queue: packets the app sent.

@@ -44,6 +44,9 @@ fn code(e: Error) -> i32 {
 
 macro_rules! chan {
     ($ch:expr) => {
+        // SAFETY: every caller is an `unsafe extern "C"` entry point whose contract makes
+        // `$ch` a live channel from `mp_create` (a channel belongs to one thread, as in the
+        // C API); NULL is refused here.
         match unsafe { $ch.as_mut() } {
             Some(c) => c,
             None => return -libc::EINVAL,

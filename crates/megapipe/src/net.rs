@@ -131,6 +131,7 @@ pub fn local_addr(fd: RawFd) -> io::Result<SocketAddr> {
     // SAFETY: storage is plain data and len describes it.
     let mut storage: libc::sockaddr_storage = unsafe { zeroed() };
     let mut len = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: `storage` is writable and `len` holds its size, as getsockname requires.
     cvt(unsafe { libc::getsockname(fd, &mut storage as *mut _ as *mut libc::sockaddr, &mut len) })?;
     from_raw(&storage)
 }
@@ -203,6 +204,7 @@ pub fn tcp_listener(addr: SocketAddr, opts: ListenOptions) -> io::Result<OwnedFd
             raw.len,
         )
     })?;
+    // SAFETY: plain syscall on the socket `owned` holds; no memory is passed.
     cvt(unsafe { libc::listen(fd, opts.backlog) })?;
     Ok(owned)
 }
@@ -233,6 +235,7 @@ pub fn online_cpus() -> usize {
 pub fn nofile_limits() -> io::Result<(u64, u64)> {
     // SAFETY: rlimit is plain data, valid for the call.
     let mut lim: libc::rlimit = unsafe { zeroed() };
+    // SAFETY: `lim` is a writable rlimit for the kernel to fill.
     cvt(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) })?;
     Ok((lim.rlim_cur, lim.rlim_max))
 }
@@ -298,6 +301,8 @@ pub(crate) fn tcp_socket_for(addr: &SocketAddr, nonblocking: bool) -> io::Result
     }
     // SAFETY: plain syscall; checked before wrapping.
     let fd = cvt(unsafe { libc::socket(family, ty, 0) })?;
+    // SAFETY: `fd` was just returned by socket (cvt refused a negative one) and is owned by
+    // nothing else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 

@@ -40,9 +40,32 @@ macro_rules! counters {
             }
         }
         impl CounterSnapshot {
+            /// The counters' names, in declaration order.
+            pub const NAMES: &'static [&'static str] = &[$(stringify!($f),)*];
+
             /// (name, value) pairs, in declaration order.
             pub fn named(&self) -> Vec<(&'static str, u64)> {
                 vec![$((stringify!($f), self.$f),)*]
+            }
+
+            /// Sets the counter called `name` to `value`; false (and nothing set) if no
+            /// counter has that name.
+            pub fn set(&mut self, name: &str, value: u64) -> bool {
+                match name {
+                    $(stringify!($f) => self.$f = value,)*
+                    _ => return false,
+                }
+                true
+            }
+
+            /// A snapshot of the named counters among `pairs` (a later pair for the same
+            /// name wins; unknown names are ignored, counters not named are 0).
+            pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, u64)>) -> Self {
+                let mut c = Self::default();
+                for (name, value) in pairs {
+                    c.set(name, value);
+                }
+                c
             }
         }
     };
@@ -860,5 +883,40 @@ impl Listener {
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CounterSnapshot;
+
+    #[test]
+    fn counter_names_set_and_from_pairs_follow_the_one_declaration() {
+        assert_eq!(CounterSnapshot::NAMES.len(), 23);
+        assert_eq!(CounterSnapshot::NAMES[0], "to_app_packets");
+        assert_eq!(CounterSnapshot::NAMES[22], "wakeups");
+        let mut c = CounterSnapshot::default();
+        for (i, n) in CounterSnapshot::NAMES.iter().enumerate() {
+            assert!(c.set(n, i as u64 + 1));
+        }
+        assert!(!c.set("pipeline_frames", 9));
+        let named = c.named();
+        assert_eq!(
+            named.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+            CounterSnapshot::NAMES
+        );
+        assert!(named
+            .iter()
+            .enumerate()
+            .all(|(i, &(_, v))| v == i as u64 + 1));
+        assert_eq!(CounterSnapshot::from_pairs(named.iter().copied()), c);
+        let d = CounterSnapshot::from_pairs([("wakeups", 1), ("nope", 5), ("wakeups", 2)]);
+        assert_eq!(
+            d,
+            CounterSnapshot {
+                wakeups: 2,
+                ..Default::default()
+            }
+        );
     }
 }

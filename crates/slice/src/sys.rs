@@ -17,6 +17,8 @@ pub struct Mapping {
 
 // SAFETY: plain shared memory; the protocol synchronises its contents.
 unsafe impl Send for Mapping {}
+// SAFETY: as for `Send`: `&Mapping` gives out only the base pointer and length; reads and
+// writes through them are unsafe and follow the slice protocol.
 unsafe impl Sync for Mapping {}
 
 impl Mapping {

@@ -182,7 +182,7 @@ async fn only_allowed(
                 .get(header::AUTHORIZATION)
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.strip_prefix("Bearer "));
-            if !got.is_some_and(|t| crate::server::same_secret(t.as_bytes(), want.as_bytes())) {
+            if !got.is_some_and(|t| crate::secret::same_secret(t.as_bytes(), want.as_bytes())) {
                 log_refusal(peer, req.uri().path(), "no or wrong bearer token");
                 return (
                     StatusCode::UNAUTHORIZED,

@@ -123,6 +123,8 @@ pub fn run<S: Service>(
                         conns.push(None);
                         conns.len() - 1
                     });
+                    // SAFETY: `fd` (non-negative) was just returned by accept4 and is owned
+                    // by nothing else.
                     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
                     syscalls += 1;
                     if ctl(
@@ -273,6 +275,8 @@ fn writev_some(fd: RawFd, bufs: &[OutBuf]) -> io::Result<usize> {
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = iov.as_ptr() as *mut libc::iovec;
     msg.msg_iovlen = iov.len() as _;
+    // SAFETY: `msg` names `iov.len()` iovecs in `iov`, each over a buffer of `bufs` that
+    // outlives the call; the kernel only reads them.
     let r = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) };
     if r >= 0 {
         Ok(r as usize)

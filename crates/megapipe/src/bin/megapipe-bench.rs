@@ -104,6 +104,7 @@ fn main() {
 fn process_cpu_us() -> u64 {
     // SAFETY: rusage is plain data filled by the kernel.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid, writable rusage for the kernel to fill.
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
     let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
     tv(ru.ru_utime) + tv(ru.ru_stime)
@@ -270,6 +271,7 @@ fn client_thread(
     let mut buf = vec![0u8; 65536.max(load.size)];
     let mut conns: Vec<Option<CConn>> = (0..load.conns).map(|i| open_conn(ep, &addr, i)).collect();
     let mut events: Vec<libc::epoll_event> = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
+    // SAFETY: `req` outlives the closure and is `req.len()` bytes; send only reads it.
     let send = |fd: RawFd| unsafe {
         libc::send(
             fd,
@@ -279,6 +281,7 @@ fn client_thread(
         )
     };
     while !stop.load(Ordering::Relaxed) {
+        // SAFETY: `events` holds `events.len()` writable epoll_event slots.
         let n = unsafe { libc::epoll_wait(ep, events.as_mut_ptr(), events.len() as i32, 10) };
         for ev in &events[..n.max(0) as usize] {
             let idx = ev.u64 as usize;
@@ -297,6 +300,8 @@ fn client_thread(
                     events: libc::EPOLLIN as u32,
                     u64: idx as u64,
                 };
+                // SAFETY: `ep` and `c.fd` are descriptors this thread owns; `e` is a valid
+                // epoll_event.
                 unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_MOD, c.fd, &mut e) };
                 c.t0 = Instant::now();
                 if send(c.fd) != req.len() as isize {
@@ -304,6 +309,7 @@ fn client_thread(
                     out.errors += 1;
                 }
             } else {
+                // SAFETY: `buf` is `buf.len()` writable bytes.
                 let r =
                     unsafe { libc::read(c.fd, buf.as_mut_ptr() as *mut libc::c_void, buf.len()) };
                 if r <= 0 {
@@ -344,6 +350,7 @@ fn client_thread(
     for c in conns.into_iter().flatten() {
         close_rst(c.fd);
     }
+    // SAFETY: `ep` is the epoll descriptor this function made; nothing uses it after this.
     unsafe { libc::close(ep) };
     out
 }

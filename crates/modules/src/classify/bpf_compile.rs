@@ -684,6 +684,8 @@ impl FlatTable {
                 // SAFETY: runs are 0..=entries, each with `per_run` paths and
                 // `per_run * per_path` conditions (build).
                 let (filter, need) = unsafe { *self.paths.get_unchecked(i) };
+                // SAFETY: as above: path `i`'s `per_path` conditions end at
+                // `(i + 1) * per_path <= conds.len()`.
                 let conds = unsafe { self.conds.get_unchecked(i * per_path..(i + 1) * per_path) };
                 // 1 unless every condition holds; opaque to the optimiser, which would
                 // otherwise make a branch of each condition.
@@ -984,15 +986,18 @@ impl Merged {
             valid |= 1 << i;
         }
         if p.len() >= plan.abs_end {
-            // SAFETY (the three loops): every fixed-offset load ends at or before
-            // `abs_end` (FieldPlan), which this packet reaches.
+            // Every fixed-offset load ends at or before `abs_end` (FieldPlan), which this
+            // packet reaches.
             for &(i, at) in &plan.abs[0] {
+                // SAFETY: `at + 1 <= abs_end <= p.len()` (above).
                 vals[ix(i)] = unsafe { be_at::<1>(p, at) };
             }
             for &(i, at) in &plan.abs[1] {
+                // SAFETY: `at + 2 <= abs_end <= p.len()` (above).
                 vals[ix(i)] = unsafe { be_at::<2>(p, at) };
             }
             for &(i, at) in &plan.abs[2] {
+                // SAFETY: `at + 4 <= abs_end <= p.len()` (above).
                 vals[ix(i)] = unsafe { be_at::<4>(p, at) };
             }
             valid |= plan.abs_bits;
@@ -1079,20 +1084,26 @@ impl Merged {
             }
         }
         let data = &*data;
-        // SAFETY (the three loops): every fixed-offset load ends at or before `abs_end`
-        // (FieldPlan), which every packet in `data` (or the pad) reaches.
+        // Every fixed-offset load ends at or before `abs_end` (FieldPlan), which every
+        // packet in `data` (or the pad) reaches.
         for &(i, at) in &plan.abs[0] {
             for (v, d) in cols.vals[ix(i)].iter_mut().zip(data) {
+                // SAFETY: `at + 1 <= abs_end <= d.len()`: `d` is a packet that reaches
+                // `abs_end` or the pad (above).
                 *v = unsafe { be_at::<1>(d, at) };
             }
         }
         for &(i, at) in &plan.abs[1] {
             for (v, d) in cols.vals[ix(i)].iter_mut().zip(data) {
+                // SAFETY: `at + 2 <= abs_end <= d.len()`: `d` is a packet that reaches
+                // `abs_end` or the pad (above).
                 *v = unsafe { be_at::<2>(d, at) };
             }
         }
         for &(i, at) in &plan.abs[2] {
             for (v, d) in cols.vals[ix(i)].iter_mut().zip(data) {
+                // SAFETY: `at + 4 <= abs_end <= d.len()`: `d` is a packet that reaches
+                // `abs_end` or the pad (above).
                 *v = unsafe { be_at::<4>(d, at) };
             }
         }

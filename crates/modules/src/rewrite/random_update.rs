@@ -142,15 +142,19 @@ impl Module for RandomUpdate {
         if pkts.iter().fold(true, |ok, p| ok & (p.len() >= min_len)) {
             let rng = &mut self.rng;
             for f in self.fields.fields() {
-                // SAFETY (each `put`): `fill` hands a pointer to the field's bytes, inside
-                // the packet.
+                // `fill` hands each `put` a pointer to the field's bytes, inside the packet.
                 match f.size {
+                    // SAFETY: the 4 field bytes at `p` are inside the packet (`fill`);
+                    // the write is unaligned.
                     4 => fill(pkts, rng, f, |p, v| unsafe {
                         p.cast::<u32>().write_unaligned((v as u32).to_be())
                     }),
+                    // SAFETY: the 2 field bytes at `p` are inside the packet (`fill`);
+                    // the write is unaligned.
                     2 => fill(pkts, rng, f, |p, v| unsafe {
                         p.cast::<u16>().write_unaligned((v as u16).to_be())
                     }),
+                    // SAFETY: the field byte at `p` is inside the packet (`fill`).
                     _ => fill(pkts, rng, f, |p, v| unsafe { p.write(v as u8) }),
                 }
             }
