@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: deps build demo demo-inprocess test test-rust test-python lint lint-python fmt bench-core bench-vs-bess bench-pmd bench-profile bench-modules bench-ports bench-upf bench-upf-profile bench-slices bench-slice-lib bench-scaling bench-planner bench-megapipe soak soak-megapipe fuzz clean
+.PHONY: deps build demo demo-inprocess test test-rust test-python lint lint-python fmt bench-core bench-vs-bess bench-pmd bench-memif bench-profile bench-modules bench-ports bench-upf bench-upf-profile bench-slices bench-slice-lib bench-scaling bench-planner bench-megapipe soak soak-megapipe fuzz clean
 
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -75,6 +75,11 @@ bench-vs-bess: deps
 # alternated (bench/pmd.py; make bench-pmd ARGS=--quick). Ends with one JSON line.
 bench-pmd: deps
 	VS_BESS_DRIVER=bench/pmd.py bench/vs_bess.sh $(ARGS)
+
+# MemifPort against DPDK's own net_memif, each on a pair of daemons (bench/memif.py; builds the
+# real bessd once, as bench-vs-bess does) (make bench-memif ARGS=--quick). Part of bench-slices.
+bench-memif: deps
+	VS_BESS_DRIVER=bench/memif.py bench/vs_bess.sh $(ARGS)
 
 # The UPF pipeline (conf/upf/upf.bess, sim mode) on one core: uplink and downlink at 1 000,
 # 5 000 and 100 000 sessions, with and without QER, cost per stage; ends with one JSON line

@@ -11,8 +11,9 @@ import time
 import pytest
 
 from bessemer.client import BESS
+from bessemer.script import run_script
 
-from .conftest import running_daemon
+from .conftest import ROOT, running_daemon
 from .test_pmd_port import _dpdk_or_skip, _wait
 
 
@@ -105,3 +106,36 @@ def test_memif_port_bad_arguments(daemon):
         b.create_port("MemifPort", "m", {"ring_size": 1000})
     assert "power of two" in str(e.value)
     assert b.list_ports() == []
+
+
+def test_memif_reflect_sample_sends_frames_back(tmp_path):
+    """conf/ports/memif_reflect.bess as the server; a client daemon sends, the reflector
+    receives everything and sends it back (less what the client's full ring refused,
+    counted), and all of that arrives."""
+    sock = str(tmp_path / "reflect.sock")
+    with running_daemon(tmp_path) as a, running_daemon(tmp_path) as z:
+        run_script(ROOT / "conf" / "ports" / "memif_reflect.bess", a.client, {"SOCKET": sock})
+        (port,) = a.client.list_ports()
+        c = z.client
+        c.create_port("MemifPort", "m", {"socket": sock, "role": "client"})
+        assert _wait(lambda: c.get_link_status("m").link_up)
+        c.create_module("Source", "src", {"pkt_size": 60})
+        c.create_module("PortOut", "out", {"port": "m"})
+        c.connect_modules("src", "out")
+        c.create_module("PortInc", "inc", {"port": "m"})
+        c.create_module("Sink", "sink")
+        c.connect_modules("inc", "sink")
+        c.resume_all()
+        assert _wait(lambda: c.get_port_stats("m").inc.packets > 5_000)
+        c.pause_all()
+        c.destroy_module("src")
+        c.resume_all()
+        sent = c.get_port_stats("m").out.packets
+
+        def settled() -> bool:
+            got, back = a.client.get_port_stats(port.name), c.get_port_stats("m").inc
+            return got.inc.packets == sent and back.packets == got.out.packets
+
+        assert _wait(settled, 5)
+        out = a.client.get_port_stats(port.name).out
+        assert out.packets + out.dropped == sent and out.packets > 5_000
