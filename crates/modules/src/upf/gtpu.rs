@@ -237,19 +237,22 @@ pub fn parse(d: &[u8]) -> Result<Tunnel, GtpuError> {
 /// options, UDP, the 8-byte GTP-U header without optional fields.
 pub const PLAIN_OUTER: usize = 20 + 8 + HEADER_LEN;
 
-/// True when `d` is a G-PDU of that common shape that [`parse`] accepts (it would
-/// find the inner packet `PLAIN_OUTER` bytes past the Ethernet header, and its end where the
-/// GTP-U length says): every check `parse` makes, read straight from the bytes for this one
-/// shape. Callers take the full parse for anything else, so their verdicts are the same.
+/// Where the inner packet of a G-PDU of one of the common shapes starts, counted from the
+/// IPv4 header (`PLAIN_OUTER` plus the GTP-U header's optional part), when [`parse`]
+/// accepts the frame; None for any other frame. The shapes: IPv4 without options, UDP to
+/// 2152, and a GTP-U header of 8 bytes, of 12 (sequence number, N-PDU number or next
+/// extension type present, no extension header), or of 16 with one 4-byte extension header
+/// ending the chain (5G's uplink: the PDU Session Container). Every check `parse` makes is
+/// read straight from the bytes for these shapes; callers take the full parse for anything
+/// else (None), so their verdicts are the same.
 #[inline(always)]
-pub fn plain_gpdu(d: &[u8]) -> bool {
-    let Some(h) = d.get(..ETH_LEN + PLAIN_OUTER) else {
-        return false;
-    };
+pub fn plain_gpdu_outer(d: &[u8]) -> Option<usize> {
+    let h = d.get(..ETH_LEN + PLAIN_OUTER)?;
     let be16 = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]) as usize;
     let total = be16(16);
     let udp_len = be16(38);
-    h[12..14] == [0x08, 0x00]
+    let gtp_len = be16(44);
+    let plain = h[12..14] == [0x08, 0x00]
         && h[14] == 0x45
         && d.len() - ETH_LEN >= total
         && be16(20) & 0x3fff == 0
@@ -257,9 +260,29 @@ pub fn plain_gpdu(d: &[u8]) -> bool {
         && be16(36) == PORT as usize
         && udp_len >= 8 + HEADER_LEN
         && total >= 20 + udp_len
-        && h[42] & 0xf7 == VERSION_PT
+        && h[42] & 0xf0 == VERSION_PT
         && h[43] == MSG_GPDU
-        && HEADER_LEN + be16(44) <= udp_len - 8
+        && HEADER_LEN + gtp_len <= udp_len - 8;
+    if !plain {
+        return None;
+    }
+    let flags = h[42] & (FLAG_E | FLAG_S | FLAG_PN);
+    if flags == 0 {
+        return Some(PLAIN_OUTER);
+    }
+    // The optional fields (4 bytes), then perhaps one extension header: its length in
+    // 4-byte units (1) and, in its last byte, the next type (0: the chain ends).
+    let x = d.get(ETH_LEN + PLAIN_OUTER..ETH_LEN + PLAIN_OUTER + 8)?;
+    if gtp_len < OPT_LEN {
+        return None;
+    }
+    if flags & FLAG_E == 0 || x[3] == 0 {
+        return Some(PLAIN_OUTER + OPT_LEN);
+    }
+    if x[4] != 1 || x[7] != 0 || gtp_len < OPT_LEN + 4 {
+        return None;
+    }
+    Some(PLAIN_OUTER + OPT_LEN + 4)
 }
 
 /// Frames the GTP-U short-path property tests share.
@@ -279,6 +302,16 @@ pub(crate) mod test_frames {
         f[42] = 0x30;
         f[43] = 0xff;
         f[44..46].copy_from_slice(&(inner as u16).to_be_bytes());
+        f
+    }
+
+    /// A 5G uplink G-PDU: as [`plain_gpdu`], with the optional fields and one PDU Session
+    /// Container extension header (QFI 9) before the `inner` bytes.
+    pub(crate) fn psc_gpdu(inner: usize) -> Vec<u8> {
+        let mut f = plain_gpdu(inner + 8);
+        f[42] = 0x34;
+        f[53] = super::EXT_PDU_SESSION;
+        f[54..58].copy_from_slice(&[1, 0x10, 9, 0]);
         f
     }
 

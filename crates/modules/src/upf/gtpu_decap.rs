@@ -24,11 +24,11 @@ bessemer_core::drop_reasons! {
 pub struct GtpuDecap;
 
 fn decap(p: &mut Packet) -> Verdict<GtpuDecapDrop> {
-    if gtpu::plain_gpdu(p.data()) {
+    if let Some(outer) = gtpu::plain_gpdu_outer(p.data()) {
         // The Ethernet header moved in place to just before the inner packet.
-        p.data_mut().copy_within(..ETH_LEN, gtpu::PLAIN_OUTER);
-        let ok = p.adj(gtpu::PLAIN_OUTER);
-        debug_assert!(ok, "plain_gpdu checked the length");
+        p.data_mut().copy_within(..ETH_LEN, outer);
+        let ok = p.adj(outer);
+        debug_assert!(ok, "plain_gpdu_outer checked the length");
         return Verdict::Gate(0);
     }
     decap_parsed(p)
@@ -92,15 +92,27 @@ mod tests {
         f
     }
 
+    /// A 5G uplink G-PDU: optional fields and a PDU Session Container before the same 20
+    /// bytes.
+    fn psc_gpdu() -> Vec<u8> {
+        let mut f = gtpu::test_frames::psc_gpdu(20);
+        for (i, b) in f[58..].iter_mut().enumerate() {
+            *b = i as u8;
+        }
+        f
+    }
+
     proptest! {
-        /// The short path gives what the full parse gives (verdict and bytes) for G-PDUs
-        /// with header bytes changed and frames cut or padded.
+        /// The short path gives what the full parse gives (verdict and bytes) for G-PDUs,
+        /// plain or with a PDU Session Container, with header bytes changed and frames cut
+        /// or padded.
         #[test]
         fn the_short_path_agrees_with_the_full_parse(
-            edits in proptest::collection::vec((12usize..50, any::<u8>(), 0u8..4), 0..4),
-            len in prop_oneof![Just(70usize), 0usize..90],
+            psc in any::<bool>(),
+            edits in proptest::collection::vec((12usize..58, any::<u8>(), 0u8..4), 0..4),
+            len in prop_oneof![Just(70usize), Just(78usize), 0usize..98],
         ) {
-            let mut f = gpdu();
+            let mut f = if psc { psc_gpdu() } else { gpdu() };
             gtpu::test_frames::mutate(&mut f, &edits);
             f.resize(len, 0xee);
             let pool = PacketPool::new("decap-test", 64, PagePolicy::Plain).unwrap();
@@ -118,6 +130,10 @@ mod tests {
 
     #[test]
     fn a_plain_gpdu_takes_the_short_path() {
-        assert!(gtpu::plain_gpdu(&gpdu()));
+        assert_eq!(gtpu::plain_gpdu_outer(&gpdu()), Some(gtpu::PLAIN_OUTER));
+        assert_eq!(
+            gtpu::plain_gpdu_outer(&psc_gpdu()),
+            Some(gtpu::PLAIN_OUTER + 8)
+        );
     }
 }

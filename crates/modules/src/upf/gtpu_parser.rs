@@ -80,20 +80,20 @@ fn outer_fields<T: AsRef<[u8]>>(ip: &Ipv4View<T>) -> Result<Option<Fields>, Gtpu
     }))
 }
 
-/// The fields of a plain G-PDU (see [`gtpu::plain_gpdu`]) carrying IPv4 without options,
-/// read straight from the bytes, when the full classification would accept it with them;
-/// None sends the frame down the full path.
+/// The fields of a G-PDU of a common shape (see [`gtpu::plain_gpdu_outer`]) carrying IPv4
+/// without options, read straight from the bytes, when the full classification would
+/// accept it with them; None sends the frame down the full path.
 #[inline(always)]
 fn plain_fields(d: &[u8]) -> Option<Fields> {
-    if !gtpu::plain_gpdu(d) {
-        return None;
-    }
+    let outer = gtpu::plain_gpdu_outer(d)?;
     let be16 = |b: &[u8], i: usize| u16::from_be_bytes([b[i], b[i + 1]]) as usize;
-    let o = ETH_LEN + gtpu::PLAIN_OUTER;
-    let gtp_len = be16(d, o - 6);
+    let o = ETH_LEN + outer;
+    // The inner packet runs to the end of the GTP-U message: its length field counts from
+    // the end of the mandatory header, so less what the optional part took.
+    let inner_len = be16(d, ETH_LEN + 30) + gtpu::PLAIN_OUTER - outer;
     let i = d.get(o..o + 20)?;
     let total = be16(i, 2);
-    if gtp_len < 20 || i[0] != 0x45 || total < 20 || total > gtp_len {
+    if inner_len < 20 || i[0] != 0x45 || total < 20 || total > inner_len {
         return None;
     }
     let proto = i[9];
@@ -112,7 +112,7 @@ fn plain_fields(d: &[u8]) -> Option<Fields> {
         dst: [i[16], i[17], i[18], i[19]],
         sport,
         dport,
-        teid: four(o - 4),
+        teid: four(ETH_LEN + 32),
         tunnel_dst: four(ETH_LEN + 16),
         proto,
     })
@@ -253,6 +253,13 @@ impl Module for GtpuParser {
                 }
             });
         }
+        if at.iter().all(Option::is_none) {
+            // No module downstream reads any of them: only the gates and drops matter.
+            return process_each(ctx, batch, |p: &mut Packet| match classify(p.data()) {
+                Err(r) => Verdict::Drop(r),
+                Ok((gate, _)) => Verdict::Gate(gate),
+            });
+        }
         process_each(ctx, batch, |p: &mut Packet| match classify(p.data()) {
             Err(r) => Verdict::Drop(r),
             Ok((gate, f)) => {
@@ -310,15 +317,24 @@ mod tests {
 
     /// A plain G-PDU carrying IPv4/UDP (ports 1000 -> 2000) in 96 bytes.
     fn gpdu() -> Vec<u8> {
-        let mut f = crate::upf::gtpu::test_frames::plain_gpdu(46);
+        inner_udp(crate::upf::gtpu::test_frames::plain_gpdu(46), 50)
+    }
+
+    /// A 5G uplink G-PDU (optional fields and a PDU Session Container) carrying the same.
+    fn psc_gpdu() -> Vec<u8> {
+        inner_udp(crate::upf::gtpu::test_frames::psc_gpdu(46), 58)
+    }
+
+    /// Fills in an IPv4/UDP packet of 46 bytes at `at`, and the outer addresses.
+    fn inner_udp(mut f: Vec<u8>, at: usize) -> Vec<u8> {
         f[26..34].copy_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
         f[46..50].copy_from_slice(&[0, 0, 1, 0]);
-        f[50] = 0x45;
-        f[52..54].copy_from_slice(&46u16.to_be_bytes());
-        f[59] = 17;
-        f[62..70].copy_from_slice(&[16, 0, 0, 1, 6, 6, 6, 6]);
-        f[70..72].copy_from_slice(&1000u16.to_be_bytes());
-        f[72..74].copy_from_slice(&2000u16.to_be_bytes());
+        f[at] = 0x45;
+        f[at + 2..at + 4].copy_from_slice(&46u16.to_be_bytes());
+        f[at + 9] = 17;
+        f[at + 12..at + 20].copy_from_slice(&[16, 0, 0, 1, 6, 6, 6, 6]);
+        f[at + 20..at + 22].copy_from_slice(&1000u16.to_be_bytes());
+        f[at + 22..at + 24].copy_from_slice(&2000u16.to_be_bytes());
         f
     }
 
@@ -326,6 +342,18 @@ mod tests {
     fn a_plain_gpdu_takes_the_short_path() {
         assert!(plain_fields(&gpdu()).is_some());
         assert_eq!(classify(&gpdu()), classify_full(&gpdu()));
+    }
+
+    #[test]
+    fn a_5g_gpdu_with_a_session_container_takes_the_short_path_with_the_same_fields() {
+        let f = plain_fields(&psc_gpdu()).expect("short path");
+        assert_eq!(Ok((GATE_FORWARD, Some(f))), classify_full(&psc_gpdu()));
+        assert_eq!(f.teid, [0, 0, 1, 0]);
+        assert_eq!((f.src, f.sport, f.proto), ([16, 0, 0, 1], [0x03, 0xe8], 17));
+        // Without the extension header (next type 0): the 12-byte header, also short.
+        let mut g = psc_gpdu();
+        g[53] = 0;
+        assert_eq!(classify(&g), classify_full(&g));
     }
 
     /// A plain IPv4/UDP packet (ports 1000 -> 2000) in 60 bytes, as on the downlink.
@@ -370,6 +398,19 @@ mod tests {
             len in prop_oneof![Just(96usize), 0usize..110],
         ) {
             let mut f = gpdu();
+            crate::upf::gtpu::test_frames::mutate(&mut f, &edits);
+            f.resize(len, 0xee);
+            prop_assert_eq!(classify(&f), classify_full(&f));
+        }
+
+        /// The same for 5G G-PDUs with a PDU Session Container: flags, optional fields,
+        /// the extension header's length and next type, the lengths, the inner header.
+        #[test]
+        fn the_short_path_agrees_for_session_container_gpdus(
+            edits in proptest::collection::vec((12usize..84, any::<u8>(), 0u8..4), 0..4),
+            len in prop_oneof![Just(104usize), 0usize..118],
+        ) {
+            let mut f = psc_gpdu();
             crate::upf::gtpu::test_frames::mutate(&mut f, &edits);
             f.resize(len, 0xee);
             prop_assert_eq!(classify(&f), classify_full(&f));
