@@ -23,6 +23,27 @@ pub struct SetMetadata {
     need: usize,
 }
 
+/// Calls `$f::<N>(args)` for the attribute size `$n` (1..=MAX_ATTR_SIZE, checked when the
+/// module was created) as a compile-time constant.
+macro_rules! by_size {
+    ($n:expr, $f:ident($($a:expr),*)) => {
+        match $n {
+            1 => $f::<1>($($a),*), 2 => $f::<2>($($a),*), 3 => $f::<3>($($a),*),
+            4 => $f::<4>($($a),*), 5 => $f::<5>($($a),*), 6 => $f::<6>($($a),*),
+            7 => $f::<7>($($a),*), 8 => $f::<8>($($a),*), 9 => $f::<9>($($a),*),
+            10 => $f::<10>($($a),*), 11 => $f::<11>($($a),*), 12 => $f::<12>($($a),*),
+            13 => $f::<13>($($a),*), 14 => $f::<14>($($a),*), 15 => $f::<15>($($a),*),
+            16 => $f::<16>($($a),*), 17 => $f::<17>($($a),*), 18 => $f::<18>($($a),*),
+            19 => $f::<19>($($a),*), 20 => $f::<20>($($a),*), 21 => $f::<21>($($a),*),
+            22 => $f::<22>($($a),*), 23 => $f::<23>($($a),*), 24 => $f::<24>($($a),*),
+            25 => $f::<25>($($a),*), 26 => $f::<26>($($a),*), 27 => $f::<27>($($a),*),
+            28 => $f::<28>($($a),*), 29 => $f::<29>($($a),*), 30 => $f::<30>($($a),*),
+            31 => $f::<31>($($a),*), 32 => $f::<32>($($a),*),
+            n => unreachable!("attribute size {n} (1..=32 checked at creation)"),
+        }
+    };
+}
+
 /// Writes `v` at metadata offset `o` of every packet of `batch`: one fixed-size store per
 /// packet for the usual sizes (a copy of a run-time length is a call to memcpy per packet,
 /// which cost more than the rest of the module).
@@ -34,18 +55,25 @@ fn set_all(batch: &mut PacketBatch, o: usize, v: &[u8]) {
             p.metadata_mut()[o..o + N].copy_from_slice(&v);
         }
     }
-    match v.len() {
-        1 => each::<1>(batch, o, v),
-        2 => each::<2>(batch, o, v),
-        4 => each::<4>(batch, o, v),
-        8 => each::<8>(batch, o, v),
-        16 => each::<16>(batch, o, v),
-        _ => {
-            for p in batch.pkts_mut() {
-                p.metadata_mut()[o..o + v.len()].copy_from_slice(v);
-            }
+    by_size!(v.len(), each(batch, o, v));
+}
+
+/// Copies `N` bytes at packet offset `off` to metadata offset `o` of every packet of
+/// `batch` long enough to have them (the others are dropped afterwards), with fixed-size
+/// moves for the same reason as [`set_all`]: the common attribute taken from packet data
+/// unmasked and unshifted.
+fn copy_all(batch: &mut PacketBatch, o: usize, off: usize, n: usize) {
+    fn each<const N: usize>(batch: &mut PacketBatch, o: usize, off: usize) {
+        assert!(o + N <= METADATA_TOTAL_SIZE);
+        for p in batch.pkts_mut() {
+            let Some(v) = p.data().get(off..off + N) else {
+                continue;
+            };
+            let v: [u8; N] = v.try_into().unwrap();
+            p.metadata_mut()[o..o + N].copy_from_slice(&v);
         }
     }
+    by_size!(n, each(batch, o, off));
 }
 
 bessemer_core::drop_reasons! {
@@ -169,6 +197,9 @@ impl Module for SetMetadata {
             let o = o as usize;
             match a.offset {
                 None => set_all(batch, o, &a.value[..a.size]),
+                Some(off) if a.mask.is_none() && a.rshift_bits == 0 => {
+                    copy_all(batch, o, off, a.size)
+                }
                 Some(off) => {
                     let mut buf = [0u8; MAX_ATTR_SIZE];
                     for p in batch.pkts_mut().iter_mut().filter(|p| p.len() >= need) {
@@ -313,6 +344,54 @@ mod tests {
             AttrOffset::NoWrite
         );
         h.inject("set", 0, &[vec![0u8; 2]]);
+        assert_eq!(h.drops("set", "too_short"), 1);
+    }
+
+    #[test]
+    fn unmasked_packet_bytes_and_constants_of_any_size_are_copied_whole() {
+        let mut h = Harness::new();
+        let attrs = vec![
+            Value::map()
+                .with("name", "mac")
+                .with("size", 6)
+                .with("value_bin", vec![2, 0, 0, 0, 0, 7]),
+            Value::map()
+                .with("name", "ip")
+                .with("size", 4)
+                .with("offset", 3),
+            Value::map()
+                .with("name", "odd")
+                .with("size", 3)
+                .with("offset", 1),
+        ];
+        h.add(&CLASS, "set", &arg(attrs)).unwrap();
+        let read = Value::map().with(
+            "read",
+            Value::map().with("mac", 6).with("ip", 4).with("odd", 3),
+        );
+        h.add(&crate::basic::metadata_test::CLASS, "mt", &read)
+            .unwrap();
+        h.connect("set", 0, "mt", 0).unwrap();
+        let offs = h.graph.attr_offsets("set").unwrap();
+        let at = |i: usize| match offs[i].1 {
+            AttrOffset::At(o) => o as usize,
+            o => panic!("attribute {i} at {o:?}"),
+        };
+        let cap = h.capture("mt", 0);
+        let long: Vec<u8> = (10..20).collect();
+        // One batch: a long packet, one too short for 'ip' (dropped), a long one.
+        h.inject(
+            "set",
+            0,
+            &[long.clone(), vec![1, 2, 3, 4, 5, 6], long.clone()],
+        );
+        let got = cap.take();
+        assert_eq!(got.len(), 2);
+        for g in &got {
+            assert_eq!(&g.meta[at(0)..at(0) + 6], &[2, 0, 0, 0, 0, 7]);
+            assert_eq!(&g.meta[at(1)..at(1) + 4], &long[3..7]);
+            assert_eq!(&g.meta[at(2)..at(2) + 3], &long[1..4]);
+        }
         assert_eq!(h.drops("set", "too_short"), 1);
     }
 
