@@ -5,6 +5,7 @@
 
 pub mod batch;
 pub mod checksum;
+mod counter;
 pub mod engine;
 pub mod error;
 pub mod exec;
@@ -14,6 +15,7 @@ pub mod mac;
 pub mod mem;
 pub mod metadata;
 pub mod module;
+mod names;
 pub mod packet;
 pub mod pcap;
 pub mod pool;
