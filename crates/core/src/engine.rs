@@ -29,8 +29,7 @@ use worker::{
     ST_FINISHED, ST_PAUSED, ST_RUNNING,
 };
 
-/// Most workers (BESS's kMaxWorkers).
-pub const MAX_WORKERS: usize = 64;
+pub use crate::limits::MAX_WORKERS;
 
 /// A worker's run state, as `ListWorkers` reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,9 +6,9 @@
 //! reach the same input gate are merged (when they fit in one batch) before it runs.
 
 use crate::batch::{PacketBatch, MAX_BURST};
+use crate::drop::{CoreDrop, DropReason, CORE_BASE};
 use crate::graph::{InstanceCell, Node, OGate, Pipeline};
 use crate::metadata::AttrOffset;
-use crate::module::{CoreDrop, DropReason, CORE_BASE};
 use crate::packet::Packet;
 use crate::pool::{PacketPool, PoolCache};
 use crate::sched::{RunGroup, TaskId, TaskResult};

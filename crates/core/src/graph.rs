@@ -8,13 +8,12 @@ use std::cell::UnsafeCell;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
+use crate::drop::CoreDrop;
 use crate::error::{Error, Result};
 use crate::exec::Context;
 use crate::hook::NamedHook;
 use crate::metadata::{check_declarations, AttrOffset, AttrSpec, MetaModule};
-use crate::module::{
-    CoreDrop, InitContext, Instance, Module, ModuleClass, SharedModule, MAX_GATES,
-};
+use crate::module::{InitContext, Instance, Module, ModuleClass, SharedModule, MAX_GATES};
 use crate::sched::TaskId;
 use crate::value::Value;
 

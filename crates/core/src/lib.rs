@@ -6,11 +6,13 @@
 pub mod batch;
 pub mod checksum;
 mod counter;
+mod drop;
 pub mod engine;
 pub mod error;
 pub mod exec;
 pub mod graph;
 pub mod hook;
+mod limits;
 pub mod mac;
 pub mod mem;
 pub mod metadata;

@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use super::{Context, Pending};
 use crate::batch::PacketBatch;
+use crate::drop::{CoreDrop, DropReason};
 use crate::graph::{InstanceCell, Node, Pipeline};
 use crate::metadata::AttrOffset;
-use crate::module::{CoreDrop, DropReason};
 use crate::packet::Packet;
 use crate::trace::{summarize, End, Hop, PacketTrace, Tracer};
 
