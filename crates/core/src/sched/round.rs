@@ -75,7 +75,7 @@ impl ClassTree {
     /// (`count` counts runs); a run that reports no packets ends the group and is accounted
     /// on its own, so an idle task backs off as after a round of its own. A class woken
     /// meanwhile waits for the round's end (at most `max_runs` runs). The workers use this
-    /// with [`FUSED_RUNS`].
+    /// with [`FUSED_RUNS`](super::FUSED_RUNS).
     #[inline(always)]
     pub fn schedule_round(
         &mut self,
