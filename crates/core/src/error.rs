@@ -53,3 +53,20 @@ impl std::fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+/// The last OS error as an [`Error`] with its errno, prefixed with `what`; EPERM/EACCES say
+/// that the daemon needs root (or CAP_NET_ADMIN / CAP_NET_RAW).
+pub fn os_error(what: &str) -> Error {
+    io_error(what, std::io::Error::last_os_error())
+}
+
+/// OS error `e` as an [`Error`], worded as [`os_error`] does.
+pub fn io_error(what: &str, e: std::io::Error) -> Error {
+    let code = e.raw_os_error().unwrap_or(libc::EIO);
+    let hint = if code == libc::EPERM || code == libc::EACCES {
+        " (the daemon needs root, or CAP_NET_ADMIN and CAP_NET_RAW)"
+    } else {
+        ""
+    };
+    Error::new(code, format!("{what}: {e}{hint}"))
+}

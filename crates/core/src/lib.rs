@@ -5,15 +5,19 @@
 
 pub mod batch;
 pub mod checksum;
+mod counter;
+mod drop;
 pub mod engine;
 pub mod error;
 pub mod exec;
 pub mod graph;
 pub mod hook;
+mod limits;
 pub mod mac;
 pub mod mem;
 pub mod metadata;
 pub mod module;
+mod names;
 pub mod packet;
 pub mod pcap;
 pub mod pool;

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 use crate::batch::PacketBatch;
+use crate::counter::Counter;
 use crate::error::{Error, Result};
-use crate::graph::Counter;
 use crate::pool::{PacketPool, PoolCache};
 use crate::value::Value;
 
@@ -374,7 +374,7 @@ impl PortTable {
                 .map(|i| format!("{}{i}", driver.name_template))
                 .find(|n| !ports.contains_key(n))
                 .expect("a free name");
-        } else if let Some(why) = crate::graph::name_problem(&params.name) {
+        } else if let Some(why) = crate::names::name_problem(&params.name) {
             return Err(Error::invalid(format!("port name: {why}")));
         } else if ports.contains_key(&params.name) {
             return Err(Error::exists(format!(

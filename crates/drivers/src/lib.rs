@@ -4,8 +4,6 @@
 
 pub mod af_packet_port;
 pub mod af_xdp_port;
-pub mod bpf;
-pub mod bpf_elf;
 pub mod ifctl;
 pub mod memif;
 pub mod memif_port;
@@ -21,6 +19,10 @@ pub mod vnet;
 pub mod vport;
 pub mod xdp_desc;
 pub mod xdp_offload;
+
+// The bpf(2) layer and the ELF loader, in their own crate (`bessemer-bpf`), which the planner
+// uses too.
+pub use bessemer_bpf::{bpf, bpf_elf};
 
 use bessemer_core::port::PortDriver;
 

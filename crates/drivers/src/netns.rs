@@ -5,6 +5,8 @@ use bessemer_core::{Error, Result};
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
+pub use bessemer_core::error::{io_error, os_error};
+
 /// The file of a namespace: a name made by `ip netns add` (under /var/run/netns) or a path.
 pub fn path_of(netns: &str) -> String {
     if netns.contains('/') {
@@ -67,21 +69,4 @@ pub fn socket(domain: i32, ty: i32, proto: i32, what: &str) -> Result<OwnedFd> {
     }
     // SAFETY: a fresh fd we own.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// The last OS error as an [`Error`] with its errno, prefixed with `what`; EPERM/EACCES say
-/// that the daemon needs root (or CAP_NET_ADMIN / CAP_NET_RAW).
-pub fn os_error(what: &str) -> Error {
-    io_error(what, std::io::Error::last_os_error())
-}
-
-/// OS error `e` as an [`Error`], worded as [`os_error`] does.
-pub fn io_error(what: &str, e: std::io::Error) -> Error {
-    let code = e.raw_os_error().unwrap_or(libc::EIO);
-    let hint = if code == libc::EPERM || code == libc::EACCES {
-        " (the daemon needs root, or CAP_NET_ADMIN and CAP_NET_RAW)"
-    } else {
-        ""
-    };
-    Error::new(code, format!("{what}: {e}{hint}"))
 }

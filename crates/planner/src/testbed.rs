@@ -15,7 +15,8 @@ use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
-use bessemer_drivers::{bpf, bpf_elf, netns, testbed_prog};
+use bessemer_bpf::{bpf, bpf_elf};
+use bessemer_drivers::{netns, testbed_prog};
 
 use crate::graph::{Dest, ModelError};
 use crate::nic::{FilterKind, NicConfig, NicModel, FIVE};

@@ -18,7 +18,7 @@
 //! the interpreter, in their place in the order.
 use std::collections::HashMap;
 
-use super::bpf::{alu, exec, Op, AND};
+use super::cbpf::{alu, exec, Op, AND};
 use bessemer_core::MAX_BURST;
 
 /// A packet quantity programs test.

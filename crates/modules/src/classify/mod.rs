@@ -4,6 +4,7 @@ pub mod acl;
 pub mod acl_index;
 pub mod bpf;
 pub mod bpf_compile;
+mod cbpf;
 pub mod exact_match;
 pub mod hash_lb;
 pub mod ip_lookup;

@@ -5,9 +5,8 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
+use bessemer_core::error::os_error;
 use bessemer_core::Result;
-
-use crate::netns;
 
 /// bpf(2) commands.
 pub const BPF_MAP_CREATE: i32 = 0;
@@ -91,7 +90,7 @@ impl Attr {
     pub fn fd(&mut self, cmd: i32, what: &str) -> Result<OwnedFd> {
         let fd = self.call(cmd);
         if fd < 0 {
-            return Err(netns::os_error(what));
+            return Err(os_error(what));
         }
         // SAFETY: a fresh fd returned by the kernel.
         Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
@@ -167,7 +166,7 @@ pub fn percpu_u64_sum(map: RawFd, key: u32) -> Result<u64> {
         .u64(16, vals.as_mut_ptr() as u64)
         .call(BPF_MAP_LOOKUP_ELEM);
     if r < 0 {
-        return Err(netns::os_error("cannot read the per-CPU map (bpf)"));
+        return Err(os_error("cannot read the per-CPU map (bpf)"));
     }
     Ok(vals.iter().sum())
 }
@@ -324,7 +323,7 @@ pub fn tcx_attach(prog: RawFd, ifindex: u32, attach_type: u32, what: &str) -> Re
         .u32(8, attach_type)
         .call(BPF_PROG_ATTACH);
     if r < 0 {
-        return Err(netns::os_error(what));
+        return Err(os_error(what));
     }
     Ok(())
 }
@@ -337,7 +336,7 @@ pub fn tcx_detach(prog: RawFd, ifindex: u32, attach_type: u32, what: &str) -> Re
         .u32(8, attach_type)
         .call(BPF_PROG_DETACH);
     if r < 0 {
-        return Err(netns::os_error(what));
+        return Err(os_error(what));
     }
     Ok(())
 }
@@ -351,9 +350,7 @@ pub fn tcx_query(ifindex: u32, attach_type: u32) -> Result<Vec<u32>> {
         .u64(16, ids.as_mut_ptr() as u64)
         .u32(24, ids.len() as u32);
     if attr.call(BPF_PROG_QUERY) < 0 {
-        return Err(netns::os_error(
-            "cannot list the interface's TCX programs (bpf)",
-        ));
+        return Err(os_error("cannot list the interface's TCX programs (bpf)"));
     }
     ids.truncate((attr.get_u32(24) as usize).min(64));
     Ok(ids)
@@ -381,7 +378,7 @@ fn obj_info(fd: RawFd, info: &mut [u8]) -> Result<()> {
         .u64(8, info.as_mut_ptr() as u64)
         .call(BPF_OBJ_GET_INFO_BY_FD);
     if r < 0 {
-        return Err(netns::os_error("cannot read a BPF object's information"));
+        return Err(os_error("cannot read a BPF object's information"));
     }
     Ok(())
 }
@@ -418,7 +415,7 @@ pub fn map_update(map: RawFd, key: &[u8], value: &[u8], what: &str) -> Result<()
         .u64(16, value.as_ptr() as u64)
         .call(BPF_MAP_UPDATE_ELEM);
     if r < 0 {
-        return Err(netns::os_error(what));
+        return Err(os_error(what));
     }
     Ok(())
 }
@@ -434,7 +431,7 @@ pub fn map_lookup(map: RawFd, key: &[u8], value: &mut [u8]) -> Result<bool> {
         if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOENT) {
             return Ok(false);
         }
-        return Err(netns::os_error("cannot read a BPF map entry"));
+        return Err(os_error("cannot read a BPF map entry"));
     }
     Ok(true)
 }
@@ -446,7 +443,7 @@ pub fn map_delete(map: RawFd, key: &[u8]) -> Result<()> {
         .u64(8, key.as_ptr() as u64)
         .call(BPF_MAP_DELETE_ELEM);
     if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOENT) {
-        return Err(netns::os_error("cannot delete a BPF map entry"));
+        return Err(os_error("cannot delete a BPF map entry"));
     }
     Ok(())
 }
@@ -466,7 +463,7 @@ pub fn map_keys(map: RawFd, key_len: usize, max: usize) -> Result<Vec<Vec<u8>>> 
             if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOENT) {
                 break;
             }
-            return Err(netns::os_error("cannot list a BPF map's keys"));
+            return Err(os_error("cannot list a BPF map's keys"));
         }
         keys.push(next.clone());
         cur = Some(next);
@@ -591,7 +588,7 @@ pub fn xdp_live_frames(
         .u32(72, batch)
         .call(BPF_PROG_TEST_RUN);
     if r < 0 {
-        return Err(netns::os_error(
+        return Err(os_error(
             "BPF_PROG_TEST_RUN with BPF_F_TEST_XDP_LIVE_FRAMES failed",
         ));
     }
