@@ -191,3 +191,71 @@ pub fn send_each<R: DropReason + PartialEq>(
         }
     }
 }
+
+/// Copies `src` into `dst` (of the same length) without a call to `memcpy` for the short
+/// run-time lengths classes copy per packet (header fields, attribute values, small
+/// headers): two overlapping unaligned loads and stores cover any length from W to 2W in one
+/// step, 16-byte steps up to 64 bytes; longer copies go to `copy_from_slice`. A `memcpy` call
+/// per packet and field cost more than the rest of such classes (perf: 36-45 % of the
+/// worker in GenericEncap and SetMetadata).
+#[inline(always)]
+pub fn copy_small(dst: &mut [u8], src: &[u8]) {
+    let n = src.len();
+    assert_eq!(dst.len(), n, "copy_small: lengths differ");
+    if n > 64 {
+        dst.copy_from_slice(src);
+        return;
+    }
+    let (d, s) = (dst.as_mut_ptr(), src.as_ptr());
+    // SAFETY: every access below lies in [0, n) of both slices (n checked per branch); the
+    // two slices are distinct borrows, so they do not overlap; unaligned reads and writes.
+    unsafe {
+        macro_rules! two {
+            ($t:ty, $w:expr) => {{
+                let a = s.cast::<$t>().read_unaligned();
+                let b = s.add(n - $w).cast::<$t>().read_unaligned();
+                d.cast::<$t>().write_unaligned(a);
+                d.add(n - $w).cast::<$t>().write_unaligned(b);
+            }};
+        }
+        if n >= 16 {
+            let mut i = 0;
+            while i + 16 < n {
+                d.add(i)
+                    .cast::<u128>()
+                    .write_unaligned(s.add(i).cast::<u128>().read_unaligned());
+                i += 16;
+            }
+            d.add(n - 16)
+                .cast::<u128>()
+                .write_unaligned(s.add(n - 16).cast::<u128>().read_unaligned());
+        } else if n >= 8 {
+            two!(u64, 8)
+        } else if n >= 4 {
+            two!(u32, 4)
+        } else if n >= 2 {
+            two!(u16, 2)
+        } else if n == 1 {
+            *d = *s;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::copy_small;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Every length 0..=100 (each branch and its edges), any bytes: the copy is exact and
+        /// touches nothing around it.
+        #[test]
+        fn copy_small_copies_exactly(src in proptest::collection::vec(any::<u8>(), 0..=100)) {
+            let n = src.len();
+            let mut buf = vec![0x5au8; n + 32];
+            copy_small(&mut buf[16..16 + n], &src);
+            prop_assert_eq!(&buf[16..16 + n], &src[..]);
+            prop_assert!(buf[..16].iter().chain(&buf[16 + n..]).all(|&b| b == 0x5a));
+        }
+    }
+}

@@ -4,7 +4,7 @@ use bessemer_core::{
     PacketBatch, Result, Value,
 };
 
-use crate::util::{process_each, Verdict};
+use crate::util::{copy_small, process_each, Verdict};
 
 /// Most fields one GenericEncap holds (BESS's MAX_FIELDS).
 pub const MAX_FIELDS: usize = 8;
@@ -123,28 +123,26 @@ impl Module for GenericEncap {
                 offs[i] = ctx.attr(id);
             }
         }
-        let mut hdr = self.template;
-        let (fields, size) = (&self.fields, self.size);
+        let (fields, size, template) = (&self.fields, self.size, &self.template);
         process_each(ctx, batch, |p| {
-            for (i, f) in fields.iter().enumerate() {
-                if let Source::Attr(_) = f.src {
-                    let v: [u8; MAX_FIELD_SIZE] = match offs[i] {
-                        bessemer_core::AttrOffset::At(o) => {
-                            let o = o as usize;
-                            let mut v = [0u8; MAX_FIELD_SIZE];
-                            v[..f.size].copy_from_slice(&p.metadata()[o..o + f.size]);
-                            v
-                        }
-                        _ => [0u8; MAX_FIELD_SIZE],
-                    };
-                    hdr[f.pos..f.pos + f.size].copy_from_slice(&v[..f.size]);
-                }
-            }
             // BESS leaves a packet without headroom unchanged; we drop and count it instead.
             let Some(h) = p.prepend(size) else {
                 return Verdict::Drop(GenericEncapDrop::NoHeadroom);
             };
-            h.copy_from_slice(&hdr[..size]);
+            // The constant fields straight into the packet, then the attributes over them.
+            // (Built in a local copy first, a field's narrow store and the whole header's
+            // wide load of the same bytes stalled store forwarding: half the class's time.)
+            copy_small(h, &template[..size]);
+            for (i, f) in fields.iter().enumerate() {
+                if let Source::Attr(_) = f.src {
+                    let mut v = [0u8; MAX_FIELD_SIZE];
+                    if let bessemer_core::AttrOffset::At(o) = offs[i] {
+                        let o = o as usize;
+                        copy_small(&mut v[..f.size], &p.metadata()[o..o + f.size]);
+                    }
+                    copy_small(&mut p.data_mut()[f.pos..f.pos + f.size], &v[..f.size]);
+                }
+            }
             Verdict::Gate(0)
         });
     }
