@@ -26,7 +26,39 @@ static CRC32C_TABLE: [u32; 256] = {
 /// The CRC-32C update of register `crc` over `bytes`, without pre- or post-inversion: the
 /// value the SSE4.2 `crc32` instruction (and `rte_hash_crc`, given `init`) gives.
 #[inline(always)]
-pub fn crc32c(mut crc: u32, bytes: &[u8]) -> u32 {
+pub fn crc32c(crc: u32, bytes: &[u8]) -> u32 {
+    // The instruction where the CPU has it (every x86-64 CPU since 2008), the table
+    // elsewhere: 12 table steps were most of VXLANEncap's time (perf).
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("sse4.2") {
+        // SAFETY: the CPU has SSE4.2 (checked just above).
+        return unsafe { crc32c_sse42(crc, bytes) };
+    }
+    crc32c_table(crc, bytes)
+}
+
+/// [`crc32c`] with the SSE4.2 `crc32` instruction, 8 bytes a step.
+///
+/// # Safety
+/// The CPU must support SSE4.2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2")]
+unsafe fn crc32c_sse42(crc: u32, bytes: &[u8]) -> u32 {
+    use std::arch::x86_64::{_mm_crc32_u64, _mm_crc32_u8};
+    let mut c = crc as u64;
+    let mut chunks = bytes.chunks_exact(8);
+    for w in &mut chunks {
+        c = _mm_crc32_u64(c, u64::from_le_bytes(w.try_into().expect("8 bytes")));
+    }
+    let mut c = c as u32;
+    for &b in chunks.remainder() {
+        c = _mm_crc32_u8(c, b);
+    }
+    c
+}
+
+/// [`crc32c`] a byte at a time with the table (any CPU).
+fn crc32c_table(mut crc: u32, bytes: &[u8]) -> u32 {
     for &b in bytes {
         crc = CRC32C_TABLE[((crc ^ b as u32) & 0xff) as usize] ^ (crc >> 8);
     }
@@ -68,6 +100,7 @@ mod tests {
         ) {
             let ab = [a.clone(), b.clone()].concat();
             prop_assert_eq!(crc32c(init, &ab), reference(init, &ab));
+            prop_assert_eq!(crc32c_table(init, &ab), reference(init, &ab));
             prop_assert_eq!(crc32c(crc32c(init, &a), &b), crc32c(init, &ab));
         }
     }
