@@ -34,7 +34,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from vs_bess import Daemon, Run, bessemer_daemon, load_avg
 
 
-def _setup(b, core: int) -> None:
+def setup_worker(b, core: int) -> None:
+    """An empty daemon with worker 0 on `core`, paused."""
     b.pause_all()
     b.reset_all()
     b.add_worker(0, core)
@@ -77,8 +78,8 @@ def _create_memif_port(b, arg: dict) -> None:
 
 def build_pair(kind: str, tx: Daemon, rx: Daemon, sock: str, size: int) -> None:
     driver, srv, cli = _ports(kind, sock)
-    _setup(tx.b, 0)
-    _setup(rx.b, 1)
+    setup_worker(tx.b, 0)
+    setup_worker(rx.b, 1)
     for d, arg in ((tx, srv), (rx, cli)):
         if driver == "MemifPort":
             _create_memif_port(d.b, arg)

@@ -36,14 +36,9 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from vs_bess import Run, bessemer_daemon, load_avg, make_daemons, measure
-
-
-def _reset(b, core: int) -> None:
-    b.pause_all()
-    b.reset_all()
-    b.add_worker(0, core)
-    b.pause_all()
+from memif import build_pair, measure_rx
+from memif import setup_worker as _reset
+from vs_bess import bessemer_daemon, load_avg, make_daemons, measure
 
 
 def _task(b, module: str, tc: str) -> None:
@@ -102,46 +97,15 @@ ROWS = [
 
 
 def measure_memif(o, tmp: str, BESS) -> dict:
-    """Two bessemerds joined by net_memif, each with its worker on its own core."""
-    sock = f"{tmp}/memif.sock"
-
+    """Two bessemerds joined by net_memif, each with its worker on its own core (bench/memif.py's
+    `dpdk_ours` pair, 60-byte frames)."""
     tx = bessemer_daemon(o, "memif-tx", o.port + 2, tmp, BESS)
     rx = bessemer_daemon(o, "memif-rx", o.port + 3, tmp, BESS)
     try:
         tx.start()
         rx.start()
-        _reset(tx.b, 0)
-        _reset(rx.b, 1)
-        tx.b.create_port(
-            "PMDPort", "m", {"vdev": f"net_memif0,role=server,socket={sock}"}
-        )
-        rx.b.create_port(
-            "PMDPort", "m", {"vdev": f"net_memif0,role=client,socket={sock}"}
-        )
-        tx.b.create_module("Source", "src", {"pkt_size": 60})
-        tx.b.create_module("PortOut", "out", {"port": "m"})
-        tx.b.connect_modules("src", "out", 0, 0)
-        _task(tx.b, "src", "tc0")
-        rx.b.create_module("PortInc", "inc", {"port": "m"})
-        rx.b.create_module("Sink", "sink", {})
-        rx.b.connect_modules("inc", "sink", 0, 0)
-        _task(rx.b, "inc", "tc0")
-        deadline = time.monotonic() + 10
-        while not rx.b.get_link_status("m").link_up:
-            if time.monotonic() > deadline:
-                raise RuntimeError("memif did not connect")
-            time.sleep(0.1)
-        rx.b.resume_all()
-        tx.b.resume_all()
-        runs = []
-        for _ in range(o.runs):
-            time.sleep(o.warm)
-            p0, c0, w0 = rx.tc_packets("tc0"), rx.threads(), time.monotonic()
-            time.sleep(o.secs)
-            p1, c1, w1 = rx.tc_packets("tc0"), rx.threads(), time.monotonic()
-            d = {t: c1[t] - c0.get(t, 0) for t in c1}
-            cpu = max(max(d.values()), 1) / 1e9
-            runs.append(Run((p1 - p0) / cpu / 1e6, cpu / (w1 - w0), p1 - p0))
+        build_pair("dpdk_ours", tx, rx, f"{tmp}/memif.sock", 60)
+        runs = [measure_rx(tx, rx, o.secs, o.warm) for _ in range(o.runs)]
         return {
             "mpps": statistics.median(r.mpps for r in runs),
             "min": min(r.mpps for r in runs),

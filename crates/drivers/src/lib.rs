@@ -42,6 +42,28 @@ pub fn drivers() -> &'static [&'static PortDriver] {
     DRIVERS
 }
 
+/// A locally administered MAC address for a port without hardware: `02:<tag>:` and four
+/// bytes of an FNV-1a hash of the port's name (stable across restarts, distinct per name).
+pub(crate) fn name_mac(tag: u8, name: &str) -> [u8; 6] {
+    let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    });
+    let mut mac = [0x02, tag, 0, 0, 0, 0];
+    mac[2..].copy_from_slice(&h.to_be_bytes()[..4]);
+    mac
+}
+
+/// An error binding a socket path, with the errno a BESS client expects (EEXIST for a file
+/// that is not a socket, EADDRINUSE for a live listener), naming the argument.
+pub(crate) fn socket_path_error(arg: &str, e: std::io::Error) -> bessemer_core::Error {
+    let code = e.raw_os_error().unwrap_or(match e.kind() {
+        std::io::ErrorKind::AlreadyExists => libc::EEXIST,
+        std::io::ErrorKind::AddrInUse => libc::EADDRINUSE,
+        _ => libc::EINVAL,
+    });
+    bessemer_core::Error::new(code, format!("{arg}: {e}"))
+}
+
 /// Looks up a driver by name.
 pub fn find(name: &str) -> Option<&'static PortDriver> {
     drivers().iter().copied().find(|d| d.name == name)

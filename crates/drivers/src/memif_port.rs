@@ -187,14 +187,10 @@ fn create(params: &PortParams, arg: &Value) -> Result<NewPort> {
         rx_interrupt: interrupt,
     };
     let listen = match role {
-        Role::Server => Some(bessemer_slice::daemon::listen(&socket).map_err(|e| {
-            let code = e.raw_os_error().unwrap_or(match e.kind() {
-                std::io::ErrorKind::AlreadyExists => libc::EEXIST,
-                std::io::ErrorKind::AddrInUse => libc::EADDRINUSE,
-                _ => libc::EINVAL,
-            });
-            Error::new(code, format!("MemifPortArg.socket: {e}"))
-        })?),
+        Role::Server => Some(
+            bessemer_slice::daemon::listen(&socket)
+                .map_err(|e| crate::socket_path_error("MemifPortArg.socket", e))?,
+        ),
         Role::Client => None,
     };
     let shared = Arc::new(Shared {
@@ -217,11 +213,7 @@ fn create(params: &PortParams, arg: &Value) -> Result<NewPort> {
             None => ctl.connect(),
         })
         .map_err(|e| Error::new(libc::EAGAIN, format!("memif control thread: {e}")))?;
-    let mut mac = [0x02, 0xfe, 0, 0, 0, 0];
-    let h = params.name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
-    });
-    mac[2..].copy_from_slice(&h.to_be_bytes()[..4]);
+    let mac = crate::name_mac(0xfe, &params.name);
     Ok(NewPort {
         port: Box::new(MemifPort {
             shared,

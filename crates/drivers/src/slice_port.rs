@@ -222,19 +222,8 @@ fn create(params: &PortParams, arg: &Value) -> Result<NewPort> {
         counters,
         Some(hooks.clone() as Arc<dyn SessionHooks>),
     )
-    .map_err(|e| {
-        let code = e.raw_os_error().unwrap_or(match e.kind() {
-            std::io::ErrorKind::AlreadyExists => libc::EEXIST,
-            std::io::ErrorKind::AddrInUse => libc::EADDRINUSE,
-            _ => libc::EINVAL,
-        });
-        Error::new(code, format!("SlicePortArg: {e}"))
-    })?;
-    let mut mac = [0x02, 0x51, 0, 0, 0, 0];
-    let h = params.name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
-    });
-    mac[2..].copy_from_slice(&h.to_be_bytes()[..4]);
+    .map_err(|e| crate::socket_path_error("SlicePortArg", e))?;
+    let mac = crate::name_mac(0x51, &params.name);
     Ok(NewPort {
         port: Box::new(SlicePort {
             server,

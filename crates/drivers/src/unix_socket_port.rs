@@ -285,11 +285,7 @@ fn create(params: &PortParams, arg: &Value) -> Result<NewPort> {
         .name(format!("unix:{}", params.name))
         .spawn(move || acceptor.run())
         .map_err(|e| unbind(Error::new(libc::EAGAIN, format!("accept thread: {e}"))))?;
-    let mut mac = [0x02, 0, 0, 0, 0, 0];
-    let h = params.name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
-    });
-    mac[2..].copy_from_slice(&h.to_be_bytes()[..4]);
+    let mac = crate::name_mac(0, &params.name);
     Ok(NewPort {
         port: Box::new(UnixSocketPort {
             shared,

@@ -9,13 +9,15 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use bessemer_core::port::{PortHandle, PortParams};
 use bessemer_core::testing::Harness;
+
+mod common;
 use bessemer_core::Value;
 use bessemer_drivers::memif::{self, AddRing, Channel, Desc, Init, Msg, Ring};
 use bessemer_drivers::memif_port::DRIVER;
 use bessemer_modules::io::{port_inc, port_out};
 use bessemer_slice::sys;
+use common::{create_port, frames, link_up, wait_until};
 
 static SEQ: AtomicUsize = AtomicUsize::new(0);
 
@@ -30,46 +32,6 @@ fn temp_socket() -> String {
         .into_owned()
 }
 
-fn create(
-    h: &Harness,
-    name: &str,
-    arg: &Value,
-) -> bessemer_core::Result<std::sync::Arc<PortHandle>> {
-    h.graph.ports().create(
-        &DRIVER,
-        PortParams {
-            name: name.into(),
-            num_inc_q: 0,
-            num_out_q: 0,
-            size_inc_q: 0,
-            size_out_q: 0,
-            pool: h.pool.clone(),
-        },
-        arg,
-    )
-}
-
-fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !f() {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
-fn link_up(h: &Harness, port: &str) -> bool {
-    h.graph
-        .ports()
-        .get(port)
-        .unwrap()
-        .port()
-        .link_status()
-        .link_up
-}
-
 /// One counter of the port's `show port` line.
 fn counter(h: &Harness, port: &str, name: &str) -> u64 {
     let d = h.graph.ports().get(port).unwrap().port().desc();
@@ -78,18 +40,6 @@ fn counter(h: &Harness, port: &str, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no counter {name} in '{d}'"))
         .parse()
         .unwrap()
-}
-
-fn frames(sizes: &[usize]) -> Vec<Vec<u8>> {
-    sizes
-        .iter()
-        .enumerate()
-        .map(|(i, &n)| {
-            let mut f: Vec<u8> = (0..n).map(|j| (j * 7 + i * 13) as u8).collect();
-            f[..14].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x01, 0x02, 0, 0, 0, 0, 0x02, 0x08, 0x00]);
-            f
-        })
-        .collect()
 }
 
 /// Runs `inc`'s task until `n` packets were captured (or 5 s pass).
@@ -495,4 +445,12 @@ fn bad_arguments_are_named() {
     assert!(e.to_string().contains("not a socket"), "{e}");
     assert_eq!(std::fs::read(&f).unwrap(), b"keep me");
     let _ = std::fs::remove_file(f);
+}
+
+fn create(
+    h: &Harness,
+    name: &str,
+    arg: &Value,
+) -> bessemer_core::Result<std::sync::Arc<bessemer_core::port::PortHandle>> {
+    create_port(h, &DRIVER, name, arg)
 }

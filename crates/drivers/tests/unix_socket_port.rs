@@ -5,11 +5,13 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use bessemer_core::port::{PortHandle, PortParams};
 use bessemer_core::testing::Harness;
+
+mod common;
 use bessemer_core::Value;
 use bessemer_drivers::unix_socket_port::DRIVER;
 use bessemer_modules::io::{port_inc, port_out};
+use common::{create_port, frames, link_up, wait_until};
 
 static SEQ: AtomicUsize = AtomicUsize::new(0);
 
@@ -28,25 +30,6 @@ fn abstract_name() -> String {
         "@bessemer-test-{}-{}",
         std::process::id(),
         SEQ.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-fn create(
-    h: &Harness,
-    name: &str,
-    arg: &Value,
-) -> bessemer_core::Result<std::sync::Arc<PortHandle>> {
-    h.graph.ports().create(
-        &DRIVER,
-        PortParams {
-            name: name.into(),
-            num_inc_q: 0,
-            num_out_q: 0,
-            size_inc_q: 0,
-            size_out_q: 0,
-            pool: h.pool.clone(),
-        },
-        arg,
     )
 }
 
@@ -130,40 +113,6 @@ impl Client {
         buf.truncate(r as usize);
         buf
     }
-}
-
-/// Distinct Ethernet-looking frames of the given sizes.
-fn frames(sizes: &[usize]) -> Vec<Vec<u8>> {
-    sizes
-        .iter()
-        .enumerate()
-        .map(|(i, &n)| {
-            let mut f: Vec<u8> = (0..n).map(|j| (j * 7 + i * 13) as u8).collect();
-            f[..14].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x01, 0x02, 0, 0, 0, 0, 0x02, 0x08, 0x00]);
-            f
-        })
-        .collect()
-}
-
-fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !f() {
-        assert!(
-            t.elapsed() < Duration::from_secs(5),
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
-fn link_up(h: &Harness, port: &str) -> bool {
-    h.graph
-        .ports()
-        .get(port)
-        .unwrap()
-        .port()
-        .link_status()
-        .link_up
 }
 
 /// Polls PortInc until `n` packets were captured (or 5 s pass).
@@ -575,7 +524,7 @@ fn an_idle_worker_naps_and_still_echoes_every_frame() {
     assert!(e.set_idle_sleep_max_us(20_000).is_err(), "beyond 10 ms");
     e.set_idle_sleep_max_us(500).unwrap();
     let path = temp_path();
-    let params = PortParams {
+    let params = bessemer_core::port::PortParams {
         name: "p0".into(),
         num_inc_q: 0,
         num_out_q: 0,
@@ -616,4 +565,12 @@ fn an_idle_worker_naps_and_still_echoes_every_frame() {
     e.destroy_module("out").unwrap();
     e.ports().destroy("p0").unwrap();
     assert_eq!(e.pool().free_count(), e.pool().capacity());
+}
+
+fn create(
+    h: &Harness,
+    name: &str,
+    arg: &Value,
+) -> bessemer_core::Result<std::sync::Arc<bessemer_core::port::PortHandle>> {
+    create_port(h, &DRIVER, name, arg)
 }

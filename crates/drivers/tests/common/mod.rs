@@ -239,3 +239,61 @@ pub fn eventually(mut f: impl FnMut() -> bool) -> bool {
     }
     false
 }
+
+/// Creates a port of `driver` named `name` in the harness's port table, with the harness's
+/// pool and the driver's default queues.
+pub fn create_port(
+    h: &bessemer_core::testing::Harness,
+    driver: &'static bessemer_core::port::PortDriver,
+    name: &str,
+    arg: &bessemer_core::Value,
+) -> Result<std::sync::Arc<bessemer_core::port::PortHandle>> {
+    h.graph.ports().create(
+        driver,
+        bessemer_core::port::PortParams {
+            name: name.into(),
+            num_inc_q: 0,
+            num_out_q: 0,
+            size_inc_q: 0,
+            size_out_q: 0,
+            pool: h.pool.clone(),
+        },
+        arg,
+    )
+}
+
+/// Distinct Ethernet-looking frames of the given sizes.
+pub fn frames(sizes: &[usize]) -> Vec<Vec<u8>> {
+    sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            let mut f: Vec<u8> = (0..n).map(|j| (j * 7 + i * 13) as u8).collect();
+            f[..14].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x01, 0x02, 0, 0, 0, 0, 0x02, 0x08, 0x00]);
+            f
+        })
+        .collect()
+}
+
+/// Waits until `f` holds, polling every 2 ms; fails the test after 10 s naming `what`.
+pub fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// The link state of port `port` of the harness.
+pub fn link_up(h: &bessemer_core::testing::Harness, port: &str) -> bool {
+    h.graph
+        .ports()
+        .get(port)
+        .unwrap()
+        .port()
+        .link_status()
+        .link_up
+}
