@@ -174,6 +174,10 @@ fn create(params: &PortParams, arg: &Value) -> Result<NewPort> {
     } else {
         socket
     };
+    // A client retries its connection in the background: a path no socket can have is
+    // refused here rather than retried for ever.
+    bessemer_slice::daemon::check_socket_path(&socket)
+        .map_err(|e| crate::socket_path_error("MemifPortArg.socket", e))?;
     let cfg = Config {
         role,
         id,

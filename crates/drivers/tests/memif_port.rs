@@ -432,6 +432,12 @@ fn bad_arguments_are_named() {
         (Value::map().with("buffer_size", 100u64), "buffer_size 100"),
         (Value::map().with("secret", "x".repeat(30)), "secret"),
         (Value::map().with("sokcet", "/tmp/x"), "sokcet"),
+        (
+            Value::map()
+                .with("role", "client")
+                .with("socket", format!("/tmp/{}", "x".repeat(120)).as_str()),
+            "must be 1..",
+        ),
     ] {
         let e = create(&h, "bad", &arg).err().expect("refused");
         assert!(e.to_string().contains(want), "'{e}' lacks '{want}'");

@@ -658,6 +658,11 @@ fn listener_alive(a: &libc::sockaddr_un, len: libc::socklen_t) -> bool {
     }
 }
 
+/// Checks that `path` can name a Unix socket ('@' = abstract name): the error says why not.
+pub fn check_socket_path(path: &str) -> io::Result<()> {
+    sockaddr(path).map(|_| ())
+}
+
 /// Connects a SOCK_SEQPACKET socket to `path` ('@' = abstract name).
 pub fn connect(path: &str) -> io::Result<OwnedFd> {
     let (a, len) = sockaddr(path)?;
