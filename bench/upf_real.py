@@ -121,6 +121,16 @@ def start(
     if r.returncode != 0:
         u.close()
         raise RuntimeError(f"{name}: pfcpiface -simulate create failed:\n{r.stdout[-2000:]}")
+    # The agent logs a rule the daemon refused and goes on (exit status 0): a figure measured
+    # with sessions missing would count the generator's packets that find no PDR as cheap
+    # drops. Refuse to measure such a run.
+    errors = [ln for ln in (r.stdout + r.stderr).splitlines() if "\tERROR\t" in ln and "failed" in ln]
+    if errors:
+        u.close()
+        raise RuntimeError(
+            f"{name}: pfcpiface logged {len(errors)} errors installing {sessions} sessions; "
+            f"the first: {errors[0][:400]}"
+        )
     u.probe("pause")
     return d
 

@@ -98,6 +98,42 @@ def test_bessctl_runs_up4_unchanged_in_sim_mode(sim_upf):
     assert r.returncode == 0 and "WildcardMatch" in r.stdout, r.stdout + r.stderr
 
 
+def test_shipped_table_sizes_hold_their_sessions(cache, tmp_path):
+    """upf.jsonc sizes its tables for 50 000 sessions with `pdrLookup: 50000` ("50K per
+    unique tuple, we send 4 unique PDR patterns"): WildcardMatch's `entries` bounds each
+    mask's table, not the whole. The shipped sizes scaled to this test's sessions must hold
+    every rule, and every generated packet must find its session."""
+    conf = sim_conf(cache, tmp_path)
+    shipped = shipped_config(cache)["table_sizes"]
+    conf["table_sizes"] = {k: v * SESSIONS // 50_000 for k, v in shipped.items()}
+    conf["sim"]["total_flows"] = SESSIONS  # the generator's flows: one per session
+    assert conf["table_sizes"]["pdrLookup"] == SESSIONS
+    u = upf_host(cache, tmp_path, conf, ACCESS_IP, CORE_IP)
+    try:
+        r = u.bessctl("run", "up4")
+        assert r.returncode == 0 and "Error" not in r.stdout + r.stderr, r.stdout + r.stderr
+        r = u.pfcpiface("-simulate", "create")
+        errors = [
+            ln for ln in (r.stdout + r.stderr).splitlines() if "\tERROR\t" in ln and "failed" in ln
+        ]
+        assert r.returncode == 0 and not errors, errors[:3]
+        assert u.tables() == {
+            "pdrLookup": 4 * SESSIONS,
+            "farLookup": 3 * SESSIONS,
+            "appQERLookup": 4 * SESSIONS,
+            "sessionQERLookup": 2 * SESSIONS,
+        }
+        up, down = _wait_passing(u, rising=True)
+        assert up > 0 and down > 0
+        before = u.probe("igates:pdrLookupFail")["igates:pdrLookupFail"]
+        time.sleep(0.5)
+        assert u.probe("igates:pdrLookupFail")["igates:pdrLookupFail"] == before, (
+            "a generated packet found no PDR"
+        )
+    finally:
+        u.close()
+
+
 def test_pfcpiface_simulated_sessions_create_then_delete(sim_upf):
     u = sim_upf
     r = u.pfcpiface("-simulate", "create")

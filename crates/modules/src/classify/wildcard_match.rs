@@ -141,7 +141,8 @@ pub struct WildcardMatch {
     tuples: Vec<Tuple>,
     /// Fields written when a rule matches (omec-project fork's `values`).
     values: ValueFields,
-    /// Most rules (the fork's `entries`; 0 = no limit).
+    /// Most rules of one mask (the fork's `entries`, which sizes each tuple's table; 0 = no
+    /// limit but [`table::MAX_RULES`] in all).
     entries: u64,
 }
 
@@ -223,15 +224,33 @@ impl RuleClassifier for WildcardMatch {
             .values
             .rule_bytes(valuesv, what, "valuesv", IntOrder::Little)?;
         let w = self.matcher.words;
+        // The fork's `entries` sizes each mask's own hash table (one per tuple), so the limit
+        // counts the rules of the rule's mask: the UPF's four PDR masks each hold `entries`
+        // (its upf.jsonc: "50K per unique tuple"). With no `entries` the whole table is
+        // capped at MAX_RULES.
         let limit = table::rule_limit(self.entries);
-        let n: usize = self.tuples.iter().map(|t| t.table.len()).sum();
+        let n: usize = if self.entries == 0 {
+            self.tuples.iter().map(|t| t.table.len()).sum()
+        } else {
+            self.tuples
+                .iter()
+                .filter(|t| t.mask[..w] == mask[..w])
+                .map(|t| t.table.len())
+                .sum()
+        };
         if n as u64 >= limit {
             let exists = self
                 .tuples
                 .iter()
                 .any(|t| t.mask[..w] == mask[..w] && t.table.get(&t.table_key(&key, w)).is_some());
-            if !exists {
+            if !exists && self.entries == 0 {
                 return Err(table::table_full(what, limit));
+            }
+            if !exists {
+                return Err(Error::new(
+                    libc::ENOSPC,
+                    format!("{what}: this mask's table is full ({limit} entries; `entries` sets each mask's limit)"),
+                ));
             }
         }
         let idx = match self.tuples.iter().position(|t| t.mask[..w] == mask[..w]) {
@@ -701,7 +720,7 @@ pub static CLASS: ModuleClass = ModuleClass {
         "no match goes to the default gate (initially none: dropped, counted no_match); packets too short for a field take the default gate",
         "values: [Field] — (omec-project fork) fields written when a rule whose gate is not the default gate matches; each add",
         "  carries valuesv: [FieldData], one per value field (value_int in host order, little-endian, as the fork); a field past the packet end is skipped",
-        "entries: uint64 — (fork) most rules: adding a new rule beyond it fails with ENOSPC (0 or absent: 4194304, also the largest accepted)",
+        "entries: uint64 — (fork) most rules of one mask (the fork sizes each mask's table with it): a new rule beyond it fails with ENOSPC (0 or absent: 4194304 in all, also the largest accepted)",
     ],
     igates: 1,
     ogates: bessemer_core::module::MAX_GATES,
@@ -949,6 +968,34 @@ mod tests {
             .command("wm", "add", &add([10, 0, 0, 5], 1, int(1)))
             .unwrap_err();
         assert_eq!(e.code, libc::ENOSPC, "{}", e.msg);
+        // `entries` limits each mask (the fork gives each tuple its own table of that size):
+        // a rule with another mask still fits, a fourth of that mask too.
+        let other = |dst: [u8; 4], m: [u8; 4]| {
+            add(dst, 2, int(7)).with("masks", Value::List(vec![bin(&m)]))
+        };
+        for d in 1..=3u8 {
+            h.command("wm", "add", &other([10, 0, d, 0], [0xff, 0xff, 0xff, 0]))
+                .unwrap();
+        }
+        let e = h
+            .command("wm", "add", &other([10, 0, 4, 0], [0xff, 0xff, 0xff, 0]))
+            .unwrap_err();
+        assert_eq!(e.code, libc::ENOSPC, "{}", e.msg);
+        assert!(
+            e.msg.contains("mask's table is full (3 entries"),
+            "{}",
+            e.msg
+        );
+        for d in 1..=3u8 {
+            h.command(
+                "wm",
+                "delete",
+                &Value::map()
+                    .with("values", Value::List(vec![bin(&[10, 0, d, 0])]))
+                    .with("masks", Value::List(vec![bin(&[0xff, 0xff, 0xff, 0])])),
+            )
+            .unwrap();
+        }
         let e = h
             .command(
                 "wm",
