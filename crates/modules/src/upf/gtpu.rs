@@ -129,6 +129,11 @@ pub struct Header {
 
 /// Parses a GTP-U message `g` (from its first header byte to the end of the UDP payload as
 /// the UDP length says).
+///
+/// Inlined, and the TEID copied as one 4-byte move: returned through memory from a call,
+/// the TEID's four byte stores were read back as one 4-byte load, which cannot be forwarded
+/// from them and waited for the stores to retire (half of GtpuEcho's time in a profile).
+#[inline(always)]
 pub fn parse_header(g: &[u8]) -> Result<Header, GtpuError> {
     let Some(h) = g.get(..HEADER_LEN) else {
         return Err(Ipv4Error::TooShort.into());
@@ -138,7 +143,7 @@ pub fn parse_header(g: &[u8]) -> Result<Header, GtpuError> {
     }
     let msg_type = h[1];
     let len = u16::from_be_bytes([h[2], h[3]]) as usize;
-    let teid = [h[4], h[5], h[6], h[7]];
+    let teid: [u8; 4] = h[4..8].try_into().unwrap();
     let end = HEADER_LEN + len;
     if end > g.len() {
         return Err(GtpuError::BadLength);
@@ -198,6 +203,7 @@ pub fn parse_header(g: &[u8]) -> Result<Header, GtpuError> {
 }
 
 /// Parses an untagged Ethernet/IPv4/UDP/GTP-U frame.
+#[inline]
 pub fn parse(d: &[u8]) -> Result<Tunnel, GtpuError> {
     let ip = ipv4_in_frame(d)?;
     if ip.protocol() != PROTO_UDP {
