@@ -939,6 +939,48 @@ fn ip_defrag_reassembles_in_any_order_and_fixes_checksums() {
 }
 
 #[test]
+fn ip_defrag_keeps_timing_out_held_datagrams_among_many_completed_ones() {
+    // num_flows 1: 16 datagrams held at most, for 1 ms. Thousands of datagrams complete
+    // around one that never does (the expiry queue is compacted many times meanwhile):
+    // every completed one leaves, the held one still times out, and the table still takes
+    // 16 new ones after.
+    let mut h = Harness::new();
+    defrag(&mut h, 1);
+    let out = h.capture("d", 1);
+    let data = payload(64);
+    let whole = eth(&frag_ip(&[], 0, &data));
+    let with_id = |f: &[u8], id: u16| {
+        let mut f = f.to_vec();
+        f[18..20].copy_from_slice(&id.to_be_bytes());
+        f
+    };
+    let frags = [
+        eth(&frag_ip(&[], 0x2000, &data[..32])),
+        eth(&frag_ip(&[], 32 / 8, &data[32..])),
+    ];
+    h.inject("d", 0, &[with_id(&frags[0], 0xffff)]);
+    for round in 0..100u16 {
+        let batch: Vec<Vec<u8>> = (0..16u16)
+            .flat_map(|i| frags.iter().map(move |f| with_id(f, round * 16 + i)))
+            .collect();
+        h.inject("d", 0, &batch);
+    }
+    let got = out.take_data();
+    assert_eq!(got.len(), 1600);
+    // Each is the datagram with its own identification (and so its own checksum).
+    let same = |g: &Vec<u8>| {
+        g[..18] == whole[..18] && g[20..24] == whole[20..24] && g[26..] == whole[26..]
+    };
+    assert!(got.iter().all(same));
+    assert_eq!(h.drops("d", "table_full"), 0);
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let firsts: Vec<Vec<u8>> = (0..16u16).map(|i| with_id(&frags[0], 0x8000 + i)).collect();
+    h.inject("d", 0, &firsts);
+    assert_eq!(h.drops("d", "timeout"), 1, "the held datagram timed out");
+    assert_eq!(h.drops("d", "table_full"), 0, "16 new datagrams fit");
+}
+
+#[test]
 fn ip_defrag_counts_what_it_cannot_reassemble() {
     let mut h = Harness::new();
     defrag(&mut h, 1);
