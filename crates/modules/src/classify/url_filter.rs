@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use crate::checksum;
 use bessemer_core::{
     handler, Args, CommandSpec, Context, Error, Instance, Module, ModuleClass, PacketBatch, Result,
-    Value,
+    Value, MAX_BURST,
 };
 
 use crate::checksum::PROTO_TCP;
@@ -51,12 +51,20 @@ const TCP_RST: u8 = 0x04;
 const TCP_ACK: u8 = 0x10;
 
 /// A flow as BESS keys it: IPv4 addresses and TCP ports, one direction.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct FlowKey {
     src: u32,
     dst: u32,
     sport: u16,
     dport: u16,
+}
+
+impl std::hash::Hash for FlowKey {
+    /// Two words for [`SeededMix`](crate::hash::SeededMix).
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        h.write_u64((self.src as u64) << 32 | self.dst as u64);
+        h.write_u64((self.sport as u64) << 16 | self.dport as u64);
+    }
 }
 
 /// Reassembly state of one client → server byte stream, and its block deadline.
@@ -176,7 +184,7 @@ struct Seg<'a> {
 }
 
 /// What to do with one packet arriving on gate 0.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Decision {
     Pass,
     Drop(UrlFilterDrop),
@@ -184,6 +192,9 @@ enum Decision {
     Block,
 }
 
+/// Inlined: returned through memory from a call, the segment's fields (stored piece by
+/// piece) were read back in wider loads that store forwarding cannot serve.
+#[inline(always)]
 fn parse_seg(d: &[u8]) -> std::result::Result<Option<Seg<'_>>, UrlFilterDrop> {
     let Ok(eth) = EthernetView::new_checked(d) else {
         return Err(UrlFilterDrop::TooShort);
@@ -231,7 +242,7 @@ pub struct UrlFilter {
     blacklist: HashMap<Vec<u8>, Vec<Vec<u8>>>,
     /// The entries as given (host, path), sorted, for get_runtime_config.
     rules: std::collections::BTreeSet<(String, String)>,
-    flows: HashMap<FlowKey, Flow>,
+    flows: HashMap<FlowKey, Flow, crate::hash::SeededMix>,
     spare: Vec<Vec<u8>>,
     block_cycles: u64,
     idle_cycles: u64,
@@ -243,7 +254,7 @@ impl UrlFilter {
         UrlFilter {
             blacklist: HashMap::new(),
             rules: std::collections::BTreeSet::new(),
-            flows: HashMap::with_capacity(MAX_FLOWS),
+            flows: HashMap::with_capacity_and_hasher(MAX_FLOWS, Default::default()),
             spare: Vec::new(),
             block_cycles,
             idle_cycles,
@@ -466,22 +477,32 @@ impl Module for UrlFilter {
             return ctx.forward(1, batch);
         }
         let now = ctx.refresh_now();
-        for pkt in batch.drain() {
-            let seg = match parse_seg(pkt.data()) {
-                Ok(Some(s)) => s,
-                Ok(None) => {
-                    ctx.emit(0, pkt);
-                    continue;
-                }
-                Err(reason) => {
-                    ctx.drop_packet(pkt, reason);
-                    continue;
-                }
+        // Decide for the whole batch first (each packet classified once: it moves its
+        // flow's state); a batch that all passes, the usual case, is forwarded whole
+        // rather than packet by packet.
+        let mut decisions = [Decision::Pass; MAX_BURST];
+        let mut all_pass = true;
+        for (i, pkt) in batch.pkts().iter().enumerate() {
+            let d = match parse_seg(pkt.data()) {
+                Ok(Some(seg)) => self.classify(&seg, now),
+                Ok(None) => Decision::Pass,
+                Err(reason) => Decision::Drop(reason),
             };
-            match self.classify(&seg, now) {
+            all_pass &= d == Decision::Pass;
+            decisions[i] = d;
+        }
+        if all_pass {
+            return ctx.forward(0, batch);
+        }
+        for (pkt, decision) in batch.drain().zip(decisions) {
+            match decision {
                 Decision::Pass => ctx.emit(0, pkt),
                 Decision::Drop(r) => ctx.drop_packet(pkt, r),
                 Decision::Block => {
+                    // Parsed before, the same bytes: a segment.
+                    let Ok(Some(seg)) = parse_seg(pkt.data()) else {
+                        unreachable!("a blocked packet parsed as a TCP segment");
+                    };
                     let k = seg.key;
                     let to_server = Reply {
                         eth_dst: seg.eth_dst,

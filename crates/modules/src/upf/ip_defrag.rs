@@ -58,47 +58,6 @@ impl std::hash::Hash for Key {
     }
 }
 
-/// The flow table's hasher: a multiply-xor mix of the key's two words from a random seed
-/// per module. SipHash (std's default) took a third of the worker's time on the vs-BESS
-/// row; the keys come from the wire, so the seed keeps colliding keys from being chosen
-/// offline (BESS's rte_hash of the same key is unseeded CRC).
-#[derive(Clone)]
-struct SeededMix(u64);
-
-impl Default for SeededMix {
-    fn default() -> SeededMix {
-        use std::hash::{BuildHasher, RandomState};
-        SeededMix(RandomState::new().hash_one(0x5eed_u64) | 1)
-    }
-}
-
-impl std::hash::BuildHasher for SeededMix {
-    type Hasher = MixHasher;
-    fn build_hasher(&self) -> MixHasher {
-        MixHasher(self.0)
-    }
-}
-
-/// The state of one [`SeededMix`] hash.
-struct MixHasher(u64);
-
-impl std::hash::Hasher for MixHasher {
-    fn finish(&self) -> u64 {
-        let x = self.0;
-        x ^ (x >> 32)
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.write_u64(*b as u64);
-        }
-    }
-    #[inline]
-    fn write_u64(&mut self, v: u64) {
-        let x = (self.0 ^ v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        self.0 = x ^ (x >> 29);
-    }
-}
-
 /// One held fragment: its payload's place in the datagram.
 struct Frag {
     start: usize,
@@ -120,7 +79,7 @@ struct Flow {
 /// IPv4 header (options included) and metadata of its first fragment. Other frames pass
 /// by gate 1; a datagram too large for a buffer leaves as its fragments by gate 0.
 pub struct IpDefrag {
-    flows: HashMap<Key, Flow, SeededMix>,
+    flows: HashMap<Key, Flow, crate::hash::SeededMix>,
     /// Emptied fragment lists kept for new datagrams (at most SPARE_LISTS).
     spare: Vec<Vec<Frag>>,
     /// Datagrams in arrival order of their first fragment, for expiry.
