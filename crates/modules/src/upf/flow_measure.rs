@@ -48,7 +48,7 @@ pub struct FlowMeasure {
     leader: bool,
     flag: u64,
     entries: usize,
-    tables: [HashMap<(u64, u64), Stats>; 2],
+    tables: [HashMap<(u64, u64), Stats, crate::hash::SeededMix>; 2],
     /// Every recorded latency and jitter of every session, since the module was created
     /// (never cleared by `read`, so that the exported histograms only grow, as Prometheus
     /// needs): one histogram per module however many sessions there are.
@@ -284,7 +284,7 @@ pub static CLASS: ModuleClass = ModuleClass {
             } else {
                 entries
             } as usize,
-            tables: [HashMap::new(), HashMap::new()],
+            tables: [HashMap::default(), HashMap::default()],
             all_latency: Histogram::new(ALL_BUCKETS, BUCKET_NS),
             all_jitter: Histogram::new(ALL_BUCKETS, BUCKET_NS),
         })))
