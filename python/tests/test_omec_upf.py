@@ -24,6 +24,14 @@ pytestmark = [
 
 ACCESS_IP, CORE_IP = "198.18.0.1/24", "198.19.0.1/24"
 SESSIONS = 300
+# Per simulated session pfcpiface installs 4 PDRs (uplink and downlink, N6 and N9), 3 FARs,
+# 4 application QER rules (2 QERs x 2 directions) and 2 session QER rules.
+SIM_TABLES = {
+    "pdrLookup": 4 * SESSIONS,
+    "farLookup": 3 * SESSIONS,
+    "appQERLookup": 4 * SESSIONS,
+    "sessionQERLookup": 2 * SESSIONS,
+}
 
 
 @pytest.fixture(scope="module")
@@ -117,12 +125,7 @@ def test_shipped_table_sizes_hold_their_sessions(cache, tmp_path):
             ln for ln in (r.stdout + r.stderr).splitlines() if "\tERROR\t" in ln and "failed" in ln
         ]
         assert r.returncode == 0 and not errors, errors[:3]
-        assert u.tables() == {
-            "pdrLookup": 4 * SESSIONS,
-            "farLookup": 3 * SESSIONS,
-            "appQERLookup": 4 * SESSIONS,
-            "sessionQERLookup": 2 * SESSIONS,
-        }
+        assert u.tables() == SIM_TABLES
         up, down = _wait_passing(u, rising=True)
         assert up > 0 and down > 0
         before = u.probe("igates:pdrLookupFail")["igates:pdrLookupFail"]
@@ -139,14 +142,7 @@ def test_pfcpiface_simulated_sessions_create_then_delete(sim_upf):
     r = u.pfcpiface("-simulate", "create")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "timed out" not in r.stdout + r.stderr and "context canceled" not in r.stdout
-    # Per simulated session pfcpiface installs 4 PDRs (uplink and downlink, N6 and N9),
-    # 3 FARs, 4 application QER rules (2 QERs x 2 directions) and 2 session QER rules.
-    assert u.tables() == {
-        "pdrLookup": 4 * SESSIONS,
-        "farLookup": 3 * SESSIONS,
-        "appQERLookup": 4 * SESSIONS,
-        "sessionQERLookup": 2 * SESSIONS,
-    }
+    assert u.tables() == SIM_TABLES
     up, down = _wait_passing(u, rising=True)
     assert up > 0 and down > 0, "both directions pass once sessions exist"
     # Uplink leaves decapsulated, downlink encapsulated (GtpuEncap's gate 1), and measure_upf
