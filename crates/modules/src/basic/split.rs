@@ -26,23 +26,27 @@ impl Split {
     /// Packet by packet, from packet bytes or an attribute anywhere.
     fn each(&self, ctx: &mut Context, batch: &mut PacketBatch, attr: AttrOffset) {
         let (offset, size) = (self.offset, self.size);
+        // The value built in a register, a byte at a time: copied into a buffer (a memcpy of
+        // a run-time length) and read back as one word, it waited on a store-forwarding
+        // stall every packet (three quarters of the class's time).
+        let be = |b: &[u8]| b.iter().fold(0u64, |v, &x| v << 8 | x as u64);
         process_each(ctx, batch, |p| {
-            let mut buf = [0u8; 8];
-            match offset {
+            let v = match offset {
                 Some(off) => {
                     let Some(b) = p.data().get(off..off + size) else {
                         return Verdict::Drop(SplitDrop::TooShort);
                     };
-                    buf[8 - size..].copy_from_slice(b);
+                    be(b)
                 }
-                None => {
-                    if let AttrOffset::At(o) = attr {
+                None => match attr {
+                    AttrOffset::At(o) => {
                         let o = o as usize;
-                        buf[8 - size..].copy_from_slice(&p.metadata()[o..o + size]);
+                        be(&p.metadata()[o..o + size])
                     }
-                }
-            }
-            gate_of(u64::from_be_bytes(buf))
+                    _ => 0,
+                },
+            };
+            gate_of(v)
         });
     }
 }
