@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
 
-from tests.omec import Upf, peers, shipped_config, upf_host
+from tests.omec import Upf, peers, refused_rules, shipped_config, upf_host
 
 DIRECTIONS = ("uplink", "downlink", "both")
 
@@ -124,7 +124,7 @@ def start(
     # The agent logs a rule the daemon refused and goes on (exit status 0): a figure measured
     # with sessions missing would count the generator's packets that find no PDR as cheap
     # drops. Refuse to measure such a run.
-    errors = [ln for ln in (r.stdout + r.stderr).splitlines() if "\tERROR\t" in ln and "failed" in ln]
+    errors = refused_rules(r)
     if errors:
         u.close()
         raise RuntimeError(

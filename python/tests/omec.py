@@ -39,6 +39,13 @@ def peers() -> Path:
     return Path(line.split("=", 1)[1])
 
 
+def refused_rules(r: subprocess.CompletedProcess) -> list[str]:
+    """The log lines in which pfcpiface reports a rule the daemon refused (it logs each and
+    goes on, exit status 0; it also logs some ordinary lines at ERROR level, without
+    "failed")."""
+    return [ln for ln in (r.stdout + r.stderr).splitlines() if "\tERROR\t" in ln and "failed" in ln]
+
+
 def shipped_config(cache: Path) -> dict:
     """omec-upf's conf/upf.jsonc, read with the parser omec's own code uses (jsoncomment)."""
     src = cache / "bess" / "bessctl" / "conf" / "upf.jsonc"

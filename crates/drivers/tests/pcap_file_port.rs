@@ -1,11 +1,13 @@
 //! PcapFilePort: capture files written by the test are replayed through PortInc, and what
 //! PortOut sends is read back from the output file.
 
+mod common;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bessemer_core::pcap;
-use bessemer_core::port::{PortHandle, PortParams};
+use bessemer_core::port::PortHandle;
 use bessemer_core::testing::Harness;
 use bessemer_core::Value;
 use bessemer_drivers::pcap_file_port::DRIVER;
@@ -142,18 +144,7 @@ fn create(
     name: &str,
     arg: &Value,
 ) -> bessemer_core::Result<std::sync::Arc<PortHandle>> {
-    h.graph.ports().create(
-        &DRIVER,
-        PortParams {
-            name: name.into(),
-            num_inc_q: 0,
-            num_out_q: 0,
-            size_inc_q: 0,
-            size_out_q: 0,
-            pool: h.pool.clone(),
-        },
-        arg,
-    )
+    common::create_port(h, &DRIVER, name, arg)
 }
 
 /// Runs PortInc until `n` packets were captured (or 5 s pass).

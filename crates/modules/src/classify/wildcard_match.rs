@@ -229,15 +229,12 @@ impl RuleClassifier for WildcardMatch {
         // (its upf.jsonc: "50K per unique tuple"). With no `entries` the whole table is
         // capped at MAX_RULES.
         let limit = table::rule_limit(self.entries);
-        let n: usize = if self.entries == 0 {
-            self.tuples.iter().map(|t| t.table.len()).sum()
-        } else {
-            self.tuples
-                .iter()
-                .filter(|t| t.mask[..w] == mask[..w])
-                .map(|t| t.table.len())
-                .sum()
-        };
+        let n: usize = self
+            .tuples
+            .iter()
+            .filter(|t| self.entries == 0 || t.mask[..w] == mask[..w])
+            .map(|t| t.table.len())
+            .sum();
         if n as u64 >= limit {
             let exists = self
                 .tuples
