@@ -301,11 +301,13 @@ impl Control {
 
     fn ended(&self, why: &str) {
         tracing::info!(port = %self.cfg.if_name, "memif disconnected: {why}");
-        self.shared.set(None);
+        // Counted before the link goes down (as `connects` before it comes up): whoever sees
+        // the link down also sees the disconnect counted (a test read 0 in between).
         self.shared
             .counters
             .disconnects
             .fetch_add(1, Ordering::Relaxed);
+        self.shared.set(None);
     }
 
     fn failed(&self, ch: &Channel, e: &std::io::Error) {
