@@ -100,6 +100,16 @@ pub struct CommandSpec {
     /// BESS's `Command::THREAD_SAFE`: the command only reads, or changes state the module
     /// guards itself, so it may run while workers run the module.
     pub mt_safe: bool,
+    /// The message the command answers with (a `bess.pb` message name without the package):
+    /// BESS's `<Class>Command<Cmd>Response` where the protocol has one, a class's own
+    /// message where BESS answers with that (`get_initial_arg` → `ExactMatchArg`), else
+    /// `EmptyArg`. The daemon encodes the handler's result as this message.
+    pub reply_type: &'static str,
+    /// Whether the command changes what the module does to packets (its rules or
+    /// settings): the daemon brings state derived from the pipeline (XDP offloads) up to
+    /// date after such a command, and only after one. Reading, and reading-and-clearing
+    /// statistics, do not.
+    pub mutates: bool,
     /// What runs the command.
     pub handler: Handler,
 }

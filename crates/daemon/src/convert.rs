@@ -496,37 +496,10 @@ pub fn camel_case(cmd: &str) -> String {
         .collect()
 }
 
-/// Response message names that do not follow `<Class>Command<Cmd>Response`.
-const RESPONSE_OVERRIDES: &[(&str, &str, &str)] = &[
-    ("ExactMatch", "get_initial_arg", "ExactMatchArg"),
-    ("ExactMatch", "get_runtime_config", "ExactMatchConfig"),
-    ("WildcardMatch", "get_initial_arg", "WildcardMatchArg"),
-    ("WildcardMatch", "get_runtime_config", "WildcardMatchConfig"),
-    ("UrlFilter", "get_initial_arg", "UrlFilterArg"),
-    ("UrlFilter", "get_runtime_config", "UrlFilterConfig"),
-    ("NAT", "get_initial_arg", "NATArg"),
-    ("StaticNAT", "get_initial_arg", "StaticNATArg"),
-    ("BPF", "get_initial_arg", "BPFArg"),
-    ("IPFrag", "get_eth_mtu", "IPFragArg"),
-    ("FlowMeasure", "read", "FlowMeasureReadResponse"),
-    ("FlowMeasure", "flip", "FlowMeasureFlipResponse"),
-];
-
-/// The message a command's result is encoded as: the override table, then
-/// `bess.pb.<Class>Command<Cmd>Response` if the pool has it, else `bess.pb.EmptyArg`.
-pub fn response_type(class: &str, cmd: &str) -> String {
-    if let Some((_, _, t)) = RESPONSE_OVERRIDES
-        .iter()
-        .find(|(c, m, _)| *c == class && *m == cmd)
-    {
-        return full_name(t);
-    }
-    let name = format!("{PACKAGE}.{class}Command{}Response", camel_case(cmd));
-    if pool().get_message_by_name(&name).is_some() {
-        name
-    } else {
-        full_name("EmptyArg")
-    }
+/// The full name of the message a command's result is encoded as: its table entry's
+/// `reply_type`.
+pub fn response_type(spec: &bessemer_core::CommandSpec) -> String {
+    full_name(spec.reply_type)
 }
 
 #[cfg(test)]
@@ -782,17 +755,24 @@ mod tests {
 
     #[test]
     fn encodes_responses() {
+        let reply = |class: &str, cmd: &str| {
+            let c = bessemer_modules::classes()
+                .iter()
+                .find(|c| c.name == class)
+                .unwrap();
+            response_type(c.command(cmd).unwrap())
+        };
         assert_eq!(
-            response_type("Queue", "get_status"),
+            reply("Queue", "get_status"),
             "bess.pb.QueueCommandGetStatusResponse"
         );
         assert_eq!(
-            response_type("Measure", "get_summary"),
+            reply("Measure", "get_summary"),
             "bess.pb.MeasureCommandGetSummaryResponse"
         );
-        assert_eq!(response_type("Source", "set_burst"), "bess.pb.EmptyArg");
+        assert_eq!(reply("Source", "set_burst"), "bess.pb.EmptyArg");
         assert_eq!(
-            response_type("ExactMatch", "get_runtime_config"),
+            reply("ExactMatch", "get_runtime_config"),
             "bess.pb.ExactMatchConfig"
         );
         let v = Value::map()
@@ -860,5 +840,37 @@ mod class_tests {
             }
         }
         assert!(missing.is_empty(), "not in proto/bess: {missing:?}");
+    }
+
+    /// Every command's reply type is a message of the protocol, and it is BESS's
+    /// `<Class>Command<Cmd>Response` wherever the protocol has that message (a new command
+    /// whose entry says `EmptyArg` where BESS answers with data would drop the data).
+    #[test]
+    fn every_command_reply_type_is_the_protocols() {
+        let mut wrong = Vec::new();
+        for c in bessemer_modules::classes() {
+            for spec in c.commands {
+                let what = format!("{}.{}", c.name, spec.name);
+                if pool().get_message_by_name(&response_type(spec)).is_none() {
+                    wrong.push(format!("{what}: {} is not in proto/bess", spec.reply_type));
+                }
+                let conventional = format!("{}Command{}Response", c.name, camel_case(spec.name));
+                if pool()
+                    .get_message_by_name(&full_name(&conventional))
+                    .is_some()
+                    && spec.reply_type != conventional
+                {
+                    wrong.push(format!(
+                        "{what}: answers {} where BESS has {conventional}",
+                        spec.reply_type
+                    ));
+                }
+                // Reading commands never change what a module does to packets.
+                if spec.name.starts_with("get_") && spec.mutates {
+                    wrong.push(format!("{what}: a get_ command marked mutates"));
+                }
+            }
+        }
+        assert!(wrong.is_empty(), "{wrong:#?}");
     }
 }

@@ -226,7 +226,7 @@ pub fn module_commands(data: &[u8]) {
         let Ok(out) = h.command("m", spec.name, &v) else {
             continue;
         };
-        let ty = bessemer_daemon::convert::response_type(class.name, spec.name);
+        let ty = bessemer_daemon::convert::response_type(spec);
         let _ = bessemer_daemon::convert::value_to_any(&ty, &out);
     }
 }

@@ -399,6 +399,8 @@ static TICKER: ModuleClass = ModuleClass {
             arg_type: "EmptyArg",
             help: "returns once the task ran again",
             mt_safe: true,
+            reply_type: "EmptyArg",
+            mutates: false,
             handler: handler!(Shared Ticker, Ticker::wait_for_runs),
         },
         CommandSpec {
@@ -406,6 +408,8 @@ static TICKER: ModuleClass = ModuleClass {
             arg_type: "EmptyArg",
             help: "checks the task does not run",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: false,
             handler: handler!(Shared Ticker, Ticker::runs_stay_put),
         },
     ],

@@ -61,6 +61,8 @@ pub static CLASS: ModuleClass = ModuleClass {
         arg_type: "TrimToArg",
         help: "changes the length",
         mt_safe: false,
+        reply_type: "EmptyArg",
+        mutates: true,
         handler: handler!(Exclusive TrimTo, TrimTo::cmd_set_len),
     }],
     drop_reasons: TrimToDrop::NAMES,

@@ -1,7 +1,7 @@
 //! Module RPCs: module classes, creating and destroying modules, GetModuleInfo, connections,
 //! module commands and DumpMempool.
 
-use bessemer_core::{AccessMode, AttrOffset, Engine, Error, Result, Value};
+use bessemer_core::{AccessMode, AttrOffset, Engine, Error, ModuleClass, Result, Value};
 use tonic::Request;
 
 use super::hooks::list_hooks;
@@ -378,15 +378,18 @@ pub(super) fn command_request(
     Ok((name, cmd, Some(arg)))
 }
 
-/// A command's result as BESS's `<Class>Command<Cmd>Response` (or EmptyArg).
+/// A command's result as the message its table entry names (`CommandSpec::reply_type`).
 pub(super) fn command_response(
-    class: &str,
+    class: &ModuleClass,
     module: &str,
     cmd: &str,
     out: Value,
 ) -> Result<prost_types::Any> {
-    let what = format!("command '{cmd}' of module '{module}' ({class})");
-    let ty = convert::response_type(class, cmd);
+    let what = format!("command '{cmd}' of module '{module}' ({})", class.name);
+    let spec = class
+        .command(cmd)
+        .ok_or_else(|| Error::unsupported(format!("{what}: the class has no such command")))?;
+    let ty = convert::response_type(spec);
     let out = if ty.ends_with(".EmptyArg") && !matches!(&out, Value::Null) && out != Value::map() {
         tracing::warn!(
             "{what} returned data but the protocol has no response message for it; \
@@ -412,9 +415,9 @@ fn run_module_command(e: &mut Engine, req: pb::CommandRequest) -> Result<pb::Com
             .command(&name, &cmd, &Value::map())
             .map(|_| pb::CommandResponse::default());
     };
-    let class = e.graph().class_of(&name)?.name;
+    let class = e.graph().class_of(&name)?;
     let out = e.command(&name, &cmd, &arg)?;
-    if !cmd.starts_with("get_") {
+    if class.command(&cmd).is_some_and(|s| s.mutates) {
         resync(e);
     }
     Ok(pb::CommandResponse {

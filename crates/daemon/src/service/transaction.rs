@@ -120,11 +120,10 @@ pub(super) fn transaction(
         created
             .iter()
             .find(|(n, _)| n == m)
-            .map(|(_, c)| c.name)
-            .or_else(|| e.graph().class_of(m).ok().map(|c| c.name))
-            .unwrap_or("")
+            .map(|(_, c)| *c)
+            .or_else(|| e.graph().class_of(m).ok())
     };
-    let classes: Vec<Option<(String, String, &'static str)>> = ops
+    let classes: Vec<Option<(String, String, Option<&'static ModuleClass>)>> = ops
         .iter()
         .map(|op| match op {
             TxOp::Command { module, cmd, .. } => {
@@ -142,6 +141,8 @@ pub(super) fn transaction(
             TxOutcome::Done => ext::TransactionResult::default(),
             TxOutcome::Command(v) => {
                 let (module, cmd, class) = class.expect("a command names its module");
+                // Every command's module was found when the change was decoded.
+                let class = class.expect("a command's module has a class");
                 ext::TransactionResult {
                     name: String::new(),
                     data: Some(command_response(class, &module, &cmd, v)?),

@@ -610,6 +610,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "FlowGenArg",
             help: "changes template, pps, flow_rate, flow_duration, arrival, duration (others ignored)",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive FlowGen, FlowGen::cmd_update),
         },
         CommandSpec {
@@ -617,6 +619,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "FlowGenCommandSetBurstArg",
             help: "packets per run at most (0..32)",
             mt_safe: true,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive FlowGen, FlowGen::cmd_set_burst),
         },
     ],

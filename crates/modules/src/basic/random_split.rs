@@ -92,6 +92,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "RandomSplitCommandSetDroprateArg",
             help: "changes drop_rate",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive RandomSplit, RandomSplit::cmd_set_droprate),
         },
         CommandSpec {
@@ -99,6 +101,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "RandomSplitCommandSetGatesArg",
             help: "replaces the gate list",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive RandomSplit, RandomSplit::cmd_set_gates),
         },
     ],

@@ -87,6 +87,8 @@ pub static CLASS: ModuleClass = ModuleClass {
         arg_type: "ReplicateCommandSetGatesArg",
         help: "replaces the list of output gates",
         mt_safe: false,
+        reply_type: "EmptyArg",
+        mutates: true,
         handler: handler!(Exclusive Replicate, Replicate::cmd_set_gates),
     }],
     drop_reasons: ReplicateDrop::NAMES,

@@ -144,6 +144,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "RoundRobinCommandSetModeArg",
             help: "'packet' or 'batch'",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive RoundRobin, RoundRobin::cmd_set_mode),
         },
         CommandSpec {
@@ -151,6 +153,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "RoundRobinCommandSetGatesArg",
             help: "replaces the gate list",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive RoundRobin, RoundRobin::cmd_set_gates),
         },
     ],

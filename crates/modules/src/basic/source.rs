@@ -90,6 +90,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "SourceCommandSetPktSizeArg",
             help: "changes the packet size",
             mt_safe: true,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive Source, Source::cmd_set_pkt_size),
         },
         CommandSpec {
@@ -97,6 +99,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "SourceCommandSetBurstArg",
             help: "changes packets per run",
             mt_safe: true,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive Source, Source::cmd_set_burst),
         },
     ],

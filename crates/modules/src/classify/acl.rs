@@ -238,6 +238,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "ACLArg",
             help: "appends rules (after the existing ones)",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive Acl, Acl::cmd_add),
         },
         CommandSpec {
@@ -245,6 +247,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "EmptyArg",
             help: "removes all rules",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive Acl, Acl::cmd_clear),
         },
     ],

@@ -313,6 +313,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "BPFArg",
             help: "adds filters (all or none, if one does not compile)",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Shared Bpf, Bpf::cmd_add),
         },
         CommandSpec {
@@ -320,6 +322,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "BPFArg",
             help: "removes, for each filter given, the first installed one with its priority, gate and expression",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Shared Bpf, Bpf::cmd_delete),
         },
         CommandSpec {
@@ -327,6 +331,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "EmptyArg",
             help: "removes all filters",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Shared Bpf, Bpf::cmd_clear),
         },
         CommandSpec {
@@ -334,6 +340,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "EmptyArg",
             help: "returns a BPFArg of the installed filters, highest priority first",
             mt_safe: true,
+            reply_type: "BPFArg",
+            mutates: false,
             handler: handler!(Shared Bpf, Bpf::cmd_get_initial_arg),
         },
         CommandSpec {
@@ -341,6 +349,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "EmptyArg",
             help: "(Bessemer) returns the filters in the order they are tried, each with its classic BPF program {code, jt, jf, k} as libpcap compiled it",
             mt_safe: true,
+            reply_type: "BPFCommandGetProgramsResponse",
+            mutates: false,
             handler: handler!(Shared Bpf, Bpf::cmd_get_programs),
         },
     ],

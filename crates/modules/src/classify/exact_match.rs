@@ -380,6 +380,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "EmptyArg",
             help: "returns the ExactMatchArg the module was built from",
             mt_safe: true,
+            reply_type: "ExactMatchArg",
+            mutates: false,
             handler: handler!(Exclusive ExactMatch, ExactMatch::cmd_get_initial_arg),
         },
         CommandSpec {
@@ -387,6 +389,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "EmptyArg",
             help: "returns an ExactMatchConfig: default gate and all rules",
             mt_safe: true,
+            reply_type: "ExactMatchConfig",
+            mutates: false,
             handler: handler!(Exclusive ExactMatch, cmd_get_runtime_config::<ExactMatch>),
         },
         CommandSpec {
@@ -394,6 +398,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "ExactMatchConfig",
             help: "replaces the default gate and all rules",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive ExactMatch, cmd_set_runtime_config::<ExactMatch>),
         },
         CommandSpec {
@@ -401,6 +407,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "ExactMatchCommandAddArg",
             help: "adds (or replaces) a rule: field values -> gate (8192 = drop)",
             mt_safe: true,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive ExactMatch, cmd_add::<ExactMatch>),
         },
         CommandSpec {
@@ -408,6 +416,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "ExactMatchCommandDeleteArg",
             help: "removes the rule with these field values",
             mt_safe: true,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive ExactMatch, ExactMatch::cmd_delete),
         },
         CommandSpec {
@@ -415,6 +425,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "EmptyArg",
             help: "removes all rules",
             mt_safe: true,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive ExactMatch, ExactMatch::cmd_clear),
         },
         CommandSpec {
@@ -422,6 +434,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "ExactMatchCommandSetDefaultGateArg",
             help: "sets the gate for packets that match no rule (8192 = drop)",
             mt_safe: true,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive ExactMatch, cmd_set_default_gate::<ExactMatch>),
         },
     ],

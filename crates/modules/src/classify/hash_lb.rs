@@ -216,6 +216,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "HashLBCommandSetModeArg",
             help: "changes the mode (l2, l3, l4)",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Shared HashLB, HashLB::cmd_set_mode),
         },
         CommandSpec {
@@ -223,6 +225,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "HashLBCommandSetGatesArg",
             help: "replaces the gate list",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Shared HashLB, HashLB::cmd_set_gates),
         },
     ],

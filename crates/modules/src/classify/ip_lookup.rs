@@ -450,6 +450,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "IPLookupCommandAddArg",
             help: "adds (or updates) prefix/prefix_len -> gate (8192 = drop; /0 = default gate)",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive IPLookup, IPLookup::cmd_add),
         },
         CommandSpec {
@@ -457,6 +459,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "IPLookupCommandDeleteArg",
             help: "removes prefix/prefix_len (/0 resets the default gate to drop)",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive IPLookup, IPLookup::cmd_delete),
         },
         CommandSpec {
@@ -464,6 +468,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "EmptyArg",
             help: "removes all prefixes (the default gate stays)",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive IPLookup, IPLookup::cmd_clear),
         },
         CommandSpec {
@@ -471,6 +477,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "EmptyArg",
             help: "the routes (prefix, prefix_len, gate) and the default gate",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: false,
             handler: handler!(Exclusive IPLookup, IPLookup::cmd_get_runtime_config),
         },
     ],

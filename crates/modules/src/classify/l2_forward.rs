@@ -353,6 +353,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "L2ForwardCommandAddArg",
             help: "adds entries {addr, gate}; fails (adding none) if one exists or does not fit",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive L2Forward, L2Forward::cmd_add),
         },
         CommandSpec {
@@ -360,6 +362,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "L2ForwardCommandDeleteArg",
             help: "removes addresses; fails (removing none) if one is absent",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive L2Forward, L2Forward::cmd_delete),
         },
         CommandSpec {
@@ -367,6 +371,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "L2ForwardCommandSetDefaultGateArg",
             help: "sets the gate for unknown destinations (8192 = drop)",
             mt_safe: true,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive L2Forward, L2Forward::cmd_set_default_gate),
         },
         CommandSpec {
@@ -374,6 +380,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "L2ForwardCommandLookupArg",
             help: "returns the gate of each address (error if one is absent)",
             mt_safe: true,
+            reply_type: "L2ForwardCommandLookupResponse",
+            mutates: false,
             handler: handler!(Exclusive L2Forward, L2Forward::cmd_lookup),
         },
         CommandSpec {
@@ -381,6 +389,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "L2ForwardCommandPopulateArg",
             help: "adds count consecutive addresses from base, gates round robin over gate_count",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive L2Forward, L2Forward::cmd_populate),
         },
     ],

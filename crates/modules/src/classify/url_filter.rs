@@ -590,6 +590,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "EmptyArg",
             help: "returns an empty UrlFilterArg (the blacklist is runtime configuration)",
             mt_safe: true,
+            reply_type: "UrlFilterArg",
+            mutates: false,
             handler: handler!(Exclusive UrlFilter, UrlFilter::cmd_get_initial_arg),
         },
         CommandSpec {
@@ -597,6 +599,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "EmptyArg",
             help: "returns a UrlFilterConfig: every blacklist entry, sorted by host then path",
             mt_safe: true,
+            reply_type: "UrlFilterConfig",
+            mutates: false,
             handler: handler!(Exclusive UrlFilter, UrlFilter::cmd_get_runtime_config),
         },
         CommandSpec {
@@ -604,6 +608,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "UrlFilterConfig",
             help: "replaces the blacklist",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive UrlFilter, UrlFilter::cmd_set_runtime_config),
         },
         CommandSpec {
@@ -611,6 +617,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "UrlFilterArg",
             help: "adds blacklist entries",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive UrlFilter, UrlFilter::cmd_add),
         },
         CommandSpec {
@@ -618,6 +626,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "EmptyArg",
             help: "empties the blacklist",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive UrlFilter, UrlFilter::cmd_clear),
         },
     ],

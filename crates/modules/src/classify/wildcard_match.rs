@@ -727,6 +727,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "EmptyArg",
             help: "returns the WildcardMatchArg the module was built from",
             mt_safe: true,
+            reply_type: "WildcardMatchArg",
+            mutates: false,
             handler: handler!(Exclusive WildcardMatch, WildcardMatch::cmd_get_initial_arg),
         },
         CommandSpec {
@@ -734,6 +736,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "EmptyArg",
             help: "returns a WildcardMatchConfig: default gate and all rules",
             mt_safe: true,
+            reply_type: "WildcardMatchConfig",
+            mutates: false,
             handler: handler!(Exclusive WildcardMatch, cmd_get_runtime_config::<WildcardMatch>),
         },
         CommandSpec {
@@ -741,6 +745,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "WildcardMatchConfig",
             help: "replaces the default gate and all rules",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive WildcardMatch, cmd_set_runtime_config::<WildcardMatch>),
         },
         CommandSpec {
@@ -748,6 +754,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "WildcardMatchCommandAddArg",
             help: "adds (or replaces) a rule: values/masks, priority -> gate (8192 = drop)",
             mt_safe: true,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive WildcardMatch, cmd_add::<WildcardMatch>),
         },
         CommandSpec {
@@ -755,6 +763,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "WildcardMatchCommandDeleteArg",
             help: "removes the rule with these values and masks",
             mt_safe: true,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive WildcardMatch, WildcardMatch::cmd_delete),
         },
         CommandSpec {
@@ -762,6 +772,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "EmptyArg",
             help: "removes all rules",
             mt_safe: true,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive WildcardMatch, WildcardMatch::cmd_clear),
         },
         CommandSpec {
@@ -769,6 +781,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "WildcardMatchCommandSetDefaultGateArg",
             help: "sets the gate for packets that match no rule (8192 = drop)",
             mt_safe: true,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive WildcardMatch, cmd_set_default_gate::<WildcardMatch>),
         },
     ],

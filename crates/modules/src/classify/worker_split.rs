@@ -126,6 +126,8 @@ pub static CLASS: ModuleClass = ModuleClass {
         arg_type: "WorkerSplitArg",
         help: "replaces the worker → gate map",
         mt_safe: false,
+        reply_type: "EmptyArg",
+        mutates: true,
         handler: handler!(Shared WorkerSplit, WorkerSplit::cmd_reset),
     }],
     drop_reasons: WorkerSplitDrop::NAMES,

@@ -230,6 +230,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "ESPSecurityAssociation",
             help: "adds an SA (its window starts empty)",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive EspDecap, EspDecap::cmd_add_sa),
         },
         CommandSpec {
@@ -237,6 +239,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "ESPCommandDeleteSaArg",
             help: "removes the SA with this SPI",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive EspDecap, EspDecap::cmd_delete_sa),
         },
         CommandSpec {
@@ -244,6 +248,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "EmptyArg",
             help: "removes every SA",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive EspDecap, EspDecap::cmd_clear),
         },
         CommandSpec {
@@ -251,6 +257,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "EmptyArg",
             help: "per SA: spi, cipher, packets, bytes (inner), seq (highest accepted), replay, bad_icv",
             mt_safe: false,
+            reply_type: "ESPDecapCommandGetStatsResponse",
+            mutates: false,
             handler: handler!(Exclusive EspDecap, EspDecap::cmd_get_stats),
         },
     ],

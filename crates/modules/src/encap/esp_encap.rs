@@ -229,6 +229,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "ESPSecurityAssociation",
             help: "adds an SA; a new SA wins over older ones with the same inner_dst prefix",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive EspEncap, EspEncap::cmd_add_sa),
         },
         CommandSpec {
@@ -236,6 +238,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "ESPCommandDeleteSaArg",
             help: "removes the SA with this SPI",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive EspEncap, EspEncap::cmd_delete_sa),
         },
         CommandSpec {
@@ -243,6 +247,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "EmptyArg",
             help: "removes every SA",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive EspEncap, EspEncap::cmd_clear),
         },
         CommandSpec {
@@ -250,6 +256,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "EmptyArg",
             help: "per SA: spi, cipher, packets, bytes (inner), seq (last sent)",
             mt_safe: false,
+            reply_type: "ESPEncapCommandGetStatsResponse",
+            mutates: false,
             handler: handler!(Exclusive EspEncap, EspEncap::cmd_get_stats),
         },
     ],

@@ -97,6 +97,8 @@ pub static CLASS: ModuleClass = ModuleClass {
         arg_type: "MplsPopArg",
         help: "sets remove_eth_header and next_eth_type (absent fields take their defaults)",
         mt_safe: false,
+        reply_type: "EmptyArg",
+        mutates: true,
         handler: handler!(Exclusive MplsPop, MplsPop::cmd_set),
     }],
     drop_reasons: MplsPopDrop::NAMES,

@@ -84,6 +84,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "VLANPushArg",
             help: "changes the TCI of pushed tags",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive VlanPush, VlanPush::cmd_set_tci),
         },
         CommandSpec {
@@ -91,6 +93,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "EmptyArg",
             help: "the TCI of pushed tags",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: false,
             handler: handler!(Exclusive VlanPush, VlanPush::cmd_get_initial_arg),
         },
     ],

@@ -69,6 +69,8 @@ pub static CLASS: ModuleClass = ModuleClass {
         arg_type: "QueueIncCommandSetBurstArg",
         help: "sets packets received per task run (1..32)",
         mt_safe: true,
+        reply_type: "EmptyArg",
+        mutates: true,
         handler: handler!(Exclusive QueueInc, QueueInc::cmd_set_burst),
     }],
     drop_reasons: &[],

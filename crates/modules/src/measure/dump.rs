@@ -96,6 +96,8 @@ pub static CLASS: ModuleClass = ModuleClass {
         arg_type: "DumpArg",
         help: "changes the interval",
         mt_safe: false,
+        reply_type: "EmptyArg",
+        mutates: true,
         handler: handler!(Exclusive Dump, Dump::cmd_set_interval),
     }],
     drop_reasons: &[],

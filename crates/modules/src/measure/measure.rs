@@ -334,6 +334,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "MeasureCommandGetSummaryArg",
             help: "latency and jitter summary with percentiles",
             mt_safe: true,
+            reply_type: "MeasureCommandGetSummaryResponse",
+            mutates: false,
             handler: handler!(Exclusive Measure, Measure::cmd_get_summary),
         },
         CommandSpec {
@@ -341,6 +343,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "EmptyArg",
             help: "resets the histograms",
             mt_safe: true,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive Measure, Measure::cmd_clear),
         },
     ],

@@ -397,6 +397,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "DRRQuantumArg",
             help: "changes the quantum (bytes per round, at least 1)",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive Drr, Drr::cmd_set_quantum_size),
         },
         CommandSpec {
@@ -404,6 +406,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "DRRMaxFlowQueueSizeArg",
             help: "changes the per-flow queue limit (at least 1)",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive Drr, Drr::cmd_set_max_flow_queue_size),
         },
     ],

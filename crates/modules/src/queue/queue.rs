@@ -179,6 +179,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "QueueCommandSetBurstArg",
             help: "packets dequeued per run",
             mt_safe: true,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Shared Queue, Queue::cmd_set_burst),
         },
         CommandSpec {
@@ -186,6 +188,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "QueueCommandSetSizeArg",
             help: "changes the capacity",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Shared Queue, Queue::cmd_set_size),
         },
         CommandSpec {
@@ -193,6 +197,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "QueueCommandGetStatusArg",
             help: "occupancy and counters",
             mt_safe: true,
+            reply_type: "QueueCommandGetStatusResponse",
+            mutates: false,
             handler: handler!(Shared Queue, Queue::cmd_get_status),
         },
     ],

@@ -152,6 +152,8 @@ pub static CLASS: ModuleClass = ModuleClass {
         arg_type: "ArpResponderArg",
         help: "answers requests for ip with mac_addr (replaces an existing entry)",
         mt_safe: false,
+        reply_type: "EmptyArg",
+        mutates: true,
         handler: handler!(Exclusive ArpResponder, ArpResponder::cmd_add),
     }],
     drop_reasons: ArpResponderDrop::NAMES,

@@ -65,24 +65,28 @@ macro_rules! nat_commands {
                 arg_type: "EmptyArg",
                 help: concat!("returns the ", $arg, " the module was created with"),
                 mt_safe: true,
+                reply_type: $arg,
+                mutates: false,
                 handler: bessemer_core::handler!(Exclusive $module, |m, _, arg| {
                     $crate::rewrite::headers::check_empty(arg)?;
                     Ok(m.initial_arg())
                 }),
             },
             $crate::rewrite::headers::nat_commands!(@no_config $module, "get_runtime_config",
-                "returns the runtime configuration (empty)"),
+                "returns the runtime configuration (empty)", false),
             $crate::rewrite::headers::nat_commands!(@no_config $module, "set_runtime_config",
-                "sets the runtime configuration (nothing to set)"),
+                "sets the runtime configuration (nothing to set)", true),
         ]
     };
     // A runtime-configuration command of a class with none: takes and answers EmptyArg.
-    (@no_config $module:ident, $name:literal, $help:literal) => {
+    (@no_config $module:ident, $name:literal, $help:literal, $mutates:literal) => {
         bessemer_core::CommandSpec {
             name: $name,
             arg_type: "EmptyArg",
             help: $help,
             mt_safe: true,
+            reply_type: "EmptyArg",
+            mutates: $mutates,
             handler: bessemer_core::handler!(Exclusive $module, |_, _, arg| {
                 $crate::rewrite::headers::no_runtime_config(arg)
             }),

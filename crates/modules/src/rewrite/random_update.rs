@@ -183,8 +183,8 @@ pub static CLASS: ModuleClass = ModuleClass {
     igates: 1,
     ogates: 1,
     commands: &[
-        CommandSpec { name: "add", arg_type: "RandomUpdateArg", help: "adds fields", mt_safe: false, handler: handler!(Exclusive RandomUpdate, RandomUpdate::cmd_add) },
-        CommandSpec { name: "clear", arg_type: "RandomUpdateCommandClearArg", help: "removes all fields", mt_safe: false, handler: handler!(Exclusive RandomUpdate, RandomUpdate::cmd_clear) },
+        CommandSpec { name: "add", arg_type: "RandomUpdateArg", help: "adds fields", mt_safe: false, reply_type: "EmptyArg", mutates: true, handler: handler!(Exclusive RandomUpdate, RandomUpdate::cmd_add) },
+        CommandSpec { name: "clear", arg_type: "RandomUpdateCommandClearArg", help: "removes all fields", mt_safe: false, reply_type: "EmptyArg", mutates: true, handler: handler!(Exclusive RandomUpdate, RandomUpdate::cmd_clear) },
     ],
     drop_reasons: RandomUpdateDrop::NAMES,
     max_workers: bessemer_core::ALL_WORKERS,

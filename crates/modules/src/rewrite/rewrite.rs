@@ -212,6 +212,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "RewriteArg",
             help: "appends templates",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive Rewrite, Rewrite::cmd_add),
         },
         CommandSpec {
@@ -219,6 +221,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "RewriteCommandClearArg",
             help: "removes all templates",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive Rewrite, Rewrite::cmd_clear),
         },
     ],

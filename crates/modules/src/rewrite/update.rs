@@ -151,6 +151,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "UpdateArg",
             help: "adds fields",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive Update, Update::cmd_add),
         },
         CommandSpec {
@@ -158,6 +160,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "UpdateCommandClearArg",
             help: "removes all fields",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive Update, Update::cmd_clear),
         },
         CommandSpec {
@@ -165,6 +169,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "EmptyArg",
             help: "the fields written, as `add` takes them",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: false,
             handler: handler!(Exclusive Update, Update::cmd_get_initial_arg),
         },
     ],

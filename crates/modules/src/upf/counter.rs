@@ -163,6 +163,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "CounterAddArg",
             help: "starts a session's counter",
             mt_safe: true,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Shared Counter, Counter::cmd_add),
         },
         CommandSpec {
@@ -170,6 +172,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "EmptyArg",
             help: "zeroes every counter",
             mt_safe: true,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Shared Counter, Counter::cmd_remove_all),
         },
         CommandSpec {
@@ -177,6 +181,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "CounterRemoveArg",
             help: "zeroes a session's counter",
             mt_safe: true,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Shared Counter, Counter::cmd_remove),
         },
     ],

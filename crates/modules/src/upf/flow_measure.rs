@@ -240,6 +240,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "FlowMeasureCommandReadArg",
             help: "statistics of the table of flag_to_read (a FlowMeasureReadResponse)",
             mt_safe: true,
+            reply_type: "FlowMeasureReadResponse",
+            mutates: false,
             handler: handler!(Exclusive FlowMeasure, FlowMeasure::cmd_read),
         },
         CommandSpec {
@@ -247,6 +249,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "FlowMeasureCommandFlipArg",
             help: "switches tables (leaders only; a FlowMeasureFlipResponse)",
             mt_safe: true,
+            reply_type: "FlowMeasureFlipResponse",
+            mutates: true,
             handler: handler!(Exclusive FlowMeasure, FlowMeasure::cmd_flip),
         },
     ],

@@ -208,6 +208,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "GtpuPathMonitoringCommandAddDeleteArg",
             help: "monitors a gNB (gnb_ip, host order)",
             mt_safe: true,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive GtpuPathMonitoring, GtpuPathMonitoring::cmd_add),
         },
         CommandSpec {
@@ -215,6 +217,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "GtpuPathMonitoringCommandAddDeleteArg",
             help: "stops monitoring a gNB",
             mt_safe: true,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive GtpuPathMonitoring, GtpuPathMonitoring::cmd_delete),
         },
         CommandSpec {
@@ -222,6 +226,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "GtpuPathMonitoringCommandClearArg",
             help: "forgets gNBs and latencies",
             mt_safe: true,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive GtpuPathMonitoring, GtpuPathMonitoring::cmd_clear),
         },
         CommandSpec {
@@ -229,6 +235,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "GtpuPathMonitoringCommandReadArg",
             help: "latency per gNB (a GtpuPathMonitoringCommandReadResponse)",
             mt_safe: true,
+            reply_type: "GtpuPathMonitoringCommandReadResponse",
+            mutates: false,
             handler: handler!(Exclusive GtpuPathMonitoring, GtpuPathMonitoring::cmd_read),
         },
     ],

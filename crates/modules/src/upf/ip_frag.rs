@@ -192,6 +192,8 @@ pub static CLASS: ModuleClass = ModuleClass {
         arg_type: "EmptyArg",
         help: "the MTU (an IPFragArg)",
         mt_safe: true,
+        reply_type: "IPFragArg",
+        mutates: false,
         handler: handler!(Exclusive IpFrag, IpFrag::cmd_get_eth_mtu),
     }],
     drop_reasons: IpFragDrop::NAMES,

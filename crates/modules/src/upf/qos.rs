@@ -770,6 +770,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "QosCommandAddArg",
             help: "adds a rule: gate 0 meters (cir/pir bytes/s, cbs/pbs bytes, deduct_len), else a gate above 3 or DROP_GATE",
             mt_safe: true,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Shared Qos, Qos::cmd_add),
         },
         CommandSpec {
@@ -777,6 +779,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "QosCommandDeleteArg",
             help: "deletes the rule of a key",
             mt_safe: true,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Shared Qos, Qos::cmd_delete),
         },
         CommandSpec {
@@ -784,6 +788,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "EmptyArg",
             help: "deletes every rule",
             mt_safe: true,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Shared Qos, Qos::cmd_clear),
         },
         CommandSpec {
@@ -791,6 +797,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "QosCommandSetDefaultGateArg",
             help: "sets the gate of packets no rule matches",
             mt_safe: true,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Shared Qos, Qos::cmd_set_default_gate),
         },
     ],

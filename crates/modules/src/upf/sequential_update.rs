@@ -191,6 +191,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "SequentialUpdateArg",
             help: "adds fields",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive SequentialUpdate, SequentialUpdate::cmd_add),
         },
         CommandSpec {
@@ -198,6 +200,8 @@ pub static CLASS: ModuleClass = ModuleClass {
             arg_type: "EmptyArg",
             help: "removes all fields",
             mt_safe: false,
+            reply_type: "EmptyArg",
+            mutates: true,
             handler: handler!(Exclusive SequentialUpdate, SequentialUpdate::cmd_clear),
         },
     ],
