@@ -488,7 +488,7 @@ pub(super) fn ssse3() -> bool {
 /// OR of byte shuffles of the 16-byte metadata lanes its fields' bytes sit in, then masked.
 /// A field costs nothing per packet beyond the lanes it shares with the others (the UPF's
 /// eight-field PDR key: four shuffles, where field by field took about 25 instructions a
-/// field). Built per batch from the attribute offsets ([`KeyBuilder::gather_plan`]).
+/// field). Built per batch from the attribute offsets ([`PlanCache::get`]).
 #[derive(Clone, Debug)]
 pub struct GatherPlan {
     /// Step i shuffles metadata bytes `lane[i]..lane[i] + 16` by `ctrl[i]`.
