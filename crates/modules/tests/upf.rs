@@ -657,6 +657,105 @@ fn qos_meters_large_markers_by_colour() {
     assert_eq!(run(&mut h, &meter(100, 200, 1 << 40)), vec![3, 0, 0]);
 }
 
+/// A frame to `dst` whose payload starts with `tag` (to tell packets apart).
+fn tagged(dst: &str, tag: u8) -> Vec<u8> {
+    let mut payload = [0u8; 22];
+    payload[0] = tag;
+    eth(&ip(17, "0a000001", dst, &udp(1, 2, &payload)))
+}
+
+/// A Qos with two small metered rules (green, yellow, red within a few packets), an
+/// unmetered rule of gate 5, default gate 6, every gate captured: the gate of each packet
+/// by its tag.
+fn qos_by_gate(h: &mut Harness, name: &str) -> impl Fn() -> std::collections::BTreeMap<u8, u16> {
+    add(h, "Qos", name, &qos_arg().with("entries", 0u64));
+    let caps: Vec<_> = [1u16, 2, 3, 5, 6]
+        .into_iter()
+        .map(|g| (g, h.capture(name, g)))
+        .collect();
+    for (dst, cbs, pbs) in [("0a000002", 120u64, 300u64), ("0a000003", 60, 110)] {
+        let meter = qos_add(dst, 0, 3)
+            .with("cir", 1u64)
+            .with("pir", 1u64)
+            .with("cbs", cbs)
+            .with("pbs", pbs);
+        h.command(name, "add", &meter).unwrap();
+    }
+    h.command(name, "add", &qos_add("0a000004", 5, 1)).unwrap();
+    h.command(name, "set_default_gate", &Value::map().with("gate", 6))
+        .unwrap();
+    move || {
+        let mut by_tag = std::collections::BTreeMap::new();
+        for (g, c) in &caps {
+            for p in c.take() {
+                by_tag.insert(p.data[42], *g);
+            }
+        }
+        by_tag
+    }
+}
+
+proptest::proptest! {
+    /// A batch colours and sends each packet as the same packets one batch each do: runs of
+    /// one key (looked up once) and of one metered rule (its marker kept in registers) change
+    /// nothing.
+    #[test]
+    fn qos_batches_colour_as_single_packets_do(
+        keys in proptest::collection::vec(0usize..6, 1..64),
+    ) {
+        let dsts = ["0a000002", "0a000002", "0a000003", "0a000004", "0a000009", "short"];
+        let frames = |round: u8| -> Vec<Vec<u8>> {
+            keys.iter()
+                .enumerate()
+                .map(|(i, &k)| match dsts[k] {
+                    "short" => hex("0102"),
+                    d => tagged(d, round * 64 + i as u8),
+                })
+                .collect()
+        };
+        let mut h = Harness::new();
+        let batched = qos_by_gate(&mut h, "a");
+        let single = qos_by_gate(&mut h, "b");
+        // Two rounds: what a batch leaves in the markers is what the next one starts from.
+        for round in 0..2 {
+            h.inject("a", 0, &frames(round));
+            for f in &frames(round) {
+                h.inject("b", 0, std::slice::from_ref(f));
+            }
+        }
+        let got = batched();
+        proptest::prop_assert_eq!(&got, &single());
+        let sent = frames(0).iter().filter(|f| f.len() > 2).count();
+        proptest::prop_assert_eq!(got.len(), 2 * sent);
+        proptest::prop_assert_eq!(h.drops("a", "too_short"), 2 * (keys.len() - sent) as u64);
+    }
+}
+
+#[test]
+fn qos_writes_values_for_each_packet_of_a_metered_run() {
+    let mut h = Harness::new();
+    add(&mut h, "Qos", "q", &qos_arg());
+    add(&mut h, "MetadataTest", "r", &reader(&[("qfi", 1)]));
+    h.connect("q", 1, "r", 0).unwrap();
+    let out = h.capture("r", 0);
+    let meter = qos_add("0a000002", 0, 9)
+        .with("cir", 1u64)
+        .with("pir", 1u64)
+        .with("cbs", 1000u64)
+        .with("pbs", 1000u64);
+    h.command("q", "add", &meter).unwrap();
+    h.inject(
+        "q",
+        0,
+        &(0..5).map(|i| tagged("0a000002", i)).collect::<Vec<_>>(),
+    );
+    let got = out.take();
+    assert_eq!(got.len(), 5, "all green");
+    for p in &got {
+        assert_eq!(attr(&h, "r", "qfi", &p.meta), vec![9]);
+    }
+}
+
 mod trtcm {
     use bessemer_modules::upf::qos::{Color, TrTcm};
     use proptest::prelude::*;

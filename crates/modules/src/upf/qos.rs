@@ -593,15 +593,26 @@ impl Qos {
             Some(slot) => unsafe { &mut *slot.0.get() },
             None => &mut own,
         };
+        // A packet whose key is its predecessor's (`same`) takes its rule without a lookup:
+        // a slice meter's few keys, or a flow's packets in a row, hash and probe once a run.
+        let mut same = [false; MAX_BURST];
         if let Some(plan) = kcache.get(&self.keys, &offs[..self.fields.len()]) {
             plan.build_all::<W>(batch.pkts(), &mut keys);
             for i in 0..n {
+                if i > 0 && keys[i] == keys[i - 1] {
+                    same[i] = true;
+                    continue;
+                }
                 hashes[i] = hash_words(&keys[i][..w]);
                 t.index.prefetch(hashes[i]);
             }
         } else {
             for (i, p) in batch.pkts().iter().enumerate() {
                 if self.keys.build_into::<W>(&offs, p, &mut keys[i]) {
+                    if i > 0 && !short[i - 1] && keys[i] == keys[i - 1] {
+                        same[i] = true;
+                        continue;
+                    }
                     hashes[i] = hash_words(&keys[i][..w]);
                     t.index.prefetch(hashes[i]);
                 } else {
@@ -612,6 +623,10 @@ impl Qos {
         let mut slots = [NO_RULE; MAX_BURST];
         for i in 0..n {
             if short[i] {
+                continue;
+            }
+            if same[i] {
+                slots[i] = slots[i - 1];
                 continue;
             }
             let s = if W == w {
@@ -646,15 +661,49 @@ impl Qos {
         // a second pass over them.
         let mut gates = [0u16; MAX_BURST];
         let (mut or, mut and) = (0u16, u16::MAX);
-        for (i, p) in batch.pkts_mut().iter_mut().enumerate() {
+        let pkts = batch.pkts_mut();
+        let mut i = 0;
+        while i < n {
+            // A run of packets metered by one rule, on the only worker running the module:
+            // the marker is read once into registers and written back once (packet by
+            // packet, each colour waited for the previous packet's stores to the marker).
+            let s = slots[i];
+            if !shared && s != NO_RULE && t.rules[s as usize].kind == MeterKind::Small {
+                let end = (i + 1..n).find(|&j| slots[j] != s).unwrap_or(n);
+                if end - i > 1 {
+                    let rule = &t.rules[s as usize];
+                    // SAFETY: no other worker runs the module (`shared` is false), so only
+                    // this thread touches the marker (see `Rule::locked_if`).
+                    let mut m = unsafe { *rule.meter.get() };
+                    for (k, p) in pkts.iter_mut().enumerate().take(end).skip(i) {
+                        let len = (p.len() as i64 - rule.deduct_len as i64).max(0) as u64;
+                        let g = color_gate(m.color(now, len, self.hz));
+                        if let Some(voffs) = voffs.filter(|_| t.vsize != 0) {
+                            self.values.apply(
+                                p,
+                                voffs,
+                                &t.vals[s as usize * t.vsize..(s as usize + 1) * t.vsize],
+                            );
+                        }
+                        gates[k] = g;
+                        or |= g;
+                        and &= g;
+                    }
+                    // SAFETY: as above.
+                    unsafe { *rule.meter.get() = m };
+                    i = end;
+                    continue;
+                }
+            }
             let g = if short[i] {
                 TOO_SHORT
             } else {
-                self.gate_of(t, p, slots[i], voffs, now, shared)
+                self.gate_of(t, &mut pkts[i], s, voffs, now, shared)
             };
             gates[i] = g;
             or |= g;
             and &= g;
+            i += 1;
         }
         if or == and && or < DROP_GATE {
             return ctx.forward(or, batch);
