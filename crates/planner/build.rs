@@ -1,7 +1,7 @@
 //! Sets `cfg(root)` when the tests are built by root: tests that need network namespaces and
 //! veths are then run, and reported as ignored (with the reason) otherwise, never as passed.
 //!
-//! Sets `cfg(bpf_clang)` when clang is there: the drivers crate then builds the veth
+//! Sets `cfg(bpf_clang)` when clang is there: the bpf crate then builds the veth
 //! testbed's BPF programs, and the testbed tests run (without clang they are reported as
 //! ignored; if clang is there but the programs still are not built, they fail and say why).
 

@@ -35,7 +35,7 @@
 //     pipeline then does the rest.
 //
 // Compiled by crates/drivers/build.rs with `clang -O2 -target bpf`; loaded by
-// crates/drivers/src/bpf_elf.rs. No kernel or libbpf headers (bessemer_bpf.h says why).
+// crates/bpf/src/bpf_elf.rs. No kernel or libbpf headers (bessemer_bpf.h says why).
 
 #include "bessemer_bpf.h"
 

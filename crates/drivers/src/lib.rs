@@ -7,13 +7,11 @@ pub mod af_xdp_port;
 pub mod ifctl;
 pub mod memif;
 pub mod memif_port;
-pub mod netns;
 pub mod partial_csum;
 pub mod pcap_file_port;
 pub mod pcap_port;
 pub mod pmd_port;
 pub mod slice_port;
-pub mod testbed_prog;
 pub mod unix_socket_port;
 pub mod vnet;
 pub mod vport;
@@ -22,7 +20,9 @@ pub mod xdp_offload;
 
 // The bpf(2) layer and the ELF loader, in their own crate (`bessemer-bpf`), which the planner
 // uses too.
-pub use bessemer_bpf::{bpf, bpf_elf};
+pub use bessemer_bpf::{bpf, bpf_elf, testbed_prog};
+/// Network namespaces (in the core, which the planner shares without the drivers).
+pub use bessemer_core::netns;
 
 use bessemer_core::port::PortDriver;
 

@@ -2,7 +2,7 @@
 //! behave like the 82599's or the SFC9020's receive filters, so that the queue the model
 //! predicts can be compared with the queue a packet really arrives on.
 //!
-//! - **Steering** ([`Steering`]): `bessemer_tbsteer` of `crates/drivers/bpf/testbed.bpf.c`,
+//! - **Steering** ([`Steering`]): `bessemer_tbsteer` of `crates/bpf/bpf/testbed.bpf.c`,
 //!   at TCX egress of the sender's veth end, evaluates a NIC configuration held in its maps
 //!   and sets `skb->queue_mapping` so that the packet arrives on the chosen RX queue of the
 //!   peer. [`tables`] turns a model configuration into those maps; [`Steering::apply`]
@@ -15,8 +15,9 @@ use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
+use bessemer_bpf::testbed_prog;
 use bessemer_bpf::{bpf, bpf_elf};
-use bessemer_drivers::{netns, testbed_prog};
+use bessemer_core::netns;
 
 use crate::graph::{Dest, ModelError};
 use crate::nic::{FilterKind, NicConfig, NicModel, FIVE};

@@ -21,7 +21,7 @@
 //! namespaces are removed (with the veths and the programs on them) and the process ends as
 //! killed by the signal.
 
-use bessemer_drivers::netns;
+use bessemer_core::netns;
 use bessemer_planner::interrupt;
 use bessemer_planner::nic::{FlowSpec, Intel82599, NicModel, Sfc9020};
 use bessemer_planner::pred::{Header, PROTO_UDP};
@@ -223,14 +223,14 @@ fn udp_in(ns: &str, addr: SocketAddrV4, incoming_cpu: Option<i32>) -> Result<Udp
         use std::os::fd::{AsRawFd, IntoRawFd};
         let one = 1i32;
         if let Some(cpu) = incoming_cpu {
-            bessemer_drivers::ifctl::setsockopt(
+            bessemer_core::sockopt::setsockopt(
                 &fd,
                 libc::SOL_SOCKET,
                 libc::SO_REUSEPORT,
                 &one,
                 "SO_REUSEPORT",
             )?;
-            bessemer_drivers::ifctl::setsockopt(
+            bessemer_core::sockopt::setsockopt(
                 &fd,
                 libc::SOL_SOCKET,
                 libc::SO_INCOMING_CPU,

@@ -1,11 +1,11 @@
 //! Network namespaces: drivers open sockets and look up interfaces inside the namespace a
 //! port names. A socket keeps the namespace it was created in, so only creation runs there.
 
-use bessemer_core::{Error, Result};
+use crate::{Error, Result};
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-pub use bessemer_core::error::{io_error, os_error};
+pub use crate::error::{io_error, os_error};
 
 /// The file of a namespace: a name made by `ip netns add` (under /var/run/netns) or a path.
 pub fn path_of(netns: &str) -> String {

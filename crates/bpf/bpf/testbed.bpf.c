@@ -30,7 +30,7 @@
 // with one queue per core does: veth itself processes a packet on the sender's CPU.
 //
 // Built by crates/drivers/build.rs with `clang -O2 -target bpf`, loaded by
-// crates/drivers/src/bpf_elf.rs; no kernel or libbpf headers (bessemer_bpf.h says why).
+// crates/bpf/src/bpf_elf.rs; no kernel or libbpf headers (bessemer_bpf.h says why).
 
 #include "bessemer_bpf.h"
 
