@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the module-class benchmark (bench/src/bench_modules.rs) in release; ends with one JSON line.
+# Runs the module-class benchmark (bench/src/bench_modules/) in release; ends with one JSON line.
 # As root it reserves 2 MiB hugepages for the packet pool (as bench/core.sh does) and gives
 # back what it reserved afterwards; without them the pool falls back to plain pages.
 set -euo pipefail
