@@ -1194,7 +1194,7 @@ def execute(argv: list[str], session: Session | None = None) -> int:
             if args.command == "shell" or args.command is None:
                 from .shell import Shell
 
-                Shell(s, _parser).run()
+                Shell(s, _parser, execute).run()
                 return 0
             p.print_help()
             return 2

@@ -10,6 +10,7 @@ import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from .client import BESS
 
@@ -68,11 +69,19 @@ def _files(text: str) -> list[str]:
 
 
 class Shell:
-    """A read-eval-print loop over `bessemer.cli.execute`, sharing one connection."""
+    """A read-eval-print loop over the CLI's commands, sharing one connection: `make_parser`
+    builds the CLI's parser (for completion) and `execute(argv, session)` runs one command
+    line (the CLI passes its own, so this module does not import the CLI back)."""
 
-    def __init__(self, session, make_parser: Callable[[], argparse.ArgumentParser]):
+    def __init__(
+        self,
+        session,
+        make_parser: Callable[[], argparse.ArgumentParser],
+        execute: Callable[[list[str], Any], int],
+    ):
         self.session = session
         self.parser = make_parser()
+        self.execute = execute
         self._matches: list[str] = []
 
     def _names(self, kind: str, words: list[str]) -> list[str]:
@@ -178,8 +187,6 @@ class Shell:
         return self._matches[state] if state < len(self._matches) else None
 
     def run(self) -> None:
-        from .cli import execute
-
         interactive = sys.stdin.isatty()
         if interactive:
             try:
@@ -215,7 +222,7 @@ class Shell:
                 if argv[0] == "help":
                     argv = [*argv[1:], "--help"]
                 try:
-                    execute(argv, self.session)
+                    self.execute(argv, self.session)
                 except SystemExit:
                     pass  # argparse printed help or a usage error
         finally:

@@ -328,7 +328,7 @@ def test_shell_completes_classes_options_and_files(daemon, tmp_path, monkeypatch
     b = daemon.client
     session = cli_module.Session("localhost", daemon.port)
     try:
-        sh = Shell(session, cli_module._parser)
+        sh = Shell(session, cli_module._parser, cli_module.execute)
         assert sh.matches("add mod") == ["module "]
         assert sh.matches("add module ") == sorted(c + " " for c in b.list_mclasses())
         assert sh.matches("add module Sou") == ["Source "]
